@@ -1,0 +1,36 @@
+# The two set-up commands from the README are `make run` and `make test`.
+# Both create the virtual environment on first use, so a fresh machine needs nothing else.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Run the daemon in the foreground on its embedded defaults (SQLite, in-process queue and channel layer, demo agent).
+run: $(STAMP)
+	$(BIN)/compozy daemon start --foreground
+
+## Run the whole test suite (unit, integration against the real daemon, browser tests in Chromium).
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## Benchmarks: one command, prints a table with ratios against the raw limits.
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

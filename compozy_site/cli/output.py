@@ -1,0 +1,87 @@
+"""Rendering for the CLI: human tables with rich, deterministic JSON for scripts, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+import rich_click as click
+
+from compozy_site.cli.client import ApiError
+
+FORMATS = ("human", "json", "jsonl")
+
+# Exit codes mirror sysexits (surfaces reference §1) so scripts can branch on the class of failure.
+EXIT_USAGE = 65
+EXIT_UNAVAILABLE = 69
+EXIT_NOPERM = 77
+EXIT_CONFIG = 78
+
+
+def exit_code_for(status: int) -> int:
+    if status in (400, 409, 413):
+        return EXIT_USAGE
+    if status in (401, 403):
+        return EXIT_NOPERM
+    if status == 422:
+        return EXIT_CONFIG
+    if status == 0 or status in (404, 410) or status >= 500:
+        return EXIT_UNAVAILABLE
+    return 1
+
+
+def dump(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def fail(message: str, code: str = "error", fmt: str = "human", exit_code: int = 1, body: Any = None) -> NoReturn:
+    if fmt in ("json", "jsonl"):
+        click.echo(json.dumps(body or {"error": message, "code": code}, sort_keys=True), err=True)
+    else:
+        click.echo(f"error: {message}" + (f" ({code})" if code and code != "error" else ""), err=True)
+    sys.exit(exit_code)
+
+
+def fail_api(exc: ApiError, fmt: str) -> NoReturn:
+    fail(exc.message, exc.code, fmt, exit_code_for(exc.status), exc.body)
+
+
+def emit(data: Any, fmt: str, human: Any = None) -> None:
+    if fmt == "json":
+        click.echo(dump(data))
+    elif fmt == "jsonl":
+        rows = data if isinstance(data, list) else [data]
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+    elif human is not None:
+        human()
+    else:
+        click.echo(dump(data))
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*["" if v is None else str(v) for v in row])
+    Console().print(t)
+
+
+def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan")
+    t.add_column(overflow="fold")
+    for key, value in pairs:
+        if value is None or value == "":
+            continue
+        t.add_row(key, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    Console().print(t)

@@ -1,0 +1,212 @@
+"""The daemon launcher: one process runs daphne (HTTP + UDS), the SessionManager and the huey consumer.
+
+daphne has no ASGI lifespan, so the manager starts here, on daphne's asyncio loop, before the
+reactor runs. SIGTERM/SIGINT stop every live session with reason `shutdown`, then the reactor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("compozy.daemon")
+
+
+class DaemonError(RuntimeError):
+    pass
+
+
+def _prepare_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "compozy_site.settings")
+    # daphne.server installs the asyncio Twisted reactor at import: it must come before django/channels.
+    import daphne.server  # noqa: F401
+    import django
+
+    django.setup()
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def _bind_socket_path(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        import stat
+
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise DaemonError(f"existing path {path} is not a unix socket; refusing to replace it")
+        path.unlink()
+
+
+def run_foreground(port: int | None = None) -> int:
+    """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
+    from compozy_site.daemon_record import daemon_running, read_daemon_record
+    from compozy_site.home import compozy_home, daemon_record_path
+
+    home = compozy_home()
+    home.mkdir(parents=True, exist_ok=True)
+    if daemon_running():
+        record = read_daemon_record() or {}
+        raise DaemonError(f"daemon already running (pid={record.get('pid')})")
+
+    _prepare_django()
+    from daphne.server import Server
+    from twisted.internet import reactor
+
+    from compozy_site.asgi import application
+    from compozy_site.jobs import InProcessConsumer
+    from sessions.config import ConfigError, get_config
+    from sessions.runtime.manager import SessionManager, set_manager
+
+    try:
+        config = get_config()
+    except ConfigError as exc:
+        raise DaemonError(f"invalid config: {exc}") from exc
+    migrate()
+    http_port = config.http_port if port is None else port
+    sock = config.socket
+    _bind_socket_path(sock)
+
+    # daphne installs Twisted on its own new loop without making it current: use the reactor's loop.
+    loop: asyncio.AbstractEventLoop = reactor._asyncioEventloop  # type: ignore[attr-defined]
+    asyncio.set_event_loop(loop)
+    manager = SessionManager(config)
+    manager.bind_loop(loop)
+    set_manager(manager)
+
+    # The socket must never be world-accessible, not even between bind and chmod.
+    old_umask = os.umask(0o077)
+    endpoints = [f"tcp:port={http_port}:interface={_twisted_host(config.http_host)}",
+                 f"unix:{_escape(str(sock))}"]
+    state: dict[str, Any] = {"stopping": False}
+    consumer = InProcessConsumer.build()
+
+    def ready() -> None:
+        os.umask(old_umask)
+        with contextlib.suppress(OSError):
+            os.chmod(sock, 0o600)
+        actual_port = http_port
+        for listener in server.listeners:
+            with contextlib.suppress(Exception):
+                addr = listener.getHost()
+                if getattr(addr, "port", None):
+                    actual_port = addr.port
+        record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
+                  "started_at": _now(), "home": str(home), "status": "running", "version": "0.1.0"}
+        from sessions.store.folder import write_json_atomic
+
+        write_json_atomic(daemon_record_path(home), record, mode=0o600)
+        consumer.start()
+        from sessions.tasks import schedule_boot_jobs
+
+        schedule_boot_jobs()
+        logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
+                    sock, home)
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}", flush=True)
+
+    server = Server(application, endpoints=endpoints, signal_handlers=False, ready_callable=ready,
+                    application_close_timeout=5, http_timeout=None)
+
+    async def shutdown() -> None:
+        if state["stopping"]:
+            return
+        state["stopping"] = True
+        logger.info("shutting down: stopping live sessions")
+        try:
+            await manager.shutdown()
+        finally:
+            consumer.stop()
+            with contextlib.suppress(Exception):
+                reactor.stop()
+
+    def on_signal() -> None:
+        state["task"] = loop.create_task(shutdown())
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        server.run()
+    finally:
+        set_manager(None)
+        with contextlib.suppress(OSError):
+            sock.unlink()
+        record = read_daemon_record()
+        if record and record.get("pid") == os.getpid():
+            with contextlib.suppress(OSError):
+                daemon_record_path(home).unlink()
+    return 0
+
+
+def _twisted_host(host: str) -> str:
+    return host.replace(":", r"\:")
+
+
+def _escape(path: str) -> str:
+    return path.replace(":", r"\:")
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, Any]:
+    """Spawn `compozy daemon start --foreground` in the background; wait until it answers."""
+    import subprocess
+
+    from compozy_site.daemon_record import daemon_running, read_daemon_record
+    from compozy_site.home import compozy_home
+
+    if daemon_running():
+        record = read_daemon_record() or {}
+        raise DaemonError(f"daemon already running (pid={record.get('pid')})")
+    home = compozy_home()
+    log_dir = home / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "compozy_site.cli.main", "daemon", "start", "--foreground"]
+    if port is not None:
+        args += ["--port", str(port)]
+    with open(log_dir / "daemon.log", "ab") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                env={**os.environ, "COMPOZY_HOME": str(home)})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = read_daemon_record()
+        if record and record.get("pid") == proc.pid:
+            return record
+        if proc.poll() is not None:
+            raise DaemonError(f"daemon exited during start (code {proc.returncode}); see {log_dir / 'daemon.log'}")
+        time.sleep(0.1)
+    raise DaemonError(f"daemon did not become ready in {timeout:.0f}s; see {log_dir / 'daemon.log'}")
+
+
+def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
+    from compozy_site.daemon_record import pid_alive, read_daemon_record
+
+    record = read_daemon_record()
+    if not record or not isinstance(record.get("pid"), int) or not pid_alive(record["pid"]):
+        raise DaemonError("daemon is not running")
+    pid = record["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+    if pid_alive(pid):
+        raise DaemonError(f"daemon (pid={pid}) did not stop within {timeout:.0f}s")
+    return {**record, "status": "stopped"}
+
+
+def record_json(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=2, sort_keys=True)

@@ -1,0 +1,122 @@
+"""Django settings: embedded defaults for one machine, scale-out engines switched on by environment.
+
+Embedded: SQLite catalog in COMPOZY_HOME, huey on SQLite, in-memory channel layer.
+Scale-out: DATABASE_URL (postgres://...) for the catalog, REDIS_URL for huey and the channel layer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from compozy_site.home import compozy_home
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+COMPOZY_HOME = compozy_home()
+COMPOZY_HOME.mkdir(parents=True, exist_ok=True)
+
+# The daemon binds to loopback only; the key only signs CSRF tokens for the local dashboard.
+SECRET_KEY = os.environ.get("COMPOZY_SECRET_KEY", "compozy-local-daemon-loopback-only")
+DEBUG = os.environ.get("COMPOZY_DEBUG") == "1"
+# Host checks stop DNS-rebinding pages from reaching the loopback daemon.
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "unix"]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.contenttypes",
+    "django.contrib.staticfiles",
+    "channels",
+    "huey.contrib.djhuey",
+    "sessions.apps.SessionsConfig",
+    "health.apps.HealthConfig",
+    "frontend.apps.FrontendConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "compozy_site.middleware.OriginGuardMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "compozy_site.urls"
+ASGI_APPLICATION = "compozy_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+
+
+def _database_from_env() -> dict[str, object]:
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith(("postgres://", "postgresql://")):
+        parsed = urlparse(url)
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": parsed.path.lstrip("/"),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+        }
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": COMPOZY_HOME / "catalog.sqlite3",
+        # IMMEDIATE avoids SQLITE_BUSY upgrades when the daemon, huey and manage.py write together.
+        "OPTIONS": {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+
+
+DATABASES = {"default": _database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+    HUEY = {"huey_class": "huey.RedisHuey", "name": "compozy", "url": REDIS_URL, "immediate": False}
+else:
+    # The store is the truth; the channel layer is only a doorbell, so its drops are harmless.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    HUEY = {
+        "huey_class": "huey.SqliteHuey",
+        "name": "compozy",
+        "filename": str(COMPOZY_HOME / "huey.sqlite3"),
+        "immediate": os.environ.get("COMPOZY_HUEY_IMMEDIATE") == "1",
+    }
+
+STATIC_URL = "/static/"
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+# CSRF for the dashboard's forms; the API refuses cross-origin writes in OriginGuardMiddleware.
+CSRF_TRUSTED_ORIGINS: list[str] = []
+SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
+X_FRAME_OPTIONS = "DENY"
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "compozy_site.logging.RedactFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "root": {"handlers": ["console"], "level": os.environ.get("COMPOZY_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "huey": {"level": "WARNING"},
+    },
+}

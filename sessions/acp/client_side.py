@@ -1,0 +1,79 @@
+"""What our ACP client answers: permission decisions by policy, and fs access kept in the workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sessions.enums import PermissionMode
+
+READ_KINDS = frozenset({"read", "search", "fetch", "think"})
+ALLOW_KINDS = ("allow_once", "allow_always")
+REJECT_KINDS = ("reject_once", "reject_always")
+MAX_READ_BYTES = 10 * 1024 * 1024
+
+
+class OutsideWorkspace(PermissionError):
+    """An agent asked for a path outside its workspace roots."""
+
+
+def _pick(options: Sequence[dict[str, Any]], kinds: tuple[str, ...]) -> str | None:
+    for kind in kinds:
+        for option in options:
+            if option.get("kind") == kind and option.get("optionId"):
+                return str(option["optionId"])
+    return None
+
+
+def policy_decision(mode: str, tool_call: dict[str, Any], options: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+    """(decision, option id) for a permission request; decision is `approved`, `denied` or `cancelled`."""
+    if mode == PermissionMode.APPROVE_ALL:
+        allow = True
+    elif mode == PermissionMode.APPROVE_READS:
+        allow = str(tool_call.get("kind", "")) in READ_KINDS
+    else:
+        allow = False
+    if allow:
+        option = _pick(options, ALLOW_KINDS)
+        if option:
+            return "approved", option
+    option = _pick(options, REJECT_KINDS)
+    if option:
+        return "denied", option
+    return "cancelled", None
+
+
+def permission_response(option_id: str | None) -> dict[str, Any]:
+    if option_id is None:
+        return {"outcome": {"outcome": "cancelled"}}
+    return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+
+def confine(path: str, roots: Sequence[Path]) -> Path:
+    """Resolve `path` (symlinks included) and require it inside one of the workspace roots."""
+    if not path or not Path(path).is_absolute():
+        raise OutsideWorkspace(f"path must be absolute: {path!r}")
+    resolved = Path(path).resolve()
+    for root in roots:
+        root = root.resolve()
+        if resolved == root or root in resolved.parents:
+            return resolved
+    raise OutsideWorkspace(f"path outside the workspace: {path}")
+
+
+def read_text(path: Path, line: int | None, limit: int | None) -> str:
+    if path.stat().st_size > MAX_READ_BYTES:
+        raise ValueError(f"file too large to read through ACP ({path.stat().st_size} bytes)")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if line is None and limit is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    start = max((line or 1) - 1, 0)
+    end = start + limit if limit else None
+    return "".join(lines[start:end])
+
+
+def write_text(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")

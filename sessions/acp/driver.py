@@ -1,0 +1,264 @@
+"""The ACP driver: one agent subprocess and the JSON-RPC connection to it, on the SDK's Connection.
+
+Traps this module exists to avoid (each pinned by a test):
+1. The agent runs in its own process group, and stop signals the whole group (agents spawn tools).
+2. The agent gets our full environment plus the provider's env; the SDK's spawn helper strips it.
+3. stderr is drained continuously into a bounded tail; an unread PIPE blocks the agent at 64 KiB.
+4. session/update is recorded in the transport's receive loop, synchronously and in arrival order: the
+   SDK runs each notification handler in its own task (so handler order is not arrival order), and its
+   observers deep-copy every message (a 10k/s ceiling). Requests and responses still go to the SDK.
+5. Update variants the SDK does not know are kept raw (we never validate them through pydantic).
+6. A connection that closes mid-prompt surfaces as TransportClosed, classified by the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from acp._transport import NdjsonTransport
+from acp.connection import Connection
+from acp.exceptions import RequestError
+from acp.meta import PROTOCOL_VERSION
+from acp.task import MessageSender, TaskSupervisor
+
+logger = logging.getLogger(__name__)
+
+STDERR_TAIL_BYTES = 64 * 1024
+# Generous line limit: agents send whole file contents and tool outputs as single JSON lines.
+STDIO_LIMIT_BYTES = 50 * 1024 * 1024
+# Reference §8: SIGTERM the tree, then SIGKILL after the ACP driver stop timeout.
+STOP_TIMEOUT_SECONDS = 5.0
+
+UpdateSink = Callable[[dict[str, Any]], None]
+RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+class AgentNotFound(Exception):
+    """The provider's executable does not exist or is not executable."""
+
+
+class TransportClosed(Exception):
+    """The agent's stdio closed while we were waiting on it."""
+
+
+class AgentRequestError(Exception):
+    """The agent answered a request with a JSON-RPC error."""
+
+    def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{method}: {message} (code {code})")
+        self.method = method
+        self.code = code
+        self.data = data
+
+
+class StderrTail:
+    """Keeps the last `limit` bytes of the agent's stderr; the drain never blocks on a consumer."""
+
+    def __init__(self, limit: int = STDERR_TAIL_BYTES) -> None:
+        self.limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        self.total += len(data)
+        while self._size > self.limit and self._chunks:
+            head = self._chunks[0]
+            excess = self._size - self.limit
+            if len(head) <= excess:
+                self._chunks.popleft()
+                self._size -= len(head)
+            else:
+                self._chunks[0] = head[excess:]
+                self._size -= excess
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+
+class RecordingTransport(NdjsonTransport):
+    """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink) -> None:
+        self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
+        super().__init__(reader, MessageSender(writer, self._supervisor))
+        self._on_update = on_update
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            message = await super().receive()
+            if message is None:
+                return None
+            if message.get("method") == "session/update" and "id" not in message:
+                params = message.get("params")
+                if isinstance(params, dict):
+                    try:
+                        self._on_update(params)
+                    except Exception:
+                        logger.exception("recording a session/update failed")
+                continue
+            return message
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self._supervisor.shutdown()
+
+
+def agent_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """Full daemon environment plus the provider's; API keys live in the environment."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    return env
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        on_update: UpdateSink,
+        on_request: RequestHandler,
+    ) -> None:
+        self.command = list(command)
+        self.cwd = cwd
+        self.env = agent_environment(env)
+        self.on_update = on_update
+        self.on_request = on_request
+        self.process: asyncio.subprocess.Process | None = None
+        self.conn: Connection | None = None
+        self.stderr = StderrTail()
+        self.exited = asyncio.Event()
+        self.started_at: str | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._wait_task: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode if self.process else None
+
+    async def start(self) -> None:
+        from sessions.store.folder import isoformat, utcnow
+
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(self.cwd),
+                env=self.env,
+                start_new_session=True,
+                limit=STDIO_LIMIT_BYTES,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise AgentNotFound(f"cannot start agent {self.command[0]!r}: {exc.strerror or exc}") from exc
+        self.started_at = isoformat(utcnow())
+        assert self.process.stdin and self.process.stdout and self.process.stderr
+        self._drain_task = asyncio.create_task(self._drain_stderr(self.process.stderr))
+        self._wait_task = asyncio.create_task(self._wait_exit())
+        self.conn = Connection(self._handle, RecordingTransport(self.process.stdout, self.process.stdin,
+                                                                self.on_update))
+
+    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+        with contextlib.suppress(Exception):
+            while chunk := await stream.read(65536):
+                self.stderr.feed(chunk)
+
+    async def _wait_exit(self) -> None:
+        assert self.process
+        await self.process.wait()
+        # Let the drain read what the process wrote just before dying: it is the crash evidence.
+        if self._drain_task:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._drain_task), 1.0)
+        self.exited.set()
+
+    async def _handle(self, method: str, params: Any, is_notification: bool) -> Any:
+        if is_notification:
+            return None
+        return await self.on_request(method, params if isinstance(params, dict) else {})
+
+    async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
+        if self.conn is None:
+            raise TransportClosed("agent connection is not open")
+        try:
+            coro = self.conn.send_request(method, params)
+            return await (asyncio.wait_for(coro, timeout) if timeout else coro)
+        except RequestError as exc:
+            raise AgentRequestError(method, exc.code, str(exc), getattr(exc, "data", None)) from exc
+        except (ConnectionError, BrokenPipeError, ConnectionResetError) as exc:
+            raise TransportClosed(f"{method}: agent connection closed") from exc
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        if self.conn is None:
+            return
+        with contextlib.suppress(ConnectionError, BrokenPipeError, ConnectionResetError, RuntimeError):
+            await self.conn.send_notification(method, params)
+
+    async def initialize(self, timeout: float = 30.0) -> dict[str, Any]:
+        result = await self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
+                "clientInfo": {"name": "compozy", "title": "Compozy", "version": "0.1.0"},
+            },
+            timeout=timeout,
+        )
+        return result if isinstance(result, dict) else {}
+
+    def signal_group(self, sig: int) -> None:
+        if self.process is None or self.process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    async def shutdown(self, grace: float = 1.0, stop_timeout: float = STOP_TIMEOUT_SECONDS) -> int | None:
+        """Close stdin (SDK agents exit on EOF), then SIGTERM the group, then SIGKILL it."""
+        if self.process is None:
+            return None
+        if self.process.returncode is None and self.process.stdin:
+            with contextlib.suppress(Exception):
+                self.process.stdin.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), grace)
+        if self.process.returncode is None:
+            self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), stop_timeout)
+        if self.process.returncode is None:
+            self.signal_group(signal.SIGKILL)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), stop_timeout)
+        else:
+            # The leader is gone; make sure no tool it spawned outlives it in the group.
+            self.signal_group(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        await self.close_connection()
+        return self.process.returncode
+
+    async def close_connection(self) -> None:
+        if self.conn is not None and not self.closed.is_set():
+            self.closed.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.conn.close(), 2.0)

@@ -1,0 +1,128 @@
+"""ACP `session/update` notifications → Compozy event rows (events reference §4).
+
+Unknown variants are stored as `system` rows with the raw update, never dropped: agents ship new
+update types before SDKs learn them, and operators need the evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.enums import EventType
+
+
+def _text_of(content: Any) -> tuple[str, Any]:
+    """(text, raw-if-not-text) for an ACP content block."""
+    if isinstance(content, dict):
+        if content.get("type") == "text":
+            return str(content.get("text", "")), None
+        return "", content
+    if isinstance(content, list):
+        texts = [c.get("text", "") for c in content if isinstance(c, dict) and c.get("type") == "text"]
+        return "".join(texts), None if len(texts) == len(content) else content
+    return "", content
+
+
+def _tool_output(update: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    contents = update.get("content") or []
+    texts = []
+    for block in contents if isinstance(contents, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "content":
+            text, _ = _text_of(block.get("content"))
+            if text:
+                texts.append(text)
+        elif block.get("type") == "diff":
+            result.setdefault("structured_patch", []).append(
+                {"path": block.get("path"), "old_text": block.get("oldText"), "new_text": block.get("newText")}
+            )
+            result["file_path"] = block.get("path")
+    if texts:
+        result["content"] = "\n".join(texts)
+    if "rawOutput" in update:
+        result["raw_output"] = update["rawOutput"]
+    locations = update.get("locations")
+    if isinstance(locations, list) and locations and isinstance(locations[0], dict):
+        result.setdefault("file_path", locations[0].get("path"))
+    return result
+
+
+def map_update(update: dict[str, Any], tool_titles: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
+    """Returns (event type, content) for one update, or None for an empty chunk worth dropping."""
+    kind = str(update.get("sessionUpdate", ""))
+    if kind in {"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"}:
+        text, raw = _text_of(update.get("content"))
+        if not text and raw is None:
+            return None
+        event_type = {
+            "agent_message_chunk": EventType.AGENT_MESSAGE,
+            "agent_thought_chunk": EventType.THOUGHT,
+            "user_message_chunk": EventType.USER_MESSAGE,
+        }[kind]
+        content: dict[str, Any] = {"text": text}
+        if raw is not None:
+            content["raw"] = raw
+        if kind == "user_message_chunk":
+            content["source"] = "agent"
+        return event_type, content
+    if kind in {"tool_call", "tool_call_update"}:
+        call_id = str(update.get("toolCallId", ""))
+        title = update.get("title")
+        if title:
+            tool_titles[call_id] = str(title)
+        status = update.get("status")
+        if kind == "tool_call_update" and status in {"completed", "failed"}:
+            content = {
+                "tool_call_id": call_id,
+                "tool_name": tool_titles.get(call_id, ""),
+                "status": status,
+                "tool_result": _tool_output(update),
+            }
+            if status == "failed":
+                content["tool_error"] = content["tool_result"].get("content") or "tool call failed"
+            return EventType.TOOL_RESULT, content
+        content = {
+            "tool_call_id": call_id,
+            "title": tool_titles.get(call_id, ""),
+            "tool_name": tool_titles.get(call_id, ""),
+            "tool_kind": update.get("kind", ""),
+            "status": status or "",
+        }
+        if "rawInput" in update:
+            content["tool_input"] = update["rawInput"]
+        if update.get("locations"):
+            content["locations"] = update["locations"]
+        return EventType.TOOL_CALL, content
+    if kind == "plan":
+        return EventType.PLAN, {"entries": update.get("entries", [])}
+    if kind == "available_commands_update":
+        return EventType.AVAILABLE_COMMANDS_UPDATE, {
+            "title": kind, "available_commands": update.get("availableCommands", [])
+        }
+    if kind in {"current_mode_update", "config_option_update", "session_info_update"}:
+        return EventType.SYSTEM, {"title": kind, "raw": update}
+    if kind == "usage_update":
+        return EventType.USAGE, {"usage": normalize_usage(update)}
+    return EventType.SYSTEM, {"title": kind or "unknown_update", "raw": update, "unknown_variant": True}
+
+
+_USAGE_KEYS = {
+    "inputTokens": "input_tokens", "outputTokens": "output_tokens", "totalTokens": "total_tokens",
+    "thoughtTokens": "thought_tokens", "cachedReadTokens": "cache_read_tokens",
+    "cachedWriteTokens": "cache_write_tokens", "used": "context_used", "size": "context_size",
+}
+
+
+def normalize_usage(raw: dict[str, Any]) -> dict[str, Any]:
+    """snake_case usage counts (the original leaked Go field names; we do not)."""
+    usage: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _USAGE_KEYS and isinstance(value, int | float):
+            usage[_USAGE_KEYS[key]] = value
+    cost = raw.get("cost")
+    if isinstance(cost, dict):
+        usage["cost_amount"] = cost.get("amount")
+        usage["cost_currency"] = cost.get("currency")
+    return usage

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class SessionsConfig(AppConfig):
+    name = "sessions"
+    # "sessions" collides with django.contrib.sessions' label; we never install that app.
+    label = "compozy_sessions"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,145 @@
+"""Catalog rows and workspace resolution (workspaces reference §1-3). Synchronous ORM code."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
+from sessions.models import Session, Workspace
+from sessions.store.folder import parse_time, utcnow
+from sessions.store.ids import is_workspace_id, new_workspace_id
+
+
+def workspace_record(ws: Workspace) -> dict[str, Any]:
+    from sessions.store.folder import isoformat
+
+    return {
+        "id": ws.id, "name": ws.name, "root_dir": ws.root_dir, "add_dirs": list(ws.add_dirs or []),
+        "default_agent": ws.default_agent or None, "created_at": isoformat(ws.created_at),
+        "updated_at": isoformat(ws.updated_at),
+    }
+
+
+def canonical_dir(path: str, field: str = "workspace_path") -> Path:
+    if not path or not os.path.isabs(path):
+        raise InvalidRequest(f"{field} must be an absolute path", code="workspace_path_not_absolute")
+    resolved = Path(path).resolve()
+    if not resolved.exists():
+        raise Gone("workspace root directory no longer exists", code="workspace_root_missing",
+                   data={"path": str(resolved)})
+    if not resolved.is_dir():
+        raise InvalidRequest(f"{field} is not a directory", code="workspace_path_not_directory")
+    return resolved
+
+
+def _enclosing(path: Path) -> Workspace | None:
+    """The nearest registered root that contains `path` (a nested registration beats its parent)."""
+    best: Workspace | None = None
+    for ws in Workspace.objects.all():
+        root = Path(ws.root_dir)
+        if (path == root or root in path.parents) and (best is None or len(ws.root_dir) > len(best.root_dir)):
+            best = ws
+    return best
+
+
+def find_workspace(ref: str) -> Workspace:
+    """By id, by absolute path (nearest enclosing root), else by name. Never registers."""
+    if not ref:
+        raise InvalidRequest("workspace is required", code="workspace_required")
+    if ref.startswith(("ws_", "ws-")):
+        ws = Workspace.objects.filter(id=ref).first() if is_workspace_id(ref) else None
+        if ws is None:
+            ws = Workspace.objects.filter(name=ref).first()
+    elif os.path.isabs(ref):
+        ws = _enclosing(Path(ref).resolve())
+    else:
+        ws = Workspace.objects.filter(name=ref).first()
+    if ws is None:
+        raise NotFound("workspace not found", code="workspace_not_found", data={"workspace": ref})
+    return ws
+
+
+def _unique_name(base: str) -> str:
+    base = base or "workspace"
+    name, n = base, 2
+    while Workspace.objects.filter(name=name).exists():
+        name = f"{base}-{n}"
+        n += 1
+    return name
+
+
+def register_workspace(root_dir: str, *, name: str = "", add_dirs: list[str] | None = None,
+                       default_agent: str = "") -> Workspace:
+    root = canonical_dir(root_dir, "root_dir")
+    if Workspace.objects.filter(root_dir=str(root)).exists():
+        raise Conflict("workspace path already registered", code="workspace_path_taken")
+    if name and Workspace.objects.filter(name=name).exists():
+        raise Conflict("workspace name already in use", code="workspace_name_taken")
+    extra: list[str] = []
+    for d in add_dirs or []:
+        resolved = str(canonical_dir(d, "add_dirs"))
+        if resolved != str(root) and resolved not in extra:
+            extra.append(resolved)
+    now = utcnow()
+    try:
+        with transaction.atomic():
+            return Workspace.objects.create(
+                id=new_workspace_id(), name=name or _unique_name(root.name), root_dir=str(root),
+                add_dirs=extra, default_agent=default_agent, created_at=now, updated_at=now,
+            )
+    except IntegrityError as exc:
+        raise Conflict("workspace path already registered", code="workspace_path_taken") from exc
+
+
+def resolve_or_register(path: str) -> Workspace:
+    """`workspace_path` semantics: inside a registered tree → that workspace; else register the path."""
+    resolved = canonical_dir(path)
+    ws = _enclosing(resolved)
+    if ws is not None:
+        return ws
+    try:
+        return register_workspace(str(resolved))
+    except Conflict:
+        # Two concurrent requests for the same new path end on one row.
+        ws = Workspace.objects.filter(root_dir=str(resolved)).first()
+        if ws is None:
+            raise
+        return ws
+
+
+def check_root(ws: Workspace) -> None:
+    if not Path(ws.root_dir).is_dir():
+        raise Gone("workspace root directory no longer exists", code="workspace_root_missing",
+                   data={"workspace_id": ws.id, "root_dir": ws.root_dir})
+
+
+def upsert_session_row(meta: dict[str, Any]) -> None:
+    """Mirror meta.json into the catalog; every lifecycle change writes both."""
+    activity = (meta.get("liveness") or {}).get("activity") or {}
+    Session.objects.update_or_create(
+        id=meta["id"],
+        defaults={
+            "workspace_id": meta["workspace_id"],
+            "name": meta.get("name") or "",
+            "agent_name": meta["agent_name"],
+            "provider": meta.get("provider") or "",
+            "model": meta.get("model") or "",
+            "session_type": meta.get("session_type") or "user",
+            "state": meta["state"],
+            "stop_reason": meta.get("stop_reason") or "",
+            "stop_detail": meta.get("stop_detail") or "",
+            "failure": meta.get("failure"),
+            "acp_session_id": meta.get("acp_session_id") or "",
+            "last_activity_at": parse_time(activity.get("last_activity_at")),
+            "created_at": parse_time(meta["created_at"]),
+            "updated_at": parse_time(meta["updated_at"]),
+        },
+    )
+
+
+def delete_session_row(session_id: str) -> None:
+    Session.objects.filter(id=session_id).delete()

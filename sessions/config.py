@@ -1,0 +1,359 @@
+"""config.toml: built-in defaults, then `$COMPOZY_HOME/config.toml`, validated once at daemon start.
+
+Durations use Go syntax (`30s`, `10m`, `1h30m`, `500ms`); `0s` means off where the reference says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compozy_site.home import compozy_home
+from sessions.enums import BusyMode, PermissionMode
+
+
+class ConfigError(ValueError):
+    """config.toml is invalid; the daemon refuses to start and prints this message."""
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object, key: str) -> float:
+    """Seconds from a Go-style duration string (or a bare number of seconds)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like '30s', got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}: expected a duration like '30s', got {value!r}")
+    text = value.strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or pos == 0:
+        raise ConfigError(f"{key}: invalid duration {value!r} (use Go syntax such as 30s, 10m, 1h30m)")
+    return total
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    default_model: str = ""
+    display_name: str = ""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str
+    provider: str = ""
+    model: str = ""
+    reasoning_effort: str = ""
+    permissions: str = ""
+    prompt: str = ""
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    activity_heartbeat_interval: float = 30.0
+    progress_notify_interval: float = 600.0
+    inactivity_warning_after: float = 900.0
+    inactivity_timeout: float = 1800.0
+    timeout_cancel_grace: float = 30.0
+    prompt_deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class BusyInputConfig:
+    default_mode: BusyMode = BusyMode.QUEUE
+    queue_cap: int = 10
+    max_text_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class HookDeclaration:
+    name: str
+    event: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    mode: str = "async"
+    required: bool = False
+    timeout: float = 5.0
+    priority: int = 500
+    matcher: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    http_host: str = "127.0.0.1"
+    http_port: int = 2123
+    socket: Path = field(default_factory=lambda: compozy_home() / "daemon.sock")
+    default_agent: str = "general"
+    default_provider: str = "demo"
+    permissions_mode: PermissionMode = PermissionMode.APPROVE_ALL
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    busy_input: BusyInputConfig = field(default_factory=BusyInputConfig)
+    limits_timeout: float = 0.0
+    max_concurrent_agents: int = 20
+    redact_enabled: bool = True
+    auto_title_enabled: bool = True
+    hooks: tuple[HookDeclaration, ...] = ()
+    source: str = "built-in defaults"
+
+
+def builtin_providers() -> dict[str, ProviderConfig]:
+    """The demo agent runs with this interpreter, so it works wherever the package is installed."""
+    return {
+        "demo": ProviderConfig(
+            "demo", (sys.executable, "-m", "sessions.acp.demo_agent"), default_model="demo-small",
+            display_name="Compozy demo agent (offline)",
+        ),
+        "claude": ProviderConfig("claude", ("claude-agent-acp",), default_model="claude-sonnet-5",
+                                 display_name="Claude Code"),
+        "codex": ProviderConfig("codex", ("codex-acp",), default_model="gpt-5.6-sol", display_name="Codex"),
+        "gemini": ProviderConfig("gemini", ("gemini", "--acp"), default_model="gemini-3.1-pro-preview",
+                                 display_name="Gemini CLI"),
+        "opencode": ProviderConfig("opencode", ("opencode", "acp"), display_name="opencode"),
+    }
+
+
+def builtin_agents() -> dict[str, AgentConfig]:
+    return {"general": AgentConfig("general")}
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{key}] must be a table")
+    return value
+
+
+def _str_map(value: object, key: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{key}: expected a table of strings")
+    return {str(k): v for k, v in value.items()}
+
+
+def _command(value: object, args: object, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        parts = shlex.split(value)
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        parts = list(value)
+    else:
+        raise ConfigError(f"{key}.command: expected a string or a list of strings")
+    if args is not None:
+        if not isinstance(args, list) or not all(isinstance(v, str) for v in args):
+            raise ConfigError(f"{key}.args: expected a list of strings")
+        parts += args
+    if not parts:
+        raise ConfigError(f"{key}.command is required")
+    return tuple(parts)
+
+
+def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
+    providers = builtin_providers()
+    for name, body in raw.items():
+        key = f"providers.{name}"
+        if not isinstance(body, dict):
+            raise ConfigError(f"[{key}] must be a table")
+        base = providers.get(name)
+        if "command" in body:
+            command = _command(body["command"], body.get("args"), key)
+        elif base is not None:
+            command = base.command + tuple(_command(base.command[0], body.get("args"), key)[1:])
+        else:
+            raise ConfigError(f"[{key}] needs a command (custom providers must name their executable)")
+        models = body.get("models", {})
+        providers[name] = ProviderConfig(
+            name,
+            command,
+            env={**(base.env if base else {}), **_str_map(body.get("env"), f"{key}.env")},
+            default_model=str(models.get("default", "")) if isinstance(models, dict) and models.get("default")
+            else (base.default_model if base else ""),
+            display_name=str(body.get("display_name") or (base.display_name if base else name)),
+        )
+    return providers
+
+
+def _hooks(raw: object) -> tuple[HookDeclaration, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("[[hooks.declarations]] must be an array of tables")
+    seen: set[str] = set()
+    hooks = []
+    for item in raw:
+        if not isinstance(item, dict) or not item.get("name") or not item.get("event"):
+            raise ConfigError("every hook declaration needs a name and an event")
+        name = str(item["name"])
+        if name in seen:
+            raise ConfigError(f"hook {name!r} is declared twice")
+        seen.add(name)
+        mode = str(item.get("mode", "async"))
+        if mode not in {"sync", "async"}:
+            raise ConfigError(f"hook {name!r}: mode must be sync or async")
+        required = bool(item.get("required", False))
+        if required and mode != "sync":
+            raise ConfigError(f"hook {name!r}: required hooks must be sync")
+        executor = item.get("executor") if isinstance(item.get("executor"), dict) else item
+        if not executor.get("command"):
+            raise ConfigError(f"hook {name!r} needs a command")
+        timeout = parse_duration(item.get("timeout", "5s"), f"hooks.{name}.timeout") or 5.0
+        hooks.append(
+            HookDeclaration(
+                name=name,
+                event=str(item["event"]),
+                command=str(executor["command"]),
+                args=tuple(str(a) for a in executor.get("args", [])),
+                env=_str_map(executor.get("env"), f"hooks.{name}.env"),
+                mode=mode,
+                required=required,
+                timeout=timeout,
+                priority=int(item.get("priority", 500)),
+                matcher=dict(item.get("matcher", {})),
+            )
+        )
+    return tuple(h for h in hooks)
+
+
+def load_config(home: Path | None = None) -> Config:
+    """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key."""
+    home = home or compozy_home()
+    path = home / "config.toml"
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+
+    http = _table(data, "http")
+    daemon = _table(data, "daemon")
+    defaults = _table(data, "defaults")
+    permissions = _table(data, "permissions")
+    session = _table(data, "session")
+    sup = session.get("supervision", {}) if isinstance(session.get("supervision"), dict) else {}
+    busy = session.get("busy_input", {}) if isinstance(session.get("busy_input"), dict) else {}
+    limits_session = session.get("limits", {}) if isinstance(session.get("limits"), dict) else {}
+    limits = _table(data, "limits")
+    roles = _table(data, "roles")
+    redact = _table(data, "redact")
+
+    host = str(os.environ.get("COMPOZY_HTTP_HOST") or http.get("host", "127.0.0.1"))
+    if host == "localhost":
+        host = "127.0.0.1"
+    port = int(os.environ.get("COMPOZY_HTTP_PORT") or http.get("port", 2123))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"http.port: {port} is not a TCP port")
+    socket = Path(str(daemon.get("socket", home / "daemon.sock"))).expanduser()
+
+    try:
+        mode = PermissionMode(str(permissions.get("mode", "approve-all")))
+    except ValueError as exc:
+        raise ConfigError(f"permissions.mode: must be one of {', '.join(PermissionMode)}") from exc
+
+    d = SupervisionConfig()
+
+    def sup_duration(key: str, positive: bool = False) -> float:
+        value = parse_duration(sup.get(key, getattr(d, key)), f"session.supervision.{key}")
+        # Keys that must be > 0 fall back to their default when zero, as the reference says.
+        return (value or getattr(d, key)) if positive else value
+
+    supervision = SupervisionConfig(
+        activity_heartbeat_interval=sup_duration("activity_heartbeat_interval", positive=True),
+        progress_notify_interval=sup_duration("progress_notify_interval"),
+        inactivity_warning_after=sup_duration("inactivity_warning_after"),
+        inactivity_timeout=sup_duration("inactivity_timeout"),
+        timeout_cancel_grace=sup_duration("timeout_cancel_grace", positive=True),
+        prompt_deadline=sup_duration("prompt_deadline"),
+    )
+    if (
+        supervision.inactivity_warning_after > 0
+        and supervision.inactivity_timeout > 0
+        and supervision.inactivity_warning_after > supervision.inactivity_timeout
+    ):
+        raise ConfigError("session.supervision.inactivity_warning_after must not exceed inactivity_timeout")
+
+    try:
+        busy_mode = BusyMode(str(busy.get("default_mode") or "queue"))
+    except ValueError as exc:
+        raise ConfigError("session.busy_input.default_mode: must be queue, interrupt or steer") from exc
+    queue_cap = int(busy.get("queue_cap") or 10)
+    max_text = int(busy.get("max_text_bytes") or 65536)
+    if not 1 <= queue_cap <= 1000:
+        raise ConfigError("session.busy_input.queue_cap: must be between 1 and 1000")
+    if not 512 <= max_text <= 1048576:
+        raise ConfigError("session.busy_input.max_text_bytes: must be between 512 and 1048576")
+
+    agents = builtin_agents()
+    for name, body in _table(data, "agents").items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"[agents.{name}] must be a table")
+        agents[name] = AgentConfig(
+            name=name,
+            provider=str(body.get("provider", "")),
+            model=str(body.get("model", "")),
+            reasoning_effort=str(body.get("reasoning_effort", "")),
+            permissions=str(body.get("permissions", "")),
+            prompt=str(body.get("prompt", "")),
+        )
+    providers = _providers(_table(data, "providers"))
+    for agent in agents.values():
+        if agent.permissions and agent.permissions not in set(PermissionMode):
+            raise ConfigError(f"agents.{agent.name}.permissions: must be one of {', '.join(PermissionMode)}")
+
+    auto_title = roles.get("auto_title", {}) if isinstance(roles.get("auto_title"), dict) else {}
+    hooks_table = _table(data, "hooks")
+    return Config(
+        http_host=host,
+        http_port=port,
+        socket=socket,
+        default_agent=str(defaults.get("agent") or "general"),
+        default_provider=str(defaults.get("provider") or "demo"),
+        permissions_mode=mode,
+        providers=providers,
+        agents=agents,
+        supervision=supervision,
+        busy_input=BusyInputConfig(busy_mode, queue_cap, max_text),
+        limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
+        max_concurrent_agents=int(limits.get("max_concurrent_agents", 20)),
+        redact_enabled=bool(redact.get("enabled", True)),
+        auto_title_enabled=bool(auto_title.get("enabled", True)),
+        hooks=_hooks(hooks_table.get("declarations")),
+        source=str(path) if path.exists() else "built-in defaults",
+    )
+
+
+_cached: Config | None = None
+
+
+def get_config() -> Config:
+    """The daemon's config, loaded once per process (restart to change, as the reference says)."""
+    global _cached
+    if _cached is None:
+        _cached = load_config()
+    return _cached
+
+
+def reset_config_cache() -> None:
+    global _cached
+    _cached = None

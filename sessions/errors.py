@@ -1,0 +1,52 @@
+"""Domain errors with stable machine codes; the API maps them to HTTP statuses in one handler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CompozyError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
+                 data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        if status:
+            self.status = status
+        self.data = data or {}
+
+
+class InvalidRequest(CompozyError):
+    status, code = 400, "invalid_request"
+
+
+class NotFound(CompozyError):
+    status, code = 404, "not_found"
+
+
+class Gone(CompozyError):
+    status, code = 410, "workspace_root_missing"
+
+
+class Conflict(CompozyError):
+    status, code = 409, "conflict"
+
+
+class QueueFull(CompozyError):
+    status, code = 413, "session_queue_full"
+
+
+class Unprocessable(CompozyError):
+    status, code = 422, "unprocessable"
+
+
+class Forbidden(CompozyError):
+    status, code = 403, "forbidden"
+
+
+class Unavailable(CompozyError):
+    status, code = 503, "daemon_unavailable"

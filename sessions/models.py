@@ -1,0 +1,75 @@
+"""The catalog: workspaces, session rows (a mirror of each meta.json for listing) and the input queue.
+
+meta.json is the per-session truth; `manage.py rebuild_catalog` recreates these rows from disk.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from sessions.enums import SessionState, SessionType
+
+
+class Workspace(models.Model):
+    id = models.CharField(primary_key=True, max_length=40)
+    name = models.CharField(max_length=200, unique=True)
+    root_dir = models.CharField(max_length=4096, unique=True)
+    add_dirs = models.JSONField(default=list)
+    default_agent = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+
+class Session(models.Model):
+    id = models.CharField(primary_key=True, max_length=40)
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="sessions")
+    name = models.CharField(max_length=300, blank=True, default="")
+    agent_name = models.CharField(max_length=200)
+    provider = models.CharField(max_length=200, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    session_type = models.CharField(max_length=20, default=SessionType.USER,
+                                    choices=[(t.value, t.value) for t in SessionType])
+    state = models.CharField(max_length=20, choices=[(s.value, s.value) for s in SessionState], db_index=True)
+    stop_reason = models.CharField(max_length=40, blank=True, default="")
+    stop_detail = models.CharField(max_length=2048, blank=True, default="")
+    failure = models.JSONField(null=True, blank=True)
+    acp_session_id = models.CharField(max_length=200, blank=True, default="")
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    # Holder lease for resume attach (sessions reference §15).
+    attached_to = models.CharField(max_length=200, blank=True, default="")
+    attach_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+
+class InputEntry(models.Model):
+    """The persisted session input queue: a staged first prompt, queued prompts and steer text."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        DISPATCHING = "dispatching"
+        SENT = "sent"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    id = models.CharField(primary_key=True, max_length=40)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="inputs")
+    text = models.TextField()
+    mode = models.CharField(max_length=20, default="queue")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    generation = models.IntegerField(default=0)
+    source = models.CharField(max_length=40, default="user")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+
+PENDING_INPUT = (InputEntry.Status.QUEUED, InputEntry.Status.DISPATCHING)

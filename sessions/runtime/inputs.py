@@ -1,0 +1,77 @@
+"""The persisted session input queue: FIFO entries with ids, positions and a generation fence."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from sessions.config import BusyInputConfig
+from sessions.errors import InvalidRequest, NotFound, QueueFull
+from sessions.models import PENDING_INPUT, InputEntry
+from sessions.store.folder import utcnow
+from sessions.store.ids import new_queue_entry_id
+
+
+class InputQueue:
+    def __init__(self, limits: BusyInputConfig) -> None:
+        self.limits = limits
+
+    def check_text(self, text: str) -> str:
+        text = (text or "").strip()
+        if not text:
+            raise InvalidRequest("message is required", code="message_required")
+        if len(text.encode("utf-8")) > self.limits.max_text_bytes:
+            raise InvalidRequest(
+                f"message exceeds session.busy_input.max_text_bytes ({self.limits.max_text_bytes})",
+                code="message_too_large",
+            )
+        return text
+
+    def enqueue(self, session_id: str, text: str, *, mode: str = "queue", source: str = "user",
+                generation: int = 0) -> tuple[InputEntry, int]:
+        """Persist one entry; (entry, 1-based position). Over the cap → 413 and nothing changes."""
+        text = self.check_text(text)
+        with transaction.atomic():
+            pending = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).count()
+            if pending >= self.limits.queue_cap:
+                raise QueueFull(
+                    f"session input queue is full ({pending}/{self.limits.queue_cap})",
+                    data={"queue_cap": self.limits.queue_cap},
+                )
+            now = utcnow()
+            entry = InputEntry.objects.create(
+                id=new_queue_entry_id(), session_id=session_id, text=text, mode=mode, source=source,
+                generation=generation, created_at=now, updated_at=now,
+            )
+        return entry, pending + 1
+
+    def claim_next(self, session_id: str) -> InputEntry | None:
+        """Compare-and-set the oldest queued entry to dispatching, so it runs exactly once."""
+        for entry in InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED,
+                                               mode__in=("queue", "startup")).order_by("created_at", "id")[:5]:
+            changed = InputEntry.objects.filter(id=entry.id, status=InputEntry.Status.QUEUED).update(
+                status=InputEntry.Status.DISPATCHING, updated_at=utcnow())
+            if changed == 1:
+                entry.status = InputEntry.Status.DISPATCHING
+                return entry
+        return None
+
+    def mark(self, entry_id: str, status: str) -> None:
+        InputEntry.objects.filter(id=entry_id).update(status=status, updated_at=utcnow())
+
+    def cancel(self, session_id: str, entry_id: str) -> InputEntry:
+        changed = InputEntry.objects.filter(id=entry_id, session_id=session_id,
+                                            status=InputEntry.Status.QUEUED).update(
+            status=InputEntry.Status.CANCELED, updated_at=utcnow())
+        entry = InputEntry.objects.filter(id=entry_id, session_id=session_id).first()
+        if entry is None or changed != 1:
+            raise NotFound("queue entry not found or no longer queued", code="queue_entry_not_found",
+                           data={"queue_entry_id": entry_id})
+        return entry
+
+    def pending(self, session_id: str) -> list[InputEntry]:
+        return list(InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT))
+
+    def reset_dispatching(self, session_id: str) -> None:
+        """After a crash, an entry caught mid-dispatch goes back to the queue (runs once more)."""
+        InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.DISPATCHING).update(
+            status=InputEntry.Status.QUEUED, updated_at=utcnow())

@@ -1,0 +1,83 @@
+"""SessionManager: the daemon's registry of live sessions, created on the daemon's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from sessions.config import Config
+from sessions.enums import StopReason
+from sessions.errors import Unavailable
+from sessions.runtime.inputs import InputQueue
+from sessions.runtime.session import SessionRuntime
+from sessions.runtime.tasks import spawn
+
+logger = logging.getLogger(__name__)
+
+_manager: SessionManager | None = None
+
+
+def get_manager() -> SessionManager:
+    """The manager of this daemon process; API calls made outside a daemon get 503."""
+    if _manager is None:
+        raise Unavailable("the Compozy daemon is not running in this process", code="daemon_unavailable")
+    return _manager
+
+
+def set_manager(manager: SessionManager | None) -> None:
+    global _manager
+    _manager = manager
+
+
+class SessionManager:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.inputs = InputQueue(config.busy_input)
+        self.runtimes: dict[str, SessionRuntime] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.draining = False
+        self._boot_tasks: set[asyncio.Task[None]] = set()
+        # Ids whose folders exist but whose runtime is not registered yet (create in progress).
+        self.reserved: set[str] = set()
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def get(self, session_id: str) -> SessionRuntime | None:
+        return self.runtimes.get(session_id)
+
+    def owns(self, session_id: str) -> bool:
+        return session_id in self.runtimes or session_id in self.reserved
+
+    def launch(self, meta: dict[str, Any], *, agent: Any, provider: Any, roots: list[Path],
+               reactivate: bool = False) -> SessionRuntime:
+        if self.draining:
+            raise Unavailable("the daemon is shutting down", code="daemon_draining")
+        runtime = SessionRuntime(self, meta, config=self.config, agent=agent, provider=provider, roots=roots)
+        self.runtimes[runtime.id] = runtime
+        self.reserved.discard(runtime.id)
+        task = spawn(runtime.boot(reactivate=reactivate))
+        runtime.boot_task = task
+        self._boot_tasks.add(task)
+        task.add_done_callback(self._boot_tasks.discard)
+        return runtime
+
+    def forget(self, session_id: str) -> None:
+        self.runtimes.pop(session_id, None)
+
+    async def shutdown(self, timeout: float = 20.0) -> None:
+        """Stop every live session with reason `shutdown`, concurrently and bounded in time."""
+        self.draining = True
+        runtimes = list(self.runtimes.values())
+        if not runtimes:
+            return
+        logger.info("stopping %d live session(s) for shutdown", len(runtimes))
+        stops = [spawn(rt.stop(StopReason.SHUTDOWN, "daemon shutdown")) for rt in runtimes]
+        done, pending = await asyncio.wait(stops, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        for task in done:
+            if task.exception():
+                logger.error("shutdown stop failed: %s", task.exception())

@@ -1,0 +1,52 @@
+"""Doorbells on the channel layer. The store is the truth: these only tell readers to look again.
+
+Every cross-process signal goes through the channel layer, never a module global, so a Redis layer
+carries them between daemons unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
+# Strong references: the loop keeps only weak ones, and a collected task would drop its doorbell.
+_in_flight: set[asyncio.Task[None]] = set()
+
+CATALOG_GROUP = "compozy.catalog"
+
+
+def session_group(session_id: str) -> str:
+    return f"compozy.session.{session_id}"
+
+
+def _fire(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    async def send() -> None:
+        # A full in-memory layer raises ChannelFull; readers also poll, so a dropped ring is harmless.
+        with contextlib.suppress(Exception):
+            await layer.group_send(group, message)
+
+    task = loop.create_task(send())
+    _in_flight.add(task)
+    task.add_done_callback(_in_flight.discard)
+
+
+def ring_events(session_id: str, sequence: int) -> None:
+    _fire(session_group(session_id), {"type": "events.appended", "sequence": sequence})
+
+
+def ring_catalog(kind: str, workspace_id: str, session_id: str) -> None:
+    _fire(CATALOG_GROUP, {"type": "catalog.changed", "kind": kind, "workspace_id": workspace_id,
+                          "session_id": session_id})

@@ -1,0 +1,34 @@
+"""Spawning runtime work off the request path.
+
+A task created while serving a request inherits that request's context, including asgiref's
+per-request thread executor, which is gone once the response is sent. Runtime tasks outlive
+requests, so they start from an empty context, and their catalog writes go to one dedicated
+thread (SQLite has one writer anyway; one thread also keeps one DB connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_DB = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compozy-db")
+
+
+def spawn(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+
+async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a synchronous ORM call on the runtime's DB thread."""
+    def call() -> T:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        return fn(*args, **kwargs)
+
+    return await asyncio.get_running_loop().run_in_executor(_DB, call)

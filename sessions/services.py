@@ -1,0 +1,542 @@
+"""The one service layer: the ninja API, SSE consumers, CLI (over HTTP) and manage.py all call this.
+
+Sync functions touch only durable state (catalog, meta.json, events.db); async ones also talk to
+the live SessionManager on the daemon's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from compozy_site.home import compozy_home
+from sessions import catalog
+from sessions.config import AgentConfig, Config, ProviderConfig, get_config
+from sessions.enums import LIVE_STATES, BusyMode, EventType, MarkerKind, PermissionMode, SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest, NotFound, Unprocessable
+from sessions.models import Session, Workspace
+from sessions.runtime import lifecycle, signals
+from sessions.runtime.manager import get_manager
+from sessions.store import events as event_store
+from sessions.store import folder
+from sessions.store.events import MAX_PAGE
+from sessions.store.ids import is_session_id, new_session_id
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+SPEEDS = ("normal", "fast")
+
+
+# ---- payloads --------------------------------------------------------------------------------
+
+def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
+    """SessionPayload (surfaces reference §4.1), computed from meta.json plus live runtime facts."""
+    runtime = _live_runtime(meta["id"])
+    prompting = bool(runtime and runtime.busy)
+    stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
+    badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
+    activity = dict((meta.get("liveness") or {}).get("activity") or {})
+    payload: dict[str, Any] = {
+        "id": meta["id"],
+        "name": meta.get("name") or None,
+        "agent_name": meta["agent_name"],
+        "provider": meta.get("provider") or "",
+        "model": meta.get("model") or None,
+        "reasoning_effort": meta.get("reasoning_effort") or None,
+        "speed": meta.get("speed") or "normal",
+        "speed_resolution": meta.get("speed_resolution"),
+        "workspace_id": meta["workspace_id"],
+        "workspace_path": meta.get("workspace_path"),
+        "cwd": meta.get("cwd"),
+        "type": meta.get("session_type") or "user",
+        "state": meta["state"],
+        "badge": badge.value,
+        "attachable": meta["state"] == SessionState.ACTIVE and badge.value == "idle" and not meta.get("failure"),
+        "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
+        "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
+        "stop_reason": meta.get("stop_reason") or None,
+        "stop_detail": meta.get("stop_detail") or None,
+        "failure": meta.get("failure"),
+        "acp_session_id": meta.get("acp_session_id") or None,
+        "acp_caps": meta.get("acp_caps"),
+        "effective_permissions": meta.get("effective_permissions"),
+        "activity": activity or None,
+        "last_activity_at": activity.get("last_activity_at"),
+        "lineage": meta.get("lineage"),
+        "created_at": meta["created_at"],
+        "updated_at": meta["updated_at"],
+    }
+    return payload
+
+
+def _live_runtime(session_id: str) -> Any:
+    try:
+        return get_manager().get(session_id)
+    except Exception:
+        return None
+
+
+# ---- resolution ------------------------------------------------------------------------------
+
+def resolve_agent(config: Config, agent_name: str, ws: Workspace) -> tuple[AgentConfig, ProviderConfig, str]:
+    name = agent_name or ws.default_agent or config.default_agent
+    if not name:
+        raise InvalidRequest("agent name is required", code="agent_required")
+    agent = config.agents.get(name)
+    if agent is None:
+        raise NotFound(f"agent {name!r} is not defined", code="agent_not_found",
+                       data={"agent": name, "known": sorted(config.agents)})
+    return agent, _provider(config, agent.provider or config.default_provider), name
+
+
+def _provider(config: Config, name: str) -> ProviderConfig:
+    if not name:
+        raise InvalidRequest("agent provider is required", code="provider_required")
+    provider = config.providers.get(name)
+    if provider is None:
+        raise NotFound(f"provider {name!r} is not defined", code="provider_not_found",
+                       data={"provider": name, "known": sorted(config.providers)})
+    return provider
+
+
+def read_session_meta(session_id: str) -> dict[str, Any]:
+    """meta.json of a session, stale live states repaired when no runtime owns them (§13)."""
+    if not is_session_id(session_id):
+        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
+    try:
+        meta = folder.read_meta(session_id)
+    except ValueError as exc:
+        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
+    if meta is None:
+        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
+    if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
+        from sessions.repair import repair_stale_meta
+
+        meta = repair_stale_meta(meta)
+    return meta
+
+
+def _daemon_may_own(session_id: str) -> bool:
+    """Outside the daemon (manage.py, tests) a live state may belong to a running daemon: leave it."""
+    try:
+        manager = get_manager()
+    except Exception:
+        from compozy_site.daemon_record import daemon_running
+
+        return daemon_running()
+    return manager.owns(session_id)
+
+
+def _workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
+    if workspace_ref is None:
+        return
+    try:
+        ws = catalog.find_workspace(workspace_ref)
+    except NotFound:
+        raise NotFound("session not found", code="session_not_found") from None
+    if ws.id != meta["workspace_id"]:
+        raise NotFound("session not found in this workspace", code="session_not_found")
+
+
+def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    meta = read_session_meta(session_id)
+    _workspace_scope(workspace_ref, meta)
+    return session_payload(meta)
+
+
+# ---- create ----------------------------------------------------------------------------------
+
+def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path], str]:
+    """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
+    config = get_config()
+    workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
+    if workspace and workspace_path:
+        raise InvalidRequest("workspace and workspace_path are mutually exclusive", code="workspace_conflict")
+    if not workspace and not workspace_path:
+        raise InvalidRequest("workspace or workspace_path is required", code="workspace_required")
+    if workspace_path and not os.path.isabs(workspace_path):
+        raise InvalidRequest("workspace_path must be an absolute path", code="workspace_path_not_absolute")
+    effort = body.get("reasoning_effort") or ""
+    if effort and effort not in REASONING_EFFORTS:
+        raise InvalidRequest(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}",
+                             code="invalid_reasoning_effort")
+    speed = body.get("speed") or "normal"
+    if speed not in SPEEDS:
+        raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
+    ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
+    catalog.check_root(ws)
+    agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
+    if body.get("provider"):
+        provider = _provider(config, body["provider"])
+    session_type = SessionType.USER
+    permissions = agent.permissions or config.permissions_mode.value
+    if session_type == SessionType.DREAM:
+        permissions = PermissionMode.APPROVE_ALL.value
+    now = folder.isoformat(folder.utcnow())
+    session_id = new_session_id()
+    meta: dict[str, Any] = {
+        "id": session_id, "name": (body.get("name") or "").strip(), "agent_name": agent_name,
+        "provider": provider.name, "model": body.get("model") or agent.model or provider.default_model,
+        "reasoning_effort": effort or agent.reasoning_effort, "speed": speed,
+        "workspace_id": ws.id, "workspace_path": ws.root_dir, "cwd": ws.root_dir,
+        "session_type": session_type.value, "effective_permissions": permissions,
+        "state": SessionState.STARTING.value, "stop_reason": "", "stop_detail": "", "failure": None,
+        "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
+        "created_at": now, "updated_at": now,
+    }
+    prompt = (body.get("prompt") or "").strip()
+    manager = get_manager()
+    if prompt:
+        manager.inputs.check_text(prompt)
+    directory = folder.session_dir(session_id)
+    manager.reserved.add(session_id)
+    try:
+        directory.mkdir(parents=True, exist_ok=False)
+        event_store.init_store(folder.events_path(session_id))
+        folder.write_meta(meta)
+        with transaction.atomic():
+            catalog.upsert_session_row(meta)
+            if prompt:
+                manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
+    except BaseException:
+        # Durable admission: a rejected staged prompt leaves no session behind.
+        Session.objects.filter(id=session_id).delete()
+        shutil.rmtree(directory, ignore_errors=True)
+        manager.reserved.discard(session_id)
+        raise
+    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
+    return meta, agent, provider, roots, prompt
+
+
+async def create_session(body: dict[str, Any]) -> dict[str, Any]:
+    manager = get_manager()
+    if manager.draining:
+        from sessions.errors import Unavailable
+
+        raise Unavailable("the daemon is shutting down", code="daemon_draining")
+    meta, agent, provider, roots, prompt = await sync_to_async(_prepare_create)(body)
+    runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots)
+    if prompt:
+        runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
+    signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
+    return session_payload(meta)
+
+
+# ---- prompt, stop, remove --------------------------------------------------------------------
+
+async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
+    meta = await sync_to_async(read_session_meta)(session_id)
+    await sync_to_async(_workspace_scope)(workspace_ref, meta)
+    return get_manager().get(session_id), meta
+
+
+async def prompt_session(session_id: str, message: str, *, mode: str | None = None,
+                         workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, {"prompt": result}). Idle → accepted turn; busy → the busy-input mode."""
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    manager = get_manager()
+    text = manager.inputs.check_text(message)
+    if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
+        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
+                             data={"state": meta["state"]})
+    if mode is not None and mode not in set(BusyMode):
+        raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
+    if not runtime.busy:
+        turn = await runtime.start_turn(text)
+        return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
+    mode = mode or manager.config.busy_input.default_mode.value
+    if mode == BusyMode.QUEUE:
+        entry, position = await sync_to_async(manager.inputs.enqueue)(
+            session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+        runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
+                       {"queue_entry_id": entry.id, "queue_position": position,
+                        "queue_generation": entry.generation})
+        runtime.recorder.flush()
+        return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
+                                "queue_position": position, "queue_generation": entry.generation}}
+    raise Conflict(f"busy-input mode {mode!r} is not available yet; use queue", code="mode_unsupported")
+
+
+async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    entry = await sync_to_async(get_manager().inputs.cancel)(session_id, entry_id)
+    if runtime is not None:
+        runtime.marker(MarkerKind.PROMPT_DROPPED, "Queued prompt canceled.",
+                       {"queue_entry_id": entry.id, "reason": "canceled"})
+        runtime.recorder.flush()
+    return {"prompt": {"status": "canceled", "queue_entry_id": entry.id, "queue_generation": entry.generation,
+                       "mode": entry.mode}}
+
+
+async def cancel_turn(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    cancelled = False
+    if runtime is not None and runtime.busy:
+        runtime.marker(MarkerKind.PROMPT_CANCEL, "Current turn canceled by request.")
+        cancelled = await runtime.cancel_turn()
+    return {"prompt": {"status": "canceled" if cancelled else "idle"}}
+
+
+async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.stop(lifecycle.user_stop_reason(detail), detail or "stopped by user")
+    return await sync_to_async(get_session)(session_id)
+
+
+async def remove_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    """Stop first, then tombstone-rename the folder, delete the row, and delete the tombstone."""
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.stop(lifecycle.user_stop_reason(""), "session deleted")
+    before = await sync_to_async(get_session)(session_id)
+    await sync_to_async(delete_session_files)(session_id, meta["workspace_id"])
+    return before
+
+
+def delete_session_files(session_id: str, workspace_id: str) -> None:
+    directory = folder.session_dir(session_id)
+    tombstone = directory.parent / f".compozy-delete-{session_id}-{time.time_ns()}"
+    os.rename(directory, tombstone)
+    try:
+        catalog.delete_session_row(session_id)
+    except Exception:
+        os.rename(tombstone, directory)  # keep catalog truth: the session still exists
+        raise
+    shutil.rmtree(tombstone, ignore_errors=True)
+    with contextlib.suppress(Exception):
+        _ring_catalog_threadsafe("deleted", workspace_id, session_id)
+
+
+def _ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> None:
+    manager = get_manager()
+    if manager.loop is not None:
+        manager.loop.call_soon_threadsafe(signals.ring_catalog, kind, workspace_id, session_id)
+
+
+# ---- listing ---------------------------------------------------------------------------------
+
+def list_sessions(*, workspace: str | None = None, state: str | None = None, resumable: bool = False,
+                  all_states: bool = False, agent: str | None = None, query: str | None = None,
+                  limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
+    qs = Session.objects.all().order_by("-updated_at", "id")
+    if workspace:
+        qs = qs.filter(workspace_id=catalog.find_workspace(workspace).id)
+    if state:
+        if state not in set(SessionState):
+            raise InvalidRequest("state must be starting, active, stopping or stopped", code="invalid_state")
+        qs = qs.filter(state=state)
+    elif resumable or not all_states:
+        qs = qs.filter(state=SessionState.ACTIVE)
+    if agent:
+        qs = qs.filter(agent_name=agent)
+    # Dream sessions are daemon-internal and hidden unless asked for by type.
+    qs = qs.filter(session_type=session_type) if session_type else qs.exclude(session_type=SessionType.DREAM)
+    if query:
+        qs = qs.filter(name__icontains=query) | qs.filter(id__icontains=query)
+    offset = 0
+    if cursor:
+        try:
+            offset = max(int(cursor), 0)
+        except ValueError as exc:
+            raise InvalidRequest("invalid cursor", code="invalid_cursor") from exc
+    total = qs.count()
+    rows = list(qs[offset:offset + limit])
+    sessions = []
+    for row in rows:
+        try:
+            payload = session_payload(read_session_meta(row.id))
+        except (NotFound, Conflict):
+            continue
+        if resumable and not payload["attachable"]:
+            continue
+        sessions.append(payload)
+    has_more = offset + limit < total
+    page: dict[str, Any] = {"total": total, "limit": limit, "has_more": has_more}
+    if has_more:
+        page["next_cursor"] = str(offset + limit)
+    return {"sessions": sessions, "page": page}
+
+
+# ---- events and history ----------------------------------------------------------------------
+
+def _limit(value: int | None, default: int = 200) -> int:
+    if value is None:
+        return default
+    if not 1 <= value <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}", code="invalid_limit")
+    return value
+
+
+def envelope(meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """SessionEventPayload: the stored row plus the Compozy session and workspace ids."""
+    return {"session_id": meta["id"], "workspace_id": meta["workspace_id"], **row}
+
+
+def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
+                limit: int | None = None, types: list[str] | None = None, turn_id: str | None = None,
+                agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    meta = read_session_meta(session_id)
+    _workspace_scope(workspace_ref, meta)
+    if after is not None and after < 0:
+        raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
+    rows = event_store.read_events(
+        folder.events_path(session_id), after=after or 0, limit=_limit(limit),
+        newest=after is None, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
+    )
+    return [envelope(meta, r) for r in rows]
+
+
+def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,
+            after: int | None = None) -> list[dict[str, Any]]:
+    """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk."""
+    meta = read_session_meta(session_id)
+    _workspace_scope(workspace_ref, meta)
+    want = _limit(last)
+    path = folder.events_path(session_id)
+    turns: dict[str, list[dict[str, Any]]] = {}
+    # Walk backwards a page at a time until `want` turns are complete, so memory stays bounded.
+    before: int | None = None
+    floor = after or 0
+    while True:
+        page = event_store.read_events(path, after=floor, limit=MAX_PAGE, newest=True, before=before)
+        if not page:
+            break
+        for row in reversed(page):
+            key = row["turn_id"]
+            if key not in turns and len(turns) >= want:
+                page = []
+                break
+            turns.setdefault(key, []).insert(0, envelope(meta, row))
+        if not page or len(page) < MAX_PAGE:
+            break
+        before = page[0]["sequence"]
+    ordered = sorted(turns.items(), key=lambda item: item[1][0]["sequence"])
+    return [{"turn_id": tid, "events": evs} for tid, evs in ordered]
+
+
+# ---- workspaces ------------------------------------------------------------------------------
+
+def list_workspaces() -> list[dict[str, Any]]:
+    return [catalog.workspace_record(ws) for ws in Workspace.objects.all()]
+
+
+def add_workspace(root_dir: str, name: str = "", add_dirs: list[str] | None = None,
+                  default_agent: str = "") -> dict[str, Any]:
+    return catalog.workspace_record(catalog.register_workspace(root_dir, name=name, add_dirs=add_dirs,
+                                                               default_agent=default_agent))
+
+
+def workspace_info(ref: str) -> dict[str, Any]:
+    ws = catalog.find_workspace(ref)
+    catalog.check_root(ws)
+    config = get_config()
+    sessions = []
+    for row in Session.objects.filter(workspace_id=ws.id).order_by("-updated_at")[:100]:
+        with contextlib.suppress(NotFound, Conflict):
+            sessions.append(session_payload(read_session_meta(row.id)))
+    return {
+        "workspace": catalog.workspace_record(ws),
+        "sessions": sessions,
+        "agents": [{"name": a.name, "provider": a.provider or config.default_provider} for a in config.agents.values()],
+        "skills": [],
+        "providers": [{"name": p.name, "command": list(p.command), "display_name": p.display_name,
+                       "available": shutil.which(p.command[0]) is not None or os.path.isfile(p.command[0])}
+                      for p in config.providers.values()],
+    }
+
+
+def remove_workspace(ref: str) -> dict[str, Any]:
+    ws = catalog.find_workspace(ref)
+    live = Session.objects.filter(workspace_id=ws.id, state__in=[s.value for s in LIVE_STATES])
+    if live.exists():
+        raise Conflict("workspace has active sessions", code="workspace_has_active_sessions")
+    record = catalog.workspace_record(ws)
+    for row in Session.objects.filter(workspace_id=ws.id):
+        with contextlib.suppress(OSError):
+            delete_session_files(row.id, ws.id)
+    ws.delete()
+    return record
+
+
+# ---- status ----------------------------------------------------------------------------------
+
+def runtime_status() -> dict[str, Any]:
+    """`compozy status`: the daemon block, session counts and recent failures (surfaces §4.9)."""
+    from compozy_site.daemon_record import read_daemon_record
+
+    config = get_config()
+    record = read_daemon_record() or {}
+    by_state: dict[str, int] = {}
+    for row in Session.objects.values_list("state", flat=True):
+        by_state[row] = by_state.get(row, 0) + 1
+    failures = []
+    by_kind: dict[str, int] = {}
+    for row in Session.objects.filter(failure__isnull=False).order_by("-updated_at")[:200]:
+        kind = (row.failure or {}).get("kind")
+        if not kind:
+            continue
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        if len(failures) < 10:
+            failures.append({
+                "session_id": row.id, "agent_name": row.agent_name, "provider": row.provider,
+                "workspace_id": row.workspace_id, "state": row.state, "failure_kind": kind,
+                "summary": (row.failure or {}).get("summary"),
+                "crash_bundle_path": (row.failure or {}).get("crash_bundle_path"),
+                "failure": row.failure, "updated_at": folder.isoformat(row.updated_at),
+            })
+    total = sum(by_state.values())
+    active = by_state.get(SessionState.ACTIVE, 0)
+    home = compozy_home()
+    free = shutil.disk_usage(home).free
+    return {
+        "schema_version": 1,
+        "generated_at": folder.isoformat(folder.utcnow()),
+        "daemon": {
+            "status": "running", "pid": os.getpid(), "started_at": record.get("started_at"),
+            "socket": str(config.socket), "http_host": config.http_host,
+            "http_port": record.get("port", config.http_port), "active_sessions": active,
+            "total_sessions": total, "version": "0.1.0", "home": str(home), "config": config.source,
+        },
+        "sessions": {"active": active, "total": total, "by_status": by_state},
+        "health": {
+            "status": "ok" if not by_kind else "warn",
+            "persistence": {"status": "ok" if free > 100 * 1024 * 1024 else "warn", "free_bytes": free},
+            "failures": {"status": "ok" if not by_kind else "warn", "total": sum(by_kind.values()),
+                         "by_kind": by_kind, "recent": failures},
+        },
+    }
+
+
+def event_types() -> list[str]:
+    return [t.value for t in EventType]
+
+
+async def wait_for_state(session_id: str, states: set[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        payload = await sync_to_async(get_session)(session_id)
+        if payload["state"] in states or time.monotonic() > deadline:
+            return payload
+        await asyncio.sleep(0.05)
+
+
+def check_create_fields(body: dict[str, Any]) -> None:
+    allowed = {"agent_name", "name", "workspace", "workspace_path", "provider", "model", "reasoning_effort",
+               "speed", "prompt"}
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}", code="unknown_field")
+
+
+def not_supported(feature: str) -> Unprocessable:
+    return Unprocessable(f"{feature} is not supported", code="unsupported")

@@ -1,0 +1,294 @@
+"""`events.db`: the append-only, per-session event log, and the bounded reads over it.
+
+One writer per session (EventLog) assigns gap-free sequences from 1 inside its write transaction.
+Readers open their own connections and page by sequence, so no read loads a whole store into memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessions.store.folder import isoformat, utcnow
+from sessions.store.ids import new_event_id
+from sessions.store.redact import redact_value
+
+CONTENT_SCHEMA = "compozy.session.event.v1"
+MAX_PAGE = 1000
+DEFAULT_PAGE = 200
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS events (
+    sequence INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    turn_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    agent_name TEXT NOT NULL,
+    content TEXT NOT NULL,
+    archived INTEGER NOT NULL DEFAULT 0,
+    timestamp TEXT NOT NULL,
+    transcript_entry_key TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS events_turn ON events(turn_id);
+CREATE INDEX IF NOT EXISTS events_type ON events(type);
+CREATE INDEX IF NOT EXISTS events_timestamp ON events(timestamp);
+CREATE TABLE IF NOT EXISTS token_usage (
+    turn_id TEXT PRIMARY KEY,
+    input_tokens INTEGER, output_tokens INTEGER, total_tokens INTEGER, thought_tokens INTEGER,
+    cache_read_tokens INTEGER, cache_write_tokens INTEGER, context_used INTEGER, context_size INTEGER,
+    cost_amount REAL, cost_currency TEXT, timestamp TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS hook_runs (
+    id TEXT PRIMARY KEY,
+    hook_name TEXT NOT NULL,
+    event TEXT NOT NULL,
+    source TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    duration_ns INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL,
+    dispatch_depth INTEGER NOT NULL DEFAULT 1,
+    patch_applied TEXT,
+    error TEXT,
+    required INTEGER NOT NULL DEFAULT 0,
+    recorded_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS hook_runs_event ON hook_runs(event);
+CREATE INDEX IF NOT EXISTS hook_runs_recorded ON hook_runs(recorded_at);
+"""
+
+USAGE_COLUMNS = (
+    "input_tokens", "output_tokens", "total_tokens", "thought_tokens", "cache_read_tokens",
+    "cache_write_tokens", "context_used", "context_size", "cost_amount", "cost_currency",
+)
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=5000")
+    if readonly:
+        conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+def init_store(path: Path) -> None:
+    """Create events.db with WAL; idempotent."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(SCHEMA_SQL)
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    type: str
+    turn_id: str
+    content: dict[str, Any]
+    id: str = ""
+
+
+class EventLog:
+    """The single writer of one session's events.db. Not thread-safe: the session runtime owns it."""
+
+    def __init__(self, path: Path, agent_name: str, *, redact: bool = True) -> None:
+        init_store(path)
+        self.path = path
+        self.agent_name = agent_name
+        self.redact = redact
+        self._conn = connect(path)
+        # NORMAL in WAL: a commit survives a process crash; only an OS crash may lose the last ones.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        row = self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()
+        self.last_sequence: int = int(row[0])
+
+    def append(self, events: Sequence[NewEvent]) -> list[dict[str, Any]]:
+        """Write a batch in one transaction (group commit); returns the stored rows as envelopes."""
+        if not events:
+            return []
+        rows = []
+        stored = []
+        seq = self.last_sequence
+        now = isoformat(utcnow())
+        for event in events:
+            seq += 1
+            content = {"schema": CONTENT_SCHEMA, "type": event.type, "timestamp": now, **event.content}
+            if event.turn_id:
+                content.setdefault("turn_id", event.turn_id)
+            if self.redact:
+                content = redact_value(content)
+            event_id = event.id or new_event_id()
+            text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+            rows.append((seq, event_id, event.turn_id or "-", event.type, self.agent_name, text, now))
+            stored.append(
+                {"id": event_id, "sequence": seq, "turn_id": event.turn_id or "-", "type": event.type,
+                 "agent_name": self.agent_name, "content": content, "timestamp": now}
+            )
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT INTO events(sequence, id, turn_id, type, agent_name, content, timestamp)"
+                " VALUES (?,?,?,?,?,?,?)",
+                rows,
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self.last_sequence = seq
+        return stored
+
+    def merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
+        """One row per turn; later non-null values overwrite earlier ones."""
+        values = {k: usage.get(k) for k in USAGE_COLUMNS}
+        cols = ", ".join(USAGE_COLUMNS)
+        marks = ", ".join("?" for _ in USAGE_COLUMNS)
+        updates = ", ".join(f"{c}=COALESCE(excluded.{c}, {c})" for c in USAGE_COLUMNS)
+        self._conn.execute(
+            f"INSERT INTO token_usage(turn_id, {cols}, timestamp) VALUES (?, {marks}, ?)"
+            f" ON CONFLICT(turn_id) DO UPDATE SET {updates}, timestamp=excluded.timestamp",
+            (turn_id, *values.values(), isoformat(utcnow())),
+        )
+
+    def record_hook_run(self, row: dict[str, Any]) -> None:
+        self._conn.execute(
+            "INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
+            " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row["id"], row["hook_name"], row["event"], row.get("source", "config"), row["mode"],
+             int(row.get("duration_ns", 0)), row["outcome"], int(row.get("dispatch_depth", 1)),
+             row.get("patch_applied"), row.get("error"), 1 if row.get("required") else 0,
+             row.get("recorded_at") or isoformat(utcnow())),
+        )
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+# ---- reads -------------------------------------------------------------------------------------
+
+def _row_to_event(row: tuple[Any, ...]) -> dict[str, Any]:
+    seq, event_id, turn_id, type_, agent, content, timestamp, archived = row
+    try:
+        body = json.loads(content)
+    except json.JSONDecodeError:
+        body = {"invalid_json": content[:2048]}
+    return {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
+            "content": body, "timestamp": timestamp, "archived": bool(archived)}
+
+
+_COLUMNS = "sequence, id, turn_id, type, agent_name, content, timestamp, archived"
+
+
+def read_events(
+    path: Path,
+    *,
+    after: int = 0,
+    limit: int = DEFAULT_PAGE,
+    newest: bool = False,
+    types: Iterable[str] | None = None,
+    turn_id: str | None = None,
+    agent_name: str | None = None,
+    since: str | None = None,
+    before: int | None = None,
+) -> list[dict[str, Any]]:
+    """Events after `after` ascending; with `newest`, the newest `limit` matches, still ascending."""
+    if not path.exists():
+        return []
+    where = ["sequence > ?"]
+    params: list[Any] = [after]
+    if before is not None:
+        where.append("sequence < ?")
+        params.append(before)
+    type_list = [t for t in (types or []) if t]
+    if type_list:
+        where.append(f"type IN ({','.join('?' for _ in type_list)})")
+        params += type_list
+    if turn_id:
+        where.append("turn_id = ?")
+        params.append(turn_id)
+    if agent_name:
+        where.append("agent_name = ?")
+        params.append(agent_name)
+    if since:
+        where.append("timestamp >= ?")
+        params.append(since)
+    order = "DESC" if newest else "ASC"
+    sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence {order} LIMIT ?"
+    params.append(max(1, min(limit, MAX_PAGE * 10)))
+    conn = connect(path, readonly=True)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+    events = [_row_to_event(r) for r in rows]
+    if newest:
+        events.reverse()
+    return events
+
+
+def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator[dict[str, Any]]:
+    """Every event after `after`, one page in memory at a time."""
+    cursor = after
+    while True:
+        batch = read_events(path, after=cursor, limit=page)
+        if not batch:
+            return
+        yield from batch
+        cursor = batch[-1]["sequence"]
+
+
+def max_sequence(path: Path) -> int:
+    if not path.exists():
+        return 0
+    conn = connect(path, readonly=True)
+    try:
+        return int(conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None = None,
+                   last: int | None = None) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    where, params = ["1=1"], []
+    if event:
+        where.append("event = ?")
+        params.append(event)
+    if outcome:
+        where.append("outcome = ?")
+        params.append(outcome)
+    sql = (f"SELECT id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth, patch_applied,"
+           f" error, required, recorded_at FROM hook_runs WHERE {' AND '.join(where)} ORDER BY recorded_at DESC, id"
+           f" LIMIT ?")
+    params.append(last or 1000)
+    conn = connect(path, readonly=True)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+    keys = ("id", "hook_name", "event", "source", "mode", "duration_ns", "outcome", "dispatch_depth",
+            "patch_applied", "error", "required", "recorded_at")
+    result = [dict(zip(keys, r, strict=True)) for r in reversed(rows)]
+    for item in result:
+        item["duration_ms"] = round(item.pop("duration_ns") / 1e6, 3)
+        item["required"] = bool(item["required"])
+    return result
+
+
+def read_token_usage(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    conn = connect(path, readonly=True)
+    try:
+        cur = conn.execute(f"SELECT turn_id, {', '.join(USAGE_COLUMNS)}, timestamp FROM token_usage")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()

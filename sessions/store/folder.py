@@ -1,0 +1,104 @@
+"""A session's folder: `sessions/<id>/meta.json` (atomic) and `sessions/<id>/events.db`."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from compozy_site.home import sessions_dir
+from sessions.store.ids import is_session_id
+
+META_FILE = "meta.json"
+EVENTS_FILE = "events.db"
+REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def isoformat(moment: datetime | None) -> str | None:
+    """RFC3339 UTC with a Z, microsecond precision, or None."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def session_dir(session_id: str, home: Path | None = None) -> Path:
+    """The folder of a session; refuses anything that is not a well-formed id (no path tricks)."""
+    if not is_session_id(session_id):
+        raise ValueError(f"invalid session id {session_id!r}")
+    return sessions_dir(home) / session_id
+
+
+def events_path(session_id: str, home: Path | None = None) -> Path:
+    return session_dir(session_id, home) / EVENTS_FILE
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+    """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+def write_meta(meta: dict[str, Any], home: Path | None = None) -> None:
+    for key in REQUIRED_META_KEYS:
+        if not meta.get(key):
+            raise ValueError(f"meta.json needs {key}")
+    write_json_atomic(session_dir(meta["id"], home) / META_FILE, meta)
+
+
+def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:
+    """None when the folder or file is missing; ValueError when meta.json is not valid session metadata."""
+    path = session_dir(session_id, home) / META_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc})") from exc
+    if not isinstance(data, dict) or any(not data.get(k) for k in REQUIRED_META_KEYS):
+        raise ValueError(f"{path}: missing required keys {REQUIRED_META_KEYS}")
+    return data
+
+
+def list_session_dirs(home: Path | None = None) -> list[str]:
+    root = sessions_dir(home)
+    if not root.exists():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and is_session_id(p.name))

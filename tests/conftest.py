@@ -1,0 +1,183 @@
+"""Shared test harness: a real daemon (daphne) on a free loopback port with a temporary COMPOZY_HOME,
+configured with the scripted ACP test agent under several providers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
+
+
+def toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def daemon_config(home: Path, extra: str = "") -> str:
+    """Providers for every scripted scenario family; agents of the same names use them."""
+    agent = [sys.executable, str(SCRIPTED)]
+    state_dir = home / "agent-state"
+    prompt_log = home / "prompts.jsonl"
+    providers = {
+        "scripted": [*agent, "--prompt-log", str(prompt_log)],
+        "scripted_load": [*agent, "--load-session", "--state-dir", str(state_dir), "--prompt-log", str(prompt_log)],
+        "stubborn": [*agent, "--ignore-cancel"],
+        "broken": [*agent, "--broken-handshake"],
+        "failnew": [*agent, "--fail-new-session"],
+        "dies": [*agent, "--exit-on-start"],
+        "noisy": [*agent, "--stderr-at-start", "1100000"],
+        "missing": ["/nonexistent/bin/agent-acp"],
+    }
+    lines = []
+    for name, command in providers.items():
+        lines += [f"[providers.{name}]", f"command = {toml_list(command)}",
+                  'env = { COMPOZY_TEST_MARK = "from-provider" }',
+                  "", f"[agents.{name}]", f'provider = "{name}"', ""]
+    lines += ["[agents.reader]", 'provider = "scripted"', 'permissions = "approve-reads"', "",
+              "[agents.denier]", 'provider = "scripted"', 'permissions = "deny-all"', ""]
+    return "\n".join(lines) + "\n" + extra
+
+
+@dataclass
+class Daemon:
+    home: Path
+    proc: subprocess.Popen[bytes]
+    port: int
+    env: dict[str, str]
+    log_path: Path
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.base_url, timeout=30.0)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cli(self, *args: str, timeout: float = 60.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "compozy_site.cli.main", *args], env=self.env, cwd=str(ROOT),
+                              capture_output=True, text=True, timeout=timeout, input=input)
+
+    def cli_json(self, *args: str, timeout: float = 60.0) -> Any:
+        result = self.cli(*args, "-o", "json", timeout=timeout)
+        assert result.returncode == 0, f"compozy {' '.join(args)} failed: {result.stderr or result.stdout}"
+        return json.loads(result.stdout)
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/api/sessions/{session_id}")
+        assert response.status_code == 200, response.text
+        return response.json()["session"]
+
+    def scoped(self, session_id: str, suffix: str = "") -> str:
+        return f"/api/workspaces/{self.session(session_id)['workspace_id']}/sessions/{session_id}{suffix}"
+
+    def wait_state(self, session_id: str, states: set[str], timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.session(session_id)
+            if s["state"] in states:
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"session {session_id} stuck in {s['state']}, wanted {states}")
+            time.sleep(0.05)
+
+    def events(self, session_id: str, **query: Any) -> list[dict[str, Any]]:
+        response = self.http.get(self.scoped(session_id, "/events"), params={"limit": 1000, **query})
+        assert response.status_code == 200, response.text
+        return response.json()["events"]
+
+    def wait_event(self, session_id: str, type_: str, timeout: float = 30.0, **match: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in self.events(session_id, type=type_):
+                if all(event["content"].get(k) == v for k, v in match.items()):
+                    return event
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {type_} event matching {match} in {session_id}")
+            time.sleep(0.05)
+
+    def create(self, workspace: Path, agent: str = "scripted", prompt: str | None = None,
+               wait: bool = True, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"agent_name": agent, "workspace_path": str(workspace), **extra}
+        if prompt is not None:
+            body["prompt"] = prompt
+        response = self.http.post("/api/sessions", json=body)
+        assert response.status_code == 201, response.text
+        session = response.json()["session"]
+        if wait:
+            session = self.wait_state(session["id"], {"active", "stopped"})
+        return session
+
+    def prompt(self, session_id: str, message: str, **extra: Any) -> httpx.Response:
+        return self.http.post(self.scoped(session_id, "/prompt"), json={"message": message, **extra})
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.http.close()
+        return self.proc.returncode
+
+
+def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] | None = None,
+                 timeout: float = 30.0) -> Daemon:
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "config.toml"
+    if not config.exists():
+        config.write_text(daemon_config(home, extra_config))
+    env = {**os.environ, "COMPOZY_HOME": str(home), **(env_extra or {})}
+    env.pop("COMPOZY_URL", None)
+    log_path = home / "daemon-test.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - the daemon writes to it for its whole life
+    proc = subprocess.Popen([sys.executable, "-m", "compozy_site.cli.main", "daemon", "start", "--foreground",
+                             "--port", "0"], env=env, cwd=str(ROOT), stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    record_path = home / "daemon.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if record_path.exists():
+            try:
+                record = json.loads(record_path.read_text())
+            except json.JSONDecodeError:
+                record = {}
+            if record.get("pid") == proc.pid:
+                return Daemon(home, proc, int(record["port"]), env, log_path)
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited ({proc.returncode}): {log_path.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"daemon not ready in {timeout}s: {log_path.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("home"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "README.md").write_text("hello from the workspace\n")
+    return ws
