@@ -175,7 +175,7 @@ def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, 
     home = compozy_home()
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "compozy_site.cli.main", "daemon", "start", "--foreground"]
+    args = [sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--foreground"]
     if port is not None:
         args += ["--port", str(port)]
     with open(log_dir / "daemon.log", "ab") as log:

@@ -1,0 +1,62 @@
+"""The `compozy` command group, its subgroups and the options every command shares.
+
+Command modules register on these groups; `compozy_site.cli.main` imports them all.
+Keep imports light: `compozy status` must not import Django or the ACP SDK.
+"""
+
+from __future__ import annotations
+
+import rich_click as click
+
+from compozy_site.cli.client import Client
+from compozy_site.cli.output import FORMATS
+
+click.rich_click.USE_MARKDOWN = True
+click.rich_click.SHOW_ARGUMENTS = True
+
+output_option = click.option("-o", "--output", "fmt", type=click.Choice(FORMATS), default="human",
+                             show_default=True, help="Output format: `human` tables, or `json`/`jsonl` for scripts.")
+json_flag = click.option("--json", "as_json", is_flag=True, help="Same as `-o json`.")
+
+
+def _fmt(fmt: str, as_json: bool) -> str:
+    return "json" if as_json else fmt
+
+
+def _client() -> Client:
+    return Client()
+
+
+def _session_path(client: Client, session_id: str, suffix: str = "") -> str:
+    """Session-scoped commands take just the id; the client finds the workspace route."""
+    session = client.request("GET", f"/api/sessions/{session_id}")["session"]
+    return f"/api/workspaces/{session['workspace_id']}/sessions/{session_id}{suffix}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="compozy")
+def cli() -> None:
+    """**Compozy** keeps long ACP coding-agent sessions durable and diagnosable.
+
+    Start the daemon with `compozy daemon start`, then create a session:
+
+        compozy session new --agent general --cwd "$PWD" --prompt "hello"
+
+    Debugging a session: `compozy status`, then `compozy session status ID -o json`,
+    `compozy session events ID`, `compozy session history ID`.
+    """
+
+
+@cli.group()
+def daemon() -> None:
+    """Start, stop and inspect the background daemon."""
+
+
+@cli.group()
+def session() -> None:
+    """Create, prompt, stop and inspect sessions."""
+
+
+@cli.group()
+def workspace() -> None:
+    """Register and inspect workspaces (the directories sessions work in)."""

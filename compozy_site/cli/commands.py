@@ -1,0 +1,482 @@
+"""The `compozy` commands: thin, one or two API calls each over the daemon socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import rich_click as click
+
+from compozy_site.cli.app import _client, _fmt, _session_path, cli, daemon, json_flag, output_option, session, workspace
+from compozy_site.cli.client import ApiError, Client
+from compozy_site.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
+
+# ---- status ------------------------------------------------------------------------------------
+
+@cli.command("status")
+@output_option
+@json_flag
+def status_cmd(fmt: str, as_json: bool) -> None:
+    """Consolidated runtime status: the daemon, session counts and recent session failures.
+
+    The first step when debugging. Exits 69 when the daemon is unreachable.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        data = _client().request("GET", "/api/status")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+    def human() -> None:
+        d = data["daemon"]
+        kv("Compozy daemon", [("status", d["status"]), ("pid", str(d["pid"])), ("started", d.get("started_at")),
+                              ("http", f"http://{d['http_host']}:{d['http_port']}"), ("socket", d["socket"]),
+                              ("home", d.get("home")), ("config", d.get("config")),
+                              ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total")])
+        failures = data["health"]["failures"]
+        if failures["recent"]:
+            table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],
+                  [(f["session_id"], f["agent_name"], f["state"], f["failure_kind"], f["summary"],
+                    f.get("crash_bundle_path")) for f in failures["recent"]])
+
+    emit(data, fmt, human)
+
+
+# ---- daemon ------------------------------------------------------------------------------------
+
+@daemon.command("start")
+@click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C (used by `make run`).")
+@click.option("--port", type=int, default=None, help="HTTP port (default from config.toml, else 2123; 0 = any free).")
+@output_option
+def daemon_start(foreground: bool, port: int | None, fmt: str) -> None:
+    """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
+
+    Without `--foreground` it starts in the background, waits up to 15 s until ready and prints its record.
+    """
+    from compozy_site.launcher import DaemonError, run_foreground, start_detached
+
+    try:
+        if foreground:
+            sys.exit(run_foreground(port))
+        record = start_detached(port)
+    except DaemonError as exc:
+        fail(str(exc), "daemon_start_failed", fmt)
+    emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
+
+
+@daemon.command("stop")
+@output_option
+def daemon_stop(fmt: str) -> None:
+    """Stop the daemon: live sessions stop with reason `shutdown`, then it exits (waits up to 15 s)."""
+    from compozy_site.launcher import DaemonError, stop_daemon
+
+    try:
+        record = stop_daemon()
+    except DaemonError as exc:
+        fail(str(exc), "daemon_not_running", fmt, EXIT_UNAVAILABLE)
+    emit(record, fmt, lambda: click.echo(f"daemon stopped (pid={record.get('pid')})"))
+
+
+@daemon.command("status")
+@output_option
+def daemon_status(fmt: str) -> None:
+    """Print the daemon record; `stopped` (exit 0) when no daemon runs."""
+    from compozy_site.daemon_record import daemon_running, read_daemon_record
+
+    record = read_daemon_record() or {}
+    record = {**record, "status": "running" if daemon_running() else "stopped"}
+    emit(record, fmt, lambda: kv("Compozy daemon", sorted(record.items())))
+
+
+# ---- sessions ----------------------------------------------------------------------------------
+
+def _render_session(s: dict[str, Any]) -> None:
+    failure = s.get("failure") or {}
+    kv(f"Session {s['id']}", [
+        ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
+        ("provider", s.get("provider")), ("model", s.get("model")), ("workspace", s["workspace_id"]),
+        ("cwd", s.get("cwd")), ("prompt", s.get("prompt_state")), ("stop reason", s.get("stop_reason")),
+        ("stop detail", s.get("stop_detail")), ("failure", failure.get("kind")),
+        ("failure summary", failure.get("summary")), ("crash bundle", failure.get("crash_bundle_path")),
+        ("last activity", s.get("last_activity_at")), ("created", s["created_at"]), ("updated", s["updated_at"]),
+    ])
+
+
+@session.command("new")
+@click.option("--agent", default=None, help="Agent name (default: the workspace's, else `general`).")
+@click.option("--cwd", default=None, help="Absolute path; registers it as a workspace when new.")
+@click.option("--workspace", default=None, help="A registered workspace id, name or path (exclusive with --cwd).")
+@click.option("--name", default=None, help="Session name (optional).")
+@click.option("--provider", default=None, help="Provider override, e.g. `demo`, `claude`, `codex`.")
+@click.option("--model", default=None)
+@click.option("--reasoning-effort", default=None,
+              type=click.Choice(["none", "minimal", "low", "medium", "high", "xhigh", "max"]))
+@click.option("--speed", default=None, type=click.Choice(["normal", "fast"]))
+@click.option("--prompt", default=None, help="First prompt, staged durably and sent once the agent is active.")
+@click.option("--no-wait", is_flag=True, help="Return the `starting` record at once.")
+@output_option
+@json_flag
+def session_new(agent: str | None, cwd: str | None, workspace: str | None, name: str | None, provider: str | None,
+                model: str | None, reasoning_effort: str | None, speed: str | None, prompt: str | None,
+                no_wait: bool, fmt: str, as_json: bool) -> None:
+    """Create a session and wait until it is `active` (or failed to start).
+
+    With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory.
+    """
+    fmt = _fmt(fmt, as_json)
+    if cwd and workspace:
+        fail("--cwd and --workspace are mutually exclusive", "workspace_conflict", fmt, 65)
+    body: dict[str, Any] = {k: v for k, v in {
+        "agent_name": agent, "name": name, "provider": provider, "model": model,
+        "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt}.items() if v is not None}
+    if workspace or (not cwd and os.environ.get("COMPOZY_WORKSPACE")):
+        body["workspace"] = workspace or os.environ["COMPOZY_WORKSPACE"]
+    else:
+        body["workspace_path"] = cwd if cwd is not None else os.getcwd()
+    client = _client()
+    try:
+        s = client.request("POST", "/api/sessions", body)["session"]
+        while not no_wait and s["state"] in ("starting", "stopping"):
+            time.sleep(0.1)
+            s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    if not no_wait and s["state"] == "stopped":
+        summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
+        fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
+             fmt, 1, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
+    emit(s, fmt, lambda: _render_session(s))
+
+
+@session.command("status")
+@click.argument("session_id")
+@output_option
+@json_flag
+def session_status(session_id: str, fmt: str, as_json: bool) -> None:
+    """The current session record: state, agent, workspace, stop reason, failure, prompt state, times.
+
+    JSON is `{"session": {...}}`, so `jq '.session.failure'` reads the failure object.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        s = _client().request("GET", f"/api/sessions/{session_id}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit({"session": s}, fmt, lambda: _render_session(s))
+
+
+@session.command("list")
+@click.option("--all", "all_states", is_flag=True, help="Every state, not only active sessions.")
+@click.option("--state", type=click.Choice(["starting", "active", "stopping", "stopped"]))
+@click.option("--resumable", is_flag=True, help="Only sessions you can attach to now.")
+@click.option("--workspace", default=None)
+@click.option("--agent", default=None)
+@click.option("--query", default=None, help="Match name or id.")
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@click.option("--cursor", default=None, help="`page.next_cursor` from the previous page.")
+@output_option
+@json_flag
+def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
+                 query: str | None, limit: int, cursor: str | None, fmt: str, as_json: bool) -> None:
+    """List sessions (active ones by default). JSON: `{sessions: [...], page: {...}}`."""
+    fmt = _fmt(fmt, as_json)
+    try:
+        data = _client().request("GET", "/api/sessions", query={
+            "all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
+            "workspace": workspace, "agent": agent, "q": query, "limit": limit, "cursor": cursor})
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(data if fmt == "json" else data["sessions"], fmt, lambda: table(
+        f"Sessions ({data['page']['total']})", ["ID", "Name", "State", "Badge", "Agent", "Stop reason", "Failure",
+                                                 "Last activity"],
+        [(s["id"], s.get("name"), s["state"], s["badge"], s["agent_name"], s.get("stop_reason"),
+          (s.get("failure") or {}).get("kind"), s.get("last_activity_at") or s["updated_at"])
+         for s in data["sessions"]]))
+
+
+def _print_event(row: dict[str, Any], fmt: str) -> None:
+    if fmt in ("json", "jsonl"):
+        click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+        return
+    content = row.get("content") or {}
+    summary = content.get("text") or content.get("title") or content.get("error") or content.get("stop_reason") or ""
+    click.echo(f"{row['timestamp']}  {row['sequence']:>6}  {row['type']:<26} {str(summary)[:200]}")
+
+
+@session.command("prompt")
+@click.argument("session_id")
+@click.argument("message", required=False)
+@click.option("--queue", "mode", flag_value="queue", help="If busy, queue it (FIFO).")
+@click.option("--interrupt", "mode", flag_value="interrupt", help="If busy, cancel the turn and run this instead.")
+@click.option("--steer", "mode", flag_value="steer", help="If busy, inject at the next tool result.")
+@click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID", help="Cancel a queued entry by id.")
+@click.option("--no-follow", is_flag=True, help="Return once accepted instead of streaming the turn.")
+@output_option
+@json_flag
+def session_prompt(session_id: str, message: str | None, mode: str | None, cancel_entry: str | None,
+                   no_follow: bool, fmt: str, as_json: bool) -> None:
+    """Send a prompt. On an idle session the turn streams here until it is `done`.
+
+    Busy sessions follow the busy-input mode (default from `session.busy_input.default_mode`).
+    """
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        if cancel_entry:
+            if message or mode:
+                fail("--cancel takes no message or mode", "invalid_request", fmt, 65)
+            result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{cancel_entry}"))
+            emit(result, fmt, lambda: click.echo(f"canceled queued entry {cancel_entry}"))
+            return
+        if not message:
+            fail("a message is required", "message_required", fmt, 65)
+        base = _session_path(client, session_id)
+        body: dict[str, Any] = {"message": message}
+        if mode:
+            body["mode"] = mode
+        result = client.request("POST", base + "/prompt", body)
+        prompt = result["prompt"]
+        if prompt["status"] != "accepted" or no_follow:
+            emit(result, fmt, lambda: click.echo(
+                f"{prompt['status']}" + (f": entry {prompt.get('queue_entry_id')} at position "
+                                         f"{prompt.get('queue_position')}" if prompt.get("queue_entry_id") else "")))
+            return
+        events = []
+        for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": prompt["turn_id"]}):
+            row = json.loads(data)
+            if event == "error" and "sequence" not in row:
+                fail(str(row.get("error")), "stream_error", fmt)
+            events.append(row)
+            if fmt == "jsonl":
+                _print_event(row, fmt)
+            elif fmt == "human" and row.get("type") == "agent_message":
+                click.echo(row["content"].get("text", ""), nl=False)
+            if row.get("type") in ("done", "error", "session_stopped"):
+                break
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    if fmt == "json":
+        click.echo(json.dumps(events, indent=2, sort_keys=True, ensure_ascii=False))
+    elif fmt == "human":
+        click.echo()
+        last = events[-1] if events else {}
+        if last.get("type") == "error" or last.get("type") == "session_stopped":
+            fail(str((last.get("content") or {}).get("error") or last.get("stop_reason") or "turn failed"),
+                 "turn_failed", fmt)
+
+
+@session.command("stop")
+@click.argument("session_id")
+@output_option
+@json_flag
+def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
+    """Stop a session (cancel, then escalate), then print the stopped record."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        client.request("POST", _session_path(client, session_id, "/stop"))
+        s = client.request("GET", f"/api/sessions/{session_id}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(s, fmt, lambda: _render_session(s))
+
+
+@session.command("remove")
+@click.argument("session_id")
+@output_option
+@json_flag
+def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
+    """Delete a session's history for good (stops it first); prints the record as it was."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        s = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        client.request("DELETE", f"/api/workspaces/{s['workspace_id']}/sessions/{session_id}")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(s, fmt, lambda: click.echo(f"removed {session_id}"))
+
+
+@session.command("events")
+@click.argument("session_id")
+@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N events.")
+@click.option("--after", type=click.IntRange(0), default=None, help="Events after this sequence.")
+@click.option("--type", "types", multiple=True, help="Only these event types (repeatable).")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming new events until the session stops.")
+@output_option
+@json_flag
+def session_events(session_id: str, last: int | None, after: int | None, types: tuple[str, ...], follow: bool,
+                   fmt: str, as_json: bool) -> None:
+    """Read the append-only event store: the best evidence of what happened.
+
+    `--follow` reads raw persisted events over SSE and reconnects with `Last-Event-ID` after a drop.
+    """
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        base = _session_path(client, session_id)
+        if follow:
+            _follow(client, base, after, last, list(types), "jsonl" if fmt == "json" else fmt)
+            return
+        rows = client.request("GET", base + "/events", query={
+            "limit": last, "after_sequence": after, "type": list(types) or None})["events"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(rows, fmt, lambda: table(None, ["Seq", "Type", "Agent", "Turn", "Timestamp", "Content"], [
+        (r["sequence"], r["type"], r["agent_name"], r["turn_id"], r["timestamp"],
+         json.dumps(r["content"], sort_keys=True, ensure_ascii=False)[:160]) for r in rows]))
+
+
+def _follow(client: Client, base: str, after: int | None, last: int | None, types: list[str], fmt: str) -> None:
+    cursor = after
+    retries = 0
+    query: dict[str, Any] = {"frames": "raw", "type": types or None}
+    if cursor is None and last:
+        query["limit"] = last
+    while True:
+        try:
+            for event_id, event, data in client.stream(base + "/stream", query, last_event_id=cursor):
+                retries = 0
+                row = json.loads(data)
+                if event == "error":
+                    fail(str(row.get("error")), "stream_error", fmt)
+                if event_id:
+                    cursor = int(event_id)
+                    query.pop("limit", None)
+                _print_event(row, fmt) if "sequence" in row else click.echo(
+                    json.dumps(row, sort_keys=True) if fmt != "human" else f"session stopped: {row.get('stop_reason')}")
+                if event == "session_stopped":
+                    return
+            return
+        except ApiError as exc:
+            if exc.status != 0 or retries >= 20:
+                raise
+        except (ConnectionError, OSError):
+            if retries >= 20:
+                raise
+        retries += 1
+        time.sleep(min(0.2 * retries, 2.0))
+
+
+@session.command("history")
+@click.argument("session_id")
+@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N turns.")
+@click.option("--after", type=click.IntRange(0), default=None, help="Events after this sequence.")
+@output_option
+@json_flag
+def session_history(session_id: str, last: int | None, after: int | None, fmt: str, as_json: bool) -> None:
+    """The user-visible turn sequence: events grouped by turn, in order."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        turns = client.request("GET", _session_path(client, session_id, "/history"),
+                               query={"limit": last, "after_sequence": after})["history"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+    def human() -> None:
+        for turn in turns:
+            click.echo(click.style(f"── turn {turn['turn_id']}", bold=True))
+            for row in turn["events"]:
+                _print_event(row, "human")
+
+    emit(turns, fmt, human)
+
+
+# ---- workspaces --------------------------------------------------------------------------------
+
+def _ws_rows(items: list[dict[str, Any]]) -> None:
+    table("Workspaces", ["ID", "Name", "Root", "Add Dirs", "Default Agent", "Updated"],
+          [(w["id"], w["name"], w["root_dir"], len(w["add_dirs"]), w.get("default_agent"), w["updated_at"])
+           for w in items])
+
+
+@workspace.command("list")
+@output_option
+@json_flag
+def workspace_list(fmt: str, as_json: bool) -> None:
+    """Every registered workspace."""
+    fmt = _fmt(fmt, as_json)
+    try:
+        items = _client().request("GET", "/api/workspaces")["workspaces"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(items, fmt, lambda: _ws_rows(items))
+
+
+@workspace.command("info")
+@click.argument("ref", required=False)
+@output_option
+@json_flag
+def workspace_info(ref: str | None, fmt: str, as_json: bool) -> None:
+    """Root, extra roots, sessions, visible agents and providers. No REF: the cwd's nearest workspace."""
+    from urllib.parse import quote
+
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        if not ref:
+            listing = client.request("GET", "/api/workspaces")["workspaces"]
+            cwd = os.path.realpath(os.getcwd())
+            matches = [w for w in listing if cwd == w["root_dir"] or cwd.startswith(w["root_dir"].rstrip("/") + "/")]
+            if not matches:
+                fail(f"no registered workspace contains {cwd}", "workspace_not_found", fmt, EXIT_UNAVAILABLE)
+            ref = max(matches, key=lambda w: len(w["root_dir"]))["id"]
+        data = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+    def human() -> None:
+        w = data["workspace"]
+        kv(f"Workspace {w['name']}", [("id", w["id"]), ("root", w["root_dir"]), ("add dirs", w["add_dirs"]),
+                                       ("default agent", w.get("default_agent"))])
+        table("Agents", ["Name", "Provider"], [(a["name"], a["provider"]) for a in data["agents"]])
+        table("Providers", ["Name", "Command", "Available"],
+              [(p["name"], " ".join(p["command"]), "yes" if p["available"] else "no") for p in data["providers"]])
+
+    emit(data, fmt, human)
+
+
+@workspace.command("add")
+@click.argument("path")
+@click.option("--name", default=None)
+@click.option("--add-dir", "add_dirs", multiple=True, help="Extra root (absolute, repeatable).")
+@click.option("--default-agent", default=None)
+@output_option
+@json_flag
+def workspace_add(path: str, name: str | None, add_dirs: tuple[str, ...], default_agent: str | None, fmt: str,
+                  as_json: bool) -> None:
+    """Register an absolute path as a workspace."""
+    fmt = _fmt(fmt, as_json)
+    body: dict[str, Any] = {"root_dir": path, "add_dirs": list(add_dirs)}
+    if name:
+        body["name"] = name
+    if default_agent:
+        body["default_agent"] = default_agent
+    try:
+        w = _client().request("POST", "/api/workspaces", body)["workspace"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(w, fmt, lambda: _ws_rows([w]))
+
+
+@workspace.command("remove")
+@click.argument("ref")
+@output_option
+@json_flag
+def workspace_remove(ref: str, fmt: str, as_json: bool) -> None:
+    """Unregister a workspace (refused while a session is live; stopped sessions go with it)."""
+    from urllib.parse import quote
+
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        w = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")["workspace"]
+        client.request("DELETE", f"/api/workspaces/{w['id']}")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(w, fmt, lambda: click.echo(f"removed workspace {w['name']} ({w['id']})"))
+
