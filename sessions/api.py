@@ -122,7 +122,45 @@ async def prompt(request: HttpRequest, workspace: str, session_id: str) -> tuple
     mode = body.get("mode")
     if mode is not None and not isinstance(mode, str):
         raise InvalidRequest("mode must be a string", code="invalid_mode")
-    return await services.prompt_session(session_id, message, mode=mode, workspace_ref=workspace)
+    expected = body.get("expected_turn_id")
+    if expected is not None and not isinstance(expected, str):
+        raise InvalidRequest("expected_turn_id must be a string", code="invalid_field")
+    return await services.prompt_session(session_id, message, mode=mode, workspace_ref=workspace,
+                                         expected_turn_id=expected)
+
+
+@router.post(WS + "/interrupt")
+async def interrupt(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    expected = json_body(request).get("expected_turn_id")
+    return await services.interrupt_session(session_id, workspace, expected if isinstance(expected, str) else None)
+
+
+@router.post(WS + "/steer", response={200: dict, 202: dict})
+async def steer(request: HttpRequest, workspace: str, session_id: str) -> tuple[int, dict[str, Any]]:
+    text = json_body(request).get("text")
+    if not isinstance(text, str):
+        raise InvalidRequest("text is required", code="text_required")
+    return await services.steer_session(session_id, text, workspace)
+
+
+@router.get(WS + "/prompt/queue")
+async def prompt_queue(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    return await sync_to_async(services.pending_inputs)(session_id, workspace)
+
+
+@router.get(WS + "/permissions")
+async def permissions(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    return await services.list_permissions(session_id, workspace)
+
+
+@router.post(WS + "/permissions/{request_id}")
+async def decide_permission(request: HttpRequest, workspace: str, session_id: str, request_id: str) -> dict[str, Any]:
+    body = json_body(request)
+    decision, option = body.get("decision"), body.get("option_id")
+    if not isinstance(decision, str):
+        raise InvalidRequest("decision is required (approve or deny)", code="invalid_decision")
+    return await services.decide_permission(session_id, request_id, decision,
+                                            option if isinstance(option, str) else None, workspace)
 
 
 @router.post(WS + "/prompt/cancel")
@@ -133,6 +171,27 @@ async def cancel_turn(request: HttpRequest, workspace: str, session_id: str) -> 
 @router.delete(WS + "/prompt/queue/{entry_id}")
 async def cancel_queued(request: HttpRequest, workspace: str, session_id: str, entry_id: str) -> dict[str, Any]:
     return await services.cancel_queued(session_id, entry_id, workspace)
+
+
+@router.post(WS + "/reactivate")
+async def reactivate(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    return {"session": await services.reactivate(session_id, workspace)}
+
+
+@router.post(WS + "/attach")
+async def attach(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    body = json_body(request)
+    holder = body.get("attached_to") or f"http:{request.META.get('REMOTE_ADDR') or 'local'}"
+    ttl = body.get("ttl_seconds", 900)
+    if not isinstance(holder, str) or not isinstance(ttl, int) or isinstance(ttl, bool):
+        raise InvalidRequest("attached_to must be a string and ttl_seconds an integer", code="invalid_field")
+    return await sync_to_async(services.attach)(session_id, workspace, holder, ttl)
+
+
+@router.delete(WS + "/attach")
+async def detach(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    holder = request.GET.get("attached_to") or ""
+    return await sync_to_async(services.detach)(session_id, workspace, holder)
 
 
 @router.get(WS + "/events")

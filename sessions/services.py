@@ -58,7 +58,8 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "type": meta.get("session_type") or "user",
         "state": meta["state"],
         "badge": badge.value,
-        "attachable": meta["state"] == SessionState.ACTIVE and badge.value == "idle" and not meta.get("failure"),
+        "attachable": meta["state"] == SessionState.ACTIVE and badge.value in ("idle", "running")
+        and not meta.get("failure") and not stalled,
         "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
         "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
         "stop_reason": meta.get("stop_reason") or None,
@@ -237,12 +238,119 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     return get_manager().get(session_id), meta
 
 
+# ---- reactivation and attach (sessions reference §14-15) --------------------------------------
+
+REACTIVATION_HINT = "inspect `compozy session recap|history ID` and `compozy session repair ID --dry-run`"
+
+
+def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path]]:
+    """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
+    meta = read_session_meta(session_id)
+    if meta["state"] != SessionState.STOPPED:
+        raise Conflict(f"session is {meta['state']}, not stopped", code="session_not_stopped")
+
+    def refuse(message: str, code: str) -> Conflict:
+        return Conflict(f"session cannot be reactivated: {message}; {REACTIVATION_HINT}", code=code,
+                        data={"session_id": session_id, "reason": code})
+
+    if (meta.get("session_type") or "user") != SessionType.USER:
+        raise refuse("daemon-managed sessions are reactivated only by the daemon", "session_not_reactivatable")
+    ws = Workspace.objects.filter(id=meta["workspace_id"]).first()
+    if ws is None:
+        raise refuse("its workspace is no longer registered", "workspace_not_found")
+    if not Path(ws.root_dir).is_dir():
+        raise refuse(f"the workspace root {ws.root_dir} no longer exists", "workspace_root_missing")
+    config = get_config()
+    agent = config.agents.get(meta["agent_name"])
+    if agent is None:
+        raise refuse(f"agent {meta['agent_name']!r} is no longer defined", "agent_not_found")
+    provider = config.providers.get(meta.get("provider") or agent.provider or config.default_provider)
+    if provider is None:
+        raise refuse(f"provider {meta.get('provider')!r} is no longer defined", "provider_not_found")
+    path = folder.events_path(session_id)
+    try:
+        event_store.max_sequence(path)
+    except Exception as exc:
+        raise refuse(f"its event store is unreadable ({exc})", "event_store_unreadable") from exc
+    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
+    return meta, agent, provider, roots
+
+
+async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> dict[str, Any]:
+    """stopped → starting → active under the same Compozy id (daemon-managed; used by prompt and resume)."""
+    manager = get_manager()
+    runtime = manager.get(session_id)
+    if runtime is None:
+        meta, agent, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
+        await sync_to_async(_workspace_scope)(workspace_ref, meta)
+        runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots, reactivate=True)
+    done = asyncio.ensure_future(runtime.active.wait())
+    stopped = asyncio.ensure_future(runtime.stopped.wait())
+    try:
+        await asyncio.wait({done, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        done.cancel()
+        stopped.cancel()
+    payload = await sync_to_async(get_session)(session_id)
+    if payload["state"] != SessionState.ACTIVE:
+        failure = payload.get("failure") or {}
+        raise Conflict(f"reactivation failed: {failure.get('summary') or payload.get('stop_detail') or 'timed out'}; "
+                       f"{REACTIVATION_HINT}", code="session_reactivation_failed",
+                       data={"session": payload})
+    return payload
+
+
+def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_seconds: int) -> dict[str, Any]:
+    """Take the holder lease of an attachable live session (compare-and-set on the catalog row)."""
+    from datetime import timedelta
+
+    if not 1 <= ttl_seconds <= 86400:
+        raise InvalidRequest("ttl_seconds must be between 1 and 86400", code="invalid_ttl")
+    payload = get_session(session_id, workspace_ref)
+    if not payload["attachable"]:
+        raise Conflict(f"session is not attachable (state {payload['state']}, badge {payload['badge']}); "
+                       f"{REACTIVATION_HINT}", code="session_not_attachable", data={"session": payload})
+    now = folder.utcnow()
+    expires = now + timedelta(seconds=ttl_seconds)
+    from django.db.models import Q
+
+    free = Q(attached_to="") | Q(attach_expires_at__lt=now) | Q(attached_to=attached_to)
+    changed = Session.objects.filter(Q(id=session_id) & free).update(attached_to=attached_to,
+                                                                      attach_expires_at=expires)
+    if changed != 1:
+        row = Session.objects.get(id=session_id)
+        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}",
+                       code="session_attach_locked", data={"attached_to": row.attached_to})
+    return {"session": get_session(session_id), "attach": {
+        "session_id": session_id, "attached_to": attached_to, "attached_at": folder.isoformat(now),
+        "attach_expires_at": folder.isoformat(expires)}}
+
+
+def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> dict[str, Any]:
+    get_session(session_id, workspace_ref)
+    Session.objects.filter(id=session_id, attached_to=attached_to).update(attached_to="", attach_expires_at=None)
+    return {"session": get_session(session_id)}
+
+
+def latest_resumable(workspace: str | None = None) -> str:
+    listing = list_sessions(workspace=workspace, resumable=True, limit=100)
+    candidates = sorted(listing["sessions"], key=lambda s: s.get("last_activity_at") or s["updated_at"], reverse=True)
+    if not candidates:
+        raise NotFound("no resumable session", code="no_resumable_session")
+    return str(candidates[0]["id"])
+
+
 async def prompt_session(session_id: str, message: str, *, mode: str | None = None,
-                         workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
+                         workspace_ref: str | None = None, expected_turn_id: str | None = None,
+                         ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, {"prompt": result}). Idle → accepted turn; busy → the busy-input mode."""
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     manager = get_manager()
     text = manager.inputs.check_text(message)
+    if runtime is None and meta["state"] == SessionState.STOPPED:
+        # A prompt to a stopped, eligible session reactivates it under the same id (§15).
+        await reactivate(session_id, workspace_ref)
+        runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
         raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
                              data={"state": meta["state"]})
@@ -261,7 +369,65 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
         runtime.recorder.flush()
         return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
                                 "queue_position": position, "queue_generation": entry.generation}}
-    raise Conflict(f"busy-input mode {mode!r} is not available yet; use queue", code="mode_unsupported")
+    if mode == BusyMode.INTERRUPT:
+        return 200, {"prompt": await runtime.interrupt(replacement=text, expected_turn_id=expected_turn_id)}
+    result = await runtime.stage_steer(text)
+    return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def interrupt_session(session_id: str, workspace_ref: str | None = None,
+                            expected_turn_id: str | None = None) -> dict[str, Any]:
+    """The dedicated interrupt: cancel the turn, no replacement; its text is kept for one steer."""
+    runtime = await _active_runtime(session_id, workspace_ref)
+    return {"prompt": await runtime.interrupt(replacement=None, expected_turn_id=expected_turn_id)}
+
+
+async def steer_session(session_id: str, text: str, workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
+    runtime = await _active_runtime(session_id, workspace_ref)
+    result = await runtime.stage_steer(get_manager().inputs.check_text(text))
+    return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
+        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
+                             data={"state": meta["state"]})
+    return runtime
+
+
+async def list_permissions(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    items = [] if runtime is None else [p.public() for p in runtime.permissions.pending.values()
+                                        if not p.answer.done()]
+    return {"permissions": items}
+
+
+async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
+                            workspace_ref: str | None = None) -> dict[str, Any]:
+    if decision not in ("approve", "deny"):
+        raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    pending = runtime.permissions.pending.get(request_id) if runtime else None
+    if pending is None or pending.answer.done():
+        raise NotFound("no pending permission request with that id", code="permission_not_found",
+                       data={"request_id": request_id})
+    if option_id and not any(o.get("optionId") == option_id for o in pending.options):
+        raise InvalidRequest("option_id is not one of the offered options", code="invalid_option")
+    runtime.decide_permission(request_id, decision, option_id)
+    return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
+
+
+def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    meta = read_session_meta(session_id)
+    _workspace_scope(workspace_ref, meta)
+    from sessions.models import PENDING_INPUT, InputEntry
+
+    rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
+    return {"queue": [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status,
+                       "queue_position": i + 1, "queue_generation": e.generation, "source": e.source,
+                       "created_at": folder.isoformat(e.created_at)} for i, e in enumerate(rows)],
+            "queue_generation": int(meta.get("input_generation") or 0)}
 
 
 async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
@@ -357,7 +523,8 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
             payload = session_payload(read_session_meta(row.id))
         except (NotFound, Conflict):
             continue
-        if resumable and not payload["attachable"]:
+        lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
+        if resumable and (not payload["attachable"] or lease_held):
             continue
         sessions.append(payload)
     has_more = offset + limit < total

@@ -1,13 +1,22 @@
 """huey jobs. They read durable state; when one must act on a live runtime it asks the daemon's
-manager through its loop, never touching an agent subprocess itself."""
+SessionManager on its own loop (never touching an agent subprocess itself)."""
 
 from __future__ import annotations
 
 import logging
+import os
 
-from huey.contrib.djhuey import db_task
+from huey.contrib.djhuey import HUEY, db_task
 
 logger = logging.getLogger(__name__)
+
+
+def _chain_id() -> str:
+    """Identifies this daemon run, so a sweep scheduled by a previous daemon dies out instead of doubling."""
+    from compozy_site.daemon_record import read_daemon_record
+
+    record = read_daemon_record() or {}
+    return f"{os.getpid()}:{record.get('started_at', '')}"
 
 
 @db_task()
@@ -18,6 +27,32 @@ def boot_repair() -> dict[str, int]:
     return boot_repair_all()
 
 
+@db_task()
+def supervision_sweep(chain: str) -> dict[str, int] | None:
+    """Propose supervision actions, then reschedule itself (huey's periodic tasks are minute-grained)."""
+    if chain != _chain_id():
+        return None
+    from sessions.runtime.manager import get_manager
+    from sessions.supervision import sweep, sweep_interval
+
+    try:
+        result = sweep()
+    except Exception:
+        logger.exception("supervision sweep failed")
+        result = None
+    try:
+        manager = get_manager()
+    except Exception:
+        return result
+    if not manager.draining:
+        supervision_sweep.schedule(args=(chain,), delay=sweep_interval(manager.config))
+    return result
+
+
 def schedule_boot_jobs() -> None:
     """Called by the launcher once the daemon listens."""
     boot_repair()
+    supervision_sweep(_chain_id())
+
+
+__all__ = ["HUEY", "boot_repair", "schedule_boot_jobs", "supervision_sweep"]

@@ -75,3 +75,15 @@ class InputQueue:
         """After a crash, an entry caught mid-dispatch goes back to the queue (runs once more)."""
         InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED, updated_at=utcnow())
+
+    def drop_older(self, session_id: str, generation: int) -> list[str]:
+        """Cancel pending entries older than `generation` (an interrupt fences them off)."""
+        stale = list(InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED,
+                                               generation__lt=generation).values_list("id", flat=True))
+        InputEntry.objects.filter(id__in=stale).update(status=InputEntry.Status.CANCELED, updated_at=utcnow())
+        return stale
+
+    def to_queue(self, entry_id: str) -> None:
+        """A steer that found no tool result runs as a normal queued prompt instead."""
+        InputEntry.objects.filter(id=entry_id, status=InputEntry.Status.QUEUED).update(mode="queue",
+                                                                                       updated_at=utcnow())

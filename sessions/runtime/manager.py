@@ -55,6 +55,8 @@ class SessionManager:
                reactivate: bool = False) -> SessionRuntime:
         if self.draining:
             raise Unavailable("the daemon is shutting down", code="daemon_draining")
+        if meta["id"] in self.runtimes:
+            return self.runtimes[meta["id"]]
         runtime = SessionRuntime(self, meta, config=self.config, agent=agent, provider=provider, roots=roots)
         self.runtimes[runtime.id] = runtime
         self.reserved.discard(runtime.id)
@@ -63,6 +65,12 @@ class SessionManager:
         self._boot_tasks.add(task)
         task.add_done_callback(self._boot_tasks.discard)
         return runtime
+
+    async def supervise(self, session_id: str, action: str, turn_id: str | None) -> str:
+        runtime = self.runtimes.get(session_id)
+        if runtime is None:
+            return "stale"
+        return await runtime.supervise(action, turn_id)
 
     def forget(self, session_id: str) -> None:
         self.runtimes.pop(session_id, None)

@@ -22,6 +22,7 @@ from sessions.acp.mapping import map_update, normalize_usage
 from sessions.config import AgentConfig, Config, ProviderConfig
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle, signals
+from sessions.runtime.permissions import PermissionBoard, option_for
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.tasks import db, spawn
 from sessions.store import folder
@@ -48,11 +49,24 @@ class Turn:
     text: str
     source: str
     started_at: str
+    generation: int = 0
     started_mono: float = field(default_factory=time.monotonic)
+    last_activity_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     terminal: bool = False
     cancel_requested: bool = False
+    warned: bool = False
+    timed_out: bool = False
+    last_progress_mono: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class StagedSteer:
+    entry_id: str
+    text: str
+    generation: int
+    delivering: bool = False
 
 
 class StartFailed(Exception):
@@ -87,6 +101,13 @@ class SessionRuntime:
         self._loading = False
         self._stop_task: asyncio.Task[None] | None = None
         self.boot_task: asyncio.Task[None] | None = None
+        self.permissions = PermissionBoard()
+        # Busy input: the canceled text a dedicated interrupt keeps for one steer, and the staged steer.
+        self.salvage: dict[str, Any] | None = None
+        self.steer: StagedSteer | None = None
+        # Provider context recovery: a projection of this session's log, prepended to the next prompt.
+        self.projection: str | None = None
+        self._heartbeat_due = 0.0
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -136,6 +157,8 @@ class SessionRuntime:
             activity["current_tool"] = tool
             activity["tool_call_id"] = tool_call_id
         self.meta["liveness"]["last_update_at"] = now
+        if self.turn is not None:
+            self.turn.last_activity_mono = time.monotonic()
 
     # ---- agent callbacks -------------------------------------------------------------------
 
@@ -156,12 +179,15 @@ class SessionRuntime:
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
         self.touch_activity(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"))
+        if type_ == EventType.TOOL_RESULT and self.steer is not None and not self.steer.delivering and self.turn:
+            self.steer.delivering = True
+            spawn(self._deliver_steer(self.turn))
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
         from acp.exceptions import RequestError
 
         if method == "session/request_permission":
-            return self._answer_permission(params)
+            return await self._answer_permission(params)
         if method in ("fs/read_text_file", "fs/write_text_file"):
             path = str(params.get("path", ""))
             try:
@@ -184,26 +210,63 @@ class SessionRuntime:
                 raise RequestError.internal_error({"path": path, "error": str(exc)}) from exc
         raise RequestError.method_not_found(method)
 
-    def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         options = [o for o in params.get("options", []) if isinstance(o, dict)]
         mode = str(self.meta.get("effective_permissions") or self.config.permissions_mode)
-        decision, option_id = client_side.policy_decision(mode, tool_call, options)
         call_id = str(tool_call.get("toolCallId", ""))
-        self.record(EventType.PERMISSION, {
+        base = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
             "resource": self.tool_titles.get(call_id) or str(tool_call.get("title") or ""),
-            "decision": decision, "decision_source": f"policy:{mode}", "title": tool_call.get("title"),
-            "tool_call_id": call_id, "raw": {"toolCall": tool_call, "options": options},
-        })
+            "title": tool_call.get("title"), "tool_call_id": call_id,
+        }
+        turn_id = self.turn.id if self.turn else ""
+        if mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
+            if self.turn is not None and self.turn.cancel_requested:
+                decision, option_id, source = "cancelled", None, "turn_cancelled"
+            else:
+                pending = self.permissions.open(call_id or f"perm-{len(self.permissions.pending)}", turn_id,
+                                                tool_call, options)
+                self.record(EventType.PERMISSION, {**base, "request_id": pending.request_id, "decision": "pending",
+                                                   "decision_source": "person", "raw": {"toolCall": tool_call,
+                                                                                        "options": options}})
+                self.recorder.flush()
+                self.touch_activity("agent_waiting", "waiting for a permission decision")
+                try:
+                    person, chosen = await pending.answer
+                finally:
+                    self.permissions.close(pending.request_id)
+                if person == "cancelled":
+                    decision, option_id, source = "cancelled", None, "turn_cancelled"
+                else:
+                    option_id = option_for(options, person, chosen)
+                    decision = "approved" if person == "approve" else "denied"
+                    source = "person"
+                    if option_id is None:
+                        decision, source = "cancelled", "no_matching_option"
+                base["request_id"] = pending.request_id
+        else:
+            decision, option_id = client_side.policy_decision(mode, tool_call, options)
+            source = f"policy:{mode}"
+        self.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
+                                           "option_id": option_id, "raw": {"toolCall": tool_call, "options": options}},
+                    turn_id=turn_id)
         self.touch_activity("permission", decision)
         return client_side.permission_response(option_id)
+
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
+        return self.permissions.resolve(request_id, decision, option_id)
 
     # ---- start -----------------------------------------------------------------------------
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
         try:
+            if reactivate:
+                # stopped → starting under the same id; the previous stop stays in the event log.
+                await db(self.manager.inputs.reset_dispatching, self.id)
+                await self.transition(SessionState.STARTING, stop_reason="", stop_detail="", failure=None)
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
             await self._fail_start(exc.kind, exc.summary)
@@ -217,7 +280,7 @@ class SessionRuntime:
             return
         if self.stopping:
             return
-        await self.transition(SessionState.ACTIVE)
+        await self.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
         self.active.set()
         try:
             await self.dispatch_next()
@@ -248,9 +311,13 @@ class SessionRuntime:
 
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         assert self.agent
-        params = {"cwd": str(self.cwd), "mcpServers": []}
+        params: dict[str, Any] = {"cwd": str(self.cwd), "mcpServers": []}
         if self.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in self.roots[1:]]
+        if reactivate:
+            fallback = await self._try_load_session(params)
+            if fallback is None:
+                return
         try:
             result = await self.agent.request("session/new", params, timeout=NEW_SESSION_TIMEOUT)
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
@@ -258,6 +325,34 @@ class SessionRuntime:
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
         self.meta["acp_session_id"] = str(result["sessionId"])
+        if reactivate:
+            self._stage_projection(fallback)
+
+    async def _try_load_session(self, params: dict[str, Any]) -> str | None:
+        """ACP session/load of the saved id; None on success, else the fallback reason (§14)."""
+        assert self.agent
+        saved = self.meta.get("acp_session_id") or ""
+        if not (self.meta.get("acp_caps") or {}).get("supports_load_session") or not saved:
+            return "load_session_unsupported"
+        self._loading = True  # the agent may replay history as updates: we already hold it
+        try:
+            await self.agent.request("session/load", {**params, "sessionId": saved}, timeout=NEW_SESSION_TIMEOUT)
+            return None
+        except AgentRequestError:
+            return "load_session_resource_missing"
+        except (TransportClosed, TimeoutError) as exc:
+            raise StartFailed(FailureKind.LOAD_SESSION_FAILURE,
+                              self._with_exit(f"ACP session/load failed: {exc}")) from exc
+        finally:
+            self._loading = False
+
+    def _stage_projection(self, reason: str) -> None:
+        from sessions.runtime.projection import build_projection
+
+        text, count = build_projection(folder.events_path(self.id))
+        self.projection = text
+        self.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
+                    {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")
 
     def _with_exit(self, message: str) -> str:
         if self.agent and self.agent.returncode is not None:
@@ -284,21 +379,32 @@ class SessionRuntime:
     def busy(self) -> bool:
         return self.turn is not None
 
-    async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None) -> Turn:
+    async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
+                         extra: dict[str, Any] | None = None) -> Turn:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
-            turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "")
+            turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "",
+                        generation=self.generation)
+            if self.projection is not None:
+                # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
+                turn.text = f"{self.projection}\n\nUser request: {text}"
+                self.projection = None
             self.turn = turn
-            content: dict[str, Any] = {"text": text, "source": source}
+            content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
             if authored is not None and authored != text:
                 content["authored_text"] = authored
+            if turn.text != text:
+                content["context_replay"] = True
             self.record(EventType.USER_MESSAGE, content, turn_id=turn.id)
             self.recorder.flush()
             activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
             activity.update({"turn_id": turn.id, "turn_source": source, "turn_started_at": turn.started_at,
                              "current_tool": None, "tool_call_id": None, "last_progress_at": None})
+            activity["prompt_active"] = True
             self.touch_activity("prompt_started")
             turn.task = spawn(self._run_turn(turn))
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = spawn(self._heartbeat_loop())
         return turn
 
     async def _run_turn(self, turn: Turn) -> None:
@@ -330,10 +436,16 @@ class SessionRuntime:
             self.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
+            self.permissions.cancel_all()
             self.recorder.flush()
-            self.turn = None if self.turn is turn else self.turn
+            if self.turn is turn:
+                self.turn = None
+                activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+                activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
+                self.meta["liveness"]["stall_state"] = ""
             turn.ended.set()
         if self.state == SessionState.ACTIVE and not self.stopping:
+            await self._steer_fallback()
             await self.persist()
             await self.dispatch_next()
 
@@ -343,6 +455,8 @@ class SessionRuntime:
         if turn is None or self.agent is None:
             return False
         turn.cancel_requested = True
+        # ACP: the client answers every pending permission request of a cancelled turn with `cancelled`.
+        self.permissions.cancel_all()
         await self.agent.notify("session/cancel", {"sessionId": self.meta.get("acp_session_id")})
         return True
 
@@ -361,6 +475,200 @@ class SessionRuntime:
             await db(self.manager.inputs.mark, entry.id, "failed")
             raise
         await db(self.manager.inputs.mark, entry.id, "sent")
+
+    # ---- busy input (sessions reference §6) ---------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return int(self.meta.get("input_generation") or 0)
+
+    async def _advance_generation(self) -> list[str]:
+        """Bump the input generation; pending entries of older generations are dropped, visibly."""
+        self.meta["input_generation"] = self.generation + 1
+        dropped = await db(self.manager.inputs.drop_older, self.id, self.generation)
+        for entry_id in dropped:
+            self.marker(MarkerKind.PROMPT_DROPPED, "Stale queued input dropped by an interrupt.",
+                        {"queue_entry_id": entry_id, "reason": "stale_generation",
+                         "queue_generation": self.generation})
+        if self.steer is not None:
+            self.marker(MarkerKind.PROMPT_DROPPED, "Staged steer dropped by an interrupt.",
+                        {"queue_entry_id": self.steer.entry_id, "reason": "stale_generation"})
+            dropped.append(self.steer.entry_id)
+            self.steer = None
+        return dropped
+
+    async def _cancel_and_wait(self, turn: Turn) -> bool:
+        await self.cancel_turn()
+        try:
+            await asyncio.wait_for(asyncio.shield(turn.ended.wait()), self.config.supervision.timeout_cancel_grace)
+            return True
+        except TimeoutError:
+            return False
+
+    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
+        """Cancel the current turn (fenced by expected_turn_id); run `replacement` as a new turn, or keep
+        the canceled text as salvage for one later steer (the dedicated interrupt)."""
+        from sessions.errors import Conflict
+
+        turn = self.turn
+        if expected_turn_id and (turn is None or turn.id != expected_turn_id):
+            raise Conflict("expected_turn_id does not match the running turn", code="turn_mismatch",
+                           data={"expected_turn_id": expected_turn_id, "current_turn_id": turn.id if turn else None})
+        dropped = await self._advance_generation()
+        previous = turn.id if turn else None
+        if turn is not None:
+            if replacement is None:
+                self.salvage = {"text": turn.text, "generation": self.generation, "turn_id": turn.id}
+            if not await self._cancel_and_wait(turn):
+                raise Conflict("the running turn did not end within timeout_cancel_grace",
+                               code="interrupt_timeout", data={"turn_id": turn.id})
+        result: dict[str, Any] = {"status": "interrupted", "interrupted": turn is not None,
+                                  "previous_turn_id": previous, "canceled_queued_entries": dropped,
+                                  "queue_generation": self.generation}
+        if replacement is not None:
+            new = await self.start_turn(replacement)
+            result.update({"status": "accepted", "mode": "interrupt", "new_turn_id": new.id, "turn_id": new.id})
+        self.marker(MarkerKind.PROMPT_INTERRUPTED,
+                    "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer."),
+                    {"generation": self.generation, "canceled_count": len(dropped), "previous_turn_id": previous,
+                     "new_turn_id": result.get("new_turn_id")})
+        self.recorder.flush()
+        await self.persist()
+        return result
+
+    async def stage_steer(self, text: str) -> dict[str, Any]:
+        """Steer: after a dedicated interrupt, compose salvage + correction once as a new turn; while busy,
+        deliver at the next tool-result boundary, else fall back to the queue when the turn ends."""
+        if self.salvage is not None and self.turn is None:
+            salvage, self.salvage = self.salvage, None
+            composed = f"{salvage['text']}\n\nUser correction/guidance after interrupt: {text}"
+            turn = await self.start_turn(composed, source="steer", authored=text)
+            self.marker(MarkerKind.PROMPT_STEERED, "Steer composed with the interrupted prompt.",
+                        {"generation": self.generation, "salvaged_turn_id": salvage["turn_id"], "new_turn_id": turn.id})
+            return {"status": "accepted", "mode": "steer", "turn_id": turn.id, "new_turn_id": turn.id,
+                    "queue_generation": self.generation}
+        if self.turn is None:
+            from sessions.errors import Conflict
+
+            raise Conflict("no prompt in progress to steer", code="prompt_not_in_progress")
+        entry, _ = await db(self.manager.inputs.enqueue, self.id, text, mode="steer", generation=self.generation)
+        if self.steer is not None:
+            await db(self.manager.inputs.mark, self.steer.entry_id, "canceled")
+            self.marker(MarkerKind.PROMPT_DROPPED, "An older staged steer was replaced.",
+                        {"queue_entry_id": self.steer.entry_id, "reason": "replaced"})
+        self.steer = StagedSteer(entry.id, entry.text, entry.generation)
+        self.marker(MarkerKind.PROMPT_STEERED, "Steer staged for the next tool result.",
+                    {"queue_entry_id": entry.id, "queue_generation": entry.generation})
+        self.recorder.flush()
+        return {"status": "staged", "mode": "steer", "staged": True, "queue_entry_id": entry.id,
+                "queue_generation": entry.generation, "fallback_mode_if_no_tool_result": "queue"}
+
+    async def _deliver_steer(self, turn: Turn) -> None:
+        """At a tool-result boundary: end the running turn cooperatively and continue with the steer."""
+        steer = self.steer
+        if steer is None or self.turn is not turn:
+            return
+        if not await self._cancel_and_wait(turn):
+            steer.delivering = False
+            return
+        if self.steer is not steer or self.stopping:
+            return
+        self.steer = None
+        await db(self.manager.inputs.mark, steer.entry_id, "sent")
+        new = await self.start_turn(steer.text, source="steer", extra={
+            "action": "steered", "resource": "session_input_queue", "decision": str(steer.generation),
+            "request_id": steer.entry_id})
+        self.marker(MarkerKind.PROMPT_STEERED, "Steer delivered at a tool-result boundary.",
+                    {"queue_entry_id": steer.entry_id, "previous_turn_id": turn.id, "new_turn_id": new.id})
+
+    async def _steer_fallback(self) -> None:
+        steer = self.steer
+        if steer is None or steer.delivering:
+            return
+        self.steer = None
+        await db(self.manager.inputs.to_queue, steer.entry_id)
+        self.marker(MarkerKind.PROMPT_STEERED, "No tool result before the turn ended; steer queued instead.",
+                    {"queue_entry_id": steer.entry_id, "fallback_to_queue": True})
+
+    # ---- supervision (sessions reference §7) ----------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
+        interval = max(0.2, self.config.supervision.activity_heartbeat_interval)
+        while self.turn is not None and not self.stopping:
+            await asyncio.sleep(interval)
+            if self.turn is None or self.stopping:
+                break
+            if self.permissions.waiting:
+                self.touch_activity("agent_waiting", "waiting for a permission decision")
+            activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+            activity["idle_seconds"] = round(time.monotonic() - self.turn.last_activity_mono, 3)
+            activity["elapsed_seconds"] = round(time.monotonic() - self.turn.started_mono, 3)
+            try:
+                await self.persist()
+            except Exception:
+                logger.exception("heartbeat write failed for %s", self.id)
+
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.turn.last_activity_mono if self.turn else 0.0
+
+    async def supervise(self, action: str, turn_id: str | None) -> str:
+        """A supervision decision proposed by the huey sweep; verified here against live state first."""
+        sup = self.config.supervision
+        turn = self.turn
+        if action == "wall_clock":
+            await self.stop(StopReason.TIMEOUT, "session wall-clock limit (session.limits.timeout) reached",
+                            failure=lifecycle.failure_object(FailureKind.TIMEOUT, "session wall-clock limit reached"))
+            return "stopped"
+        if turn is None or turn.id != turn_id or self.stopping:
+            return "stale"
+        idle = self.idle_seconds()
+        now = time.monotonic()
+        runtime = self._runtime_payload(turn)
+        if action == "progress":
+            if sup.progress_notify_interval <= 0 or now - turn.last_progress_mono < sup.progress_notify_interval * 0.9:
+                return "skipped"
+            turn.last_progress_mono = now
+            minutes = int((now - turn.started_mono) // 60)
+            tool = runtime.get("current_tool")
+            text = f"Still working... ({minutes} min elapsed" + (f", running: {tool})" if tool else ")")
+            self.record(EventType.RUNTIME_PROGRESS, {"text": text, "runtime": runtime})
+            self.meta["liveness"]["activity"]["last_progress_at"] = folder.isoformat(folder.utcnow())
+            return "recorded"
+        if action == "warning":
+            if turn.warned or sup.inactivity_warning_after <= 0 or idle < sup.inactivity_warning_after:
+                return "skipped"
+            turn.warned = True
+            self.record(EventType.RUNTIME_WARNING,
+                        {"text": f"Runtime activity is stale ({int(idle)} seconds idle).", "runtime": runtime})
+            return "recorded"
+        if action == "timeout":
+            if turn.timed_out or sup.inactivity_timeout <= 0 or idle < sup.inactivity_timeout:
+                return "skipped"
+            turn.timed_out = True
+            self.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
+            self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
+                        {"idle_seconds": round(idle, 3), "turn_id": turn.id})
+            # The seed persists runtime_warning once per turn; the timeout itself is the marker above.
+            self.recorder.flush()
+            await self.persist()
+            if not await self._cancel_and_wait(turn):
+                await self.stop(StopReason.TIMEOUT, "activity_timeout",
+                                failure=lifecycle.failure_object(
+                                    FailureKind.TIMEOUT, f"prompt inactive for {int(idle)} s and did not stop "
+                                    f"within timeout_cancel_grace"))
+                return "stopped"
+            return "canceled"
+        return "unknown"
+
+    def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
+        activity = dict((self.meta.get("liveness") or {}).get("activity") or {})
+        now = time.monotonic()
+        activity.update({"turn_id": turn.id, "turn_source": turn.source, "turn_started_at": turn.started_at,
+                         "idle_seconds": round(now - turn.last_activity_mono, 3),
+                         "elapsed_seconds": round(now - turn.started_mono, 3),
+                         "elapsed_ms": int((now - turn.started_mono) * 1000)})
+        return activity
 
     # ---- stop ------------------------------------------------------------------------------
 

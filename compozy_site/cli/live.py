@@ -1,0 +1,169 @@
+"""Commands that act on a live session: interrupt, steer, the queue, permissions, resume (attach)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import rich_click as click
+
+from compozy_site.cli.app import _client, _fmt, _session_path, json_flag, output_option, session
+from compozy_site.cli.client import ApiError, Client
+from compozy_site.cli.output import emit, fail, fail_api, kv, table
+
+
+@session.command("interrupt")
+@click.argument("session_id")
+@click.option("--expected-turn-id", default=None, help="Only interrupt if this turn is still the running one.")
+@output_option
+@json_flag
+def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, as_json: bool) -> None:
+    """Cancel the running turn without a replacement; its text is kept for one `--steer` correction."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    body = {"expected_turn_id": expected_turn_id} if expected_turn_id else {}
+    try:
+        result = client.request("POST", _session_path(client, session_id, "/interrupt"), body)
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(result, fmt, lambda: click.echo(f"interrupted (generation {result['prompt'].get('queue_generation')})"))
+
+
+@session.command("queue")
+@click.argument("session_id")
+@output_option
+@json_flag
+def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
+    """Pending input: queued prompts and staged steers, in dispatch order, with their entry ids."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        data = client.request("GET", _session_path(client, session_id, "/prompt/queue"))
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(data, fmt, lambda: table(f"Queue (generation {data['queue_generation']})",
+                                  ["#", "Entry", "Mode", "Status", "Text"],
+                                  [(e["queue_position"], e["queue_entry_id"], e["mode"], e["status"], e["text"][:80])
+                                   for e in data["queue"]]))
+
+
+@session.command("permissions")
+@click.argument("session_id")
+@output_option
+@json_flag
+def session_permissions(session_id: str, fmt: str, as_json: bool) -> None:
+    """Permission requests waiting for a person (the `approve-reads` policy leaves non-reads to you)."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        data = client.request("GET", _session_path(client, session_id, "/permissions"))
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(data, fmt, lambda: table("Pending permissions", ["Request", "Kind", "Title", "Since"],
+                                  [(p["request_id"], p.get("kind"), p.get("title"), p["created_at"])
+                                   for p in data["permissions"]]))
+
+
+def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
+    client = _client()
+    try:
+        data = client.request("POST", _session_path(client, session_id, f"/permissions/{request_id}"),
+                              {"decision": decision})
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(data, fmt, lambda: click.echo(f"{data['permission']['decision']} {request_id}"))
+
+
+@session.command("approve")
+@click.argument("session_id")
+@click.argument("request_id")
+@output_option
+def session_approve(session_id: str, request_id: str, fmt: str) -> None:
+    """Approve a pending permission request."""
+    _decide(session_id, request_id, "approve", fmt)
+
+
+@session.command("deny")
+@click.argument("session_id")
+@click.argument("request_id")
+@output_option
+def session_deny(session_id: str, request_id: str, fmt: str) -> None:
+    """Deny a pending permission request."""
+    _decide(session_id, request_id, "deny", fmt)
+
+
+@session.command("resume")
+@click.argument("session_id", required=False)
+@click.option("--latest", is_flag=True, help="The resumable session with the newest activity.")
+@click.option("--workspace", default=None, help="With --latest: only this workspace.")
+@click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
+              help="Holder lease in seconds.")
+@output_option
+@json_flag
+def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int, fmt: str,
+                   as_json: bool) -> None:
+    """Attach to a session in this terminal: live transcript plus a prompt line, under a holder lease.
+
+    A stopped session is reactivated first under the same id. Without a terminal (or with `-o json`)
+    it takes the lease, prints it and exits. Refusals say why; read `session recap|history` and
+    `session repair --dry-run` before starting new work.
+    """
+    fmt = _fmt(fmt, as_json)
+    if bool(session_id) == bool(latest):
+        fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, 65)
+    client = _client()
+    holder = f"cli:{os.getpid()}"
+    try:
+        if latest:
+            listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
+                                                                    "limit": 100})["sessions"]
+            if not listing:
+                fail("no resumable session", "no_resumable_session", fmt, 69)
+            session_id = max(listing, key=lambda s: s.get("last_activity_at") or s["updated_at"])["id"]
+        assert session_id
+        current = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        if current["state"] == "stopped":
+            client.request("POST", _session_path(client, session_id, "/reactivate"))
+        result = client.request("POST", _session_path(client, session_id, "/attach"),
+                                {"attached_to": holder, "ttl_seconds": ttl_seconds})
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    if fmt != "human" or not sys.stdin.isatty():
+        emit(result, fmt, lambda: kv(f"Attached to {session_id}", sorted(result["attach"].items())))
+        return
+    _interactive(client, session_id, holder)
+
+
+def _interactive(client: Client, session_id: str, holder: str) -> None:
+    base = _session_path(client, session_id)
+    click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
+    try:
+        while True:
+            try:
+                line = input("> ").strip()
+            except EOFError:
+                break
+            if not line:
+                continue
+            try:
+                result = client.request("POST", base + "/prompt", {"message": line})["prompt"]
+            except ApiError as exc:
+                click.echo(f"error: {exc.message} ({exc.code})", err=True)
+                continue
+            if result["status"] != "accepted":
+                click.echo(f"{result['status']}: {result.get('queue_entry_id', '')}")
+                continue
+            for _, _event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": result["turn_id"]}):
+                row: dict[str, Any] = json.loads(data)
+                if row.get("type") == "agent_message":
+                    click.echo(row["content"].get("text", ""), nl=False)
+                if row.get("type") in ("done", "error", "session_stopped"):
+                    break
+            click.echo()
+    finally:
+        try:
+            client.request("DELETE", base + "/attach", query={"attached_to": holder})
+        except ApiError:
+            pass

@@ -1,0 +1,79 @@
+"""Permission requests the policy leaves to a person (`approve-reads` for anything but reads).
+
+The agent's `session/request_permission` call stays open while a person decides through the API or CLI.
+A cancelled turn answers every open request with `cancelled`, as ACP requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions.store.folder import isoformat, utcnow
+
+
+@dataclass
+class PendingPermission:
+    request_id: str
+    turn_id: str
+    tool_call: dict[str, Any]
+    options: list[dict[str, Any]]
+    created_at: str = field(default_factory=lambda: isoformat(utcnow()) or "")
+    answer: asyncio.Future[tuple[str, str | None]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id, "turn_id": self.turn_id,
+            "tool_call_id": self.tool_call.get("toolCallId"), "title": self.tool_call.get("title"),
+            "kind": self.tool_call.get("kind"), "tool_input": self.tool_call.get("rawInput"),
+            "options": [{"option_id": o.get("optionId"), "kind": o.get("kind"), "label": o.get("name")}
+                        for o in self.options],
+            "created_at": self.created_at,
+        }
+
+
+def option_for(options: list[dict[str, Any]], decision: str, option_id: str | None) -> str | None:
+    """The ACP option a person's approve/deny maps to (an explicit option id must be one offered)."""
+    if option_id:
+        return option_id if any(o.get("optionId") == option_id for o in options) else None
+    kinds = ("allow_once", "allow_always") if decision == "approve" else ("reject_once", "reject_always")
+    for kind in kinds:
+        for option in options:
+            if option.get("kind") == kind:
+                return str(option.get("optionId"))
+    return None
+
+
+class PermissionBoard:
+    def __init__(self) -> None:
+        self.pending: dict[str, PendingPermission] = {}
+
+    def open(self, request_id: str, turn_id: str, tool_call: dict[str, Any],
+             options: list[dict[str, Any]]) -> PendingPermission:
+        item = PendingPermission(request_id, turn_id, tool_call, options)
+        self.pending[request_id] = item
+        return item
+
+    def resolve(self, request_id: str, decision: str, option_id: str | None) -> bool:
+        item = self.pending.get(request_id)
+        if item is None or item.answer.done():
+            return False
+        item.answer.set_result((decision, option_id))
+        return True
+
+    def cancel_all(self) -> int:
+        count = 0
+        for item in list(self.pending.values()):
+            if not item.answer.done():
+                item.answer.set_result(("cancelled", None))
+                count += 1
+        return count
+
+    def close(self, request_id: str) -> None:
+        self.pending.pop(request_id, None)
+
+    @property
+    def waiting(self) -> bool:
+        return any(not p.answer.done() for p in self.pending.values())
