@@ -93,6 +93,7 @@ def run_foreground(port: int | None = None) -> int:
     consumer = InProcessConsumer.build()
 
     def ready() -> None:
+        state["ready"] = True
         os.umask(old_umask)
         with contextlib.suppress(OSError):
             os.chmod(sock, 0o600)
@@ -137,6 +138,9 @@ def run_foreground(port: int | None = None) -> int:
         loop.add_signal_handler(sig, on_signal)
     try:
         server.run()
+        if not state.get("ready"):
+            # daphne logs the listen failure and stops the reactor; the caller needs a failing exit.
+            raise DaemonError(f"could not listen on {config.http_host}:{http_port} or {sock} (see the log above)")
     finally:
         set_manager(None)
         with contextlib.suppress(OSError):

@@ -185,6 +185,7 @@ def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, 
     meta: dict[str, Any] = {
         "id": session_id, "name": (body.get("name") or "").strip(), "agent_name": agent_name,
         "provider": provider.name, "model": body.get("model") or agent.model or provider.default_model,
+        "model_explicit": bool(body.get("model") or agent.model),
         "reasoning_effort": effort or agent.reasoning_effort, "speed": speed,
         "workspace_id": ws.id, "workspace_path": ws.root_dir, "cwd": ws.root_dir,
         "session_type": session_type.value, "effective_permissions": permissions,

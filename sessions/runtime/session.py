@@ -70,10 +70,11 @@ class StagedSteer:
 
 
 class StartFailed(Exception):
-    def __init__(self, kind: FailureKind, summary: str) -> None:
+    def __init__(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
         super().__init__(summary)
         self.kind = kind
         self.summary = summary
+        self.code = code
 
 
 class SessionRuntime:
@@ -269,7 +270,7 @@ class SessionRuntime:
                 await self.transition(SessionState.STARTING, stop_reason="", stop_detail="", failure=None)
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
-            await self._fail_start(exc.kind, exc.summary)
+            await self._fail_start(exc.kind, exc.summary, exc.code)
             return
         except asyncio.CancelledError:
             await self._fail_start(FailureKind.CANCELLATION, "start canceled")
@@ -325,8 +326,37 @@ class SessionRuntime:
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
         self.meta["acp_session_id"] = str(result["sessionId"])
+        await self._apply_options(result)
         if reactivate:
             self._stage_projection(fallback)
+
+    async def _apply_options(self, opened: dict[str, Any]) -> None:
+        """Model, effort and speed through advertised config options, before any prompt (§3)."""
+        from sessions.runtime.options import plan
+
+        assert self.agent
+        config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
+        steps = plan(config_options, model=self.meta.get("model") or "",
+                     model_explicit=bool(self.meta.get("model_explicit")),
+                     reasoning_effort=self.meta.get("reasoning_effort") or "", speed=self.meta.get("speed") or "normal")
+        for what, config_id, value in steps.sets:
+            try:
+                await self.agent.request("session/set_config_option", {
+                    "sessionId": self.meta["acp_session_id"], "configId": config_id, "value": value},
+                    timeout=NEW_SESSION_TIMEOUT)
+            except AgentRequestError as exc:
+                steps.resolutions[what] = {"requested": value, "status": "rejected", "reason": str(exc)}
+        self.meta["speed_resolution"] = steps.resolutions.get("speed")
+        self.meta["option_resolutions"] = steps.resolutions
+        for what, resolution in steps.resolutions.items():
+            if resolution["status"] == "rejected":
+                code = "speed_rejected" if what == "speed" else f"{what}_rejected"
+                summary = f"{code}: provider rejected {what} {resolution['requested']!r} ({resolution['reason']})"
+                raise StartFailed(FailureKind.STARTUP_FAILURE, summary, code=code)
+            if resolution["status"] == "unsupported":
+                self.record(EventType.SYSTEM, {"title": "runtime_option_unsupported", "text":
+                            f"{what} {resolution['requested']!r} not applied: {resolution['reason']}",
+                                               "raw": {"option": what, **resolution}}, turn_id="")
 
     async def _try_load_session(self, params: dict[str, Any]) -> str | None:
         """ACP session/load of the saved id; None on success, else the fallback reason (§14)."""
@@ -362,13 +392,15 @@ class SessionRuntime:
             message += f"; stderr: {tail[-500:]}"
         return message
 
-    async def _fail_start(self, kind: FailureKind, summary: str) -> None:
+    async def _fail_start(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
         if self.stopping or self.stopped.is_set():
             return  # a stop raced the start; the stop path finishes the session
         reason = START_FAILURE_STOP_REASON.get(kind, StopReason.ERROR)
         if self.agent is not None:
             await self.agent.shutdown(grace=0.2)
         failure = self._failure(kind, summary)
+        if code:
+            failure["code"] = code  # e.g. speed_rejected: which runtime option the provider refused
         self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
                                       "text": self._stderr_excerpt()}, turn_id="")
         await self._finish(reason, summary, failure)
