@@ -84,6 +84,14 @@ async def get_scoped_session(request: HttpRequest, workspace: str, session_id: s
     return {"session": await sync_to_async(services.get_session)(session_id, workspace)}
 
 
+@router.patch(WS)
+async def rename_session(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
+    body = json_body(request)
+    if set(body) - {"name"} or not isinstance(body.get("name"), str):
+        raise InvalidRequest("only name can be changed", code="invalid_field")
+    return {"session": await services.rename_session(session_id, body["name"], workspace)}
+
+
 @router.get(WS + "/status")
 async def session_status(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
     return {"session": await sync_to_async(services.get_session)(session_id, workspace)}

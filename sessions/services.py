@@ -46,6 +46,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "id": meta["id"],
         "name": meta.get("name") or None,
+        "name_source": meta.get("name_source") or ("user" if meta.get("name") else None),
         "agent_name": meta["agent_name"],
         "provider": meta.get("provider") or "",
         "model": meta.get("model") or None,
@@ -449,6 +450,24 @@ async def cancel_turn(session_id: str, workspace_ref: str | None = None) -> dict
         runtime.marker(MarkerKind.PROMPT_CANCEL, "Current turn canceled by request.")
         cancelled = await runtime.cancel_turn()
     return {"prompt": {"status": "canceled" if cancelled else "idle"}}
+
+
+async def rename_session(session_id: str, name: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    name = (name or "").strip()
+    if not name or len(name) > 300:
+        raise InvalidRequest("name must be 1 to 300 characters", code="invalid_name")
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.rename(name)
+    else:
+        meta.update({"name": name, "name_source": "user", "updated_at": folder.isoformat(folder.utcnow())})
+        await sync_to_async(_write_meta_and_row)(meta)
+    return await sync_to_async(get_session)(session_id)
+
+
+def _write_meta_and_row(meta: dict[str, Any]) -> None:
+    folder.write_meta(meta)
+    catalog.upsert_session_row(meta)
 
 
 async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> dict[str, Any]:

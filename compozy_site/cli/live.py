@@ -167,3 +167,19 @@ def _interactive(client: Client, session_id: str, holder: str) -> None:
             client.request("DELETE", base + "/attach", query={"attached_to": holder})
         except ApiError:
             pass
+
+
+@session.command("rename")
+@click.argument("session_id")
+@click.argument("name")
+@output_option
+@json_flag
+def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
+    """Name a session; an explicit name always wins over the auto-title."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        s = client.request("PATCH", _session_path(client, session_id), {"name": name})["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(s, fmt, lambda: click.echo(f"renamed {session_id} to {s['name']!r}"))

@@ -92,6 +92,19 @@ class DemoSession:
     cancel: asyncio.Event | None = None
 
 
+TITLE_REQUEST = "[compozy:title]"
+
+
+def demo_title(request: str) -> str:
+    """The first words of the user's message, capitalised: deterministic and offline."""
+    for line in request.splitlines():
+        if line.startswith("User: "):
+            words = re.findall(r"[\w'-]+", line[len("User: "):])[:6]
+            if words:
+                return " ".join(w.capitalize() if i == 0 else w for i, w in enumerate(words))
+    return "Demo session"
+
+
 def split_words(text: str, parts: int) -> list[str]:
     """Split ``text`` into at most ``parts`` chunks on word boundaries; chunks concatenate to ``text``."""
     words = re.findall(r"\s*\S+\s*", text) or [text]
@@ -221,6 +234,11 @@ class DemoAgent:
         return PromptResponse(stop_reason=stop)
 
     async def _turn(self, session_id: str, session: DemoSession, text: str, cancel: asyncio.Event) -> StopReason:
+        if text.startswith(TITLE_REQUEST):
+            # Compozy's auto-title pass: answer with a short title, deterministically.
+            await self.client.session_update(session_id=session_id,
+                                             update=update_agent_message_text(demo_title(text)))
+            return "end_turn"
         delay = NORMAL_CHUNK_DELAY if session.config["speed"] == "normal" else 0.0
         await self.client.session_update(
             session_id=session_id, update=update_agent_thought_text("Reading the request.")

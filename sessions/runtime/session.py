@@ -58,6 +58,7 @@ class Turn:
     cancel_requested: bool = False
     warned: bool = False
     timed_out: bool = False
+    reply: str = ""
     last_progress_mono: float = field(default_factory=time.monotonic)
 
 
@@ -175,6 +176,8 @@ class SessionRuntime:
             return
         type_, content = mapped
         self.record(type_, content)
+        if type_ == EventType.AGENT_MESSAGE and self.turn is not None and len(self.turn.reply) < 600:
+            self.turn.reply += content.get("text", "")
         if type_ == EventType.USAGE and self.turn:
             self.recorder.log.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
@@ -454,6 +457,9 @@ class SessionRuntime:
                 self.recorder.log.merge_usage(turn.id, content["usage"])
             self.record(EventType.DONE, content, turn_id=turn.id)
             turn.terminal = True
+            if turn.reply and self._title_eligible():
+                self.meta["auto_title"] = {"status": "pending"}
+                spawn(self._auto_title(turn))
         except AgentRequestError as exc:
             failure = self._failure(FailureKind.PROMPT_FAILURE, str(exc), bundle=False)
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
@@ -507,6 +513,32 @@ class SessionRuntime:
             await db(self.manager.inputs.mark, entry.id, "failed")
             raise
         await db(self.manager.inputs.mark, entry.id, "sent")
+
+    # ---- auto-title (roles.auto_title) -----------------------------------------------------------
+
+    def _title_eligible(self) -> bool:
+        return (self.config.auto_title_enabled and not self.meta.get("name") and not self.meta.get("auto_title")
+                and (self.meta.get("session_type") or "user") == "user")
+
+    async def _auto_title(self, turn: Turn) -> None:
+        from sessions.runtime.title import generate_title
+
+        provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
+        title = await generate_title(provider, self.cwd, turn.text, turn.reply)
+        if self.meta.get("name") or self.stopped.is_set():
+            self.meta["auto_title"] = {"status": "skipped", "reason": "explicit name wins"}
+            return
+        if title is None:
+            self.meta["auto_title"] = {"status": "failed"}
+            return
+        self.meta.update({"name": title, "name_source": "auto_title", "auto_title": {"status": "applied"}})
+        self.record(EventType.SYSTEM, {"title": "auto_title", "text": title}, turn_id="")
+        await self.persist()
+
+    async def rename(self, name: str) -> None:
+        """An explicit name always wins, including over a title pass still running."""
+        self.meta.update({"name": name, "name_source": "user"})
+        await self.persist()
 
     # ---- busy input (sessions reference §6) ---------------------------------------------------
 

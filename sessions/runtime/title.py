@@ -1,0 +1,67 @@
+"""Auto-title (`roles.auto_title`): one bounded pass through a throwaway ACP agent after the first
+persisted assistant reply. The pass can do nothing but answer: every permission and fs request is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from sessions.acp.driver import AgentProcess
+from sessions.config import ProviderConfig
+
+logger = logging.getLogger(__name__)
+
+TITLE_REQUEST = "[compozy:title]"
+TITLE_TIMEOUT_SECONDS = 45.0
+MAX_TITLE_CHARS = 80
+EXCERPT_CHARS = 600
+
+
+def title_prompt(user_text: str, reply_text: str) -> str:
+    return (f"{TITLE_REQUEST}\nWrite a short title (at most 6 words) for this conversation. Reply with the title "
+            f"only, no quotes.\nUser: {user_text[:EXCERPT_CHARS]}\nAssistant: {reply_text[:EXCERPT_CHARS]}")
+
+
+def clean_title(text: str) -> str | None:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = re.sub(r"^(title:\s*)", "", line, flags=re.IGNORECASE).strip().strip("\"'`*#").strip()
+    if not line:
+        return None
+    return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1].rstrip() + "…"
+
+
+async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, reply_text: str) -> str | None:
+    chunks: list[str] = []
+
+    def on_update(params: dict[str, Any]) -> None:
+        update = params.get("update") or {}
+        content = update.get("content") if isinstance(update, dict) else None
+        if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
+            chunks.append(str(content.get("text", "")))
+
+    async def refuse(method: str, params: dict[str, Any]) -> Any:
+        from acp.exceptions import RequestError
+
+        if method == "session/request_permission":
+            return {"outcome": {"outcome": "cancelled"}}
+        raise RequestError.method_not_found(method)
+
+    agent = AgentProcess(provider.command, cwd=cwd, env=provider.env, on_update=on_update, on_request=refuse)
+    try:
+        async with asyncio.timeout(TITLE_TIMEOUT_SECONDS):
+            await agent.start()
+            await agent.initialize()
+            opened = await agent.request("session/new", {"cwd": str(cwd), "mcpServers": []})
+            await agent.request("session/prompt", {"sessionId": opened["sessionId"], "prompt": [
+                {"type": "text", "text": title_prompt(user_text, reply_text)}]})
+        return clean_title("".join(chunks))
+    except Exception as exc:
+        logger.info("auto-title pass failed: %s", exc)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            await agent.shutdown(grace=0.5)
