@@ -181,6 +181,11 @@ async def cancel_queued(request: HttpRequest, workspace: str, session_id: str, e
     return await services.cancel_queued(session_id, entry_id, workspace)
 
 
+@router.post(WS + "/children", response={201: dict})
+async def spawn_child(request: HttpRequest, workspace: str, session_id: str) -> tuple[int, dict[str, Any]]:
+    return 201, {"session": await services.spawn_child(session_id, json_body(request), workspace)}
+
+
 @router.post(WS + "/reactivate")
 async def reactivate(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
     return {"session": await services.reactivate(session_id, workspace)}

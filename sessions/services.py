@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from compozy_site.home import compozy_home
-from sessions import catalog
+from sessions import catalog, lineage
 from sessions.config import AgentConfig, Config, ProviderConfig, get_config
 from sessions.enums import LIVE_STATES, BusyMode, EventType, MarkerKind, PermissionMode, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound, Unprocessable
@@ -155,7 +155,9 @@ def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, 
 
 # ---- create ----------------------------------------------------------------------------------
 
-def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path], str]:
+def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
+                    parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+                    ) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path], str]:
     """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
     config = get_config()
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
@@ -177,10 +179,9 @@ def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, 
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
     if body.get("provider"):
         provider = _provider(config, body["provider"])
-    session_type = SessionType.USER
-    permissions = agent.permissions or config.permissions_mode.value
-    if session_type == SessionType.DREAM:
-        permissions = PermissionMode.APPROVE_ALL.value
+    permissions = lineage.effective_permissions(
+        session_type, agent.permissions or config.permissions_mode.value,
+        parent.get("effective_permissions") if parent else None, body.get("permissions"))
     now = folder.isoformat(folder.utcnow())
     session_id = new_session_id()
     meta: dict[str, Any] = {
@@ -194,6 +195,8 @@ def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, 
         "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
         "created_at": now, "updated_at": now,
     }
+    if parent is not None:
+        meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
     prompt = (body.get("prompt") or "").strip()
     manager = get_manager()
     if prompt:
@@ -218,18 +221,68 @@ def _prepare_create(body: dict[str, Any]) -> tuple[dict[str, Any], AgentConfig, 
     return meta, agent, provider, roots, prompt
 
 
-async def create_session(body: dict[str, Any]) -> dict[str, Any]:
+async def create_session(body: dict[str, Any], session_type: SessionType = SessionType.USER,
+                         parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+                         ) -> dict[str, Any]:
     manager = get_manager()
     if manager.draining:
         from sessions.errors import Unavailable
 
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
-    meta, agent, provider, roots, prompt = await sync_to_async(_prepare_create)(body)
+    meta, agent, provider, roots, prompt = await sync_to_async(_prepare_create)(
+        body, session_type, parent, role, ttl_seconds)
     runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots)
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
     signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
     return session_payload(meta)
+
+
+async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str | None = None) -> dict[str, Any]:
+    """A `spawned` child of a live session: same workspace, lineage recorded, permissions no wider than
+    the parent's, reaped when its TTL expires or its parent stops (a huey job)."""
+    runtime, parent = await _runtime_for(parent_id, workspace_ref)
+    if runtime is None or parent["state"] != SessionState.ACTIVE:
+        raise InvalidRequest("only an active session can spawn children", code="session_not_active")
+    depth = int((parent.get("lineage") or {}).get("spawn_depth") or 0) + 1
+    if depth > lineage.MAX_SPAWN_DEPTH:
+        raise Conflict(f"spawn depth {depth} exceeds {lineage.MAX_SPAWN_DEPTH}", code="spawn_depth_exceeded")
+    role, ttl = body.get("role"), body.get("ttl_seconds")
+    if not isinstance(role, str) or not role.strip():
+        raise InvalidRequest("role is required", code="role_required")
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= lineage.MAX_TTL_SECONDS:
+        raise InvalidRequest(f"ttl_seconds must be between 1 and {lineage.MAX_TTL_SECONDS}", code="invalid_ttl")
+    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name"}
+    if unknown:
+        raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}", code="unknown_field")
+    permissions = body.get("permissions")
+    if permissions is not None and permissions not in set(PermissionMode):
+        raise InvalidRequest("permissions must be deny-all, approve-reads or approve-all", code="invalid_field")
+    child_body = {"workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
+                  "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
+    return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
+
+
+def reap_candidates(live_ids: list[str]) -> list[tuple[str, str]]:
+    """(session id, reason) for live spawned children whose TTL expired or whose parent stopped."""
+    now = folder.utcnow()
+    found = []
+    for session_id in live_ids:
+        try:
+            meta = folder.read_meta(session_id)
+        except ValueError:
+            continue
+        if not meta or not meta.get("lineage"):
+            continue
+        parent_id = meta["lineage"].get("parent_session_id") or ""
+        try:
+            parent = folder.read_meta(parent_id) if is_session_id(parent_id) else None
+        except ValueError:
+            parent = None
+        reason = lineage.reap_reason(meta, parent, now)
+        if reason:
+            found.append((session_id, reason))
+    return found
 
 
 # ---- prompt, stop, remove --------------------------------------------------------------------

@@ -84,4 +84,15 @@ def sweep() -> dict[str, int]:
                 continue
             if outcome not in ("skipped", "stale"):
                 logger.info("supervision %s on %s: %s", action, session_id, outcome)
-    return {"sessions": len(ids), "proposed": proposed}
+    from sessions.services import reap_candidates
+
+    reaped = 0
+    for session_id, reason in reap_candidates(ids):
+        future = asyncio.run_coroutine_threadsafe(manager.reap(session_id, reason), manager.loop)
+        try:
+            future.result(timeout=60)
+            reaped += 1
+            logger.info("reaped %s: %s", session_id, reason)
+        except Exception:
+            logger.exception("reaping %s failed", session_id)
+    return {"sessions": len(ids), "proposed": proposed, "reaped": reaped}

@@ -183,3 +183,32 @@ def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
     except ApiError as exc:
         fail_api(exc, fmt)
     emit(s, fmt, lambda: click.echo(f"renamed {session_id} to {s['name']!r}"))
+
+
+@session.command("spawn")
+@click.argument("parent_id")
+@click.option("--role", required=True, help="What the child is for (recorded in its lineage).")
+@click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 7 * 24 * 3600), required=True,
+              help="Seconds until the child is reaped.")
+@click.option("--agent", default=None, help="Agent (default: the parent's).")
+@click.option("--prompt", default=None, help="First prompt for the child.")
+@click.option("--permissions", type=click.Choice(["deny-all", "approve-reads", "approve-all"]), default=None,
+              help="Never wider than the parent's.")
+@output_option
+@json_flag
+def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None, prompt: str | None,
+                  permissions: str | None, fmt: str, as_json: bool) -> None:
+    """Spawn a child session (type `spawned`) that is reaped when its TTL expires or its parent stops."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    body: dict[str, Any] = {"role": role, "ttl_seconds": ttl_seconds}
+    for key, value in (("agent_name", agent), ("prompt", prompt), ("permissions", permissions)):
+        if value is not None:
+            body[key] = value
+    try:
+        s = client.request("POST", _session_path(client, parent_id, "/children"), body)["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(s, fmt, lambda: kv(f"Spawned {s['id']}", [("parent", parent_id), ("role", role),
+                                                   ("permissions", s.get("effective_permissions")),
+                                                   ("ttl expires", (s.get("lineage") or {}).get("ttl_expires_at"))]))

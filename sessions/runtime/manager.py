@@ -72,6 +72,12 @@ class SessionManager:
             return "stale"
         return await runtime.supervise(action, turn_id)
 
+    async def reap(self, session_id: str, reason: str) -> None:
+        """Stop a spawned child whose TTL expired or whose parent stopped."""
+        runtime = self.runtimes.get(session_id)
+        if runtime is not None:
+            await runtime.stop(StopReason.USER_CANCELED, reason)
+
     def forget(self, session_id: str) -> None:
         self.runtimes.pop(session_id, None)
 
