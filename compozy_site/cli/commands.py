@@ -45,6 +45,32 @@ def status_cmd(fmt: str, as_json: bool) -> None:
     emit(data, fmt, human)
 
 
+@cli.command("doctor")
+@click.option("--only", multiple=True, help="Only these check ids or categories (repeatable).")
+@click.option("--exclude", multiple=True, help="Skip these check ids or categories (repeatable).")
+@click.option("--quiet", is_flag=True, help="Omit OK items.")
+@output_option
+@json_flag
+def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt: str, as_json: bool) -> None:
+    """Check the daemon's subsystems (catalog, event storage, socket, job queue, providers) before the agent.
+
+    Exits 1 when any item is an error.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        data = _client().request("GET", "/api/doctor", query={"only": list(only) or None,
+                                                              "exclude": list(exclude) or None,
+                                                              "quiet": "true" if quiet else None})
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    colours = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "red", "critical": "red"}
+    emit(data, fmt, lambda: table(f"compozy doctor: {data['status']}", ["Severity", "Check", "Message", "Try"], [
+        (f"[{colours.get(i['severity'], 'white')}]{i['severity']}[/]", i["title"], i["message"],
+         i.get("suggested_command")) for i in data["items"]]))
+    if data["status"] == "error":
+        sys.exit(1)
+
+
 # ---- daemon ------------------------------------------------------------------------------------
 
 @daemon.command("start")

@@ -1,0 +1,154 @@
+"""`compozy doctor`: unhealthy subsystems first, before anyone blames the agent (surfaces reference §4.9).
+
+Every check returns one DiagnosticItem; the report's status is the worst item.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from compozy_site.home import compozy_home, crash_bundles_dir
+from sessions.store.folder import isoformat, utcnow
+
+SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
+LOW_DISK_BYTES = 512 * 1024 * 1024
+
+
+def item(id_: str, category: str, severity: str, title: str, message: str,
+         suggested_command: str | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": id_, "code": id_, "category": category, "severity": severity, "title": title,
+                           "message": message, "data_freshness": "live"}
+    if suggested_command:
+        out["suggested_command"] = suggested_command
+    if evidence:
+        out["evidence"] = evidence
+    return out
+
+
+def check_catalog() -> dict[str, Any]:
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM compozy_sessions_session")
+            total = cursor.fetchone()[0]
+    except Exception as exc:
+        return item("catalog", "persistence", "error", "Catalog unreachable", str(exc),
+                    "python manage.py rebuild_catalog")
+    return item("catalog", "persistence", "ok", "Catalog", f"{total} session row(s)", evidence={"sessions": total})
+
+
+def check_event_storage() -> dict[str, Any]:
+    home = compozy_home()
+    sessions = home / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    probe = sessions / f".doctor-{os.getpid()}"
+    try:
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return item("event_storage", "persistence", "error", "Event storage not writable", str(exc))
+    free = shutil.disk_usage(home).free
+    if free < LOW_DISK_BYTES:
+        return item("event_storage", "persistence", "warn", "Low disk space",
+                    f"{free // (1024 * 1024)} MiB free under {home}", evidence={"free_bytes": free})
+    return item("event_storage", "persistence", "ok", "Event storage", f"writable, {free // (1024 ** 3)} GiB free",
+                evidence={"free_bytes": free, "path": str(sessions)})
+
+
+def check_socket() -> dict[str, Any]:
+    from sessions.config import get_config
+
+    path = Path(get_config().socket)
+    if not path.exists():
+        return item("daemon_socket", "daemon", "warn", "Control socket missing", f"{path} does not exist",
+                    "compozy daemon start")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return item("daemon_socket", "security", "error", "Control socket too open",
+                    f"{path} has mode {oct(mode)}; it must be owner-only (0600)")
+    return item("daemon_socket", "daemon", "ok", "Control socket", f"{path} (mode {oct(mode)})")
+
+
+def check_crash_bundles() -> dict[str, Any]:
+    path = crash_bundles_dir()
+    if not path.exists():
+        return item("crash_bundles", "security", "ok", "Crash bundles", "none written yet")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    count = sum(1 for _ in path.glob("*.json"))
+    if mode & 0o077:
+        return item("crash_bundles", "security", "error", "Crash bundle folder too open",
+                    f"{path} has mode {oct(mode)}; it must be 0700")
+    return item("crash_bundles", "security", "ok", "Crash bundles", f"{count} bundle(s) in {path}",
+                evidence={"count": count})
+
+
+def check_providers() -> list[dict[str, Any]]:
+    from sessions.config import get_config
+
+    items = []
+    for provider in get_config().providers.values():
+        executable = provider.command[0]
+        found = shutil.which(executable) or (os.path.isfile(executable) and os.access(executable, os.X_OK))
+        severity = "ok" if found else "info"
+        message = f"{executable} found" if found else f"{executable} is not on PATH; sessions using it fail to start"
+        items.append(item(f"provider.{provider.name}", "providers", severity, f"Provider {provider.name}", message))
+    return items
+
+
+def check_queue() -> dict[str, Any]:
+    from huey.contrib.djhuey import HUEY
+
+    try:
+        pending = HUEY.pending_count()
+        scheduled = HUEY.scheduled_count()
+    except Exception as exc:
+        return item("job_queue", "daemon", "error", "Job queue unreachable", str(exc))
+    return item("job_queue", "daemon", "ok", "Job queue (huey)", f"{pending} pending, {scheduled} scheduled",
+                evidence={"pending": pending, "scheduled": scheduled})
+
+
+def check_failures() -> dict[str, Any]:
+    from sessions.models import Session
+
+    failed = Session.objects.filter(failure__isnull=False).exclude(failure__kind="cancellation").count()
+    if failed:
+        return item("session_failures", "sessions", "warn", "Sessions with failures",
+                    f"{failed} session(s) stopped with a failure", "compozy status -o json",
+                    evidence={"count": failed})
+    return item("session_failures", "sessions", "ok", "Session failures", "none")
+
+
+CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
+    check_catalog, check_event_storage, check_socket, check_crash_bundles, check_queue, check_failures,
+    check_providers,
+]
+
+
+def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, quiet: bool = False) -> dict[str, Any]:
+    started = time.monotonic()
+    items: list[dict[str, Any]] = []
+    for check in CHECKS:
+        try:
+            result = check()
+        except Exception as exc:
+            result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed", str(exc))
+        items.extend(result if isinstance(result, list) else [result])
+    if only:
+        items = [i for i in items if i["id"] in only or i["category"] in only]
+    if exclude:
+        items = [i for i in items if i["id"] not in exclude and i["category"] not in exclude]
+    counts = {s: sum(1 for i in items if i["severity"] == s) for s in SEVERITY_ORDER}
+    worst = max((SEVERITY_ORDER.index(i["severity"]) for i in items), default=0)
+    status = {0: "ok", 1: "ok", 2: "warn"}.get(worst, "error")
+    if quiet:
+        items = [i for i in items if i["severity"] != "ok"]
+    return {"schema_version": 1, "generated_at": isoformat(utcnow()),
+            "duration_ms": round((time.monotonic() - started) * 1000, 1), "status": status,
+            "summary": {"total": sum(counts.values()), "counts_by_severity": counts}, "items": items}
