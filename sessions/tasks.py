@@ -49,9 +49,25 @@ def supervision_sweep(chain: str) -> dict[str, int] | None:
     return result
 
 
+@db_task()
+def remove_tombstones() -> int:
+    """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
+    import shutil
+
+    from compozy_site.home import sessions_dir
+
+    root = sessions_dir()
+    removed = 0
+    for tombstone in root.glob(".compozy-delete-*") if root.exists() else []:
+        shutil.rmtree(tombstone, ignore_errors=True)
+        removed += 0 if tombstone.exists() else 1
+    return removed
+
+
 def schedule_boot_jobs() -> None:
     """Called by the launcher once the daemon listens."""
     boot_repair()
+    remove_tombstones()
     supervision_sweep(_chain_id())
 
 
