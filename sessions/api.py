@@ -274,6 +274,17 @@ async def workspace_info(request: HttpRequest, ref: str) -> dict[str, Any]:
     return await sync_to_async(services.workspace_info)(ref)
 
 
+@workspaces.get("/workspaces/{ref}/hooks/runs")
+async def hook_runs(request: HttpRequest, ref: str) -> dict[str, Any]:
+    q = request.GET
+    session_id = q.get("session")
+    if not session_id:
+        raise InvalidRequest("session is required", code="session_required")
+    return {"runs": await sync_to_async(services.hook_runs)(session_id, ref, event=q.get("event"),
+                                                             outcome=q.get("outcome"),
+                                                             last=_int(q.get("last"), "last"))}
+
+
 @workspaces.delete("/workspaces/{ref}", response={204: None})
 async def remove_workspace(request: HttpRequest, ref: str) -> HttpResponse | tuple[int, None]:
     await sync_to_async(services.remove_workspace)(ref)

@@ -84,8 +84,14 @@ class BusyInputConfig:
     max_text_bytes: int = 65536
 
 
+# Default priority of a hook by where it was declared (hooks reference §2); sources also order hooks.
+HOOK_SOURCE_PRIORITY = {"native": 1000, "config": 500, "extension": 300, "agent_definition": 100, "skill": 0}
+
+
 @dataclass(frozen=True)
 class HookDeclaration:
+    """One `[[hooks.declarations]]` entry (or AGENT.md `hooks:` item); semantics in `sessions/hooks.py`."""
+
     name: str
     event: str
     command: str
@@ -96,6 +102,15 @@ class HookDeclaration:
     timeout: float = 5.0
     priority: int = 500
     matcher: dict[str, Any] = field(default_factory=dict)
+    source: str = "config"
+    enabled: bool = True
+    # {VAR: "env:NAME" | "vault:..."}, resolved right before each run so values never sit in config objects.
+    secret_env: dict[str, str] = field(default_factory=dict)
+    # AGENT.md hooks only run for their agent; workspace overlay/agent hooks only in their workspace.
+    agent_scope: str = ""
+    workspace_scope: str = ""
+    # Workspace hooks run in the workspace root; None = the runner's cwd (the daemon's by default).
+    cwd: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,7 @@ class Config:
     max_concurrent_agents: int = 20
     redact_enabled: bool = True
     auto_title_enabled: bool = True
+    auto_title_provider: str = ""
     hooks: tuple[HookDeclaration, ...] = ()
     source: str = "built-in defaults"
 
@@ -194,45 +210,130 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
     return providers
 
 
-def _hooks(raw: object) -> tuple[HookDeclaration, ...]:
+_HOOK_KEYS = frozenset({
+    "name", "event", "mode", "required", "timeout", "priority", "enabled", "matcher", "secret_env",
+    "command", "args", "env", "executor",
+})
+_EXECUTOR_KEYS = frozenset({"kind", "command", "args", "env"})
+_EXECUTOR_KINDS = frozenset({"command", "subprocess"})
+
+
+def _hook_strings(value: object, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of strings")
+    return tuple(value)
+
+
+def _hook_declaration(
+    item: dict[str, Any], *, source: str, agent_scope: str, workspace_scope: str, cwd: Path | None
+) -> HookDeclaration:
+    name = item.get("name")
+    event = item.get("event")
+    if not isinstance(name, str) or not name.strip() or not isinstance(event, str) or not event.strip():
+        raise ConfigError("every hook declaration needs a name and an event")
+    key = f"hooks.{name}"
+    unknown = sorted(set(item) - _HOOK_KEYS)
+    if unknown:
+        raise ConfigError(f"hook {name!r}: unknown key {unknown[0]!r}")
+    mode = item.get("mode", "async")
+    if mode not in {"sync", "async"}:
+        raise ConfigError(f"hook {name!r}: mode must be sync or async")
+    required = item.get("required", False)
+    if not isinstance(required, bool):
+        raise ConfigError(f"{key}.required: expected true or false")
+    raw_timeout = item.get("timeout", "5s")
+    if isinstance(raw_timeout, int | float) and not isinstance(raw_timeout, bool) and raw_timeout < 0:
+        raise ConfigError(f"{key}.timeout: must not be negative")
+    timeout = parse_duration(raw_timeout, f"{key}.timeout") or 5.0  # 0 means the default, as documented
+    priority = item.get("priority", HOOK_SOURCE_PRIORITY.get(source, 0))
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ConfigError(f"{key}.priority: expected an integer")
+    matcher = item.get("matcher", {})
+    if not isinstance(matcher, dict):
+        raise ConfigError(f"{key}.matcher: expected a table")
+
+    executor: dict[str, Any] = item
+    if "executor" in item:
+        executor = item["executor"]
+        if not isinstance(executor, dict):
+            raise ConfigError(f"{key}.executor: expected a table")
+        mixed = sorted({"command", "args", "env"} & set(item))
+        if mixed:
+            raise ConfigError(f"hook {name!r}: executor cannot be combined with top-level {mixed[0]!r}")
+        unknown = sorted(set(executor) - _EXECUTOR_KEYS)
+        if unknown:
+            raise ConfigError(f"{key}.executor: unknown key {unknown[0]!r}")
+        kind = executor.get("kind", "command")
+        if kind not in _EXECUTOR_KINDS:
+            raise ConfigError(f"{key}.executor.kind: only command hooks are supported, got {kind!r}")
+    command = executor.get("command")
+    args = _hook_strings(executor.get("args"), f"{key}.args")
+    # No shell: a list is argv; a string is one executable looked up on PATH.
+    if isinstance(command, list):
+        argv = _hook_strings(command, f"{key}.command")
+        command, args = (argv[0], argv[1:] + args) if argv else ("", args)
+    if not isinstance(command, str) or not command:
+        raise ConfigError(f"hook {name!r} needs a command")
+    return HookDeclaration(
+        name=name,
+        event=event,
+        command=command,
+        args=args,
+        env=_str_map(executor.get("env"), f"{key}.env"),
+        mode=mode,
+        required=required,
+        timeout=timeout,
+        priority=priority,
+        matcher=dict(matcher),
+        source=source,
+        secret_env=_str_map(item.get("secret_env"), f"{key}.secret_env"),
+        agent_scope=agent_scope,
+        workspace_scope=workspace_scope,
+        cwd=cwd,
+    )
+
+
+def parse_hook_declarations(
+    raw: object,
+    *,
+    source: str = "config",
+    agent_scope: str = "",
+    workspace_scope: str = "",
+    cwd: Path | None = None,
+) -> tuple[HookDeclaration, ...]:
+    """Hook declarations from config.toml (`source="config"`) or AGENT.md frontmatter (`"agent_definition"`,
+    with `agent_scope`); `enabled = false` entries are dropped. Raises ConfigError (hooks reference §2)."""
+    from sessions.hooks import validate_declarations  # sessions.hooks imports this module
+
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise ConfigError("[[hooks.declarations]] must be an array of tables")
     seen: set[str] = set()
-    hooks = []
+    hooks: list[HookDeclaration] = []
     for item in raw:
-        if not isinstance(item, dict) or not item.get("name") or not item.get("event"):
+        if not isinstance(item, dict):
             raise ConfigError("every hook declaration needs a name and an event")
-        name = str(item["name"])
-        if name in seen:
-            raise ConfigError(f"hook {name!r} is declared twice")
-        seen.add(name)
-        mode = str(item.get("mode", "async"))
-        if mode not in {"sync", "async"}:
-            raise ConfigError(f"hook {name!r}: mode must be sync or async")
-        required = bool(item.get("required", False))
-        if required and mode != "sync":
-            raise ConfigError(f"hook {name!r}: required hooks must be sync")
-        executor = item.get("executor") if isinstance(item.get("executor"), dict) else item
-        if not executor.get("command"):
-            raise ConfigError(f"hook {name!r} needs a command")
-        timeout = parse_duration(item.get("timeout", "5s"), f"hooks.{name}.timeout") or 5.0
-        hooks.append(
-            HookDeclaration(
-                name=name,
-                event=str(item["event"]),
-                command=str(executor["command"]),
-                args=tuple(str(a) for a in executor.get("args", [])),
-                env=_str_map(executor.get("env"), f"hooks.{name}.env"),
-                mode=mode,
-                required=required,
-                timeout=timeout,
-                priority=int(item.get("priority", 500)),
-                matcher=dict(item.get("matcher", {})),
-            )
-        )
-    return tuple(h for h in hooks)
+        enabled = item.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"hooks.{item.get('name')}.enabled: expected true or false")
+        if not enabled:
+            continue
+        decl = _hook_declaration(item, source=source, agent_scope=agent_scope, workspace_scope=workspace_scope,
+                                 cwd=cwd)
+        if decl.name in seen:
+            raise ConfigError(f"hook {decl.name!r} is declared twice")
+        seen.add(decl.name)
+        hooks.append(decl)
+    result = tuple(hooks)
+    validate_declarations(result)
+    return result
+
+
+def _hooks(raw: object) -> tuple[HookDeclaration, ...]:
+    return parse_hook_declarations(raw, source="config")
 
 
 def load_config(home: Path | None = None) -> Config:
@@ -338,6 +439,7 @@ def load_config(home: Path | None = None) -> Config:
         max_concurrent_agents=int(limits.get("max_concurrent_agents", 20)),
         redact_enabled=bool(redact.get("enabled", True)),
         auto_title_enabled=bool(auto_title.get("enabled", True)),
+        auto_title_provider=str(auto_title.get("provider") or ""),
         hooks=_hooks(hooks_table.get("declarations")),
         source=str(path) if path.exists() else "built-in defaults",
     )

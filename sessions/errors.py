@@ -50,3 +50,9 @@ class Forbidden(CompozyError):
 
 class Unavailable(CompozyError):
     status, code = 503, "daemon_unavailable"
+
+
+class HookDenied(CompozyError):
+    """A lifecycle hook denied the operation (a required one also stops the session: hook_stopped)."""
+
+    status, code = 403, "hook_denied"

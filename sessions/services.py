@@ -664,6 +664,15 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
     return [{"turn_id": tid, "events": evs} for tid, evs in ordered]
 
 
+def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
+              last: int | None = None) -> list[dict[str, Any]]:
+    """hook_runs rows of one session, oldest first (`last` keeps the newest N)."""
+    meta = read_session_meta(session_id)
+    _workspace_scope(workspace_ref, meta)
+    return event_store.read_hook_runs(folder.events_path(session_id), event=event, outcome=outcome,
+                                      last=_limit(last, 1000))
+
+
 # ---- workspaces ------------------------------------------------------------------------------
 
 def list_workspaces() -> list[dict[str, Any]]:

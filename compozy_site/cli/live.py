@@ -9,7 +9,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, _session_path, json_flag, output_option, session
+from compozy_site.cli.app import _client, _fmt, _session_path, cli, json_flag, output_option, session
 from compozy_site.cli.client import ApiError, Client
 from compozy_site.cli.output import emit, fail, fail_api, kv, table
 
@@ -212,3 +212,29 @@ def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None
     emit(s, fmt, lambda: kv(f"Spawned {s['id']}", [("parent", parent_id), ("role", role),
                                                    ("permissions", s.get("effective_permissions")),
                                                    ("ttl expires", (s.get("lineage") or {}).get("ttl_expires_at"))]))
+
+
+@cli.group()
+def hooks() -> None:
+    """Lifecycle hook audit (`[[hooks.declarations]]` in config.toml)."""
+
+
+@hooks.command("runs")
+@click.option("--session", "session_id", required=True, help="Session id.")
+@click.option("--event", default=None, help="Only runs for this hook event.")
+@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N runs.")
+@output_option
+@json_flag
+def hooks_runs(session_id: str, event: str | None, last: int | None, fmt: str, as_json: bool) -> None:
+    """Every hook run of a session (from its events.db), oldest first."""
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        ws = client.request("GET", f"/api/sessions/{session_id}")["session"]["workspace_id"]
+        runs = client.request("GET", f"/api/workspaces/{ws}/hooks/runs",
+                              query={"session": session_id, "event": event, "last": last})["runs"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    emit(runs, fmt, lambda: table("Hook runs", ["When", "Hook", "Event", "Mode", "Outcome", "ms", "Error"], [
+        (r["recorded_at"], r["hook_name"], r["event"], r["mode"], r["outcome"], r["duration_ms"], r.get("error"))
+        for r in runs]))

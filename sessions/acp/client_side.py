@@ -54,7 +54,10 @@ def confine(path: str, roots: Sequence[Path]) -> Path:
     """Resolve `path` (symlinks included) and require it inside one of the workspace roots."""
     if not path or not Path(path).is_absolute():
         raise OutsideWorkspace(f"path must be absolute: {path!r}")
-    resolved = Path(path).resolve()
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
+        raise OutsideWorkspace(f"path does not resolve: {path} ({exc})") from exc
     for root in roots:
         root = root.resolve()
         if resolved == root or root in resolved.parents:
@@ -77,3 +80,11 @@ def read_text(path: Path, line: int | None, limit: int | None) -> str:
 def write_text(path: Path, content: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content, encoding="utf-8")
+
+
+def allow_option(options: Sequence[dict[str, Any]]) -> str | None:
+    return _pick(options, ALLOW_KINDS)
+
+
+def reject_option(options: Sequence[dict[str, Any]]) -> str | None:
+    return _pick(options, REJECT_KINDS)

@@ -10,6 +10,7 @@ from typing import Any
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import Unavailable
+from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.session import SessionRuntime
 from sessions.runtime.tasks import spawn
@@ -35,6 +36,8 @@ class SessionManager:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.inputs = InputQueue(config.busy_input)
+        # One runner for the daemon (one bounded async pool); each dispatch writes to its session's store.
+        self.hooks = HookRunner(config.hooks, redact=config.redact_enabled) if config.hooks else None
         self.runtimes: dict[str, SessionRuntime] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.draining = False
@@ -86,6 +89,8 @@ class SessionManager:
         self.draining = True
         runtimes = list(self.runtimes.values())
         if not runtimes:
+            if self.hooks is not None:
+                await self.hooks.drain()
             return
         logger.info("stopping %d live session(s) for shutdown", len(runtimes))
         stops = [spawn(rt.stop(StopReason.SHUTDOWN, "daemon shutdown")) for rt in runtimes]
@@ -95,3 +100,5 @@ class SessionManager:
         for task in done:
             if task.exception():
                 logger.error("shutdown stop failed: %s", task.exception())
+        if self.hooks is not None:
+            await self.hooks.drain()

@@ -41,6 +41,10 @@ NEW_SESSION_TIMEOUT = 60.0
 # Reference §8: cancel budget before the subprocess shutdown path starts.
 CANCEL_BUDGET_SECONDS = 1.0
 STDERR_IN_EVENTS_BYTES = 4096
+# Hook events whose required denial (or required failure) stops the session with hook_stopped (hooks.md §5).
+GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
+                               "permission.request"})
+HOOK_STOP_SUMMARY = "session stopped by hook policy"
 
 
 @dataclass
@@ -183,6 +187,12 @@ class SessionRuntime:
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
         self.touch_activity(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"))
+        if type_ == EventType.TOOL_RESULT and self.manager.hooks is not None:
+            event = "tool.post_error" if content.get("tool_error") else "tool.post_call"
+            if self.manager.hooks.has_hooks(event):
+                spawn(self.hook(event, tool_call_id=content.get("tool_call_id"), tool_id=content.get("tool_name"),
+                                tool_name=content.get("tool_name"), title=content.get("tool_name"),
+                                tool_result=content.get("tool_result"), error=content.get("tool_error")))
         if type_ == EventType.TOOL_RESULT and self.steer is not None and not self.steer.delivering and self.turn:
             self.steer.delivering = True
             spawn(self._deliver_steer(self.turn))
@@ -226,7 +236,10 @@ class SessionRuntime:
             "title": tool_call.get("title"), "tool_call_id": call_id,
         }
         turn_id = self.turn.id if self.turn else ""
-        if mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
+        gate = await self._permission_hooks(tool_call, options, base, mode)
+        if gate is not None:
+            decision, option_id, source = gate
+        elif mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
             if self.turn is not None and self.turn.cancel_requested:
                 decision, option_id, source = "cancelled", None, "turn_cancelled"
             else:
@@ -257,7 +270,38 @@ class SessionRuntime:
                                            "option_id": option_id, "raw": {"toolCall": tool_call, "options": options}},
                     turn_id=turn_id)
         self.touch_activity("permission", decision)
+        with contextlib.suppress(Exception):
+            await self.hook("permission.denied" if decision != "approved" else "permission.resolved",
+                            **{**base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
+                               "tool_call": tool_call})
         return client_side.permission_response(option_id)
+
+    async def _permission_hooks(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                                base: dict[str, Any], mode: str) -> tuple[str, str | None, str] | None:
+        """tool.pre_call (the gate) and permission.request run before our client answers the agent, so a
+        hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
+        kind = str(tool_call.get("kind") or "")
+        read_only = kind in client_side.READ_KINDS
+        pre = await self.hook("tool.pre_call", tool_call_id=base["tool_call_id"], tool_id=base["resource"],
+                              tool_name=base["resource"], read_only=read_only, tool_input=tool_call.get("rawInput"))
+        if pre is not None and not pre.ok:
+            return "denied", client_side.reject_option(options), f"hook:{pre.hook_name or 'tool.pre_call'}"
+        policy, _ = client_side.policy_decision(mode, tool_call, options)
+        if mode == "approve-reads" and not read_only:
+            policy = "pending"
+        request = await self.hook("permission.request", **{**base, "decision": policy, "decision_class": policy,
+                                                           "tool_name": base["resource"], "tool_input":
+                                                           tool_call.get("rawInput"), "tool_call": tool_call,
+                                                           "options": options})
+        if request is None:
+            return None
+        if not request.ok:
+            return "denied", client_side.reject_option(options), f"hook:{request.hook_name or 'permission.request'}"
+        patched = str(request.payload.get("decision") or policy)
+        if patched != policy and patched in ("approved", "denied"):
+            chosen = client_side.allow_option(options) if patched == "approved" else client_side.reject_option(options)
+            return patched if chosen else "cancelled", chosen, "hook:permission.request"
+        return None
 
     def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
         return self.permissions.resolve(request_id, decision, option_id)
@@ -286,6 +330,8 @@ class SessionRuntime:
             return
         await self.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
         self.active.set()
+        with contextlib.suppress(Exception):
+            await self.hook("session.post_resume" if reactivate else "session.post_create")
         try:
             await self.dispatch_next()
         except Exception:
@@ -303,6 +349,9 @@ class SessionRuntime:
             {"subprocess_pid": agent.pid, "subprocess_started_at": agent.started_at}
         )
         self._exit_watch = spawn(self._watch_exit())
+        with contextlib.suppress(Exception):
+            await self.hook("agent.spawned", pid=agent.pid, command=self.provider.command[0],
+                            args=list(self.provider.command[1:]), cwd=str(self.cwd), provider=self.provider.name)
         try:
             init = await agent.initialize(INITIALIZE_TIMEOUT)
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
@@ -418,6 +467,17 @@ class SessionRuntime:
                          extra: dict[str, Any] | None = None) -> Turn:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
+            outcome = await self.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
+                                      input_class="user_message" if source == "user" else "synthetic_reentry")
+            if outcome is not None:
+                if not outcome.ok:
+                    from sessions.errors import HookDenied
+
+                    raise HookDenied(outcome.error, data={"hook": outcome.hook_name,
+                                                          "stops_session": outcome.hook_required})
+                patched = str(outcome.payload.get("message") or text)
+                if patched != text:
+                    authored, text = authored if authored is not None else text, patched
             turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "",
                         generation=self.generation)
             if self.projection is not None:
@@ -437,6 +497,15 @@ class SessionRuntime:
                              "current_tool": None, "tool_call_id": None, "last_progress_at": None})
             activity["prompt_active"] = True
             self.touch_activity("prompt_started")
+            started = await self.hook("turn.start", turn_id=turn.id, input_class=source, user_message=text)
+            if started is not None and not started.ok and started.hook_required:
+                turn.terminal = True
+                self.record(EventType.ERROR, {"error": started.error}, turn_id=turn.id)
+                self.turn = None
+                turn.ended.set()
+                from sessions.errors import HookDenied
+
+                raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
             turn.task = spawn(self._run_turn(turn))
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = spawn(self._heartbeat_loop())
@@ -482,6 +551,8 @@ class SessionRuntime:
                 activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
                 self.meta["liveness"]["stall_state"] = ""
             turn.ended.set()
+        with contextlib.suppress(Exception):
+            await self.hook("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
         if self.state == SessionState.ACTIVE and not self.stopping:
             await self._steer_fallback()
             await self.persist()
@@ -507,12 +578,51 @@ class SessionRuntime:
             return
         self.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
+        from sessions.errors import HookDenied
+
         try:
             await self.start_turn(entry.text, source=entry.source)
+        except HookDenied as exc:
+            await db(self.manager.inputs.mark, entry.id, "failed")
+            self.marker(MarkerKind.PROMPT_DROPPED, f"Queued prompt refused by a hook: {exc.message}",
+                        {"queue_entry_id": entry.id, "reason": "hook_denied"})
+            self.recorder.flush()
+            if not self.stopping:
+                await self.dispatch_next()
+            return
         except Exception:
             await db(self.manager.inputs.mark, entry.id, "failed")
             raise
         await db(self.manager.inputs.mark, entry.id, "sent")
+
+    # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
+
+    def _hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "event": event, "session_id": self.id, "session_name": self.meta.get("name") or "",
+            "session_type": self.meta.get("session_type") or "user", "agent_name": self.meta["agent_name"],
+            "workspace_id": self.meta["workspace_id"], "workspace": str(self.cwd),
+            "acp_session_id": self.meta.get("acp_session_id") or "", "state": self.state,
+            "created_at": self.meta["created_at"], "updated_at": self.meta["updated_at"], **extra,
+        }
+
+    def _record_hook_run(self, row: dict[str, Any]) -> None:
+        if not self.recorder.closed:
+            self.recorder.log.record_hook_run(row)
+
+    async def hook(self, event: str, **extra: Any) -> Any:
+        """Run the hooks of `event`; None when none is declared. A required gate denial stops the session."""
+        runner = self.manager.hooks
+        if runner is None or not runner.has_hooks(event):
+            return None
+        outcome = await runner.dispatch(event, self._hook_payload(event, extra), record_run=self._record_hook_run)
+        if event in GATED_HOOK_EVENTS and (outcome.denied or outcome.required_failed) and outcome.hook_required:
+            reason = outcome.deny_reason or outcome.error or HOOK_STOP_SUMMARY
+            logger.info("session %s: required hook %s stopped it: %s", self.id, outcome.hook_name, reason)
+            # Spawned, not awaited: the caller may hold the prompt lock that the stop path waits for.
+            spawn(self.stop(StopReason.HOOK_STOPPED, reason,
+                            failure=lifecycle.failure_object(FailureKind.PERMISSION_FAILURE, reason)))
+        return outcome
 
     # ---- auto-title (roles.auto_title) -----------------------------------------------------------
 
@@ -743,6 +853,8 @@ class SessionRuntime:
             return
         code = self.agent.returncode
         turn_active = self.turn is not None
+        with contextlib.suppress(Exception):
+            await self.hook("agent.crashed" if code else "agent.stopped", pid=self.agent.pid, error=str(code))
         if self.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
         reason, kind, detail = lifecycle.classify_unexpected_exit(code, turn_active)
@@ -759,6 +871,8 @@ class SessionRuntime:
     async def _stop(self, reason: StopReason, detail: str, failure: dict[str, Any] | None,
                     process_gone: bool) -> None:
         self.stopping = True
+        with contextlib.suppress(Exception):
+            await self.hook("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
         if self.state == SessionState.ACTIVE:
             await self.transition(SessionState.STOPPING)
         if self.boot_task is not None and not self.boot_task.done():
@@ -812,6 +926,11 @@ class SessionRuntime:
             self._heartbeat.cancel()
         await self.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
                               failure=failure)
+        if self.manager.hooks is not None and self.manager.hooks.has_hooks("session.post_stop"):
+            # The store is closed now; post_stop runs observe only and are not recorded per session.
+            with contextlib.suppress(Exception):
+                await self.manager.hooks.dispatch("session.post_stop", self._hook_payload("session.post_stop", {
+                    "stop_reason": reason.value, "stop_detail": detail}), record_run=lambda row: None)
         self.stopped.set()
         self.active.clear()
         self.manager.forget(self.id)

@@ -1,0 +1,850 @@
+"""Lifecycle hook dispatcher: command (subprocess) hooks per the hooks reference (§2-§8).
+
+A dispatch matches declarations against the payload, runs the sync hooks one after another (each sees the
+payload as patched by the previous ones), then queues the async hooks in a bounded pool. Every run - also
+the skipped, dropped and rejected ones - yields one `hook_runs` row handed to `record_run`.
+
+Nothing here raises for a hook's behaviour: the caller inspects `HookOutcome` (`ok`, `denied`,
+`required_failed`, `error`) and turns it into its own error or stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import fnmatch
+import json
+import logging
+import math
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from sessions.config import ConfigError, HookDeclaration
+from sessions.store.folder import isoformat, utcnow
+from sessions.store.redact import bound_text, redact_text
+
+__all__ = [
+    "ASYNC_ONLY_EVENTS",
+    "ASYNC_QUEUE_SIZE",
+    "ASYNC_WORKERS",
+    "DRAIN_TIMEOUT",
+    "HOOK_DEPTH_ENV",
+    "MATCHER_FIELDS",
+    "MAX_DISPATCH_DEPTH",
+    "PATCH_KEYS",
+    "STDERR_LIMIT",
+    "STDOUT_LIMIT",
+    "SYNC_CAPABLE_EVENTS",
+    "HookEvent",
+    "HookMode",
+    "HookOutcome",
+    "HookRunOutcome",
+    "HookRunner",
+    "HookSource",
+    "current_depth",
+    "event_family",
+    "format_duration",
+    "hook_env",
+    "merge_declarations",
+    "text_vs_authored",
+    "validate_declarations",
+]
+
+log = logging.getLogger(__name__)
+
+
+class HookEvent(StrEnum):
+    SESSION_PRE_CREATE = "session.pre_create"
+    SESSION_POST_CREATE = "session.post_create"
+    SESSION_PRE_RESUME = "session.pre_resume"
+    SESSION_POST_RESUME = "session.post_resume"
+    SESSION_PRE_STOP = "session.pre_stop"
+    SESSION_POST_STOP = "session.post_stop"
+    SESSION_HEALTH_UPDATE_AFTER = "session.health.update.after"
+    AGENT_PRE_START = "agent.pre_start"
+    AGENT_SPAWNED = "agent.spawned"
+    AGENT_CRASHED = "agent.crashed"
+    AGENT_STOPPED = "agent.stopped"
+    INPUT_PRE_SUBMIT = "input.pre_submit"
+    PROMPT_POST_ASSEMBLE = "prompt.post_assemble"
+    TURN_START = "turn.start"
+    TURN_END = "turn.end"
+    MESSAGE_START = "message.start"
+    MESSAGE_DELTA = "message.delta"
+    MESSAGE_END = "message.end"
+    TOOL_PRE_CALL = "tool.pre_call"
+    TOOL_POST_CALL = "tool.post_call"
+    TOOL_POST_ERROR = "tool.post_error"
+    PERMISSION_REQUEST = "permission.request"
+    PERMISSION_RESOLVED = "permission.resolved"
+    PERMISSION_DENIED = "permission.denied"
+
+
+class HookMode(StrEnum):
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class HookSource(StrEnum):
+    """Declared in dispatch order (hooks reference §3)."""
+
+    NATIVE = "native"
+    CONFIG = "config"
+    EXTENSION = "extension"
+    AGENT_DEFINITION = "agent_definition"
+    SKILL = "skill"
+
+
+class HookRunOutcome(StrEnum):
+    APPLIED = "applied"  # ran, patch taken
+    DENIED = "denied"  # deny patch
+    FAILED = "failed"  # exec error, timeout, bad patch
+    SKIPPED = "skipped"  # dispatch depth exceeded
+    DROPPED = "dropped"  # async queue full (or closed at shutdown)
+    REJECTED = "rejected"  # a guard refused the patch
+
+
+_E = HookEvent
+ASYNC_ONLY_EVENTS = frozenset({_E.SESSION_HEALTH_UPDATE_AFTER, _E.MESSAGE_DELTA, _E.PERMISSION_RESOLVED,
+                               _E.PERMISSION_DENIED})
+SYNC_CAPABLE_EVENTS = frozenset(HookEvent) - ASYNC_ONLY_EVENTS
+
+_LABELS = frozenset({"labels"})
+# Patch keys per event besides `deny`/`deny_reason` (§4). Empty = the event's patches are ignored: stdout
+# must still be one JSON object, but its keys are not checked and it cannot deny.
+PATCH_KEYS: dict[HookEvent, frozenset[str]] = {
+    _E.SESSION_PRE_CREATE: frozenset({"session_name", "session_type", "agent_name", "workspace_id", "workspace"}),
+    _E.SESSION_POST_CREATE: frozenset(),
+    _E.SESSION_PRE_RESUME: frozenset({"session_name", "agent_name"}),
+    _E.SESSION_POST_RESUME: frozenset(),
+    _E.SESSION_PRE_STOP: frozenset({"session_name", "agent_name"}),
+    _E.SESSION_POST_STOP: frozenset(),
+    _E.SESSION_HEALTH_UPDATE_AFTER: frozenset(),
+    _E.AGENT_PRE_START: frozenset({"command", "args", "cwd"}),
+    _E.AGENT_SPAWNED: _LABELS,
+    _E.AGENT_CRASHED: _LABELS,
+    _E.AGENT_STOPPED: _LABELS,
+    _E.INPUT_PRE_SUBMIT: frozenset({"message", "context_blocks"}),
+    _E.PROMPT_POST_ASSEMBLE: frozenset({"prompt", "context_blocks"}),
+    _E.TURN_START: _LABELS,
+    _E.TURN_END: _LABELS,
+    _E.MESSAGE_START: frozenset({"role", "delta_type", "text"}),
+    _E.MESSAGE_DELTA: frozenset(),
+    _E.MESSAGE_END: frozenset({"role", "delta_type", "text"}),
+    _E.TOOL_PRE_CALL: frozenset({"tool_id", "read_only", "tool_input"}),
+    _E.TOOL_POST_CALL: frozenset({"title", "tool_result", "error"}),
+    _E.TOOL_POST_ERROR: frozenset({"title", "tool_result", "error"}),
+    _E.PERMISSION_REQUEST: frozenset({"decision", "decision_class", "reason"}),
+    _E.PERMISSION_RESOLVED: frozenset(),
+    _E.PERMISSION_DENIED: frozenset(),
+}
+_DENY_KEYS = frozenset({"deny", "deny_reason"})
+
+_SESSION_MATCH = frozenset({"agent_name", "workspace_id", "workspace_root", "session_type"})
+_INPUT_MATCH = frozenset({"agent_name", "workspace_id", "workspace_root", "input_class"})
+# Allowed matcher fields per event family (§2); the family is the event name's first segment.
+MATCHER_FIELDS: dict[str, frozenset[str]] = {
+    "session": _SESSION_MATCH,
+    "input": _INPUT_MATCH,
+    "prompt": _INPUT_MATCH,
+    "turn": _INPUT_MATCH,
+    "agent": frozenset({"agent_name", "workspace_id", "workspace_root"}),
+    "tool": frozenset({"tool_name", "tool_namespace", "tool_read_only"}),
+    "permission": frozenset({"tool_name", "decision_class"}),
+    "message": frozenset({"message_role", "message_delta_type"}),
+    "event": frozenset({"agent_name", "acp_event_type", "turn_id"}),
+}
+# Payload keys a matcher field is read from, first present wins (the payload names differ for some).
+_MATCH_PAYLOAD_KEYS: dict[str, tuple[str, ...]] = {
+    "workspace_root": ("workspace_root", "workspace"),
+    "tool_name": ("tool_name", "tool_id"),
+    "tool_read_only": ("tool_read_only", "read_only"),
+    "message_role": ("message_role", "role"),
+    "message_delta_type": ("message_delta_type", "delta_type"),
+}
+# `patch_applied` is stored for these families only; others are logged at debug level (§8).
+_PATCH_STORED_FAMILIES = frozenset({"input", "prompt", "tool", "permission"})
+
+MAX_DISPATCH_DEPTH = 3
+HOOK_DEPTH_ENV = "COMPOZY_HOOK_DEPTH"
+ASYNC_WORKERS = 4
+ASYNC_QUEUE_SIZE = 64
+DRAIN_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 5.0
+STDOUT_LIMIT = 1024 * 1024
+STDERR_LIMIT = 64 * 1024
+TERM_GRACE = 0.25
+PIPE_SETTLE = 1.0
+TRUNCATED = "...[truncated]"
+_ERROR_LIMIT = STDERR_LIMIT + 1024
+
+_ENV_ALLOW = frozenset({"HOME", "PATH", "LANG", "LOGNAME", "SHELL", "TERM", "TEMP", "USER"})
+_ENV_ALLOW_PREFIXES = ("LC_", "TMP")
+
+_ALLOW_DECISIONS = frozenset({"approved", "approve", "allow", "allowed", "allow_once", "allow_always"})
+_DENY_DECISIONS = frozenset({"denied", "deny", "blocked", "block", "rejected", "reject", "reject_once",
+                             "reject_always", "cancelled"})
+_PINNED_SESSION_TYPES = frozenset({"coordinator", "spawned"})
+
+_SOURCE_ORDER = {source.value: index for index, source in enumerate(HookSource)}
+
+# Depth of the dispatch running in this context; 0 = none. Tasks copy it, so nesting is tracked in-process.
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("compozy_hook_depth", default=0)
+
+
+def current_depth() -> int:
+    """Depth of the hook dispatch in progress in this context (0 outside any dispatch)."""
+    return _DEPTH.get()
+
+
+def event_family(event: str) -> str:
+    return event.split(".", 1)[0]
+
+
+# ---- declarations ------------------------------------------------------------------------------
+
+
+def validate_declarations(decls: Iterable[HookDeclaration]) -> None:
+    """Reject declarations the reference calls invalid (§2); raises ConfigError naming the hook."""
+    seen: set[str] = set()
+    for decl in decls:
+        where = f"hook {decl.name!r}"
+        if not decl.name or not decl.event:
+            raise ConfigError("every hook declaration needs a name and an event")
+        if decl.name in seen:
+            raise ConfigError(f"{where} is declared twice")
+        seen.add(decl.name)
+        try:
+            event = HookEvent(decl.event)
+        except ValueError:
+            raise ConfigError(f"{where}: unknown event {decl.event!r}") from None
+        if decl.source not in _SOURCE_ORDER:
+            raise ConfigError(f"{where}: unknown source {decl.source!r}")
+        if decl.mode not in set(HookMode):
+            raise ConfigError(f"{where}: mode must be sync or async")
+        if decl.required and decl.mode != HookMode.SYNC:
+            raise ConfigError(f"{where}: required hooks must be sync")
+        if decl.mode == HookMode.SYNC and event in ASYNC_ONLY_EVENTS:
+            raise ConfigError(f"{where}: event {event.value!r} is async-only; mode must be async")
+        if decl.timeout < 0 or math.isnan(decl.timeout):
+            raise ConfigError(f"{where}: timeout must not be negative")
+        if not decl.command:
+            raise ConfigError(f"{where} needs a command")
+        allowed = MATCHER_FIELDS[event_family(event)]
+        for key, value in decl.matcher.items():
+            if key not in allowed:
+                raise ConfigError(
+                    f"{where}: matcher field {key!r} does not apply to {event_family(event)} events"
+                    f" (allowed: {', '.join(sorted(allowed))})"
+                )
+            if key == "tool_read_only":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where}: matcher.tool_read_only must be true or false")
+            elif not isinstance(value, str):
+                raise ConfigError(f"{where}: matcher.{key} must be a string")
+        agent_match = decl.matcher.get("agent_name", "")
+        if decl.agent_scope and agent_match not in ("", "*", decl.agent_scope):
+            raise ConfigError(f"{where}: matcher.agent_name {agent_match!r} differs from its agent"
+                              f" {decl.agent_scope!r}")
+        for var, ref in decl.secret_env.items():
+            if not (ref.startswith("env:") and len(ref) > 4) and not (ref.startswith("vault:") and len(ref) > 6):
+                raise ConfigError(f"{where}: secret_env.{var} must be \"env:NAME\" or \"vault:...\"")
+
+
+def merge_declarations(base: Iterable[HookDeclaration], overlay: Iterable[HookDeclaration]) -> tuple[
+        HookDeclaration, ...]:
+    """Workspace overlay on top of global hooks: a same-`name` overlay entry replaces the base one whole."""
+    merged = {decl.name: decl for decl in base}
+    for decl in overlay:
+        merged.pop(decl.name, None)
+        merged[decl.name] = decl
+    return tuple(merged.values())
+
+
+def _sort_key(decl: HookDeclaration) -> tuple[int, int, str]:
+    return (_SOURCE_ORDER.get(decl.source, len(_SOURCE_ORDER)), -decl.priority, decl.name)
+
+
+def _payload_value(payload: Mapping[str, Any], key: str) -> Any:
+    for name in _MATCH_PAYLOAD_KEYS.get(key, (key,)):
+        if name in payload and payload[name] is not None:
+            return payload[name]
+    return None
+
+
+def _matches(decl: HookDeclaration, payload: Mapping[str, Any]) -> bool:
+    if decl.agent_scope and payload.get("agent_name") != decl.agent_scope:
+        return False
+    if decl.workspace_scope and payload.get("workspace_id") != decl.workspace_scope:
+        return False
+    for key, pattern in decl.matcher.items():
+        value = _payload_value(payload, key)
+        if isinstance(pattern, bool):
+            if value is not pattern:
+                return False
+            continue
+        if pattern in ("", "*"):
+            continue
+        if not isinstance(value, str) or not fnmatch.fnmatchcase(value, pattern):
+            return False
+    return True
+
+
+# ---- patches -----------------------------------------------------------------------------------
+
+
+class _PatchError(ValueError):
+    """The hook's stdout is not a valid patch for the event (outcome `failed`)."""
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_context_blocks(value: Any) -> bool:
+    if not isinstance(value, list):
+        return False
+    for block in value:
+        if not isinstance(block, dict) or set(block) - {"kind", "text", "metadata"}:
+            return False
+        if not isinstance(block.get("kind", ""), str) or not isinstance(block.get("text", ""), str):
+            return False
+        if not isinstance(block.get("metadata", {}), dict):
+            return False
+    return True
+
+
+def _any_json(_: Any) -> bool:
+    return True
+
+
+_PATCH_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "args": ("a list of strings", _is_str_list),
+    "context_blocks": ("a list of {kind, text, metadata} objects", _is_context_blocks),
+    "labels": ("an object of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    "read_only": ("a boolean", lambda v: isinstance(v, bool)),
+    "tool_input": ("any JSON value", _any_json),
+    "tool_result": ("any JSON value", _any_json),
+    "deny": ("a boolean", lambda v: isinstance(v, bool)),
+}
+_STRING_TYPE: tuple[str, Callable[[Any], bool]] = ("a string", lambda v: isinstance(v, str))
+
+
+def _reject_constant(name: str) -> Any:
+    raise _PatchError(f"hook patch: invalid JSON value {name}")
+
+
+def _decode_patch(event: HookEvent, text: str) -> dict[str, Any]:
+    """Strict decoding: one JSON object, only the event's keys, typed values. Empty output = empty patch."""
+    text = text.strip()
+    if not text:
+        return {}
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    try:
+        value, end = decoder.raw_decode(text)
+    except json.JSONDecodeError as exc:
+        raise _PatchError(f"hook patch: invalid JSON: {exc}") from None
+    if text[end:].strip():
+        raise _PatchError("hook patch: unexpected data after the JSON object")
+    if not isinstance(value, dict):
+        raise _PatchError("hook patch must be a JSON object")
+    allowed = PATCH_KEYS[event]
+    if not allowed:
+        return value  # patches of this event are ignored
+    for key, item in value.items():
+        if key not in allowed and key not in _DENY_KEYS:
+            raise _PatchError(f"hook patch: unknown key {key!r} for event {event.value!r}")
+        label, check = _PATCH_TYPES.get(key, _STRING_TYPE)
+        if not check(item):
+            raise _PatchError(f"hook patch: {key!r} must be {label}")
+    if "workspace_id" in value and "workspace" in value:
+        raise _PatchError("hook patch: set only one of 'workspace_id' and 'workspace'")
+    return value
+
+
+def _is_allow(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in _ALLOW_DECISIONS
+
+
+def _is_deny(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in _DENY_DECISIONS
+
+
+def _guard(event: HookEvent, payload: Mapping[str, Any], patch: Mapping[str, Any]) -> str:
+    """Why a well-formed patch must not be applied (outcome `rejected`), or "" when it may."""
+    if event == HookEvent.PERMISSION_REQUEST:
+        for key in ("decision", "decision_class"):
+            if key in patch and _is_deny(payload.get(key)) and _is_allow(patch[key]):
+                return f"hook patch may not turn {key} {payload.get(key)!r} into {patch[key]!r}"
+    if event == HookEvent.SESSION_PRE_CREATE and "session_type" in patch:
+        old, new = payload.get("session_type"), patch["session_type"]
+        if old != new and (old in _PINNED_SESSION_TYPES or new in _PINNED_SESSION_TYPES):
+            return f"hook patch may not change session_type {old!r} to {new!r}"
+    return ""
+
+
+# ---- outcome -----------------------------------------------------------------------------------
+
+
+@dataclass
+class HookOutcome:
+    """Result of one dispatch. `payload` is the input as patched by the sync chain (a fresh dict)."""
+
+    payload: dict[str, Any]
+    denied: bool = False
+    deny_reason: str = ""
+    required_failed: bool = False
+    error: str = ""  # the dispatch error text: denial, required failure or depth exceeded
+    hook_name: str = ""  # the hook that denied or whose required failure aborted
+    hook_required: bool = False  # that hook is `required` (a required denial stops the session, §5)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # rows recorded during this call
+
+    @property
+    def ok(self) -> bool:
+        """The operation may proceed (no denial, no required failure, depth within limits)."""
+        return not self.error
+
+
+def text_vs_authored(authored: str, patched: str) -> dict[str, str]:
+    """`user_message` content keys (§6): `text` = what the agent received; `authored_text` = what was typed
+    (trimmed), present only when an `input.pre_submit` patch changed it."""
+    content = {"text": patched}
+    typed = authored.strip()
+    if patched not in (authored, typed):
+        content["authored_text"] = typed
+    return content
+
+
+# ---- running one command -----------------------------------------------------------------------
+
+
+@dataclass
+class _Exec:
+    returncode: int | None = None
+    stdout: bytes = b""
+    stdout_truncated: bool = False
+    stderr: str = ""
+    error: str = ""  # spawn failure or timeout
+
+
+@dataclass
+class _Run:
+    outcome: HookRunOutcome
+    duration_ns: int = 0
+    error: str = ""
+    raw_patch: str | None = None
+    patch: dict[str, Any] = field(default_factory=dict)
+
+
+def format_duration(seconds: float) -> str:
+    """Go's time.Duration spelling for the timeout error: `3s`, `500ms`, `1.5s`, `1m30s`."""
+    if seconds < 1:
+        return f"{round(seconds * 1000, 3):g}ms"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{int(hours)}h" if hours else ""
+    if hours or minutes:
+        text += f"{int(minutes)}m"
+    return text + f"{round(secs, 6):g}s"
+
+
+def hook_env(decl: HookDeclaration, depth: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Allowlisted daemon environment + declared env + resolved secret_env; raises ValueError on a bad ref."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k in _ENV_ALLOW or k.startswith(_ENV_ALLOW_PREFIXES)}
+    env.update(decl.env)
+    for var, ref in decl.secret_env.items():
+        kind, _, name = ref.partition(":")
+        if kind != "env":
+            raise ValueError(f"secret_env {var}: {kind} references are not supported")
+        if name not in environ:
+            raise ValueError(f"secret_env {var}: environment variable {name} is not set")
+        env[var] = environ[name]
+    env[HOOK_DEPTH_ENV] = str(depth)
+    return env
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _terminate_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the hook's process group, 250 ms grace, then SIGKILL it (grandchildren included)."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), TERM_GRACE)
+    # Unconditional: a grandchild may ignore SIGTERM or outlive the leader.
+    _signal_group(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """Keep the first `limit` bytes and keep draining, so a chatty hook never blocks on a full pipe."""
+    buf = bytearray()
+    truncated = False
+    while chunk := await stream.read(65536):
+        room = limit - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+        if len(chunk) > room:
+            truncated = True
+    return bytes(buf), truncated
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    # A hook may exit without reading its stdin; that is not an error.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.close()
+
+
+async def _exec(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path | None, timeout: float) -> _Exec:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+        )
+    except OSError as exc:
+        return _Exec(error=f"hook command failed: {exc}")
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    feeder = asyncio.create_task(_feed(proc.stdin, stdin))
+    out_reader = asyncio.create_task(_read_bounded(proc.stdout, STDOUT_LIMIT))
+    err_reader = asyncio.create_task(_read_bounded(proc.stderr, STDERR_LIMIT))
+    pipes = (feeder, out_reader, err_reader)
+    result = _Exec()
+    try:
+        async with asyncio.timeout(timeout):
+            await proc.wait()
+            result.stdout, result.stdout_truncated = await out_reader
+            stderr, truncated = await err_reader
+            result.stderr = stderr.decode("utf-8", "replace") + (TRUNCATED if truncated else "")
+            result.returncode = proc.returncode
+    except TimeoutError:
+        await _terminate_group(proc)
+        result.error = f"hook timed out after {format_duration(timeout)}"
+    except BaseException:
+        # Cancelled (e.g. the prompt was cancelled or the daemon stops): never leave the hook running.
+        _signal_group(proc.pid, signal.SIGKILL)
+        await _settle(proc, pipes)
+        raise
+    await _settle(proc, pipes)
+    return result
+
+
+async def _settle(proc: asyncio.subprocess.Process, pipes: tuple[asyncio.Task[Any], ...]) -> None:
+    """Let the pipes reach EOF so the subprocess transport closes on its loop (it complains when it is
+    collected after the loop closed); give up after a moment on a pipe held open outside the group."""
+    try:
+        async with asyncio.timeout(PIPE_SETTLE):
+            await proc.wait()
+            await asyncio.gather(*pipes, return_exceptions=True)
+    except (TimeoutError, asyncio.CancelledError):
+        pass
+    finally:
+        for task in pipes:
+            task.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
+
+
+def _exit_error(returncode: int, stderr: str) -> str:
+    if returncode < 0:
+        try:
+            status = f"signal: {signal.Signals(-returncode).name}"
+        except ValueError:
+            status = f"signal: {-returncode}"
+    else:
+        status = f"exit status {returncode}"
+    detail = stderr.strip()
+    return f"hook command failed: {status} ({detail})" if detail else f"hook command failed: {status}"
+
+
+# ---- the runner --------------------------------------------------------------------------------
+
+
+@dataclass
+class _AsyncJob:
+    decl: HookDeclaration
+    event: HookEvent
+    stdin: bytes
+    depth: int
+    record: Callable[[dict[str, Any]], None] | None
+
+
+class HookRunner:
+    """Dispatches lifecycle events to command hooks. Use from one event loop (the session runtime's)."""
+
+    def __init__(
+        self,
+        declarations: Iterable[HookDeclaration],
+        *,
+        record_run: Callable[[dict[str, Any]], None] | None = None,
+        cwd: Path | None = None,
+        redact: bool = True,
+        async_workers: int = ASYNC_WORKERS,
+        async_queue_size: int = ASYNC_QUEUE_SIZE,
+    ) -> None:
+        decls = tuple(d for d in declarations if d.enabled)
+        validate_declarations(decls)
+        self._by_event: dict[HookEvent, list[HookDeclaration]] = {}
+        for decl in sorted(decls, key=_sort_key):
+            self._by_event.setdefault(HookEvent(decl.event), []).append(decl)
+        self._record_run = record_run
+        self._cwd = cwd
+        self._redact = redact
+        self._async_workers = async_workers
+        self._async_queue_size = async_queue_size
+        self._queue: asyncio.Queue[_AsyncJob] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # -- matching --
+
+    def has_hooks(self, event: str) -> bool:
+        """Cheap check so callers can skip building a payload nobody will see."""
+        return bool(self._by_event.get(HookEvent(event)))
+
+    def matching(self, event: str, payload: Mapping[str, Any]) -> list[HookDeclaration]:
+        """Hooks for `event` whose matcher accepts `payload`, in run order (source, priority desc, name)."""
+        return [d for d in self._by_event.get(HookEvent(event), ()) if _matches(d, payload)]
+
+    # -- dispatch --
+
+    async def dispatch(
+        self,
+        event: str,
+        payload: Mapping[str, Any],
+        *,
+        depth: int | None = None,
+        record_run: Callable[[dict[str, Any]], None] | None = None,
+    ) -> HookOutcome:
+        """Run the hooks of `event` for `payload` (§3). `depth` overrides the in-process nesting depth,
+        e.g. from a `COMPOZY_HOOK_DEPTH` a hook passed back to the daemon. `record_run` replaces the
+        runner's row sink for this dispatch (its async runs included), e.g. one session's EventLog."""
+        ev = HookEvent(event)
+        record = record_run or self._record_run
+        depth = depth if depth is not None else _DEPTH.get() + 1
+        current: dict[str, Any] = json.loads(json.dumps(dict(payload), default=str))
+        current.setdefault("event", ev.value)
+        current.setdefault("timestamp", isoformat(utcnow()))
+        outcome = HookOutcome(payload=current)
+        hooks = self.matching(ev, current)
+        if not hooks:
+            return outcome
+        sync_hooks = [d for d in hooks if d.mode == HookMode.SYNC]
+        async_hooks = [d for d in hooks if d.mode == HookMode.ASYNC]
+
+        if depth > MAX_DISPATCH_DEPTH:
+            message = f'hooks: dispatch depth exceeded for event "{ev}": depth {depth} exceeds max {MAX_DISPATCH_DEPTH}'
+            log.warning("%s", message)
+            for decl in hooks:
+                self._emit(record, outcome, decl, ev, depth, _Run(HookRunOutcome.SKIPPED, error=message))
+            if sync_hooks:
+                outcome.error = message
+            return outcome
+
+        token = _DEPTH.set(depth)
+        try:
+            for decl in sync_hooks:
+                try:
+                    run = await self._run_sync(decl, ev, current, depth)
+                except asyncio.CancelledError:
+                    # The guarded operation was cancelled mid-run; the hook is already killed.
+                    self._emit(record, outcome, decl, ev, depth,
+                               _Run(HookRunOutcome.FAILED, error="hook run cancelled"))
+                    raise
+                self._emit(record, outcome, decl, ev, depth, run)
+                if run.outcome == HookRunOutcome.DENIED:
+                    reason = str(run.patch.get("deny_reason") or "").strip() or f'denied by hook "{decl.name}"'
+                    outcome.denied, outcome.deny_reason, outcome.hook_name = True, reason, decl.name
+                    outcome.hook_required = decl.required
+                    outcome.error = f'hooks: event "{ev}" denied: {reason}'
+                    return outcome
+                if run.outcome == HookRunOutcome.FAILED and decl.required:
+                    outcome.required_failed, outcome.hook_name, outcome.hook_required = True, decl.name, True
+                    outcome.error = f'hooks: required hook "{decl.name}" failed for event "{ev}"'
+                    return outcome
+                if run.outcome == HookRunOutcome.APPLIED and PATCH_KEYS[ev]:
+                    current.update({k: v for k, v in run.patch.items() if k not in _DENY_KEYS})
+        finally:
+            _DEPTH.reset(token)
+
+        if async_hooks:
+            stdin = self._stdin(current)
+            for decl in async_hooks:
+                self._enqueue(outcome, _AsyncJob(decl, ev, stdin, depth, record))
+        return outcome
+
+    def _stdin(self, payload: Mapping[str, Any]) -> bytes:
+        # A lone surrogate can only sit inside a JSON string, where its \uXXXX escape is valid JSON.
+        return json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
+
+    async def _execute(self, decl: HookDeclaration, event: HookEvent, stdin: bytes, depth: int) -> tuple[
+            _Run, str]:
+        """Run the command; returns the run (outcome FAILED or APPLIED so far) and the stdout text."""
+        started = time.perf_counter_ns()
+        try:
+            env = hook_env(decl, depth)
+        except ValueError as exc:
+            return _Run(HookRunOutcome.FAILED, error=f"hook command failed: {exc}"), ""
+        cwd = decl.cwd or self._cwd
+        timeout = decl.timeout or DEFAULT_TIMEOUT
+        result = await _exec([decl.command, *decl.args], stdin, env, cwd, timeout)
+        elapsed = time.perf_counter_ns() - started
+        if result.error:
+            return _Run(HookRunOutcome.FAILED, elapsed, result.error), ""
+        if result.returncode != 0:
+            return _Run(HookRunOutcome.FAILED, elapsed, _exit_error(result.returncode or 0, result.stderr)), ""
+        if result.stdout_truncated:
+            return _Run(HookRunOutcome.FAILED, elapsed, f"hook patch: output exceeds {STDOUT_LIMIT} bytes"), ""
+        try:
+            text = result.stdout.decode("utf-8")
+        except UnicodeDecodeError:
+            return _Run(HookRunOutcome.FAILED, elapsed, "hook patch: output is not UTF-8"), ""
+        return _Run(HookRunOutcome.APPLIED, elapsed), text
+
+    async def _run_sync(self, decl: HookDeclaration, event: HookEvent, payload: dict[str, Any],
+                        depth: int) -> _Run:
+        run, text = await self._execute(decl, event, self._stdin(payload), depth)
+        if run.outcome != HookRunOutcome.APPLIED:
+            return run
+        try:
+            patch = _decode_patch(event, text)
+        except _PatchError as exc:
+            run.outcome, run.error = HookRunOutcome.FAILED, str(exc)
+            return run
+        run.patch = patch
+        run.raw_patch = text.strip() or None
+        if not PATCH_KEYS[event]:
+            return run  # ignored patch: ran fine, nothing to apply
+        if patch.get("deny") is True:
+            run.outcome = HookRunOutcome.DENIED
+            return run
+        reason = _guard(event, payload, patch)
+        if reason:
+            run.outcome, run.error = HookRunOutcome.REJECTED, reason
+        return run
+
+    # -- async pool --
+
+    def _enqueue(self, outcome: HookOutcome, job: _AsyncJob) -> None:
+        if self._closed:
+            self._emit(job.record, outcome, job.decl, job.event, job.depth,
+                       _Run(HookRunOutcome.DROPPED, error="hook runner is shut down"))
+            return
+        if self._queue is None:
+            self._queue = asyncio.Queue(maxsize=self._async_queue_size)
+            # Empty context: workers must not inherit the depth of the dispatch that happened to start them.
+            empty = contextvars.Context()
+            self._workers = [
+                asyncio.get_running_loop().create_task(self._worker(), name=f"hook-worker-{i}", context=empty)
+                for i in range(self._async_workers)
+            ]
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            self._emit(job.record, outcome, job.decl, job.event, job.depth,
+                       _Run(HookRunOutcome.DROPPED, error=f"async hook queue full ({self._async_queue_size})"))
+
+    async def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            job = await self._queue.get()
+            try:
+                await self._run_async(job)
+            except asyncio.CancelledError:
+                self._emit(job.record, None, job.decl, job.event, job.depth,
+                           _Run(HookRunOutcome.FAILED, error="hook run cancelled at shutdown"))
+                raise
+            except Exception:
+                log.exception("async hook %r crashed", job.decl.name)
+            finally:
+                self._queue.task_done()
+
+    async def _run_async(self, job: _AsyncJob) -> None:
+        token = _DEPTH.set(job.depth)
+        try:
+            run, text = await self._execute(job.decl, job.event, job.stdin, job.depth)
+        finally:
+            _DEPTH.reset(token)
+        if run.outcome == HookRunOutcome.APPLIED:
+            try:
+                _decode_patch(job.event, text)  # validated for the audit; async patches are discarded
+            except _PatchError as exc:
+                run.outcome, run.error = HookRunOutcome.FAILED, str(exc)
+        if run.outcome == HookRunOutcome.FAILED:
+            log.warning("async hook %r for %s failed: %s", job.decl.name, job.event, redact_text(run.error))
+        self._emit(job.record, None, job.decl, job.event, job.depth, run)
+
+    async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
+        """Shutdown: stop taking async runs, wait up to `timeout` for queued ones, then cancel the rest
+        (running hooks are killed and recorded `failed`, queued ones `dropped`)."""
+        self._closed = True
+        queue = self._queue
+        if queue is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(queue.join(), timeout)
+        while not queue.empty():
+            job = queue.get_nowait()
+            queue.task_done()
+            self._emit(job.record, None, job.decl, job.event, job.depth,
+                       _Run(HookRunOutcome.DROPPED, error="hook runner shut down before the run"))
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    # -- audit rows --
+
+    def _emit(self, record: Callable[[dict[str, Any]], None] | None, outcome: HookOutcome | None,
+              decl: HookDeclaration, event: HookEvent, depth: int, run: _Run) -> None:
+        row = self._row(decl, event, depth, run)
+        if outcome is not None:
+            outcome.runs.append(row)
+        if record is None:
+            return
+        try:
+            record(row)
+        except Exception:
+            # The audit must not break the operation the hook guards.
+            log.exception("recording hook run %s failed", row["id"])
+
+    def _row(self, decl: HookDeclaration, event: HookEvent, depth: int, run: _Run) -> dict[str, Any]:
+        patch: str | None = None
+        if run.raw_patch is not None and decl.mode == HookMode.SYNC:
+            # Already bounded by the stdout limit; cutting it further would store invalid JSON.
+            patch = redact_text(run.raw_patch) if self._redact else run.raw_patch
+            if event_family(event) not in _PATCH_STORED_FAMILIES:
+                log.debug("hook %r patch for %s: %s", decl.name, event, patch)
+                patch = None
+        return {
+            "id": f"hook-{secrets.token_hex(8)}",
+            "hook_name": decl.name,
+            "event": event.value,
+            "source": decl.source,
+            "mode": decl.mode,
+            "duration_ns": run.duration_ns,
+            "outcome": run.outcome.value,
+            "dispatch_depth": depth,
+            "patch_applied": patch,
+            "error": self._clean_error(run.error),
+            "required": decl.required,
+            "recorded_at": isoformat(utcnow()),
+        }
+
+    def _clean_error(self, error: str) -> str | None:
+        text = bound_text(error.strip(), _ERROR_LIMIT, TRUNCATED)
+        if not text:
+            return None
+        return redact_text(text) if self._redact else text

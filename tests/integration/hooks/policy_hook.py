@@ -1,0 +1,14 @@
+"""A real command hook for the tests: reads the payload on stdin, prints one JSON patch on stdout."""
+
+import json
+import sys
+
+payload = json.load(sys.stdin)
+message = str(payload.get("message", ""))
+if payload.get("event") == "input.pre_submit":
+    if "forbidden" in message:
+        print(json.dumps({"deny": True, "deny_reason": "forbidden word in prompt"}))
+    elif message.startswith("shout "):
+        print(json.dumps({"message": message.upper()}))
+elif payload.get("event") == "tool.pre_call" and "secret" in str(payload.get("tool_id", "")):
+    print(json.dumps({"deny": True, "deny_reason": "secret files are off limits"}))
