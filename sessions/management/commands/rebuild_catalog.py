@@ -1,0 +1,105 @@
+"""`manage.py rebuild_catalog [--json]`: recreate catalog rows (Workspace + Session) from the session folders.
+
+meta.json is the per-session truth; the catalog mirrors it for listing. After a lost or damaged
+`catalog.sqlite3` this puts the rows back. Idempotent: a second run creates nothing. The persisted
+input queue cannot be recovered from the folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from compozy_site.daemon_record import daemon_running
+from sessions import catalog
+from sessions.models import Session, Workspace
+from sessions.store import folder
+
+MAX_LISTED = 50
+
+
+class RebuildError(Exception):
+    pass
+
+
+def _unique_name(base: str) -> str:
+    base = base or "workspace"
+    name, n = base, 2
+    while Workspace.objects.filter(name=name).exists():
+        name = f"{base}-{n}"
+        n += 1
+    return name
+
+
+def ensure_workspace(meta: dict[str, Any]) -> bool:
+    """The session's workspace row, created from `workspace_id` + `workspace_path` when missing. True if created."""
+    ws_id = meta["workspace_id"]
+    if Workspace.objects.filter(id=ws_id).exists():
+        return False
+    root = meta.get("workspace_path") or ""
+    if not root or not os.path.isabs(root):
+        raise RebuildError(f"workspace {ws_id} is not in the catalog and meta.json has no absolute workspace_path")
+    other = Workspace.objects.filter(root_dir=root).first()
+    if other is not None:
+        raise RebuildError(f"workspace path {root} is registered as {other.id}, not {ws_id}")
+    moment = folder.parse_time(meta.get("created_at")) or folder.utcnow()
+    Workspace.objects.create(id=ws_id, name=_unique_name(Path(root).name), root_dir=root, add_dirs=[],
+                             default_agent="", created_at=moment, updated_at=moment)
+    return True
+
+
+class Command(BaseCommand):
+    # The system checks import the URL conf and with it the whole ACP runtime: slow, and not needed here.
+    requires_system_checks: list[str] = []
+    help = "Recreate catalog rows (workspaces and sessions) from the session folders' meta.json. Idempotent."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document on stdout.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if daemon_running():
+            self.stderr.write("warning: a daemon is running; its own catalog writes may race this rebuild")
+        call_command("migrate", interactive=False, verbosity=0, skip_checks=True)
+        counts = {"scanned": 0, "workspaces_created": 0, "sessions_created": 0, "sessions_updated": 0,
+                  "sessions_skipped": 0}
+        errors: list[dict[str, str]] = []
+        seen: set[str] = set()
+        for session_id in folder.list_session_dirs():
+            counts["scanned"] += 1
+            try:
+                meta = folder.read_meta(session_id)
+                if meta is None:
+                    raise RebuildError("no meta.json")
+                with transaction.atomic():
+                    counts["workspaces_created"] += ensure_workspace(meta)
+                    existed = Session.objects.filter(id=session_id).exists()
+                    catalog.upsert_session_row(meta)
+            except (RebuildError, ValueError, KeyError, TypeError) as exc:
+                counts["sessions_skipped"] += 1
+                message = str(exc) if not isinstance(exc, KeyError) else f"meta.json lacks {exc}"
+                errors.append({"session_id": session_id, "error": message})
+                continue
+            seen.add(session_id)
+            counts["sessions_updated" if existed else "sessions_created"] += 1
+        orphans = list(Session.objects.exclude(id__in=seen).values_list("id", flat=True)[:MAX_LISTED + 1])
+        result = {**counts, "workspaces_total": Workspace.objects.count(), "sessions_total": Session.objects.count(),
+                  "orphan_rows": orphans[:MAX_LISTED], "errors": errors[:MAX_LISTED]}
+        if options["as_json"]:
+            self.stdout.write(json.dumps(result, indent=2, sort_keys=True))
+        else:
+            for error in result["errors"]:
+                self.stdout.write(f"skipped {error['session_id']}: {error['error']}")
+            if orphans:
+                self.stdout.write(f"catalog rows without a session folder: {', '.join(orphans[:MAX_LISTED])}")
+            self.stdout.write(
+                f"rebuilt catalog from {counts['scanned']} folder(s): {counts['sessions_created']} session row(s) "
+                f"created, {counts['sessions_updated']} refreshed, {counts['sessions_skipped']} skipped; "
+                f"{counts['workspaces_created']} workspace row(s) created")
+        if errors:
+            raise CommandError(f"{len(errors)} session folder(s) could not be cataloged", returncode=1)

@@ -1,0 +1,128 @@
+"""`manage.py repair_sessions [ID ...|--all] [--dry-run] [--force] [--json]`: transcript repair without the daemon.
+
+Uses Django and the session folders directly, so it works with the daemon down. A session a running
+daemon owns in a live state is refused; a stopped session may be repaired while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from enum import StrEnum
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from sessions.enums import LIVE_STATES
+from sessions.errors import CompozyError
+from sessions.repair import IssueCode, Severity, repair_transcript
+from sessions.store import folder
+from sessions.store.ids import is_session_id
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    REPAIRED = "repaired"
+    PLANNED = "planned"  # dry run with actions to take
+    CLEAN = "clean"  # nothing to repair
+    BLOCKED = "blocked"  # error issues: a damaged store or a stop reason that needs --force
+    REFUSED = "refused"  # a running daemon owns the session
+    FAILED = "failed"  # the session could not be read
+
+
+FAILING = frozenset({Outcome.BLOCKED, Outcome.REFUSED, Outcome.FAILED})
+
+
+def classify(report: dict[str, Any], dry_run: bool) -> Outcome:
+    codes = {issue["code"] for issue in report["issues"]}
+    if IssueCode.SESSION_NOT_STOPPED in codes:
+        return Outcome.REFUSED
+    if any(issue["severity"] == Severity.ERROR for issue in report["issues"]):
+        return Outcome.BLOCKED
+    if report["persisted"]:
+        return Outcome.REPAIRED
+    if report["actions"] and dry_run:
+        return Outcome.PLANNED
+    return Outcome.CLEAN
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    report = entry.get("repair")
+    if report is None:
+        return f"{entry['error']} ({entry['code']})"
+    parts = []
+    if entry.get("stale_state"):
+        verb = "would become" if entry["dry_run"] else "became"
+        parts.append(f"stale {entry['stale_state']} {verb} stopped")
+    if report["actions"]:
+        names = [a["code"] + (f" ({a['tool_call_id']})" if a.get("tool_call_id") else "") for a in report["actions"]]
+        parts.append(f"{len(names)} action(s): {', '.join(names)}")
+    flagged = [i["code"] for i in report["issues"] if i["severity"] != Severity.INFO or not report["actions"]]
+    if flagged:
+        parts.append("issues: " + ", ".join(dict.fromkeys(flagged)))
+    return "; ".join(parts) or "nothing to report"
+
+
+class Command(BaseCommand):
+    # The system checks import the URL conf and with it the whole ACP runtime: slow, and not needed here.
+    requires_system_checks: list[str] = []
+    help = ("Repair interrupted session transcripts (append an interrupted tool_result per dangling tool call, "
+            "then a terminal error). Append-only and idempotent; works with the daemon down.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("session_ids", nargs="*", metavar="ID", help="Session ids to repair.")
+        parser.add_argument("--all", action="store_true", dest="all_sessions", help="Every session folder.")
+        parser.add_argument("--dry-run", action="store_true", help="Report issues and planned actions; write nothing.")
+        parser.add_argument("--force", action="store_true",
+                            help="Also repair sessions stopped for reasons other than agent_crashed or error.")
+        parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document on stdout.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        ids: list[str] = options["session_ids"]
+        if options["all_sessions"] == bool(ids):
+            raise CommandError("give session IDs or --all (not both)")
+        dry_run, force, as_json = options["dry_run"], options["force"], options["as_json"]
+        if options["all_sessions"]:
+            ids = folder.list_session_dirs()
+        # With --json, stdout carries only the JSON document; progress goes to stderr.
+        progress = self.stderr if as_json else self.stdout
+        results: list[dict[str, Any]] = []
+        for index, session_id in enumerate(ids, 1):
+            entry = self._repair_one(session_id, dry_run=dry_run, force=force)
+            results.append(entry)
+            progress.write(f"[{index}/{len(ids)}] {session_id}  {entry['status']:<8}  {_describe(entry)}",
+                           style_func=lambda text: text)
+        counts = Counter(entry["status"] for entry in results)
+        summary = {"total": len(results), **{outcome.value: counts.get(outcome.value, 0) for outcome in Outcome}}
+        line = f"{len(results)} session(s): " + (
+            ", ".join(f"{n} {name}" for name, n in summary.items() if name != "total" and n) or "none")
+        if dry_run:
+            line += " (dry run: nothing persisted)"
+        if as_json:
+            self.stdout.write(json.dumps({"dry_run": dry_run, "force": force, "sessions": results,
+                                          "summary": summary}, indent=2, sort_keys=True))
+            self.stderr.write(line, style_func=lambda text: text)
+        else:
+            self.stdout.write(line)
+        failing = sum(counts.get(outcome.value, 0) for outcome in FAILING)
+        if failing:
+            raise CommandError(f"{failing} session(s) blocked, refused or unreadable", returncode=1)
+
+    def _repair_one(self, session_id: str, *, dry_run: bool, force: bool) -> dict[str, Any]:
+        entry: dict[str, Any] = {"session_id": session_id, "dry_run": dry_run}
+        if not is_session_id(session_id):
+            return {**entry, "status": Outcome.FAILED.value, "error": "not a session id", "code": "session_not_found"}
+        try:
+            before = folder.read_meta(session_id)
+            report = repair_transcript(session_id, dry_run=dry_run, force=force)
+        except CompozyError as exc:
+            return {**entry, "status": Outcome.FAILED.value, "error": exc.message, "code": exc.code}
+        except (OSError, ValueError) as exc:
+            logger.exception("repair of %s failed", session_id)
+            return {**entry, "status": Outcome.FAILED.value, "error": str(exc), "code": "repair_failed"}
+        status = classify(report, dry_run)
+        if before is not None and before["state"] in LIVE_STATES and status != Outcome.REFUSED:
+            entry["stale_state"] = before["state"]
+        return {**entry, "status": status.value, "repair": report}

@@ -1,0 +1,207 @@
+"""Crash repair with the real daemon (sessions reference §13): a daemon SIGKILLed mid tool call leaves an
+`active` session with a dangling tool call; `manage.py repair_sessions` plans the repair with the daemon
+down; the restarted daemon's boot repair stops the session and terminalizes the turn; a second repair
+appends nothing. Also: live sessions are refused, and `rebuild_catalog` restores a lost catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions.store.events import max_sequence
+from tests.conftest import ROOT, Daemon, start_daemon
+
+INTERRUPTED_TOOL = "Tool call interrupted before a result was persisted."
+INTERRUPTED_TURN = "Session interrupted before a terminal prompt event was persisted."
+START_TIMEOUT = 120.0  # a daemon start imports the whole stack; slow when the machine is busy
+
+
+def manage(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COMPOZY_HOME": str(home)}
+    env.pop("COMPOZY_URL", None)
+    return subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=str(ROOT), capture_output=True,
+                          text=True, timeout=120)
+
+
+def meta_file(home: Path, session_id: str) -> dict[str, Any]:
+    return json.loads((home / "sessions" / session_id / "meta.json").read_text())
+
+
+def every_event(d: Daemon, session_id: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    while True:
+        page = d.events(session_id, after_sequence=rows[-1]["sequence"] if rows else 0)
+        if not page:
+            return rows
+        rows += page
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+# Several daemon starts and CLI/manage.py processes each: generous on a loaded 2-core machine.
+@pytest.mark.timeout(600)
+def test_a_daemon_killed_mid_tool_call_is_repaired_at_restart(tmp_path: Path, workspace: Path) -> None:
+    home = tmp_path / "home"
+    first = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        session_id = first.create(workspace)["id"]
+        accepted = first.prompt(session_id, "toolhang")
+        assert accepted.status_code == 200, accepted.text
+        turn_id = accepted.json()["prompt"]["turn_id"]
+        tool_call = first.wait_event(session_id, "tool_call")
+        call_id = tool_call["content"]["tool_call_id"]
+        agent_pid = meta_file(home, session_id)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    # The agent loses its stdin with the daemon and exits on its own; only then is it a plain daemon crash.
+    wait_until(lambda: gone(agent_pid), "the orphaned agent to exit")
+    assert meta_file(home, session_id)["state"] == "active"
+    events_db = home / "sessions" / session_id / "events.db"
+    crash_sequence = max_sequence(events_db)
+    assert crash_sequence >= tool_call["sequence"]
+
+    planned = manage(home, "repair_sessions", "--all", "--dry-run", "--json")
+    assert planned.returncode == 0, planned.stderr
+    result = json.loads(planned.stdout)
+    assert result["summary"]["total"] == 1 and result["summary"]["planned"] == 1
+    entry = result["sessions"][0]
+    assert (entry["session_id"], entry["status"], entry["stale_state"]) == (session_id, "planned", "active")
+    repair = entry["repair"]
+    assert repair["persisted"] is False
+    assert [(a["code"], a["turn_id"], a.get("tool_call_id"), a["persisted"]) for a in repair["actions"]] == [
+        ("append_interrupted_tool_result", turn_id, call_id, False),
+        ("append_terminal_error", turn_id, None, False),
+    ]
+    assert f"[1/1] {session_id}  planned" in planned.stderr
+    # Nothing persisted: meta.json is still the stale `active`, and no event was appended.
+    assert meta_file(home, session_id)["state"] == "active"
+    assert max_sequence(events_db) == crash_sequence
+
+    second = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        wait_until(lambda: "and 1 transcript(s)" in second.log(), "the boot transcript repair")
+        rows = every_event(second, session_id)
+        session = second.session(session_id)
+        assert (session["state"], session["stop_reason"], session["failure"]["kind"], session["stop_detail"]) == (
+            "stopped", "agent_crashed", "process_exit", "daemon crashed while session active")
+        appended = [e for e in rows if e["sequence"] > crash_sequence]
+        # Exactly the boot repair's two events follow the crash point.
+        assert [(e["type"], e["turn_id"]) for e in appended] == [("tool_result", turn_id), ("error", turn_id)]
+        assert appended[0]["content"]["tool_call_id"] == call_id
+        assert appended[0]["content"]["tool_error"] == INTERRUPTED_TOOL
+        assert appended[1]["content"]["error"] == INTERRUPTED_TURN
+        assert appended[1]["content"]["stop_reason"] == "agent_crashed"
+        assert appended[1]["content"]["failure"]["kind"] == "process_exit"
+
+        again = second.cli("session", "repair", session_id, "-o", "json")
+        assert again.returncode == 0, again.stderr
+        report = json.loads(again.stdout)
+        assert [i["code"] for i in report["issues"]] == ["terminal_event_already_exists"]
+        assert report["issues"][0]["event_id"] == appended[1]["id"]
+        assert report["actions"] == [] and report["persisted"] is False
+        assert every_event(second, session_id) == rows
+
+        human = second.cli("session", "repair", session_id, "--dry-run")
+        assert human.returncode == 0, human.stderr
+        assert f"session {session_id}: nothing to repair" in human.stdout
+        assert "terminal_event_already_exists" in human.stdout
+    finally:
+        second.stop()
+
+
+@pytest.mark.timeout(600)
+def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_path: Path, workspace: Path) -> None:
+    home = tmp_path / "home"
+    d = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        # A user stop of a turn the agent will not cancel leaves that turn without done/error.
+        stopped = d.create(workspace, agent="stubborn")["id"]
+        assert d.prompt(stopped, "hang").status_code == 200
+        d.wait_event(stopped, "agent_message", text="working")
+        assert d.http.post(d.scoped(stopped, "/stop")).status_code == 204
+        assert d.session(stopped)["stop_reason"] == "user_canceled"
+        live = d.create(workspace)["id"]
+        workspace_id = d.session(live)["workspace_id"]
+
+        response = d.http.post(d.scoped(live, "/repair"), params={"dry-run": "true"})
+        assert response.status_code == 409, response.text
+        assert response.json()["code"] == "session_not_stopped"
+        refused = d.cli("session", "repair", live, "-o", "json")
+        assert refused.returncode == 65 and json.loads(refused.stderr)["code"] == "session_not_stopped"
+        outside = manage(home, "repair_sessions", live, "--json")
+        assert outside.returncode == 1
+        assert json.loads(outside.stdout)["sessions"][0]["status"] == "refused"
+        assert meta_file(home, live)["state"] == "active"
+
+        # Stop reasons other than agent_crashed/error need --force.
+        count = len(every_event(d, stopped))
+        unforced = d.http.post(d.scoped(stopped, "/repair"), params={"dry_run": "1"})
+        assert unforced.status_code == 200, unforced.text
+        assert [i["code"] for i in unforced.json()["repair"]["issues"]] == ["stop_reason_requires_force"]
+        assert unforced.json()["repair"]["actions"] == []
+        blocked = d.cli("session", "repair", stopped)
+        assert blocked.returncode == 1 and "stop_reason_requires_force" in blocked.stdout
+        assert blocked.stderr.strip() == "error: not repaired: stop_reason_requires_force (repair_blocked)"
+        planned = d.http.post(d.scoped(stopped, "/repair"), params={"dry-run": "true", "force": "true"}).json()
+        assert [a["code"] for a in planned["repair"]["actions"]] == ["append_terminal_error"]
+        assert planned["repair"]["persisted"] is False
+        assert len(every_event(d, stopped)) == count
+
+        # A stopped session may be repaired by manage.py while the daemon runs.
+        forced = manage(home, "repair_sessions", stopped, "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert f"{stopped}  repaired  1 action(s): append_terminal_error" in forced.stdout
+        last = every_event(d, stopped)[-1]
+        assert (last["type"], last["content"]["stop_reason"]) == ("error", "user_canceled")
+        assert len(every_event(d, stopped)) == count + 1
+
+        elsewhere = d.http.post(f"/api/workspaces/ws_0123456789abcdef/sessions/{stopped}/repair")
+        assert elsewhere.status_code == 404
+    finally:
+        d.stop()
+
+    for name in ("catalog.sqlite3", "catalog.sqlite3-wal", "catalog.sqlite3-shm"):
+        (home / name).unlink(missing_ok=True)
+    rebuilt = manage(home, "rebuild_catalog", "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    counts = json.loads(rebuilt.stdout)
+    assert (counts["scanned"], counts["sessions_created"], counts["sessions_updated"], counts["workspaces_created"],
+            counts["errors"]) == (2, 2, 0, 1, [])
+    again = json.loads(manage(home, "rebuild_catalog", "--json").stdout)
+    assert (again["sessions_created"], again["sessions_updated"], again["workspaces_created"]) == (0, 2, 0)
+
+    d = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        listed = d.http.get("/api/sessions", params={"all": "true"}).json()["sessions"]
+        assert {s["id"]: s["state"] for s in listed} == {stopped: "stopped", live: "stopped"}
+        assert {s["workspace_id"] for s in listed} == {workspace_id}
+        workspaces = d.cli_json("workspace", "list")
+        assert [w["id"] for w in workspaces] == [workspace_id]
+        assert workspaces[0]["root_dir"] == str(workspace.resolve())
+    finally:
+        d.stop()
