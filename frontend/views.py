@@ -1,5 +1,237 @@
-from django.http import HttpRequest, HttpResponse
+"""Browser pages: the dashboard, the session page, the events download and the app's static files.
+
+Pages are thin: they embed the first data the page needs (so the first paint costs no API round trip)
+and leave every write to the JSON API, which the page's JavaScript calls with `fetch` (same origin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import mimetypes
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import Resolver404, resolve
+from django.views.decorators.http import require_safe
+
+from sessions import services
+from sessions.config import get_config
+from sessions.enums import Badge, EventType, SessionState
+from sessions.errors import CompozyError
+from sessions.store import events as event_store
+from sessions.store import folder
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+# The session page renders only the newest events first; older ones load on scroll.
+TAIL_EVENTS = 200
+# Rows per read while streaming a download: one page in memory at a time.
+DOWNLOAD_PAGE = 1000
+# Loopback pages load only their own scripts and styles and talk only to their own origin.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+)
+CONTENT_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".woff2": "font/woff2",
+}
+
+# Optional API routes the pages use when they exist (other parts of the daemon add them over time).
+# Detected by resolving the URL, so a page never probes with a request that could change anything.
+_WS = "/api/workspaces/ws_0000000000000000/sessions/sess_0000000000000000"
+OPTIONAL_ROUTES = {
+    "interrupt": _WS + "/interrupt",
+    "steer": _WS + "/steer",
+    "queue": _WS + "/prompt/queue",
+    "permissions": _WS + "/permissions",
+    "repair": _WS + "/repair",
+    "recap": _WS + "/recap",
+    "transcript": _WS + "/transcript",
+    "health": _WS + "/health",
+    "doctor": "/api/doctor",
+}
 
 
-def dashboard(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("<!doctype html><title>Compozy</title><h1>Compozy daemon</h1>", content_type="text/html")
+def route_exists(path: str) -> bool:
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
+
+
+def features() -> dict[str, bool]:
+    return {name: route_exists(path) for name, path in OPTIONAL_ROUTES.items()}
+
+
+def _secure(response: HttpResponse) -> HttpResponse:
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response["Referrer-Policy"] = "same-origin"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _agents() -> list[dict[str, str]]:
+    config = get_config()
+    return [{"name": a.name, "provider": a.provider or config.default_provider}
+            for a in sorted(config.agents.values(), key=lambda a: a.name)]
+
+
+def _dashboard_context() -> dict[str, Any]:
+    config = get_config()
+    return {
+        "agents": _agents(),
+        "default_agent": config.default_agent,
+        "workspaces": services.list_workspaces(),
+        "sessions": services.list_sessions(all_states=True, limit=100),
+        "states": [s.value for s in SessionState],
+        "badges": [b.value for b in Badge],
+    }
+
+
+async def dashboard(request: HttpRequest) -> HttpResponse:
+    context = await sync_to_async(_dashboard_context)()
+    page = {
+        "initial": context["sessions"],
+        "workspaces": context["workspaces"],
+        "features": features(),
+    }
+    return _secure(render(request, "frontend/dashboard.html", {**context, "page": page}))
+
+
+def _queue(session_id: str) -> list[dict[str, Any]]:
+    """Pending input entries, read the same way as the queue route (which may not exist yet)."""
+    from sessions.models import InputEntry
+
+    rows = InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED).order_by("created_at",
+                                                                                                     "id")
+    return [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status, "queue_position": i + 1,
+             "queue_generation": e.generation, "source": e.source, "created_at": folder.isoformat(e.created_at)}
+            for i, e in enumerate(rows)]
+
+
+def _session_context(session_id: str) -> dict[str, Any]:
+    session = services.get_session(session_id)
+    tail = services.list_events(session_id, limit=TAIL_EVENTS)
+    config = get_config()
+    supervision = config.supervision
+    return {
+        "session": session,
+        "tail": tail,
+        "queue": _queue(session_id),
+        "supervision": {
+            "activity_heartbeat_interval": supervision.activity_heartbeat_interval,
+            "progress_notify_interval": supervision.progress_notify_interval,
+            "inactivity_warning_after": supervision.inactivity_warning_after,
+            "inactivity_timeout": supervision.inactivity_timeout,
+            "timeout_cancel_grace": supervision.timeout_cancel_grace,
+        },
+        "event_types": [t.value for t in EventType],
+        "busy_input": {"default_mode": str(config.busy_input.default_mode), "queue_cap": config.busy_input.queue_cap,
+                       "max_text_bytes": config.busy_input.max_text_bytes},
+    }
+
+
+async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
+    try:
+        context = await sync_to_async(_session_context)(session_id)
+    except CompozyError as exc:
+        response = render(request, "frontend/not_found.html", {"session_id": session_id, "error": exc.message},
+                          status=exc.status if exc.status >= 400 else 404)
+        return _secure(response)
+    session = context["session"]
+    page = {**context, "features": features(), "tail_limit": TAIL_EVENTS}
+    return _secure(render(request, "frontend/session.html", {"session": session, "page": page}))
+
+
+def _take(rows: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    return list(itertools.islice(rows, count))
+
+
+async def _jsonl(meta: dict[str, Any], path: Path, ceiling: int) -> AsyncIterator[bytes]:
+    """Envelopes as JSON lines, read a page at a time in a worker thread, up to the sequence at request time."""
+    rows = event_store.iter_events(path, page=DOWNLOAD_PAGE)
+    while True:
+        batch = await asyncio.to_thread(_take, rows, DOWNLOAD_PAGE)
+        lines = []
+        done = not batch
+        for row in batch:
+            if row["sequence"] > ceiling:
+                done = True
+                break
+            lines.append(json.dumps(services.envelope(meta, row), ensure_ascii=False, separators=(",", ":")))
+        if lines:
+            yield ("\n".join(lines) + "\n").encode("utf-8")
+        if done:
+            return
+
+
+async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
+    """GET /sessions/<id>/events.jsonl: every stored event of the session, streamed."""
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
+    try:
+        meta = await sync_to_async(services.read_session_meta)(session_id)
+    except CompozyError as exc:
+        return _secure(render(request, "frontend/not_found.html", {"session_id": session_id, "error": exc.message},
+                              status=404))
+    path = folder.events_path(session_id)
+    ceiling = await asyncio.to_thread(event_store.max_sequence, path)
+    response = StreamingHttpResponse(_jsonl(meta, path, ceiling), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{session_id}-events.jsonl"'
+    response["Cache-Control"] = "no-store"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _static_file(path: str) -> Path:
+    """The file under STATIC_DIR that `path` names; anything that could leave the directory is a 404."""
+    pure = PurePosixPath(path)
+    if (not path or "\\" in path or "\x00" in path or pure.is_absolute()
+            or any(part in ("", ".", "..") or part.startswith(".") for part in pure.parts)):
+        raise Http404("no such file")
+    candidate = (STATIC_DIR / pure).resolve()
+    if not candidate.is_relative_to(STATIC_DIR.resolve()) or not candidate.is_file():
+        raise Http404("no such file")
+    return candidate
+
+
+_static_cache: dict[Path, tuple[int, int, bytes]] = {}
+
+
+@require_safe
+def static_asset(request: HttpRequest, path: str) -> HttpResponse:
+    """The app's CSS and JS. DEBUG is off under daphne, so Django would not serve them; we do, from this
+    app's static dir only, with an ETag so the browser revalidates cheaply after an upgrade."""
+    file = _static_file(path)
+    stat = file.stat()
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
+        response: HttpResponse = HttpResponseNotModified()
+    else:
+        cached = _static_cache.get(file)
+        if cached is None or cached[:2] != (stat.st_mtime_ns, stat.st_size):
+            cached = (stat.st_mtime_ns, stat.st_size, file.read_bytes())
+            _static_cache[file] = cached
+        content_type = CONTENT_TYPES.get(file.suffix) or mimetypes.guess_type(file.name)[0]
+        response = HttpResponse(cached[2], content_type=content_type or "application/octet-stream")
+    response["ETag"] = etag
+    response["Cache-Control"] = "no-cache"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

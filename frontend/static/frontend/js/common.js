@@ -1,0 +1,203 @@
+// Shared helpers for the Compozy pages: the JSON API client, small DOM helpers, time formatting,
+// badges, and the daemon status in the header. Plain ES modules, no build step, no packages.
+
+export function pageData() {
+  const node = document.getElementById("page-data");
+  return node ? JSON.parse(node.textContent || "null") || {} : {};
+}
+
+function csrfToken() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? meta.content : "";
+}
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const message = (body && (body.error || body.detail)) || `HTTP ${status}`;
+    super(message);
+    this.status = status;
+    this.body = body;
+    this.code = (body && body.code) || `http_${status}`;
+  }
+}
+
+// Every browser write goes through here: same origin, JSON body, Django's CSRF token as a header.
+export async function api(method, url, body) {
+  const headers = { Accept: "application/json" };
+  const init = { method, headers, credentials: "same-origin" };
+  if (method !== "GET" && method !== "HEAD") headers["X-CSRFToken"] = csrfToken();
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(url, init);
+  } catch (err) {
+    throw new ApiError(0, { error: "the daemon is unreachable", code: "daemon_unreachable" });
+  }
+  const text = await response.text();
+  let data = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = { error: text.slice(0, 300) };
+    }
+  }
+  if (!response.ok) throw new ApiError(response.status, data);
+  return { status: response.status, data };
+}
+
+export function errorText(err) {
+  if (err instanceof ApiError) return err.code && err.status ? `${err.message} (${err.code})` : err.message;
+  return String((err && err.message) || err);
+}
+
+// el("div", {class: "x", dataset: {seq: 1}, onclick: fn}, "text", child)
+export function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  if (attrs) {
+    for (const [key, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key.startsWith("on") && typeof value === "function") node.addEventListener(key.slice(2), value);
+      else if (key === "text") node.textContent = value;
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+  }
+  for (const child of children) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+export function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+  return node;
+}
+
+export function parseTime(iso) {
+  if (!iso) return null;
+  // Stored timestamps carry nanoseconds; Date understands milliseconds.
+  const ms = Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
+  return Number.isNaN(ms) ? null : ms;
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${s % 60}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+export function relTime(iso) {
+  const ms = parseTime(iso);
+  if (ms === null) return "–";
+  const seconds = (Date.now() - ms) / 1000;
+  if (seconds < 5) return "just now";
+  return `${duration(seconds)} ago`;
+}
+
+export function absTime(iso) {
+  const ms = parseTime(iso);
+  return ms === null ? "" : new Date(ms).toLocaleString();
+}
+
+export function badge(value) {
+  const v = value || "unknown";
+  return el("span", { class: `badge badge-${v}`, title: `badge: ${v}` }, v);
+}
+
+export function statePill(state) {
+  return el("span", { class: `state state-${state}` }, state);
+}
+
+export function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}
+
+export function pretty(value) {
+  if (value === undefined) return "";
+  if (typeof value === "string") return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+export function shortPath(path) {
+  if (!path) return "";
+  const parts = String(path).split("/").filter(Boolean);
+  return parts.length ? parts[parts.length - 1] : path;
+}
+
+// ---- the daemon status in the header -------------------------------------------------------
+
+const STATUS_POLL_MS = 10_000;
+
+export function startDaemonStatus(features = {}) {
+  const box = document.getElementById("daemon-status");
+  if (!box) return { refresh() {}, last: null };
+  const text = box.querySelector(".daemon-text");
+  const state = { last: null };
+  let inflight = false;
+
+  async function refresh() {
+    if (inflight) return state.last;
+    inflight = true;
+    try {
+      const { data } = await api("GET", "/api/status");
+      state.last = data;
+      const d = data.daemon || {};
+      const started = parseTime(d.started_at);
+      const up = started ? ` · up ${duration((Date.now() - started) / 1000)}` : "";
+      box.dataset.state = (data.health && data.health.status) === "ok" ? "ok" : "warn";
+      text.textContent = `daemon ${d.status || "running"} · pid ${d.pid ?? "?"}${up} · ${d.active_sessions ?? 0} active`;
+      box.title = `version ${d.version || "?"} · home ${d.home || "?"} · port ${d.http_port ?? "?"}`;
+      document.dispatchEvent(new CustomEvent("compozy:status", { detail: data }));
+    } catch (err) {
+      box.dataset.state = "down";
+      text.textContent = "daemon unreachable";
+      box.title = errorText(err);
+    } finally {
+      inflight = false;
+    }
+    return state.last;
+  }
+
+  refresh();
+  setInterval(refresh, STATUS_POLL_MS);
+  if (features.doctor) startDoctorSummary();
+  state.refresh = refresh;
+  return state;
+}
+
+// The doctor summary (`GET /api/doctor`) joins the header once the health work adds the route.
+async function startDoctorSummary() {
+  const box = document.getElementById("doctor-summary");
+  if (!box) return;
+  try {
+    const { data } = await api("GET", "/api/doctor?quiet=true");
+    const counts = (data.summary && data.summary.counts_by_severity) || {};
+    const problems = Object.entries(counts).filter(([sev, n]) => n && sev !== "ok" && sev !== "info");
+    box.textContent = problems.length ? `doctor: ${problems.map(([s, n]) => `${n} ${s}`).join(", ")}` : "doctor: ok";
+    box.dataset.state = data.status || "ok";
+    box.title = (data.items || []).filter((i) => i.severity && !["ok", "info"].includes(i.severity))
+      .map((i) => `${i.severity}: ${i.title || i.code || ""}${i.message ? ` — ${i.message}` : ""}`).join("\n");
+    box.hidden = false;
+  } catch {
+    box.hidden = true;
+  }
+}

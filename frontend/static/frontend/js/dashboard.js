@@ -1,0 +1,278 @@
+// The dashboard: sessions across workspaces, filters, live updates from the catalog stream,
+// the overview from /api/status, and the new-session form.
+import {
+  absTime, api, badge, clear, debounce, el, errorText, pageData, relTime, shortPath, startDaemonStatus,
+} from "./common.js";
+
+const data = pageData();
+const features = data.features || {};
+const status = startDaemonStatus(features);
+
+const body = document.getElementById("sessions-body");
+const table = document.getElementById("sessions-table");
+const empty = document.getElementById("sessions-empty");
+const count = document.getElementById("sessions-count");
+const loadMore = document.getElementById("load-more");
+const filtersForm = document.getElementById("filters");
+const live = document.getElementById("live-indicator");
+
+const PAGE_LIMIT = 100;
+// Catalog changes arrive in bursts (start, active, stop); one refetch covers a burst.
+const REFETCH_DEBOUNCE_MS = 250;
+// Relative times ("2m ago") drift; repaint them now and then without refetching.
+const RELATIVE_REPAINT_MS = 15_000;
+// After the catalog stream drops, wait this long before opening a new one (EventSource retries too).
+const CATALOG_RETRY_MS = 3_000;
+
+let sessions = [];
+let nextCursor = null;
+
+// ---- filters (mirrored in the URL so a reload keeps them) ---------------------------------------
+
+const filterInputs = {
+  workspace: document.getElementById("f-workspace"),
+  state: document.getElementById("f-state"),
+  resumable: document.getElementById("f-resumable"),
+  q: document.getElementById("f-q"),
+};
+
+function readFiltersFromUrl() {
+  const params = new URLSearchParams(location.search);
+  filterInputs.workspace.value = params.get("workspace") || "";
+  filterInputs.state.value = params.get("state") || "";
+  filterInputs.resumable.checked = params.get("resumable") === "true";
+  filterInputs.q.value = params.get("q") || "";
+}
+
+function currentFilters() {
+  return {
+    workspace: filterInputs.workspace.value,
+    state: filterInputs.state.value,
+    resumable: filterInputs.resumable.checked,
+    q: filterInputs.q.value.trim(),
+  };
+}
+
+function filtersActive(f) {
+  return Boolean(f.workspace || f.state || f.resumable || f.q);
+}
+
+function listUrl(cursor) {
+  const f = currentFilters();
+  const params = new URLSearchParams({ all: "true", limit: String(PAGE_LIMIT) });
+  if (f.workspace) params.set("workspace", f.workspace);
+  if (f.state) params.set("state", f.state);
+  if (f.resumable) params.set("resumable", "true");
+  if (f.q) params.set("q", f.q);
+  if (cursor) params.set("cursor", cursor);
+  return `/api/sessions?${params}`;
+}
+
+function syncUrl() {
+  const f = currentFilters();
+  const params = new URLSearchParams();
+  if (f.workspace) params.set("workspace", f.workspace);
+  if (f.state) params.set("state", f.state);
+  if (f.resumable) params.set("resumable", "true");
+  if (f.q) params.set("q", f.q);
+  const query = params.toString();
+  history.replaceState(null, "", query ? `?${query}` : location.pathname);
+}
+
+// ---- rendering ----------------------------------------------------------------------------------
+
+function row(s) {
+  const lastActivity = s.last_activity_at || s.updated_at;
+  const failure = s.failure || null;
+  const href = `/sessions/${encodeURIComponent(s.id)}`;
+  const tr = el("tr", { dataset: { sessionId: s.id, state: s.state, badge: s.badge } });
+  tr.append(
+    el("td", { class: "col-status" }, badge(s.badge), el("span", { class: `state-text state-${s.state}` }, s.state)),
+    el("td", { class: "col-session" },
+      el("a", { href, class: "session-link" }, s.name || "Unnamed session"),
+      el("code", { class: "session-id" }, s.id)),
+    el("td", { class: "col-agent" }, el("span", {}, s.agent_name),
+      el("span", { class: "muted small" }, [s.provider, s.model].filter(Boolean).join(" · "))),
+    el("td", { class: "col-workspace", title: s.workspace_path || s.workspace_id },
+      el("span", {}, shortPath(s.workspace_path) || s.workspace_id),
+      el("span", { class: "muted small path" }, s.workspace_path || "")),
+    el("td", { class: "col-activity", title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
+      relTime(lastActivity)),
+    el("td", { class: "col-stop" }, s.stop_reason
+      ? el("span", { class: `reason reason-${s.stop_reason}`, title: s.stop_detail || "" }, s.stop_reason)
+      : el("span", { class: "muted" }, "–")),
+    el("td", { class: "col-failure" }, failure
+      ? el("span", { class: "failure-cell" },
+        el("span", { class: "failure-kind" }, failure.kind || "failure"),
+        failure.summary ? el("span", { class: "failure-summary", title: failure.summary }, failure.summary) : null)
+      : el("span", { class: "muted" }, "–")),
+    el("td", { class: "col-health", hidden: true }),
+  );
+  tr.addEventListener("click", (event) => {
+    if (event.target.closest("a, button")) return;
+    location.href = href;
+  });
+  return tr;
+}
+
+function render(page) {
+  clear(body);
+  const fragment = document.createDocumentFragment();
+  for (const s of sessions) fragment.append(row(s));
+  body.append(fragment);
+  const none = sessions.length === 0;
+  table.hidden = none;
+  empty.hidden = !none;
+  if (none) {
+    const filtered = filtersActive(currentFilters());
+    empty.querySelector(".empty-title").textContent = filtered ? "No sessions match these filters" : "No sessions yet";
+    empty.querySelector(".empty-text").hidden = filtered;
+  }
+  const total = page ? page.total : sessions.length;
+  count.textContent = none ? "" : `Showing ${sessions.length} of ${total}`;
+  loadMore.hidden = !nextCursor;
+}
+
+function repaintTimes() {
+  for (const cell of body.querySelectorAll("td.col-activity")) cell.textContent = relTime(cell.dataset.time);
+}
+
+let loadSeq = 0;
+
+async function reload() {
+  const mine = ++loadSeq;
+  try {
+    const { data: page } = await api("GET", listUrl());
+    if (mine !== loadSeq) return; // a newer filter change won the race
+    sessions = page.sessions || [];
+    nextCursor = page.page && page.page.has_more ? page.page.next_cursor : null;
+    render(page.page);
+  } catch (err) {
+    if (mine !== loadSeq) return;
+    count.textContent = `Could not load sessions: ${errorText(err)}`;
+  }
+}
+
+async function more() {
+  if (!nextCursor) return;
+  loadMore.disabled = true;
+  try {
+    const { data: page } = await api("GET", listUrl(nextCursor));
+    const seen = new Set(sessions.map((s) => s.id));
+    sessions = sessions.concat((page.sessions || []).filter((s) => !seen.has(s.id)));
+    nextCursor = page.page && page.page.has_more ? page.page.next_cursor : null;
+    render(page.page);
+  } catch (err) {
+    count.textContent = `Could not load more: ${errorText(err)}`;
+  } finally {
+    loadMore.disabled = false;
+  }
+}
+
+// ---- overview (from /api/status) ----------------------------------------------------------------
+
+function renderOverview(st) {
+  const byStatus = (st.sessions && st.sessions.by_status) || {};
+  const failures = (st.health && st.health.failures) || {};
+  document.getElementById("stat-active").textContent = byStatus.active || 0;
+  document.getElementById("stat-stopped").textContent = byStatus.stopped || 0;
+  const failed = document.getElementById("stat-failed");
+  failed.textContent = failures.total || 0;
+  failed.closest(".stat").classList.toggle("stat-bad", Boolean(failures.total));
+  const running = sessions.filter((s) => s.badge === "running").length;
+  document.getElementById("stat-running").textContent = running;
+  const list = clear(document.getElementById("recent-failures"));
+  const recent = (failures.recent || []).slice(0, 4);
+  if (!recent.length) list.append(el("li", { class: "muted" }, "none"));
+  for (const f of recent) {
+    list.append(el("li", {},
+      el("a", { href: `/sessions/${encodeURIComponent(f.session_id)}` }, el("span", { class: "failure-kind" }, f.failure_kind)),
+      " ", el("span", { class: "muted small", title: f.summary || "" }, `${f.agent_name} · ${f.summary || ""}`)));
+  }
+}
+
+document.addEventListener("compozy:status", (event) => renderOverview(event.detail));
+
+// ---- live updates: the catalog stream is a wake signal; we refetch the list -------------------------
+
+const refetch = debounce(() => {
+  reload().then(() => status.last && renderOverview(status.last));
+  status.refresh();
+}, REFETCH_DEBOUNCE_MS);
+
+function openCatalogStream() {
+  const source = new EventSource("/api/sessions/catalog-stream");
+  source.addEventListener("open", () => {
+    live.dataset.state = "live";
+    live.textContent = "live";
+    refetch(); // whatever changed between the page render (or a drop) and this connection
+  });
+  source.addEventListener("session_catalog_changed", refetch);
+  source.addEventListener("error", () => {
+    live.dataset.state = "reconnecting";
+    live.textContent = "reconnecting";
+    if (source.readyState === EventSource.CLOSED) {
+      setTimeout(openCatalogStream, CATALOG_RETRY_MS);
+    }
+  });
+}
+
+// ---- new session ---------------------------------------------------------------------------------
+
+const form = document.getElementById("new-session-form");
+const formError = document.getElementById("ns-error");
+const submit = document.getElementById("ns-submit");
+
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  formError.hidden = true;
+  const workspacePath = form.workspace_path.value.trim();
+  if (!workspacePath.startsWith("/")) {
+    formError.textContent = "Enter the workspace as an absolute path, e.g. /home/you/project.";
+    formError.hidden = false;
+    form.workspace_path.focus();
+    return;
+  }
+  const payload = { agent_name: form.agent_name.value, workspace_path: workspacePath };
+  if (form.name.value.trim()) payload.name = form.name.value.trim();
+  if (form.prompt.value.trim()) payload.prompt = form.prompt.value.trim();
+  submit.disabled = true;
+  submit.textContent = "Starting…";
+  try {
+    const { data: created } = await api("POST", "/api/sessions", payload);
+    location.href = `/sessions/${encodeURIComponent(created.session.id)}`;
+  } catch (err) {
+    formError.textContent = errorText(err);
+    formError.hidden = false;
+    submit.disabled = false;
+    submit.textContent = "Start session";
+  }
+});
+
+// ---- wiring --------------------------------------------------------------------------------------
+
+readFiltersFromUrl();
+for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.resumable]) {
+  input.addEventListener("change", () => {
+    syncUrl();
+    reload();
+  });
+}
+filterInputs.q.addEventListener("input", debounce(() => {
+  syncUrl();
+  reload();
+}, 200));
+filtersForm.addEventListener("submit", (event) => event.preventDefault());
+loadMore.addEventListener("click", more);
+
+if (!filtersActive(currentFilters()) && data.initial) {
+  // First paint from the data embedded in the page; the catalog stream keeps it fresh.
+  sessions = data.initial.sessions || [];
+  nextCursor = data.initial.page && data.initial.page.has_more ? data.initial.page.next_cursor : null;
+  render(data.initial.page);
+} else {
+  reload();
+}
+openCatalogStream();
+setInterval(repaintTimes, RELATIVE_REPAINT_MS);
+document.documentElement.dataset.ready = "true";

@@ -1,0 +1,821 @@
+// The session page: the live transcript over SSE, the composer and its queue, stop, permissions,
+// diagnostics, recap and repair.
+//
+// History: the page embeds the newest events (the tail), so the first paint needs no request; older
+// events load on scroll, a page at a time. Live: the raw SSE stream opened right after the tail's last
+// sequence; EventSource resends Last-Event-ID on reconnect, and every sequence renders at most once.
+// Switching the live tail to transcript frames means replacing openStream/onFrame and loadOlder with
+// their transcript versions; the rest of the page does not care where entries come from.
+import {
+  absTime, api, badge, clear, debounce, duration, el, errorText, pageData, parseTime, pretty, relTime,
+  startDaemonStatus,
+} from "./common.js";
+import { Transcript } from "./transcript.js";
+
+const data = pageData();
+const features = data.features || {};
+let session = data.session;
+const scoped = `/api/workspaces/${encodeURIComponent(session.workspace_id)}/sessions/${encodeURIComponent(session.id)}`;
+
+// Older history comes in pages of this many events.
+const OLDER_PAGE = 200;
+// Auto-loading older pages stops after this many in a row without the user scrolling (a short tail
+// of one long message would otherwise walk the whole store).
+const MAX_AUTO_OLDER = 3;
+// Within this many pixels of the bottom, new entries keep the view pinned to the bottom.
+const STICK_PX = 80;
+// Frames arriving faster than the display are applied once per animation frame; a hidden tab gets no
+// frames, so a timer flushes too.
+const FLUSH_FALLBACK_MS = 100;
+// The session record is refetched on turn boundaries; between them it is polled, faster while the
+// state is changing.
+const POLL_CHANGING_MS = 1_000;
+const POLL_ACTIVE_MS = 5_000;
+const POLL_STOPPED_MS = 30_000;
+// After EventSource gives up (an HTTP error, not a dropped connection), retry with this backoff.
+const STREAM_RETRY_MS = [1_000, 2_000, 5_000, 10_000];
+
+const $ = (id) => document.getElementById(id);
+const scroller = $("transcript");
+const entriesRoot = $("entries");
+const composer = $("composer");
+const input = $("prompt-input");
+const modeSelect = $("prompt-mode");
+const sendButton = $("prompt-send");
+const composerStatus = $("composer-status");
+const indicator = $("stream-indicator");
+
+startDaemonStatus(features);
+
+// ---- transcript ----------------------------------------------------------------------------------
+
+const transcript = new Transcript(entriesRoot, {
+  canDecide: () => Boolean(features.permissions) && session.state === "active",
+  onDecide: decidePermission,
+});
+
+function nearBottom() {
+  return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < STICK_PX;
+}
+
+function scrollToBottom() {
+  scroller.scrollTop = scroller.scrollHeight;
+  $("jump-latest").hidden = true;
+}
+
+function updateEmpty() {
+  $("transcript-empty").hidden = !transcript.empty;
+}
+
+// ---- live frames, batched per animation frame ---------------------------------------------------------
+
+let cursor = 0; // highest sequence received (rendered or waiting for the next flush)
+let pending = [];
+let flushScheduled = false;
+
+function schedule() {
+  if (flushScheduled) return;
+  flushScheduled = true;
+  requestAnimationFrame(flush);
+  setTimeout(flush, FLUSH_FALLBACK_MS);
+}
+
+function flush() {
+  if (!flushScheduled) return;
+  flushScheduled = false;
+  const batch = pending;
+  pending = [];
+  if (!batch.length) return;
+  const stick = nearBottom();
+  const added = transcript.append(batch);
+  document.documentElement.dataset.cursor = String(transcript.lastSeq);
+  updateEmpty();
+  if (stick) scrollToBottom();
+  else if (added) $("jump-latest").hidden = false;
+  afterLive(batch);
+}
+
+function receive(event) {
+  if (typeof event.sequence !== "number" || event.sequence <= cursor) return; // dedupe by sequence
+  cursor = event.sequence;
+  pending.push(event);
+  schedule();
+}
+
+// What live events mean for the rest of the page (queue, permissions, the session record).
+function afterLive(batch) {
+  let refresh = false;
+  let queueChanged = false;
+  let permissionsChanged = false;
+  for (const ev of batch) {
+    switch (ev.type) {
+      case "user_message":
+      case "synthetic_reentry":
+      case "done":
+      case "error":
+      case "session_stopped":
+        refresh = true;
+        break;
+      case "permission":
+        permissionsChanged = true;
+        break;
+      case "transcript_marker.created":
+        if (applyQueueMarker(ev)) queueChanged = true;
+        break;
+      default:
+        break;
+    }
+  }
+  if (refresh) refreshSessionSoon();
+  if (queueChanged) {
+    renderQueue();
+    if (features.queue) refreshQueueSoon();
+  }
+  if (permissionsChanged) refreshPermissionsSoon();
+}
+
+// ---- the stream ------------------------------------------------------------------------------------
+
+let source = null;
+let streamEnded = false;
+let retries = 0;
+
+function setIndicator(state, text) {
+  indicator.dataset.state = state;
+  indicator.textContent = text || state;
+}
+
+function openStream() {
+  if (streamEnded) return;
+  // A fresh connection resumes after the last sequence we hold; EventSource's own reconnects send
+  // Last-Event-ID (the server prefers it over the query).
+  source = new EventSource(`${scoped}/stream?frames=raw&after_sequence=${cursor}`);
+  setIndicator("connecting");
+  source.addEventListener("open", () => {
+    retries = 0;
+    setIndicator("live");
+  });
+  for (const type of data.event_types || []) {
+    if (type !== "error") source.addEventListener(type, onFrame);
+  }
+  source.addEventListener("error", onStreamError);
+}
+
+function onFrame(message) {
+  let payload;
+  try {
+    payload = JSON.parse(message.data);
+  } catch {
+    return;
+  }
+  if (typeof payload.sequence !== "number") {
+    // The synthetic terminal frame of a stopped session carries no sequence.
+    if (message.type === "session_stopped") endStream("ended");
+    return;
+  }
+  receive(payload);
+  if (payload.type === "session_stopped") endStream("ended");
+}
+
+function onStreamError(message) {
+  if (message.data) {
+    // `event: error` from the daemon (stored error events arrive with a sequence and render as banners).
+    let payload = {};
+    try {
+      payload = JSON.parse(message.data);
+    } catch {
+      payload = { error: message.data };
+    }
+    if (typeof payload.sequence === "number") {
+      receive(payload);
+      return;
+    }
+    endStream("error", payload.error || "stream error");
+    return;
+  }
+  if (streamEnded) return;
+  if (source && source.readyState === EventSource.CLOSED) {
+    // The browser gave up (an HTTP error status): reopen ourselves, after the cursor.
+    const delay = STREAM_RETRY_MS[Math.min(retries, STREAM_RETRY_MS.length - 1)];
+    retries += 1;
+    setIndicator("reconnecting", `reconnecting in ${Math.round(delay / 1000)}s`);
+    setTimeout(openStream, delay);
+    refreshSessionSoon(); // a removed session (404) ends the retries
+  } else {
+    setIndicator("reconnecting");
+  }
+}
+
+function endStream(state, text) {
+  streamEnded = true;
+  if (source) source.close();
+  setIndicator(state === "error" ? "error" : "ended", text || "stream ended");
+  refreshSessionSoon();
+}
+
+// ---- older history ---------------------------------------------------------------------------------
+
+let loadingOlder = false;
+let pinned = true; // the reader is at the bottom (updated on scroll)
+let autoOlder = 0;
+
+function hasOlder() {
+  return transcript.firstSeq !== null && transcript.firstSeq > 1;
+}
+
+function updateOlder() {
+  const button = $("load-older");
+  const status = $("older-status");
+  button.hidden = !hasOlder();
+  status.textContent = hasOlder() ? `${transcript.firstSeq - 1} older events` : (transcript.empty ? "" : "Beginning of the session");
+}
+
+async function loadOlder() {
+  if (loadingOlder || !hasOlder()) return;
+  loadingOlder = true;
+  $("load-older").disabled = true;
+  $("older-status").textContent = "loading…";
+  try {
+    // Sequences are gap-free from 1, so the page before `first` is (first-1-PAGE, first).
+    const first = transcript.firstSeq;
+    const after = Math.max(0, first - 1 - OLDER_PAGE);
+    const { data: page } = await api("GET", `${scoped}/events?after_sequence=${after}&limit=${first - 1 - after}`);
+    const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+    transcript.prepend(page.events || []);
+    scroller.scrollTop = scroller.scrollHeight - fromBottom; // keep what the reader was looking at
+  } catch (err) {
+    $("older-status").textContent = `could not load older events: ${errorText(err)}`;
+    return;
+  } finally {
+    loadingOlder = false;
+    $("load-older").disabled = false;
+  }
+  updateOlder();
+  if (olderVisible() && autoOlder < MAX_AUTO_OLDER) {
+    autoOlder += 1;
+    loadOlder();
+  }
+}
+
+function olderVisible() {
+  const box = $("older").getBoundingClientRect();
+  const view = scroller.getBoundingClientRect();
+  return box.bottom >= view.top && box.top <= view.bottom;
+}
+
+function watchOlder() {
+  const observer = new IntersectionObserver((records) => {
+    if (records.some((r) => r.isIntersecting) && autoOlder < MAX_AUTO_OLDER) {
+      autoOlder += 1;
+      loadOlder();
+    }
+  }, { root: scroller, rootMargin: "300px 0px 0px 0px" });
+  observer.observe($("older"));
+  scroller.addEventListener("wheel", () => { autoOlder = 0; }, { passive: true });
+  scroller.addEventListener("touchmove", () => { autoOlder = 0; }, { passive: true });
+  scroller.addEventListener("keydown", () => { autoOlder = 0; });
+  scroller.addEventListener("scroll", () => {
+    pinned = nearBottom();
+    if (pinned) $("jump-latest").hidden = true;
+  }, { passive: true });
+  // The permission bar, the composer and opened details change heights; a reader at the bottom stays there.
+  const keepPinned = new ResizeObserver(() => {
+    if (pinned) scroller.scrollTop = scroller.scrollHeight;
+  });
+  keepPinned.observe(scroller);
+  keepPinned.observe(entriesRoot);
+  $("load-older").addEventListener("click", () => {
+    autoOlder = 0;
+    loadOlder();
+  });
+  $("jump-latest").addEventListener("click", scrollToBottom);
+}
+
+// ---- the session record and header -------------------------------------------------------------------
+
+async function refreshSession() {
+  try {
+    const { data: body } = await api("GET", `/api/sessions/${encodeURIComponent(session.id)}`);
+    session = body.session;
+    renderHead();
+  } catch (err) {
+    if (err.status === 404) {
+      setIndicator("error", "session removed");
+      streamEnded = true;
+      if (source) source.close();
+    }
+  }
+}
+
+const refreshSessionSoon = debounce(refreshSession, 150);
+
+function pollSession() {
+  const changing = session.state === "starting" || session.state === "stopping";
+  const delay = changing ? POLL_CHANGING_MS : session.state === "active" ? POLL_ACTIVE_MS : POLL_STOPPED_MS;
+  setTimeout(async () => {
+    if (!document.hidden || changing) await refreshSession();
+    pollSession();
+  }, delay);
+}
+
+let lastState = session.state;
+
+function renderHead() {
+  const s = session;
+  $("session-head").dataset.state = s.state;
+  $("s-name").textContent = s.name || "Unnamed session";
+  $("s-badge").replaceWith(Object.assign(badge(s.badge), { id: "s-badge" }));
+  const state = $("s-state");
+  state.className = `state state-${s.state}`;
+  state.textContent = s.state;
+  $("s-agent").textContent = s.agent_name;
+  $("s-provider").textContent = [s.provider, s.model].filter(Boolean).join(" · ");
+  const lastActivity = s.last_activity_at || s.updated_at;
+  $("s-activity").textContent = relTime(lastActivity);
+  $("s-activity").title = absTime(lastActivity);
+  const stop = $("s-stop");
+  stop.textContent = s.stop_reason || "–";
+  stop.title = s.stop_detail || "";
+  stop.className = s.stop_reason ? `reason reason-${s.stop_reason}` : "";
+  const failure = $("s-failure");
+  clear(failure);
+  if (s.failure) {
+    failure.append(el("span", { class: "failure-kind" }, s.failure.kind || "failure"),
+      s.failure.summary ? el("span", { class: "failure-summary" }, ` ${s.failure.summary}`) : "");
+  } else {
+    failure.textContent = "–";
+  }
+
+  const live = s.state === "starting" || s.state === "active";
+  const prompting = s.prompt_state === "prompting";
+  $("btn-stop").hidden = !live;
+  $("btn-cancel-turn").hidden = !(s.state === "active" && prompting);
+  $("btn-interrupt").hidden = !(features.interrupt && s.state === "active" && prompting);
+
+  sendButton.disabled = s.state !== "active";
+  if (s.state !== lastState || !composerStatus.dataset.sticky) {
+    if (s.state === "starting") setComposerStatus("The agent is starting; prompts can be sent once it is active.");
+    else if (s.state === "stopping") setComposerStatus("The session is stopping.");
+    else if (s.state === "stopped") setComposerStatus("This session is stopped; prompts need an active session.");
+    else if (lastState !== "active") setComposerStatus("");
+  }
+  if (s.state === "stopped" && lastState !== "stopped") {
+    transcript.refreshPermissions(new Set());
+    renderPermissions([]);
+  }
+  lastState = s.state;
+  renderDiagnostics();
+}
+
+// ---- composer --------------------------------------------------------------------------------------
+
+function setComposerStatus(text, tone = "", sticky = false) {
+  composerStatus.textContent = text;
+  composerStatus.dataset.tone = tone;
+  composerStatus.dataset.sticky = sticky ? "1" : "";
+}
+
+function setupModes() {
+  const available = { queue: true, interrupt: Boolean(features.interrupt), steer: Boolean(features.steer) };
+  for (const option of modeSelect.options) {
+    option.disabled = !available[option.value];
+    if (option.disabled) option.textContent = `${option.value} (not available)`;
+  }
+  const preferred = (data.busy_input && data.busy_input.default_mode) || "queue";
+  modeSelect.value = available[preferred] ? preferred : "queue";
+}
+
+async function sendPrompt(event) {
+  event.preventDefault();
+  const message = input.value.trim();
+  if (!message) {
+    input.focus();
+    return;
+  }
+  const mode = modeSelect.value;
+  sendButton.disabled = true;
+  setComposerStatus("Sending…");
+  try {
+    const { status, data: body } = await api("POST", `${scoped}/prompt`, { message, mode });
+    const result = body.prompt || {};
+    input.value = "";
+    if (result.status === "queued") {
+      addQueued({ ...result, text: message });
+      renderQueue();
+      setComposerStatus(`Queued at position ${result.queue_position ?? "?"}.`, "ok", true);
+    } else if (result.status === "staged") {
+      setComposerStatus("Steer staged for the next tool result (falls back to the queue).", "ok", true);
+    } else if (result.mode === "interrupt" || result.status === "interrupted") {
+      setComposerStatus(result.new_turn_id ? "Interrupted the running turn; your prompt replaces it."
+        : "Interrupted the running turn.", "ok", true);
+    } else if (result.mode === "steer") {
+      setComposerStatus("Steer sent as a new turn with the interrupted prompt.", "ok", true);
+    } else {
+      setComposerStatus(status === 200 ? "Sent." : `Prompt ${result.status || "sent"}.`, "ok", true);
+    }
+    refreshSessionSoon();
+    if (features.queue) refreshQueueSoon();
+  } catch (err) {
+    setComposerStatus(errorText(err), "error", true);
+  } finally {
+    sendButton.disabled = session.state !== "active";
+  }
+}
+
+// ---- queue -----------------------------------------------------------------------------------------
+
+const queue = new Map(); // queue_entry_id → entry
+
+function addQueued(entry) {
+  const id = entry.queue_entry_id;
+  if (!id) return;
+  const known = queue.get(id) || {};
+  queue.set(id, { ...known, ...Object.fromEntries(Object.entries(entry).filter(([, v]) => v !== undefined && v !== null)) });
+}
+
+// Markers are how entries come and go when no queue route lists them; true when the queue changed.
+function applyQueueMarker(ev) {
+  const c = ev.content || {};
+  const kind = String(c.title || "");
+  const evidence = (c.raw && c.raw.evidence) || {};
+  const id = evidence.queue_entry_id;
+  if (kind === "prompt_queued" && id) {
+    if (!queue.has(id)) addQueued({ queue_entry_id: id, queue_position: evidence.queue_position,
+      queue_generation: evidence.queue_generation, text: null });
+    return true;
+  }
+  if ((kind === "prompt_accepted" || kind === "prompt_dropped") && id) {
+    return queue.delete(id);
+  }
+  return kind === "prompt_dropped" || kind === "prompt_interrupted";
+}
+
+function renderQueue() {
+  const list = clear($("queue-list"));
+  const entries = [...queue.values()];
+  for (const [index, entry] of entries.entries()) {
+    const cancel = el("button", { type: "button", class: "button small", dataset: { entryId: entry.queue_entry_id },
+      title: "Remove this prompt from the queue" }, "Cancel");
+    cancel.addEventListener("click", () => cancelQueued(entry.queue_entry_id, cancel));
+    list.append(el("li", { class: "queue-item", dataset: { entryId: entry.queue_entry_id } },
+      el("span", { class: "queue-pos" }, String(index + 1)),
+      el("span", { class: "queue-text", title: entry.text || "" },
+        entry.text || el("span", { class: "muted" }, "(queued from another client)")),
+      el("code", { class: "queue-id", title: `generation ${entry.queue_generation ?? "?"}` }, entry.queue_entry_id),
+      cancel));
+  }
+  $("queue-count").textContent = String(entries.length);
+  $("queue-empty").hidden = entries.length > 0;
+}
+
+async function cancelQueued(id, button) {
+  button.disabled = true;
+  try {
+    await api("DELETE", `${scoped}/prompt/queue/${encodeURIComponent(id)}`);
+    queue.delete(id);
+    setComposerStatus("Queued prompt canceled.", "ok", true);
+  } catch (err) {
+    if (err.status === 404) queue.delete(id); // already sent or canceled elsewhere
+    else setComposerStatus(errorText(err), "error", true);
+  }
+  renderQueue();
+}
+
+async function refreshQueue() {
+  if (!features.queue) return;
+  try {
+    const { data: body } = await api("GET", `${scoped}/prompt/queue`);
+    queue.clear();
+    for (const entry of body.queue || []) {
+      if (entry.status === "queued") addQueued(entry);
+    }
+    renderQueue();
+  } catch {
+    // The derived queue stays on screen.
+  }
+}
+
+const refreshQueueSoon = debounce(refreshQueue, 150);
+
+// ---- actions ---------------------------------------------------------------------------------------
+
+async function action(button, busyText, fn) {
+  const label = button.textContent;
+  button.disabled = true;
+  button.textContent = busyText;
+  try {
+    await fn();
+  } catch (err) {
+    setComposerStatus(errorText(err), "error", true);
+  } finally {
+    button.disabled = false;
+    button.textContent = label;
+    refreshSessionSoon();
+  }
+}
+
+function setupActions() {
+  $("btn-stop").addEventListener("click", (event) => action(event.currentTarget, "Stopping…", async () => {
+    await api("POST", `${scoped}/stop`);
+    setComposerStatus("Session stopped.", "ok", true);
+  }));
+  $("btn-cancel-turn").addEventListener("click", (event) => action(event.currentTarget, "Canceling…", async () => {
+    await api("POST", `${scoped}/prompt/cancel`);
+  }));
+  $("btn-interrupt").addEventListener("click", (event) => action(event.currentTarget, "Interrupting…", async () => {
+    await api("POST", `${scoped}/interrupt`, {});
+    setComposerStatus("Interrupted. A steer now resends the interrupted prompt with your correction.", "ok", true);
+  }));
+}
+
+// ---- permissions ---------------------------------------------------------------------------------
+
+async function decidePermission(requestId, decision) {
+  try {
+    await api("POST", `${scoped}/permissions/${encodeURIComponent(requestId)}`, { decision });
+    setComposerStatus(`Permission ${decision === "approve" ? "approved" : "denied"}.`, "ok", true);
+  } catch (err) {
+    setComposerStatus(errorText(err), "error", true);
+  }
+  refreshPermissions();
+}
+
+function renderPermissions(items) {
+  const panel = $("permissions-panel");
+  const list = clear($("permissions-list"));
+  const bar = clear($("permission-bar"));
+  panel.hidden = items.length === 0;
+  bar.hidden = items.length === 0;
+  $("permissions-count").textContent = String(items.length);
+  for (const item of items) {
+    const what = [item.kind, item.title].filter(Boolean).join(" · ") || item.request_id;
+    const buttons = () => [
+      el("button", { type: "button", class: "button small approve", onclick: () => decidePermission(item.request_id, "approve") }, "Approve"),
+      el("button", { type: "button", class: "button small deny", onclick: () => decidePermission(item.request_id, "deny") }, "Deny"),
+    ];
+    list.append(el("li", { dataset: { requestId: item.request_id } }, el("span", { class: "perm-what" }, what),
+      item.tool_input !== undefined && item.tool_input !== null ? el("pre", { class: "small" }, pretty(item.tool_input)) : null,
+      el("span", { class: "button-row" }, ...buttons())));
+    bar.append(el("div", { class: "permission-request", dataset: { requestId: item.request_id } },
+      el("span", {}, "The agent asks: ", el("strong", {}, what)), el("span", { class: "button-row" }, ...buttons())));
+  }
+}
+
+async function refreshPermissions() {
+  if (!features.permissions || session.state !== "active") {
+    renderPermissions([]);
+    return;
+  }
+  try {
+    const { data: body } = await api("GET", `${scoped}/permissions`);
+    const items = body.permissions || [];
+    renderPermissions(items);
+    transcript.refreshPermissions(new Set(items.map((p) => p.request_id)));
+  } catch {
+    // Cards in the transcript still carry their own buttons.
+  }
+}
+
+const refreshPermissionsSoon = debounce(refreshPermissions, 100);
+
+// ---- diagnostics ---------------------------------------------------------------------------------
+
+function kv(root, rows) {
+  clear(root);
+  for (const [label, value, attrs] of rows) {
+    if (value === undefined) continue;
+    root.append(el("dt", {}, label), el("dd", attrs || {}, value === null || value === "" ? "–" : value));
+  }
+}
+
+function secondsSince(iso) {
+  const ms = parseTime(iso);
+  return ms === null ? null : (Date.now() - ms) / 1000;
+}
+
+function renderDiagnostics() {
+  const a = session.activity || {};
+  const prompting = session.prompt_state === "prompting";
+  const idle = prompting ? secondsSince(a.last_activity_at) : null;
+  const elapsed = prompting ? secondsSince(a.turn_started_at) : null;
+  kv($("d-activity"), [
+    ["Prompt state", session.prompt_state || "none"],
+    ["Turn", a.turn_id ? el("code", {}, a.turn_id) : null],
+    ["Turn source", a.turn_source || null],
+    ["Turn started", a.turn_started_at ? relTime(a.turn_started_at) : null, { title: absTime(a.turn_started_at) }],
+    ["Last activity", a.last_activity_at
+      ? `${relTime(a.last_activity_at)}${a.last_activity_kind ? ` · ${a.last_activity_kind}` : ""}` : null,
+    { title: [absTime(a.last_activity_at), a.last_activity_detail].filter(Boolean).join("\n") }],
+    ["Current tool", a.current_tool || null],
+    ["Idle", prompting ? duration(idle) : "–", { id: "d-idle" }],
+    ["Elapsed", prompting ? duration(elapsed) : "–", { id: "d-elapsed" }],
+  ]);
+  const sup = data.supervision || {};
+  const timeoutIn = prompting && idle !== null && sup.inactivity_timeout ? sup.inactivity_timeout - idle : null;
+  kv($("d-supervision"), [
+    ["Warn after idle", duration(sup.inactivity_warning_after)],
+    ["Cancel after idle", duration(sup.inactivity_timeout)],
+    ["Cancel grace", duration(sup.timeout_cancel_grace)],
+    ["Progress note every", duration(sup.progress_notify_interval)],
+    ["Heartbeat every", duration(sup.activity_heartbeat_interval)],
+    ["Timeout in", timeoutIn === null ? "–" : duration(timeoutIn), { id: "d-timeout-in",
+      class: timeoutIn !== null && timeoutIn < (sup.inactivity_timeout - sup.inactivity_warning_after) ? "warn" : "" }],
+  ]);
+  renderFailure();
+}
+
+function renderFailure() {
+  const root = clear($("d-failure"));
+  const f = session.failure;
+  const rows = [];
+  if (session.stop_reason) rows.push(["Stop reason", session.stop_reason]);
+  if (session.stop_detail) rows.push(["Stop detail", session.stop_detail]);
+  if (f) {
+    rows.push(["Kind", el("span", { class: "failure-kind" }, f.kind || "failure")]);
+    if (f.summary) rows.push(["Summary", f.summary]);
+    if (f.crash_bundle_path) {
+      const copy = el("button", { type: "button", class: "button small", title: "Copy the path" }, "Copy");
+      copy.addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText(f.crash_bundle_path));
+      rows.push(["Crash bundle", el("span", { class: "bundle" }, el("code", {}, f.crash_bundle_path), " ", copy)]);
+    }
+    const extra = Object.fromEntries(Object.entries(f).filter(([k]) => !["kind", "summary", "crash_bundle_path"].includes(k)));
+    if (Object.keys(extra).length) rows.push(["More", el("pre", { class: "small" }, pretty(extra))]);
+  }
+  if (!rows.length) {
+    root.append(el("p", { class: "muted small" }, "No failure recorded."));
+    return;
+  }
+  const dl = el("dl", { class: "kv" });
+  kv(dl, rows);
+  root.append(dl);
+}
+
+function tickTimers() {
+  if (session.prompt_state !== "prompting") return;
+  const a = session.activity || {};
+  const idle = secondsSince(a.last_activity_at);
+  const idleCell = $("d-idle");
+  if (idleCell) idleCell.textContent = duration(idle);
+  const elapsedCell = $("d-elapsed");
+  if (elapsedCell) elapsedCell.textContent = duration(secondsSince(a.turn_started_at));
+  const sup = data.supervision || {};
+  const timeoutCell = $("d-timeout-in");
+  if (timeoutCell && idle !== null && sup.inactivity_timeout) timeoutCell.textContent = duration(sup.inactivity_timeout - idle);
+}
+
+// ---- optional panels: health, recap, repair (shown only when the daemon has the route) -----------------
+
+async function loadHealth() {
+  const box = $("d-health-box");
+  box.hidden = false;
+  try {
+    const { data: body } = await api("GET", `${scoped}/health`);
+    const health = body.health || body;
+    const rows = Object.entries(health).filter(([, v]) => v === null || typeof v !== "object")
+      .map(([k, v]) => [k.replaceAll("_", " "), v === null ? null : String(v)]);
+    const dl = el("dl", { class: "kv" });
+    kv(dl, rows);
+    clear($("d-health")).append(dl);
+    const pill = $("s-health");
+    if (health.status) {
+      pill.textContent = `health: ${health.status}`;
+      pill.className = `badge health-${health.status}`;
+      pill.hidden = false;
+    }
+  } catch (err) {
+    clear($("d-health")).append(el("p", { class: "muted small" }, errorText(err)));
+  }
+}
+
+async function loadRecap() {
+  const box = $("d-recap-box");
+  box.hidden = false;
+  const root = $("d-recap");
+  try {
+    const { data: body } = await api("GET", `${scoped}/recap`);
+    const recap = body.recap || body;
+    clear(root);
+    const markerList = (items) => el("ul", { class: "marker-list" }, ...items.map((m) => el("li", {},
+      el("span", { class: "note-kind" }, String(m.kind || "").replace(/^transcript_marker\./, "")), " ",
+      m.summary || "", el("span", { class: "muted" }, ` · ${relTime(m.occurred_at)}`))));
+    const pendingMarkers = recap.pending_markers || [];
+    const recent = recap.recent_markers || [];
+    const snapshot = recap.snapshot || {};
+    const dl = el("dl", { class: "kv" });
+    kv(dl, [
+      ["Active run", recap.active_run ? el("pre", { class: "small" }, pretty(recap.active_run)) : "none"],
+      ["Pending inputs", Array.isArray(recap.pending_inputs) ? String(recap.pending_inputs.length) : pretty(recap.pending_inputs ?? 0)],
+      ["Recent messages", String((recap.recent_messages || []).length)],
+      ["Snapshot", snapshot.generated_at ? `${relTime(snapshot.generated_at)} · cursor ${snapshot.event_cursor ?? "?"}` : null],
+    ]);
+    root.append(dl);
+    root.append(el("h4", {}, "Needs attention"), pendingMarkers.length ? markerList(pendingMarkers) : el("p", { class: "muted" }, "nothing open"));
+    root.append(el("h4", {}, "Recent markers"), recent.length ? markerList(recent) : el("p", { class: "muted" }, "none"));
+  } catch (err) {
+    clear(root).append(el("p", { class: "muted" }, errorText(err)));
+  }
+}
+
+function renderRepair(report) {
+  const root = clear($("d-repair"));
+  const issues = report.issues || [];
+  const actions = report.actions || [];
+  root.append(el("p", { class: "small" }, report.persisted ? "Applied: the actions below were appended." : "Preview: nothing was written."));
+  root.append(el("h4", {}, `Issues (${issues.length})`));
+  root.append(issues.length ? el("ul", { class: "repair-list" }, ...issues.map((i) => el("li", { class: `sev-${i.severity || "info"}` },
+    el("code", {}, i.code), ` ${i.severity || ""}`, i.detail ? ` · ${i.detail}` : "", i.turn_id ? el("span", { class: "muted" }, ` · ${i.turn_id}`) : null)))
+    : el("p", { class: "muted small" }, "none"));
+  root.append(el("h4", {}, `Actions (${actions.length})`));
+  root.append(actions.length ? el("ul", { class: "repair-list" }, ...actions.map((a) => el("li", {},
+    el("code", {}, a.code), a.tool_name ? ` · ${a.tool_name}` : "", a.tool_call_id ? el("span", { class: "muted" }, ` · ${a.tool_call_id}`) : null,
+    a.persisted ? el("span", { class: "ok" }, " · written") : null)))
+    : el("p", { class: "muted small" }, "none"));
+  return actions.length > 0;
+}
+
+function setupRepair() {
+  $("d-repair-box").hidden = false;
+  const preview = $("repair-preview");
+  const apply = $("repair-apply");
+  const query = (dry) => {
+    const params = new URLSearchParams();
+    if (dry) params.set("dry_run", "true");
+    if ($("repair-force").checked) params.set("force", "true");
+    return `${scoped}/repair?${params}`;
+  };
+  preview.addEventListener("click", async () => {
+    preview.disabled = true;
+    try {
+      const { data: body } = await api("POST", query(true));
+      apply.disabled = !renderRepair(body.repair || body);
+    } catch (err) {
+      clear($("d-repair")).append(el("p", { class: "form-error" }, errorText(err)));
+      apply.disabled = true;
+    } finally {
+      preview.disabled = false;
+    }
+  });
+  apply.addEventListener("click", async () => {
+    apply.disabled = true;
+    try {
+      const { data: body } = await api("POST", query(false));
+      renderRepair(body.repair || body);
+      await catchUp();
+    } catch (err) {
+      clear($("d-repair")).append(el("p", { class: "form-error" }, errorText(err)));
+    }
+  });
+}
+
+// Events appended while no stream is open (a repair of a stopped session) are fetched directly.
+async function catchUp() {
+  for (;;) {
+    const { data: page } = await api("GET", `${scoped}/events?after_sequence=${cursor}&limit=1000`);
+    const events = page.events || [];
+    for (const ev of events) receive(ev);
+    if (events.length < 1000) break;
+  }
+  flush();
+  updateOlder();
+}
+
+// ---- start -----------------------------------------------------------------------------------------
+
+function start() {
+  transcript.append(data.tail || []);
+  cursor = transcript.lastSeq;
+  document.documentElement.dataset.cursor = String(cursor);
+  updateEmpty();
+  updateOlder();
+  scrollToBottom();
+
+  for (const entry of data.queue || []) addQueued(entry);
+  renderQueue();
+  setupModes();
+  renderHead();
+  setupActions();
+  composer.addEventListener("submit", sendPrompt);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) composer.requestSubmit();
+  });
+
+  // Interactive from here on: the tail is on screen and the composer takes input.
+  document.documentElement.dataset.ready = "true";
+  window.compozyReadyAt = performance.now();
+
+  if (session.state !== "stopped") openStream();
+  else indicator.hidden = true; // nothing live to show
+  watchOlder();
+  pollSession();
+  setInterval(tickTimers, 1_000);
+  if (features.permissions) refreshPermissions();
+  if (features.queue) refreshQueue();
+  if (features.health) loadHealth();
+  if (features.recap) {
+    loadRecap();
+    $("recap-refresh").addEventListener("click", loadRecap);
+  }
+  if (features.repair) setupRepair();
+}
+
+start();
