@@ -8,8 +8,10 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from health.api import router as health_router
 from sessions.api import router as sessions_router
 from sessions.api import workspaces as workspaces_router
+from sessions.api_reads import router as reads_router
 from sessions.errors import CompozyError
 
 logger = logging.getLogger(__name__)
@@ -17,7 +19,10 @@ logger = logging.getLogger(__name__)
 api = NinjaAPI(title="Compozy", version="0.1.0", urls_namespace="api",
                description="Durable, diagnosable ACP agent sessions.")
 api.add_router("/", sessions_router)
+api.add_router("/", health_router)
 api.add_router("/", workspaces_router)
+api.add_router("/", reads_router)
+api.add_router("/", "sessions.api_repair.router")
 
 
 def error_body(message: str, code: str, status: int, data: dict[str, object] | None = None) -> dict[str, object]:

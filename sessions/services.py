@@ -136,7 +136,14 @@ def _daemon_may_own(session_id: str) -> bool:
     return manager.owns(session_id)
 
 
-def _workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
+def scoped_meta(session_id: str, workspace_ref: str | None) -> dict[str, Any]:
+    """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404)."""
+    meta = read_session_meta(session_id)
+    check_workspace_scope(workspace_ref, meta)
+    return meta
+
+
+def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
     if workspace_ref is None:
         return
     try:
@@ -149,7 +156,7 @@ def _workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
 
 def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
     meta = read_session_meta(session_id)
-    _workspace_scope(workspace_ref, meta)
+    check_workspace_scope(workspace_ref, meta)
     return session_payload(meta)
 
 
@@ -289,7 +296,7 @@ def reap_candidates(live_ids: list[str]) -> list[tuple[str, str]]:
 
 async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     meta = await sync_to_async(read_session_meta)(session_id)
-    await sync_to_async(_workspace_scope)(workspace_ref, meta)
+    await sync_to_async(check_workspace_scope)(workspace_ref, meta)
     return get_manager().get(session_id), meta
 
 
@@ -337,7 +344,7 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     runtime = manager.get(session_id)
     if runtime is None:
         meta, agent, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
-        await sync_to_async(_workspace_scope)(workspace_ref, meta)
+        await sync_to_async(check_workspace_scope)(workspace_ref, meta)
         runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots, reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())
@@ -475,7 +482,7 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
 
 def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
     meta = read_session_meta(session_id)
-    _workspace_scope(workspace_ref, meta)
+    check_workspace_scope(workspace_ref, meta)
     from sessions.models import PENDING_INPUT, InputEntry
 
     rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
@@ -626,7 +633,7 @@ def list_events(session_id: str, *, workspace_ref: str | None = None, after: int
                 limit: int | None = None, types: list[str] | None = None, turn_id: str | None = None,
                 agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
     meta = read_session_meta(session_id)
-    _workspace_scope(workspace_ref, meta)
+    check_workspace_scope(workspace_ref, meta)
     if after is not None and after < 0:
         raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
     rows = event_store.read_events(
@@ -640,7 +647,7 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
             after: int | None = None) -> list[dict[str, Any]]:
     """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk."""
     meta = read_session_meta(session_id)
-    _workspace_scope(workspace_ref, meta)
+    check_workspace_scope(workspace_ref, meta)
     want = _limit(last)
     path = folder.events_path(session_id)
     turns: dict[str, list[dict[str, Any]]] = {}
@@ -668,7 +675,7 @@ def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None =
               last: int | None = None) -> list[dict[str, Any]]:
     """hook_runs rows of one session, oldest first (`last` keeps the newest N)."""
     meta = read_session_meta(session_id)
-    _workspace_scope(workspace_ref, meta)
+    check_workspace_scope(workspace_ref, meta)
     return event_store.read_hook_runs(folder.events_path(session_id), event=event, outcome=outcome,
                                       last=_limit(last, 1000))
 

@@ -1,8 +1,12 @@
 """SSE over channels consumers. The store is the truth: a frame is read from events.db after a
 doorbell (or a poll), never taken from the channel message, so a dropped doorbell loses nothing.
 
-Raw frames: `id:` = sequence, `event:` = type, `data:` = SessionEventPayload. Resume from
-`Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that cannot set headers).
+Session stream (events reference §6.1), two contracts:
+- `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
+  `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/transcript.py).
+- `frames=raw` (the CLI): `id:` = sequence, `event:` = type, `data:` = SessionEventPayload; resume from
+  `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that cannot set headers).
+Both end with a `session_stopped` frame carrying stop_reason, stop_detail and the failure object.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -19,7 +24,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
 from compozy_site.api import error_body
-from sessions import services
+from sessions import services, transcript
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest
 from sessions.runtime.signals import CATALOG_GROUP, session_group
@@ -155,67 +160,213 @@ def _non_negative(value: str | None, what: str) -> int | None:
     return number
 
 
+def _limit(value: str | None) -> int | None:
+    limit = _non_negative(value, "limit")
+    if limit is not None and not 1 <= limit <= transcript.MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {transcript.MAX_LIMIT}", code="invalid_limit")
+    return limit
+
+
+def terminal_frame(session_id: str, *, row: dict[str, Any] | None = None,
+                   meta: dict[str, Any] | None = None) -> bytes:
+    """The closing `session_stopped` frame (no id: the client's cursor stays on the last stored row),
+    from the stored row when there is one, else from meta.json."""
+    if row is not None:
+        content = row["content"] if isinstance(row["content"], dict) else {}
+        source, timestamp = content, row["timestamp"]
+    else:
+        source, timestamp = meta or {}, (meta or {}).get("updated_at")
+    return frame({"session_id": session_id, "type": EventType.SESSION_STOPPED.value,
+                  "stop_reason": source.get("stop_reason") or None, "stop_detail": source.get("stop_detail") or None,
+                  "failure": source.get("failure"), "timestamp": timestamp}, event=EventType.SESSION_STOPPED)
+
+
+_RAW_COLUMNS = "sequence, id, turn_id, type, agent_name, content, timestamp, archived"
+
+
+def _raw_rows(path: Path, after: int, limit: int, filters: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Rows with `content` still as stored JSON text: a raw frame splices it in instead of re-encoding it,
+    which halves the cost of replaying a long stream."""
+    if not path.exists():
+        return []
+    where, params = ["sequence > ?"], [after]
+    types = [t for t in filters.get("types") or [] if t]
+    if types:
+        where.append(f"type IN ({','.join('?' for _ in types)})")
+        params += types
+    for column, op in (("turn_id", "="), ("agent_name", "="), ("since", ">=")):
+        if filters.get(column):
+            where.append(f"{'timestamp' if column == 'since' else column} {op} ?")
+            params.append(filters[column])
+    conn = event_store.connect(path, readonly=True)
+    try:
+        return conn.execute(f"SELECT {_RAW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence LIMIT ?",
+                            [*params, limit]).fetchall()
+    finally:
+        conn.close()
+
+
+class RawTail:
+    """Raw persisted rows after a cursor: `id:` = sequence, `event:` = type, `data:` = SessionEventPayload."""
+
+    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+                 filters: dict[str, Any]) -> None:
+        self.meta, self.path, self.limit, self.filters = meta, path, limit, filters
+        self.cursor = cursor or 0
+        self.start_cursor = cursor
+        self.filtered = any(filters.values())
+        self.head = json.dumps({"session_id": meta["id"], "workspace_id": meta["workspace_id"]})[:-1]
+
+    def open(self) -> tuple[bytes, bool]:
+        if self.start_cursor is None and self.limit:
+            newest = event_store.read_events(self.path, limit=self.limit, newest=True, **self.filters)
+            self.cursor = newest[0]["sequence"] - 1 if newest else 0
+        return b"", False
+
+    def _frame(self, raw: tuple[Any, ...]) -> bytes:
+        seq, event_id, turn_id, type_, agent, text, timestamp, archived = raw
+        try:
+            content = json.loads(text)  # only to validate: a broken row must not break the stream
+        except json.JSONDecodeError:
+            content = None
+        if not isinstance(content, dict) or type_ == EventType.SESSION_STOPPED:
+            row = {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
+                   "content": content if isinstance(content, dict) else {"invalid_json": text[:2048]},
+                   "timestamp": timestamp, "archived": bool(archived)}
+            payload = services.envelope(self.meta, row)
+            if type_ == EventType.SESSION_STOPPED:
+                payload.update({k: row["content"].get(k) for k in ("stop_reason", "stop_detail", "failure")})
+            return frame(payload, event=type_, event_id=seq)
+        dumps = json.dumps
+        data = (f'{self.head},"id":{dumps(event_id)},"sequence":{seq},"turn_id":{dumps(turn_id)},'
+                f'"type":{dumps(type_)},"agent_name":{dumps(agent)},"content":{text},'
+                f'"timestamp":{dumps(timestamp)},"archived":{"true" if archived else "false"}}}')
+        return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+    def poll(self) -> tuple[bytes, bool, bool]:
+        rows = _raw_rows(self.path, self.cursor, PAGE, self.filters)
+        chunks = []
+        for raw in rows:
+            chunks.append(self._frame(raw))
+            self.cursor = raw[0]
+            if raw[3] == EventType.SESSION_STOPPED:
+                return b"".join(chunks), True, False
+        return b"".join(chunks), False, len(rows) == PAGE
+
+
+class TranscriptTail:
+    """Assembled transcript frames: one `transcript_snapshot` (unless a fenced resume), then deltas."""
+
+    filtered = False
+
+    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+                 epoch: int | None, generation: int | None) -> None:
+        self.meta, self.path, self.limit = meta, path, limit or transcript.DEFAULT_LIMIT
+        self.cursor = cursor or 0
+        self.fences = (cursor, epoch, generation)
+        self.epoch = transcript.session_epoch(meta)
+        self.assembler = transcript.Assembler()
+
+    def open(self) -> tuple[bytes, bool]:
+        cursor, epoch, generation = self.fences
+        top = event_store.max_sequence(self.path)
+        reason = transcript.check_fences(cursor, epoch, generation, current_epoch=self.epoch, max_sequence=top)
+        if cursor is not None and reason is None:
+            self.assembler = transcript.resume(self.path, cursor)
+            return b"", False
+        page = transcript.read_page(self.path, limit=self.limit)
+        self.assembler, self.cursor = page.assembler, page.max_sequence
+        data: dict[str, Any] = {
+            "session_id": self.meta["id"], "workspace_id": self.meta["workspace_id"], "epoch": self.epoch,
+            "generation": transcript.TRANSCRIPT_GENERATION, "entries": page.entries,
+            "max_sequence": page.max_sequence, "has_older": page.has_older,
+        }
+        if page.next_before_sequence is not None:
+            data["next_before_sequence"] = page.next_before_sequence
+        data["reset"] = reason is not None
+        if reason is not None:
+            data["reason"] = reason.value
+        out = frame(data, event="transcript_snapshot", event_id=page.max_sequence)
+        return self._with_terminal(out, self.assembler.last_row)
+
+    def poll(self) -> tuple[bytes, bool, bool]:
+        delta = transcript.read_delta(self.path, self.assembler, self.cursor, limit=PAGE)
+        if not delta.rows:
+            return b"", False, False
+        self.cursor = delta.cursor
+        top = event_store.max_sequence(self.path) if delta.has_more else delta.cursor
+        out = frame({"session_id": self.meta["id"], "epoch": self.epoch,
+                     "generation": transcript.TRANSCRIPT_GENERATION, "entries": delta.entries,
+                     "cursor": delta.cursor, "max_sequence": top, "has_more": top > delta.cursor},
+                    event="transcript_delta", event_id=delta.cursor)
+        out, terminal = self._with_terminal(out, delta.last_row)
+        return out, terminal, delta.has_more and not terminal
+
+    def _with_terminal(self, out: bytes, last: dict[str, Any] | None) -> tuple[bytes, bool]:
+        if last is not None and last["type"] == EventType.SESSION_STOPPED:
+            return out + terminal_frame(self.meta["id"], row=last), True
+        return out, False
+
+
+TRANSCRIPT_REJECTS = ("type", "agent_name", "turn_id", "since")
+
+
 class SessionStreamConsumer(StreamingConsumer):
-    """GET /api/workspaces/<ws>/sessions/<id>/stream (raw persisted events)."""
+    """GET /api/workspaces/<ws>/stream: transcript frames (default) or raw persisted rows (`frames=raw`)."""
+
+    tail: RawTail | TranscriptTail
 
     async def handle(self, body: bytes) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
         self.session_id = kwargs["session_id"]
-        workspace = kwargs["workspace"]
         q = _query(self.scope)
-        frames = (q.get("frames") or ["raw"])[0]
+        frames = (q.get("frames") or ["transcript"])[0]
         if frames not in {"raw", "transcript"}:
             raise InvalidRequest("frames must be raw or transcript", code="invalid_frames")
-        if frames == "transcript":
-            raise InvalidRequest("transcript frames are not served yet; use frames=raw", code="invalid_frames")
-        for bad in ("replay", "before_sequence"):
+        for bad in ("replay", "before_sequence", *(TRANSCRIPT_REJECTS if frames == "transcript" else ())):
             if bad in q:
-                raise InvalidRequest(f"{bad} is not supported on the stream", code="invalid_parameter")
-        after = _non_negative(_header(self.scope, b"last-event-id"), "Last-Event-ID")
-        if after is None:
-            after = _non_negative((q.get("after_sequence") or q.get("after") or [None])[0], "after_sequence")
-        self.types = [t for v in q.get("type", []) for t in v.split(",") if t] or None
-        self.turn_id = (q.get("turn_id") or [None])[0]
-        limit = _non_negative((q.get("limit") or [None])[0], "limit")
-        self.meta = await sync_to_async(services.read_session_meta)(self.session_id)
-        await sync_to_async(services._workspace_scope)(workspace, self.meta)
-        self.path = folder.events_path(self.session_id)
-        if after is None and limit:
-            newest = await asyncio.to_thread(event_store.read_events, self.path, limit=limit, newest=True,
-                                             types=self.types, turn_id=self.turn_id)
-            after = newest[0]["sequence"] - 1 if newest else 0
-        self.cursor = after or 0
+                raise InvalidRequest(f"{bad} is not supported on this stream"
+                                     + (" in transcript mode; use frames=raw" if bad in TRANSCRIPT_REJECTS else ""),
+                                     code="invalid_parameter")
+        cursor = _non_negative(_header(self.scope, b"last-event-id"), "Last-Event-ID")
+        if cursor is None:
+            cursor = _non_negative((q.get("after_sequence") or q.get("after") or [None])[0], "after_sequence")
+        limit = _limit((q.get("limit") or [None])[0])
+        meta = await sync_to_async(services.read_session_meta)(self.session_id)
+        await sync_to_async(services.check_workspace_scope)(kwargs["workspace"], meta)
+        path = folder.events_path(self.session_id)
+        if frames == "raw":
+            filters = {"types": [t for v in q.get("type", []) for t in v.split(",") if t] or None,
+                       "turn_id": (q.get("turn_id") or [None])[0], "agent_name": (q.get("agent_name") or [None])[0],
+                       "since": (q.get("since") or [None])[0]}
+            self.tail = RawTail(meta, path, cursor, limit, filters)
+        else:
+            self.tail = TranscriptTail(meta, path, cursor, limit,
+                                       _non_negative((q.get("epoch") or [None])[0], "epoch"),
+                                       _non_negative((q.get("generation") or [None])[0], "generation"))
         await self.start_stream([session_group(self.session_id)])
 
     async def run(self) -> None:
-        idle = 0.0
-        while True:
-            rows = await asyncio.to_thread(event_store.read_events, self.path, after=self.cursor, limit=PAGE,
-                                           types=self.types, turn_id=self.turn_id)
-            if rows:
-                idle = 0.0
-                chunks = []
-                terminal = False
-                for row in rows:
-                    payload = services.envelope(self.meta, row)
-                    chunks.append(frame(payload, event=row["type"], event_id=row["sequence"]))
-                    self.cursor = row["sequence"]
-                    if row["type"] == EventType.SESSION_STOPPED:
-                        terminal = True
-                        break
-                await self.send_body(b"".join(chunks), more_body=True)
-                if terminal:
-                    return
-                if len(rows) == PAGE:
-                    continue
-            elif await self._stopped_without_newer():
+        """Read the store after the cursor; the doorbell (or the poll timeout) says when to look again."""
+        loop = asyncio.get_running_loop()
+        out, terminal = await asyncio.to_thread(self.tail.open)
+        if out:
+            await self.send_body(out, more_body=True)
+        last_sent = loop.time()
+        while not terminal:
+            out, terminal, more = await asyncio.to_thread(self.tail.poll)
+            if out:
+                await self.send_body(out, more_body=True)
+                last_sent = loop.time()
+            if terminal or more:
+                continue
+            if not out and await self._stopped_without_newer():
                 return
-            woke = await self.wait_for_wake(POLL_SECONDS)
-            if not woke:
-                idle += POLL_SECONDS
-                if idle >= KEEPALIVE_SECONDS:
-                    idle = 0.0
-                    await self.send_body(b": keepalive\n\n", more_body=True)
+            await self.wait_for_wake(POLL_SECONDS)
+            # Measured from the last write: doorbells for rows a filter hides must not starve the keepalive.
+            if loop.time() - last_sent >= KEEPALIVE_SECONDS:
+                await self.send_body(b": keepalive\n\n", more_body=True)
+                last_sent = loop.time()
 
     async def _stopped_without_newer(self) -> bool:
         """A stopped session with nothing after the cursor gets one synthetic terminal frame."""
@@ -226,18 +377,11 @@ class SessionStreamConsumer(StreamingConsumer):
             return True
         if meta["state"] != SessionState.STOPPED:
             return False
-        newest = await asyncio.to_thread(event_store.max_sequence, self.path)
-        if newest > self.cursor:
-            if self.types or self.turn_id:
-                # Newer rows exist but the filter hides them; the stream is still over.
-                pass
-            else:
-                return False
-        await self.send_body(frame({
-            "session_id": self.session_id, "type": "session_stopped", "stop_reason": meta.get("stop_reason"),
-            "stop_detail": meta.get("stop_detail"), "failure": meta.get("failure"),
-            "timestamp": folder.isoformat(folder.utcnow()),
-        }, event="session_stopped"), more_body=True)
+        newest = await asyncio.to_thread(event_store.max_sequence, self.tail.path)
+        # Newer rows hidden by a raw-mode filter do not keep the stream open.
+        if newest > self.tail.cursor and not self.tail.filtered:
+            return False
+        await self.send_body(terminal_frame(self.session_id, meta=meta), more_body=True)
         return True
 
 

@@ -534,8 +534,9 @@ class SessionRuntime:
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
-            # The exit watcher classifies the death and terminalizes this turn in the stop path.
-            pass
+            # The exit watcher classifies the death; the stop path records this turn's error and marker,
+            # so the turn must still be current when it looks (it cancels this task when done).
+            await self.stopped.wait()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
