@@ -181,29 +181,6 @@ def terminal_frame(session_id: str, *, row: dict[str, Any] | None = None,
                   "failure": source.get("failure"), "timestamp": timestamp}, event=EventType.SESSION_STOPPED)
 
 
-_RAW_COLUMNS = "sequence, id, turn_id, type, agent_name, content, timestamp, archived"
-
-
-def _raw_rows(path: Path, after: int, limit: int, filters: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Rows with `content` still as stored JSON text: a raw frame splices it in instead of re-encoding it,
-    which halves the cost of replaying a long stream."""
-    if not path.exists():
-        return []
-    where, params = ["sequence > ?"], [after]
-    types = [t for t in filters.get("types") or [] if t]
-    if types:
-        where.append(f"type IN ({','.join('?' for _ in types)})")
-        params += types
-    for column, op in (("turn_id", "="), ("agent_name", "="), ("since", ">=")):
-        if filters.get(column):
-            where.append(f"{'timestamp' if column == 'since' else column} {op} ?")
-            params.append(filters[column])
-    conn = event_store.connect(path, readonly=True)
-    try:
-        return conn.execute(f"SELECT {_RAW_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence LIMIT ?",
-                            [*params, limit]).fetchall()
-    finally:
-        conn.close()
 
 
 class RawTail:
@@ -244,7 +221,7 @@ class RawTail:
         return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
 
     def poll(self) -> tuple[bytes, bool, bool]:
-        rows = _raw_rows(self.path, self.cursor, PAGE, self.filters)
+        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, **self.filters)
         chunks = []
         for raw in rows:
             chunks.append(self._frame(raw))

@@ -198,6 +198,27 @@ def read_events(
     before: int | None = None,
 ) -> list[dict[str, Any]]:
     """Events after `after` ascending; with `newest`, the newest `limit` matches, still ascending."""
+    rows = read_rows(path, after=after, limit=limit, newest=newest, types=types, turn_id=turn_id,
+                     agent_name=agent_name, since=since, before=before)
+    return [_row_to_event(r) for r in rows]
+
+
+def read_rows(
+    path: Path,
+    *,
+    after: int = 0,
+    limit: int = DEFAULT_PAGE,
+    newest: bool = False,
+    types: Iterable[str] | None = None,
+    turn_id: str | None = None,
+    agent_name: str | None = None,
+    since: str | None = None,
+    before: int | None = None,
+) -> list[tuple[Any, ...]]:
+    """Like read_events, but raw tuples (`content` still the stored JSON text), ascending.
+
+    The SSE raw stream splices the stored text into frames instead of decoding and re-encoding it.
+    """
     if not path.exists():
         return []
     where = ["sequence > ?"]
@@ -226,10 +247,9 @@ def read_events(
         rows = conn.execute(sql, params).fetchall()
     finally:
         conn.close()
-    events = [_row_to_event(r) for r in rows]
     if newest:
-        events.reverse()
-    return events
+        rows.reverse()
+    return rows
 
 
 def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator[dict[str, Any]]:
