@@ -97,12 +97,8 @@ def run_foreground(port: int | None = None) -> int:
         os.umask(old_umask)
         with contextlib.suppress(OSError):
             os.chmod(sock, 0o600)
-        actual_port = http_port
-        for listener in server.listeners:
-            with contextlib.suppress(Exception):
-                addr = listener.getHost()
-                if getattr(addr, "port", None):
-                    actual_port = addr.port
+        # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
+        actual_port = next((port for _, port in server.listening_addresses if port), http_port)
         record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
                   "started_at": _now(), "home": str(home), "status": "running", "version": "0.1.0"}
         from sessions.store.folder import write_json_atomic

@@ -33,11 +33,8 @@ class OriginGuardMiddleware:
             if (origin and origin != "null" and not origin_allowed(origin, host)) or origin == "null" or (
                 not origin and fetch_site == "cross-site"
             ):
-                return JsonResponse(
-                    {
-                        "error": "cross-origin writes are refused",
-                        "code": "origin_forbidden",
-                    },
-                    status=403,
-                )
+                from compozy_site.api import error_body
+
+                return JsonResponse(error_body("cross-origin writes are refused", "origin_forbidden", 403,
+                                               {"origin": origin or "", "host": host}), status=403)
         return self.get_response(request)

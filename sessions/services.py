@@ -181,6 +181,9 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     speed = body.get("speed") or "normal"
     if speed not in SPEEDS:
         raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
+    if body.get("agent_name") and body["agent_name"] not in config.agents:
+        # Checked before resolve-or-register, so a refused create never registers a workspace.
+        resolve_agent(config, body["agent_name"], Workspace(default_agent=""))
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)

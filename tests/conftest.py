@@ -83,7 +83,7 @@ class Daemon:
     def scoped(self, session_id: str, suffix: str = "") -> str:
         return f"/api/workspaces/{self.session(session_id)['workspace_id']}/sessions/{session_id}{suffix}"
 
-    def wait_state(self, session_id: str, states: set[str], timeout: float = 30.0) -> dict[str, Any]:
+    def wait_state(self, session_id: str, states: set[str], timeout: float = 60.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             s = self.session(session_id)
@@ -97,6 +97,39 @@ class Daemon:
         response = self.http.get(self.scoped(session_id, "/events"), params={"limit": 1000, **query})
         assert response.status_code == 200, response.text
         return response.json()["events"]
+
+    def all_events(self, session_id: str, **query: Any) -> list[dict[str, Any]]:
+        """Every event, oldest first, paged by `after_sequence` (a plain read returns only the newest page)."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            after = rows[-1]["sequence"] if rows else 0
+            page = self.events(session_id, after_sequence=after, **query)
+            if not page:
+                return rows
+            rows += page
+
+    def turn_events(self, session_id: str, turn_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """The events of one turn, once it ended (`done` or `error`) or the session stopped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.all_events(session_id)
+            mine = [e for e in rows if e["turn_id"] == turn_id]
+            if any(e["type"] in ("done", "error") for e in mine) or any(
+                    e["type"] == "session_stopped" for e in rows):
+                return mine
+            if time.monotonic() > deadline:
+                raise AssertionError(f"turn {turn_id} of {session_id} did not end: {[e['type'] for e in mine]}")
+            time.sleep(0.05)
+
+    def run_turn(self, session_id: str, message: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Prompt an idle session and return the events of that turn once it ended."""
+        response = self.prompt(session_id, message)
+        assert response.status_code == 200, response.text
+        return self.turn_events(session_id, response.json()["prompt"]["turn_id"], timeout)
+
+    def meta(self, session_id: str) -> dict[str, Any]:
+        """meta.json as the daemon last wrote it."""
+        return json.loads((self.home / "sessions" / session_id / "meta.json").read_text())
 
     def wait_event(self, session_id: str, type_: str, timeout: float = 30.0, **match: Any) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -138,8 +171,46 @@ class Daemon:
         return self.proc.returncode
 
 
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie counts as gone (orphans reparent to a PID 1 that may never reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_gone(pid: int, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process `pid` listens on, from /proc (its socket inodes matched in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
+
+
 def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> Daemon:
+                 timeout: float = 60.0, port: int | None = None) -> Daemon:
+    """Start a foreground daemon on `port` (default 0: any free port, race-free). The port is read from
+    the daemon record, else from /proc: the launcher records `0` when given `--port 0`."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "config.toml"
     if not config.exists():
@@ -149,7 +220,7 @@ def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] |
     log_path = home / "daemon-test.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the daemon writes to it for its whole life
     proc = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--foreground",
-                             "--port", "0"], env=env, cwd=str(ROOT), stdout=log, stderr=log,
+                             "--port", str(port or 0)], env=env, cwd=str(ROOT), stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     record_path = home / "daemon.json"
     deadline = time.monotonic() + timeout
@@ -160,7 +231,9 @@ def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] |
             except json.JSONDecodeError:
                 record = {}
             if record.get("pid") == proc.pid:
-                return Daemon(home, proc, int(record["port"]), env, log_path)
+                actual = int(record.get("port") or 0) or listening_port(proc.pid)
+                if actual:
+                    return Daemon(home, proc, actual, env, log_path)
         if proc.poll() is not None:
             raise RuntimeError(f"daemon exited ({proc.returncode}): {log_path.read_text(errors='replace')[-3000:]}")
         time.sleep(0.05)

@@ -8,7 +8,10 @@ Traps this module exists to avoid (each pinned by a test):
    SDK runs each notification handler in its own task (so handler order is not arrival order), and its
    observers deep-copy every message (a 10k/s ceiling). Requests and responses still go to the SDK.
 5. Update variants the SDK does not know are kept raw (we never validate them through pydantic).
-6. A connection that closes mid-prompt surfaces as TransportClosed, classified by the runtime.
+6. A connection that closes mid-prompt surfaces as TransportClosed, classified by the runtime. It is
+   raised only once the process exit was seen, so the runtime's exit watcher has classified the death
+   (with the turn still in flight) before the caller resumes. An agent that closes stdout but lives on
+   is killed: nothing could ever answer its session again, which would otherwise sit `active` forever.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ STDERR_TAIL_BYTES = 64 * 1024
 STDIO_LIMIT_BYTES = 50 * 1024 * 1024
 # Reference §8: SIGTERM the tree, then SIGKILL after the ACP driver stop timeout.
 STOP_TIMEOUT_SECONDS = 5.0
+# After the agent's stdout closes: how long it may take to exit before we kill its group. Longer than
+# the 1 s stderr drain that `_wait_exit` allows after the exit.
+CLOSED_EXIT_GRACE_SECONDS = 3.0
 
 UpdateSink = Callable[[dict[str, Any]], None]
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -206,7 +212,26 @@ class AgentProcess:
         except RequestError as exc:
             raise AgentRequestError(method, exc.code, str(exc), getattr(exc, "data", None)) from exc
         except (ConnectionError, BrokenPipeError, ConnectionResetError) as exc:
+            await self._settle_exit()
             raise TransportClosed(f"{method}: agent connection closed") from exc
+
+    async def _settle_exit(self) -> None:
+        """The connection closed under a request: wait for the process to exit before reporting it.
+
+        Waiters on `exited` wake in FIFO order and the runtime's exit watcher registered at start, so it
+        runs before this request's caller resumes. A process that closed stdout but lives on can never
+        answer again: kill its group, or its session would sit `active` forever.
+        """
+        if self.process is None:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS)
+        if not self.exited.is_set():
+            logger.warning("agent pid %s closed its stdout but kept running; killing its process group", self.pid)
+            self.signal_group(signal.SIGKILL)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), STOP_TIMEOUT_SECONDS)
+        await asyncio.sleep(0)
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         if self.conn is None:

@@ -29,6 +29,7 @@ import logging
 import re
 import select
 import signal
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -76,6 +77,8 @@ T = TypeVar("T")
 _BATCH_LINES = 256
 _BATCH_BYTES = 64 * 1024
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+REPLAY_TAG = "<compozy_context_replay>"
+REPLAY_REQUEST = "User request: "
 
 
 class Cancelled(Exception):
@@ -139,6 +142,12 @@ class RawWriter:
     async def send(self, message: dict[str, Any]) -> None:
         await self.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
 
+    def close(self) -> None:
+        """Close our end of stdout for good (the client sees EOF while we live on)."""
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            os.close(1)
+
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until the transport's user-space buffer reached the pipe (before a hard exit)."""
         transport = self._writer.transport
@@ -172,7 +181,14 @@ class ScriptedAgent:
             "env": self._cmd_env,
             "silent": self._cmd_silent,
             "error": self._cmd_error,
+            "spawnchild": self._cmd_spawnchild,
+            "closeout": self._cmd_closeout,
+            "wedge": self._cmd_wedge,
+            "tools": self._cmd_tools,
+            "exitidle": self._cmd_exitidle,
         }
+        self._children: list[asyncio.subprocess.Process] = []
+        self._exit_task: asyncio.Future[None] | None = None
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -236,6 +252,9 @@ class ScriptedAgent:
         # Registered before the first await so a cancel that follows the prompt is never lost.
         cancel = asyncio.Event()
         self._cancels[session_id] = cancel
+        if self._opts.dispatch_after_replay and REPLAY_TAG in text:
+            # Compozy prepended a context replay: the command is what follows the last "User request:".
+            text = text.rsplit(REPLAY_REQUEST, 1)[-1]
         words = text.split()
         handler = self._commands.get(words[0].lower() if words else "", self._cmd_echo)
         turn = Turn(session_id=session_id, cwd=cwd, text=text, args=words[1:], cancel=cancel)
@@ -435,6 +454,41 @@ class ScriptedAgent:
         await turn.cancel.wait()
         return "cancelled"
 
+    async def _cmd_tools(self, turn: Turn) -> StopReason:
+        # N quick tool calls, each completed with a result, spaced by INTERVAL: tool-result boundaries
+        # a client can act on (a staged steer) while the turn is still running.
+        count = self._int_arg(turn, 0, "N")
+        interval = self._float_arg(turn, 1, "INTERVAL")
+        for i in range(count):
+            if turn.cancel.is_set():
+                return "cancelled"
+            tool_call_id = f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
+            await self.client.session_update(
+                session_id=turn.session_id,
+                update=start_tool_call(tool_call_id, f"Step {i}", kind="other", status="in_progress"),
+            )
+            await self.client.session_update(
+                session_id=turn.session_id,
+                update=update_tool_call(tool_call_id, status="completed",
+                                        content=[tool_content(text_block(f"step {i} done"))]),
+            )
+            await self._sleep(turn, interval)
+        await self._say(turn, "tools done")
+        return "end_turn"
+
+    async def _cmd_exitidle(self, turn: Turn) -> StopReason:
+        # Finish the turn normally, then exit 0 SECONDS later while idle: an agent that completed.
+        delay = self._float_arg(turn, 0, "SECONDS")
+
+        async def exit_later() -> None:
+            await asyncio.sleep(delay)
+            await self._raw.flush()
+            os._exit(0)
+
+        self._exit_task = asyncio.ensure_future(exit_later())
+        await self._say(turn, "bye")
+        return "end_turn"
+
     async def _cmd_hang(self, turn: Turn) -> StopReason:
         await self._say(turn, "working")
         await turn.cancel.wait()  # never set under --ignore-cancel
@@ -505,6 +559,34 @@ class ScriptedAgent:
         await self._say(turn, "woke")
         return "end_turn"
 
+    async def _cmd_spawnchild(self, turn: Turn) -> StopReason:
+        # A tool-like grandchild in our process group; the client's stop must kill the whole group.
+        # We neither kill nor reap it on cancel: that is the client's job, and what the test checks.
+        child = await asyncio.create_subprocess_exec(
+            "sleep", "300", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self._children.append(child)
+        await self._say(turn, f"child pid {child.pid}")
+        await turn.cancel.wait()
+        return "cancelled"
+
+    async def _cmd_closeout(self, turn: Turn) -> StopReason:
+        # A wedged agent: stdout closed mid-prompt, process alive, deaf to everything.
+        await self._say(turn, "closing stdout")
+        await self._raw.flush()
+        self._raw.close()
+        await asyncio.sleep(3600)
+        return "end_turn"
+
+    async def _cmd_wedge(self, turn: Turn) -> StopReason:
+        # Deaf to session/cancel, stdin EOF and SIGTERM (the loop is blocked): only SIGKILL ends it.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        await self._say(turn, "wedged")
+        await self._raw.flush()
+        time.sleep(3600)  # blocks the loop on purpose
+        return "end_turn"
+
     async def _cmd_error(self, turn: Turn) -> StopReason:
         raise RequestError.internal_error({"details": "scripted prompt failure"})
 
@@ -519,6 +601,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-log", help="append one JSON line per received prompt")
     parser.add_argument("--stderr-at-start", type=int, default=0, metavar="N", help="write N bytes to stderr first")
     parser.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel entirely")
+    parser.add_argument("--dispatch-after-replay", action="store_true",
+                        help="pick the command from the text after a context replay's last 'User request:'")
     opts = parser.parse_args(argv)
     if opts.load_session and not opts.state_dir:
         parser.error("--load-session requires --state-dir")

@@ -1,0 +1,163 @@
+"""Bad input: a JSON error body with a stable code and the right HTTP status; the CLI prints one line on
+stderr (JSON with `-o json`) and exits with the sysexits code for that status (surfaces reference §1)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, Daemon
+
+UNKNOWN_SESSION = "sess_0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def stopped_session(daemon: Daemon, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    ws = tmp_path_factory.mktemp("stopped-ws")
+    session = daemon.create(ws)
+    assert daemon.http.post(daemon.scoped(session["id"], "/stop")).status_code == 204
+    return daemon.wait_state(session["id"], {"stopped"})
+
+
+Request = Callable[[Daemon, Path, dict[str, Any]], httpx.Response]
+
+
+def create(body: dict[str, Any]) -> Request:
+    return lambda d, ws, stopped: d.http.post("/api/sessions", json={
+        k: (str(ws) if v == "$WS" else v) for k, v in body.items()})
+
+
+HTTP_CASES: list[Any] = [
+    pytest.param(create({"agent_name": "no-such-agent", "workspace_path": "$WS"}), 404, "agent_not_found",
+                 id="unknown-agent"),
+    pytest.param(create({"agent_name": "scripted", "workspace_path": "relative/dir"}), 400,
+                 "workspace_path_not_absolute", id="relative-workspace-path"),
+    pytest.param(create({"agent_name": "scripted", "workspace": "anything", "workspace_path": "$WS"}), 400,
+                 "workspace_conflict", id="both-workspace-fields"),
+    pytest.param(create({"agent_name": "scripted"}), 400, "workspace_required", id="no-workspace-field"),
+    pytest.param(lambda d, ws, s: d.http.post("/api/sessions", content=b'{"agent_name": "scripted",',
+                                              headers={"Content-Type": "application/json"}),
+                 400, "malformed_json", id="malformed-json"),
+    pytest.param(create({"agent_name": "scripted", "workspace_path": "$WS", "colour": "blue"}), 400,
+                 "unknown_field", id="unknown-field"),
+    pytest.param(lambda d, ws, s: d.http.get(f"/api/sessions/{UNKNOWN_SESSION}"), 404, "session_not_found",
+                 id="unknown-session"),
+    pytest.param(lambda d, ws, s: d.http.get("/api/sessions/sess_not-an-id"), 404, "session_not_found",
+                 id="malformed-session-id"),
+    pytest.param(lambda d, ws, s: d.http.post(d.scoped(s["id"], "/stop"), content=b"{nope",
+                                              headers={"Content-Type": "application/json"}),
+                 400, "malformed_json", id="malformed-json-on-stop"),
+    pytest.param(create({"agent_name": "scripted", "workspace_path": "/nonexistent/compozy/ws"}), 410,
+                 "workspace_root_missing", id="missing-workspace-path"),
+]
+
+
+@pytest.mark.parametrize(("send", "status", "code"), HTTP_CASES)
+def test_bad_requests_get_a_stable_json_error(daemon: Daemon, workspace: Path, stopped_session: dict[str, Any],
+                                             send: Request, status: int, code: str) -> None:
+    before = daemon.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"]
+    response = send(daemon, workspace, stopped_session)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert isinstance(body["error"], str) and body["error"]
+    assert body["code"] == code
+    assert body["diagnostic"]["code"] == code
+    # A refused create leaves no session behind.
+    assert daemon.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"] == before
+
+
+def test_cross_origin_post_is_forbidden(daemon: Daemon, workspace: Path) -> None:
+    response = daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace)},
+                                headers={"Origin": "http://evil.example"})
+    assert response.status_code == 403
+    assert response.json()["code"] == "origin_forbidden"
+    # Same-origin writes still work (the page the daemon serves may POST).
+    same = daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": "relative"},
+                            headers={"Origin": daemon.base_url})
+    assert same.status_code == 400 and same.json()["code"] == "workspace_path_not_absolute"
+
+
+def test_cross_origin_error_has_the_common_error_shape(daemon: Daemon, workspace: Path) -> None:
+    response = daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace)},
+                                headers={"Origin": "http://evil.example"})
+    assert response.json()["diagnostic"]["code"] == "origin_forbidden"
+
+
+# ---- the CLI -----------------------------------------------------------------------------------
+
+CLI_CASES: list[Any] = [
+    pytest.param(["session", "new", "--agent", "no-such-agent", "--cwd", "$WS"], 69, "agent_not_found",
+                 id="unknown-agent"),
+    pytest.param(["session", "new", "--agent", "scripted", "--cwd", "relative/dir"], 65,
+                 "workspace_path_not_absolute", id="relative-cwd"),
+    pytest.param(["session", "new", "--agent", "scripted", "--cwd", "$WS", "--workspace", "x"], 65,
+                 "workspace_conflict", id="cwd-and-workspace"),
+    pytest.param(["session", "new", "--agent", "scripted", "--cwd", "/nonexistent/compozy/ws"], 69,
+                 "workspace_root_missing", id="missing-cwd"),
+    pytest.param(["session", "status", UNKNOWN_SESSION], 69, "session_not_found", id="unknown-session"),
+    pytest.param(["session", "events", UNKNOWN_SESSION], 69, "session_not_found", id="events-of-unknown-session"),
+    pytest.param(["session", "stop", UNKNOWN_SESSION], 69, "session_not_found", id="stop-unknown-session"),
+]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], exit_code: int, code: str) -> None:
+    assert result.returncode == exit_code, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and code in lines[0]
+
+
+def assert_one_json_error(result: subprocess.CompletedProcess[str], exit_code: int, code: str) -> None:
+    assert result.returncode == exit_code, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert json.loads(line)["code"] == code
+
+
+@pytest.mark.parametrize(("args", "exit_code", "code"), CLI_CASES)
+def test_cli_errors_are_one_line_and_a_nonzero_exit(daemon: Daemon, workspace: Path, stopped_session: dict[str, Any],
+                                                    args: list[str], exit_code: int, code: str) -> None:
+    argv = [str(workspace) if a == "$WS" else a for a in args]
+    assert_one_line_error(daemon.cli(*argv), exit_code, code)
+    assert_one_json_error(daemon.cli(*argv, "-o", "json"), exit_code, code)
+
+
+def test_prompt_to_a_session_that_is_not_active_is_refused(daemon: Daemon, workspace: Path) -> None:
+    """A `stopping` session refuses prompts. The wedged agent ignores cancel, EOF and SIGTERM, so its stop
+    runs the whole escalation (about 7 s): a wide, deterministic window in `stopping`."""
+    session = daemon.create(workspace)
+    assert daemon.prompt(session["id"], "wedge").status_code == 200
+    daemon.wait_event(session["id"], "agent_message", text="wedged")
+    with ThreadPoolExecutor(1) as pool:
+        stop = pool.submit(daemon.http.post, daemon.scoped(session["id"], "/stop"), timeout=60)
+        daemon.wait_state(session["id"], {"stopping"})
+        response = daemon.prompt(session["id"], "hello")
+        human = daemon.cli("session", "prompt", session["id"], "hello")
+        as_json = daemon.cli("session", "prompt", session["id"], "hello", "-o", "json")
+        still_stopping = daemon.session(session["id"])["state"] == "stopping"
+        assert stop.result().status_code == 204
+    assert still_stopping, "the stop finished before the refusals were checked"
+    assert response.status_code == 400
+    assert response.json()["code"] == "session_not_active"
+    assert response.json()["diagnostic"]["evidence"]["state"] == "stopping"
+    assert_one_line_error(human, 65, "session_not_active")
+    assert_one_json_error(as_json, 65, "session_not_active")
+
+
+def test_cli_reports_an_unreachable_daemon_in_one_line(daemon: Daemon, tmp_path: Path) -> None:
+    env = {**daemon.env, "COMPOZY_HOME": str(tmp_path / "no-daemon-here")}
+    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", "status", "-o", "json"], env=env,
+                            cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 69
+    [line] = result.stderr.strip().splitlines()
+    assert json.loads(line)["code"] == "daemon_unavailable"
