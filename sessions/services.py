@@ -21,7 +21,7 @@ from compozy_site.home import compozy_home
 from sessions import catalog, lineage
 from sessions.config import AgentConfig, Config, ProviderConfig, get_config
 from sessions.enums import LIVE_STATES, BusyMode, EventType, MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, NotFound, Unprocessable
+from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, Unprocessable
 from sessions.models import Session, Workspace
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.manager import get_manager
@@ -426,8 +426,15 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
         return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
     mode = mode or manager.config.busy_input.default_mode.value
     if mode == BusyMode.QUEUE:
-        entry, position = await sync_to_async(manager.inputs.enqueue)(
-            session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+        try:
+            entry, position = await sync_to_async(manager.inputs.enqueue)(
+                session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+        except QueueFull as exc:
+            # A refused prompt is visible in the transcript too, not only to the caller.
+            runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
+                           {"reason": "queue_full", "queue_cap": manager.config.busy_input.queue_cap})
+            runtime.recorder.flush()
+            raise exc
         runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
                        {"queue_entry_id": entry.id, "queue_position": position,
                         "queue_generation": entry.generation})

@@ -59,7 +59,10 @@ class AgentRequestError(Exception):
     """The agent answered a request with a JSON-RPC error."""
 
     def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{method}: {message} (code {code})")
+        # The agent's own reason usually sits in `data`; operators need it in the failure summary.
+        detail = data.get("details") or data.get("message") if isinstance(data, dict) else data
+        suffix = f": {detail}" if detail else ""
+        super().__init__(f"{method}: {message} (code {code}){suffix}")
         self.method = method
         self.code = code
         self.data = data

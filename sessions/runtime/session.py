@@ -50,9 +50,11 @@ HOOK_STOP_SUMMARY = "session stopped by hook policy"
 @dataclass
 class Turn:
     id: str
-    text: str
+    text: str  # what the user asked (after prompt hooks): salvage, titles and history use this
     source: str
     started_at: str
+    sent: str = ""  # what the agent receives, when it differs (a context replay prepended)
+    authored: str = ""  # exactly what was typed, when a prompt hook changed `text`
     generation: int = 0
     started_mono: float = field(default_factory=time.monotonic)
     last_activity_mono: float = field(default_factory=time.monotonic)
@@ -482,13 +484,14 @@ class SessionRuntime:
                         generation=self.generation)
             if self.projection is not None:
                 # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
-                turn.text = f"{self.projection}\n\nUser request: {text}"
+                turn.sent = f"{self.projection}\n\nUser request: {text}"
                 self.projection = None
             self.turn = turn
             content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
             if authored is not None and authored != text:
                 content["authored_text"] = authored
-            if turn.text != text:
+                turn.authored = authored
+            if turn.sent:
                 content["context_replay"] = True
             self.record(EventType.USER_MESSAGE, content, turn_id=turn.id)
             self.recorder.flush()
@@ -516,7 +519,7 @@ class SessionRuntime:
         try:
             result = await self.agent.request("session/prompt", {
                 "sessionId": self.meta["acp_session_id"],
-                "prompt": [{"type": "text", "text": turn.text}],
+                "prompt": [{"type": "text", "text": turn.sent or turn.text}],
             })
             result = result if isinstance(result, dict) else {}
             stop = str(result.get("stopReason") or "end_turn")
@@ -636,11 +639,15 @@ class SessionRuntime:
 
         provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
         title = await generate_title(provider, self.cwd, turn.text, turn.reply)
-        if self.meta.get("name") or self.stopped.is_set():
+        if self.stopped.is_set():
+            return  # the final meta is written; a late title must not reopen it
+        if self.meta.get("name"):
             self.meta["auto_title"] = {"status": "skipped", "reason": "explicit name wins"}
+            await self.persist()
             return
         if title is None:
             self.meta["auto_title"] = {"status": "failed"}
+            await self.persist()
             return
         self.meta.update({"name": title, "name_source": "auto_title", "auto_title": {"status": "applied"}})
         self.record(EventType.SYSTEM, {"title": "auto_title", "text": title}, turn_id="")
@@ -693,7 +700,8 @@ class SessionRuntime:
         previous = turn.id if turn else None
         if turn is not None:
             if replacement is None:
-                self.salvage = {"text": turn.text, "generation": self.generation, "turn_id": turn.id}
+                self.salvage = {"text": turn.authored or turn.text, "generation": self.generation,
+                                "turn_id": turn.id}
             if not await self._cancel_and_wait(turn):
                 raise Conflict("the running turn did not end within timeout_cancel_grace",
                                code="interrupt_timeout", data={"turn_id": turn.id})
