@@ -421,9 +421,14 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
                              data={"state": meta["state"]})
     if mode is not None and mode not in set(BusyMode):
         raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
-    if not runtime.busy:
-        turn = await runtime.start_turn(text)
-        return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
+    if not runtime.busy and not runtime.handover:
+        try:
+            turn = await runtime.start_turn(text)
+            return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
+        except Conflict as exc:
+            if exc.code != "prompt_in_progress":
+                raise
+            # Another turn started in the meantime: the prompt takes the busy-input path instead.
     mode = mode or manager.config.busy_input.default_mode.value
     if mode == BusyMode.QUEUE:
         try:
@@ -439,6 +444,8 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
                        {"queue_entry_id": entry.id, "queue_position": position,
                         "queue_generation": entry.generation})
         runtime.recorder.flush()
+        if not runtime.busy:
+            await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
         return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
                                 "queue_position": position, "queue_generation": entry.generation}}
     if mode == BusyMode.INTERRUPT:

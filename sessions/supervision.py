@@ -25,7 +25,8 @@ MAX_TICK_SECONDS = 5.0
 def sweep_interval(config: Config) -> float:
     sup = config.supervision
     candidates = [sup.activity_heartbeat_interval]
-    for value in (sup.progress_notify_interval, sup.inactivity_warning_after, sup.inactivity_timeout):
+    for value in (sup.progress_notify_interval, sup.inactivity_warning_after, sup.inactivity_timeout,
+                  config.limits_timeout):
         if value > 0:
             candidates.append(value / 4)
     return max(MIN_TICK_SECONDS, min(MAX_TICK_SECONDS, *candidates))

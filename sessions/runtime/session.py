@@ -115,7 +115,9 @@ class SessionRuntime:
         self.steer: StagedSteer | None = None
         # Provider context recovery: a projection of this session's log, prepended to the next prompt.
         self.projection: str | None = None
-        self._heartbeat_due = 0.0
+        # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
+        # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
+        self.handover = False
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -469,6 +471,10 @@ class SessionRuntime:
                          extra: dict[str, Any] | None = None) -> Turn:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
+            if self.turn is not None:
+                from sessions.errors import Conflict
+
+                raise Conflict("a prompt is already in progress", code="prompt_in_progress")
             outcome = await self.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
                                       input_class="user_message" if source == "user" else "synthetic_reentry")
             if outcome is not None:
@@ -533,7 +539,7 @@ class SessionRuntime:
                 self.meta["auto_title"] = {"status": "pending"}
                 spawn(self._auto_title(turn))
         except AgentRequestError as exc:
-            failure = self._failure(FailureKind.PROMPT_FAILURE, str(exc), bundle=False)
+            failure = self._failure(FailureKind.PROMPT_FAILURE, str(exc))
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
@@ -557,7 +563,7 @@ class SessionRuntime:
             turn.ended.set()
         with contextlib.suppress(Exception):
             await self.hook("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
-        if self.state == SessionState.ACTIVE and not self.stopping:
+        if self.state == SessionState.ACTIVE and not self.stopping and not self.handover:
             await self._steer_fallback()
             await self.persist()
             await self.dispatch_next()
@@ -575,9 +581,12 @@ class SessionRuntime:
 
     async def dispatch_next(self) -> None:
         """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
-        if self.busy or self.state != SessionState.ACTIVE or self.stopping:
+        if self.busy or self.handover or self.state != SessionState.ACTIVE or self.stopping:
             return
         entry = await db(self.manager.inputs.claim_next, self.id)
+        if entry is not None and (self.busy or self.handover):
+            await db(self.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
+            return
         if entry is None:
             return
         self.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
@@ -698,18 +707,22 @@ class SessionRuntime:
                            data={"expected_turn_id": expected_turn_id, "current_turn_id": turn.id if turn else None})
         dropped = await self._advance_generation()
         previous = turn.id if turn else None
-        if turn is not None:
-            if replacement is None:
-                self.salvage = {"text": turn.authored or turn.text, "generation": self.generation,
-                                "turn_id": turn.id}
-            if not await self._cancel_and_wait(turn):
-                raise Conflict("the running turn did not end within timeout_cancel_grace",
-                               code="interrupt_timeout", data={"turn_id": turn.id})
+        self.handover = replacement is not None
+        try:
+            if turn is not None:
+                if replacement is None:
+                    self.salvage = {"text": turn.authored or turn.text, "generation": self.generation,
+                                    "turn_id": turn.id}
+                if not await self._cancel_and_wait(turn):
+                    raise Conflict("the running turn did not end within timeout_cancel_grace",
+                                   code="interrupt_timeout", data={"turn_id": turn.id})
+            new = await self.start_turn(replacement) if replacement is not None else None
+        finally:
+            self.handover = False
         result: dict[str, Any] = {"status": "interrupted", "interrupted": turn is not None,
                                   "previous_turn_id": previous, "canceled_queued_entries": dropped,
                                   "queue_generation": self.generation}
-        if replacement is not None:
-            new = await self.start_turn(replacement)
+        if new is not None:
             result.update({"status": "accepted", "mode": "interrupt", "new_turn_id": new.id, "turn_id": new.id})
         self.marker(MarkerKind.PROMPT_INTERRUPTED,
                     "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer."),
@@ -751,16 +764,20 @@ class SessionRuntime:
         steer = self.steer
         if steer is None or self.turn is not turn:
             return
-        if not await self._cancel_and_wait(turn):
-            steer.delivering = False
-            return
-        if self.steer is not steer or self.stopping:
-            return
-        self.steer = None
-        await db(self.manager.inputs.mark, steer.entry_id, "sent")
-        new = await self.start_turn(steer.text, source="steer", extra={
-            "action": "steered", "resource": "session_input_queue", "decision": str(steer.generation),
-            "request_id": steer.entry_id})
+        self.handover = True
+        try:
+            if not await self._cancel_and_wait(turn):
+                steer.delivering = False
+                return
+            if self.steer is not steer or self.stopping:
+                return
+            self.steer = None
+            await db(self.manager.inputs.mark, steer.entry_id, "sent")
+            new = await self.start_turn(steer.text, source="steer", extra={
+                "action": "steered", "resource": "session_input_queue", "decision": str(steer.generation),
+                "request_id": steer.entry_id})
+        finally:
+            self.handover = False
         self.marker(MarkerKind.PROMPT_STEERED, "Steer delivered at a tool-result boundary.",
                     {"queue_entry_id": steer.entry_id, "previous_turn_id": turn.id, "new_turn_id": new.id})
 

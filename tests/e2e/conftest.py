@@ -41,7 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
+# Module scope: the sync API's event loop must not outlive the browser tests (see pyproject testpaths).
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not (os.path.isfile(CHROMIUM_PATH) and os.access(CHROMIUM_PATH, os.X_OK)):
         pytest.fail(

@@ -1,0 +1,184 @@
+"""Auto-title (`roles.auto_title`, sessions reference §3) against the real daemon and the offline demo agent,
+which answers title requests deterministically: an unnamed session is titled once after its first reply,
+an explicit name is never replaced, and `compozy session rename` wins over the title pass."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import SCRIPTED, Daemon, start_daemon
+
+START_TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("home"), timeout=START_TIMEOUT)
+    yield d
+    d.stop()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def title_events(d: Daemon, sid: str) -> list[dict[str, Any]]:
+    return [e for e in d.all_events(sid, type="system") if e["content"].get("title") == "auto_title"]
+
+
+def title_pass_over(d: Daemon, sid: str) -> dict[str, Any]:
+    """meta.json's auto_title record once the pass left `pending`."""
+    return wait_for(lambda: (d.meta(sid).get("auto_title") or {}).get("status") not in (None, "pending")
+                    and d.meta(sid)["auto_title"], what="the title pass to finish")
+
+
+def test_the_first_reply_gives_an_unnamed_session_an_auto_title_once(daemon: Daemon, workspace: Path) -> None:
+    created = daemon.create(workspace, agent="general")
+    sid = created["id"]
+    assert created["name"] is None and created["name_source"] is None
+    daemon.run_turn(sid, "fix the flaky login test please")
+
+    titled = wait_for(lambda: daemon.session(sid)["name"] and daemon.session(sid), what="an auto title")
+    assert titled["name"] == "Fix the flaky login test please"
+    assert titled["name_source"] == "auto_title"
+    assert title_pass_over(daemon, sid) == {"status": "applied"}
+    assert [e["content"]["text"] for e in title_events(daemon, sid)] == [titled["name"]]
+    # Stored in the catalog too: the list finds it by name.
+    listing = daemon.cli_json("session", "list", "--query", "flaky login")["sessions"]
+    assert [s["id"] for s in listing] == [sid]
+
+    # One pass only: later replies do not retitle.
+    daemon.run_turn(sid, "now something completely different")
+    assert daemon.session(sid)["name"] == "Fix the flaky login test please"
+    assert len(title_events(daemon, sid)) == 1
+
+
+def test_an_explicit_name_is_never_replaced(daemon: Daemon, workspace: Path) -> None:
+    created = daemon.cli_json("session", "new", "--agent", "general", "--cwd", str(workspace),
+                              "--name", "my explicit name", "--prompt", "hello there world")
+    sid = created["id"]
+    daemon.wait_event(sid, "done")
+    session = daemon.session(sid)
+    assert session["name"] == "my explicit name" and session["name_source"] == "user"
+    # Eligibility is decided when the reply is recorded: a named session never starts a pass.
+    assert "auto_title" not in daemon.meta(sid)
+    assert title_events(daemon, sid) == []
+
+
+def test_a_rename_wins_over_a_finished_title_pass(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="general")["id"]
+    daemon.run_turn(sid, "summarise the release notes")
+    wait_for(lambda: daemon.session(sid)["name_source"] == "auto_title", what="an auto title")
+
+    renamed = daemon.cli_json("session", "rename", sid, "release notes review")
+    assert renamed["name"] == "release notes review" and renamed["name_source"] == "user"
+    daemon.run_turn(sid, "and the changelog")
+    session = daemon.session(sid)
+    assert session["name"] == "release notes review" and session["name_source"] == "user"
+    assert daemon.meta(sid)["name"] == "release notes review"
+
+
+def test_a_rename_during_the_title_pass_wins(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="general")["id"]
+    daemon.run_turn(sid, "write the migration plan")
+    # The pass starts a throwaway agent after `done`; rename right away, most likely while it runs.
+    response = daemon.http.patch(daemon.scoped(sid), json={"name": "migration plan"})
+    assert response.status_code == 200, response.text
+
+    def pass_over() -> dict[str, Any] | None:
+        # Renaming again (same name) rewrites meta.json, so the pass's in-memory outcome shows there.
+        assert daemon.http.patch(daemon.scoped(sid), json={"name": "migration plan"}).status_code == 200
+        status = (daemon.meta(sid).get("auto_title") or {}).get("status")
+        return daemon.meta(sid)["auto_title"] if status not in (None, "pending") else None
+
+    outcome = wait_for(pass_over, what="the title pass to finish")
+    assert outcome["status"] in ("skipped", "applied")
+    session = daemon.session(sid)
+    assert session["name"] == "migration plan" and session["name_source"] == "user"
+    assert daemon.meta(sid)["name"] == "migration plan"
+    assert len(title_events(daemon, sid)) <= 1
+
+
+# ---- a title pass that fails (its provider cannot even initialize) -------------------------------------
+
+@pytest.fixture(scope="module")
+def failing_titles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("failing-titles-home"),
+                     extra_config='[roles.auto_title]\nprovider = "broken"\n', timeout=START_TIMEOUT)
+    yield d
+    d.stop()
+
+
+def failed_passes(d: Daemon) -> int:
+    return d.log().count("auto-title pass failed")
+
+
+def test_a_failed_title_pass_leaves_the_session_unnamed(failing_titles: Daemon, workspace: Path) -> None:
+    d = failing_titles
+    sid = d.create(workspace, agent="general")["id"]
+    seen = failed_passes(d)
+    d.run_turn(sid, "name me if you can")
+    wait_for(lambda: failed_passes(d) > seen, what="the title pass to fail")
+    session = d.session(sid)
+    assert session["name"] is None and session["name_source"] is None
+    assert title_events(d, sid) == []
+
+
+def test_meta_json_records_the_outcome_of_a_failed_title_pass(failing_titles: Daemon, workspace: Path) -> None:
+    d = failing_titles
+    sid = d.create(workspace, agent="general")["id"]
+    seen = failed_passes(d)
+    d.run_turn(sid, "name me if you can")
+    wait_for(lambda: failed_passes(d) > seen, what="the title pass to fail")
+    assert wait_for(lambda: (d.meta(sid).get("auto_title") or {}).get("status") != "pending", timeout=10,
+                    what="meta.json to leave pending")
+    assert d.meta(sid)["auto_title"]["status"] == "failed"
+
+
+# ---- the first reply after context recovery --------------------------------------------------------------
+
+def flaky_provider(home: Path) -> str:
+    """A scripted agent whose session/new fails until a flag file exists (a failed start, then a recovery)."""
+    flag = home / "flaky-ok"
+    script = (f'if [ -e "{flag}" ]; then exec "{sys.executable}" "{SCRIPTED}"; '
+              f'else exec "{sys.executable}" "{SCRIPTED}" --fail-new-session; fi')
+    return (f'[providers.flaky]\ncommand = ["/bin/sh", "-c", {json.dumps(script)}]\n\n'
+            '[agents.flaky]\nprovider = "flaky"\n')
+
+
+@pytest.fixture(scope="module")
+def demo_titles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """Titles from the demo agent (deterministic: the first words of the user's message) for any session."""
+    home = tmp_path_factory.mktemp("demo-titles-home")
+    d = start_daemon(home, extra_config=flaky_provider(home) + '[roles.auto_title]\nprovider = "demo"\n',
+                     timeout=START_TIMEOUT)
+    yield d
+    d.stop()
+
+
+def test_the_title_after_a_recovery_comes_from_what_the_user_typed(demo_titles: Daemon, workspace: Path) -> None:
+    d = demo_titles
+    flag = d.home / "flaky-ok"
+    flag.unlink(missing_ok=True)
+    sid = d.create(workspace, agent="flaky", prompt="plan the rollout")["id"]
+    assert d.session(sid)["failure"]["kind"] == "startup_failure"
+    flag.touch()
+    # Reactivation rebuilds context from the log (the failed start), then runs the staged prompt.
+    assert d.http.post(d.scoped(sid, "/reactivate")).status_code == 200
+    d.wait_event(sid, "done")
+    titled = wait_for(lambda: d.session(sid)["name"] and d.session(sid), what="an auto title")
+    assert titled["name"] == "Plan the rollout"
