@@ -30,7 +30,7 @@ lint: $(STAMP)
 
 ## Benchmarks: one command, prints a table with ratios against the raw limits.
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
