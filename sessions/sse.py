@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -119,6 +120,14 @@ class StreamingConsumer(AsyncHttpConsumer):
     async def run(self) -> None:
         raise NotImplementedError
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Doorbells skip channels' per-message close_old_connections (a sync_to_async round trip through
+        # one shared thread for every event and every viewer); these handlers never touch the ORM.
+        if message.get("type") in ("events.appended", "catalog.changed"):
+            await getattr(self, message["type"].replace(".", "_"))(message)
+            return
+        await super().dispatch(message)
+
     async def events_appended(self, message: dict[str, Any]) -> None:
         self.wake.set()
 
@@ -128,6 +137,10 @@ class StreamingConsumer(AsyncHttpConsumer):
     async def disconnect(self) -> None:
         if getattr(self, "pump", None) is not None and not self.pump.done():
             self.pump.cancel()
+        conn = getattr(getattr(self, "tail", None), "conn", None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
         for group in getattr(self, "groups_to_join", []):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -189,6 +202,7 @@ class RawTail:
     def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
                  filters: dict[str, Any]) -> None:
         self.meta, self.path, self.limit, self.filters = meta, path, limit, filters
+        self.conn: sqlite3.Connection | None = None
         self.cursor = cursor or 0
         self.start_cursor = cursor
         self.filtered = any(filters.values())
@@ -221,7 +235,9 @@ class RawTail:
         return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
 
     def poll(self) -> tuple[bytes, bool, bool]:
-        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, **self.filters)
+        if self.conn is None and self.path.exists():
+            self.conn = event_store.connect(self.path, readonly=True)
+        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, conn=self.conn, **self.filters)
         chunks = []
         for raw in rows:
             chunks.append(self._frame(raw))
@@ -330,16 +346,21 @@ class SessionStreamConsumer(StreamingConsumer):
         if out:
             await self.send_body(out, more_body=True)
         last_sent = loop.time()
+        woke = False
         while not terminal:
-            out, terminal, more = await asyncio.to_thread(self.tail.poll)
+            # Live-tail reads are small and the connection stays open: reading inline avoids a thread
+            # handoff per doorbell; a full page means catch-up, which goes to a thread.
+            out, terminal, more = await asyncio.to_thread(self.tail.poll) if woke is None else self.tail.poll()
             if out:
                 await self.send_body(out, more_body=True)
                 last_sent = loop.time()
             if terminal or more:
+                woke = None if more else woke
                 continue
-            if not out and await self._stopped_without_newer():
+            # Only a quiet poll (no doorbell) asks whether the session stopped: doorbells mean rows.
+            if not out and not woke and await self._stopped_without_newer():
                 return
-            await self.wait_for_wake(POLL_SECONDS)
+            woke = await self.wait_for_wake(POLL_SECONDS)
             # Measured from the last write: doorbells for rows a filter hides must not starve the keepalive.
             if loop.time() - last_sent >= KEEPALIVE_SECONDS:
                 await self.send_body(b": keepalive\n\n", more_body=True)

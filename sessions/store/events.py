@@ -214,10 +214,12 @@ def read_rows(
     agent_name: str | None = None,
     since: str | None = None,
     before: int | None = None,
+    conn: sqlite3.Connection | None = None,
 ) -> list[tuple[Any, ...]]:
     """Like read_events, but raw tuples (`content` still the stored JSON text), ascending.
 
-    The SSE raw stream splices the stored text into frames instead of decoding and re-encoding it.
+    The SSE raw stream splices the stored text into frames instead of decoding and re-encoding it, and
+    passes its own open `conn`: opening a connection costs ~1 ms, a query on an open one ~25 µs.
     """
     if not path.exists():
         return []
@@ -242,11 +244,14 @@ def read_rows(
     order = "DESC" if newest else "ASC"
     sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence {order} LIMIT ?"
     params.append(max(1, min(limit, MAX_PAGE * 10)))
-    conn = connect(path, readonly=True)
-    try:
+    if conn is not None:
         rows = conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+    else:
+        conn = connect(path, readonly=True)
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
     if newest:
         rows.reverse()
     return rows
