@@ -660,33 +660,57 @@ def list_events(session_id: str, *, workspace_ref: str | None = None, after: int
     return [envelope(meta, r) for r in rows]
 
 
+MAX_TURN_EVENTS = 1000
+MAX_HISTORY_EVENTS = 5000
+
+
 def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,
             after: int | None = None) -> list[dict[str, Any]]:
-    """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk."""
+    """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk.
+
+    Memory is bounded whatever the turn sizes: a turn keeps at most its newest MAX_TURN_EVENTS events
+    (`truncated`, `omitted_events`) and a response at most MAX_HISTORY_EVENTS; `session events --after`
+    pages through a huge turn in full.
+    """
     meta = read_session_meta(session_id)
     check_workspace_scope(workspace_ref, meta)
     want = _limit(last)
     path = folder.events_path(session_id)
     turns: dict[str, list[dict[str, Any]]] = {}
-    # Walk backwards a page at a time until `want` turns are complete, so memory stays bounded.
+    omitted: dict[str, int] = {}
+    first_seq: dict[str, int] = {}
+    kept = 0
     before: int | None = None
     floor = after or 0
-    while True:
+    done = False
+    while not done:
         page = event_store.read_events(path, after=floor, limit=MAX_PAGE, newest=True, before=before)
         if not page:
             break
-        for row in reversed(page):
+        for row in reversed(page):  # newest first
             key = row["turn_id"]
-            if key not in turns and len(turns) >= want:
-                page = []
-                break
-            turns.setdefault(key, []).insert(0, envelope(meta, row))
-        if not page or len(page) < MAX_PAGE:
+            if key not in turns:
+                if len(turns) >= want or kept >= MAX_HISTORY_EVENTS:
+                    done = True
+                    break
+                turns[key] = []
+            first_seq[key] = row["sequence"]
+            if len(turns[key]) >= MAX_TURN_EVENTS or kept >= MAX_HISTORY_EVENTS:
+                omitted[key] = omitted.get(key, 0) + 1
+                continue
+            turns[key].append(envelope(meta, row))
+            kept += 1
+        if len(page) < MAX_PAGE:
             break
         before = page[0]["sequence"]
-    ordered = sorted(turns.items(), key=lambda item: item[1][0]["sequence"])
-    return [{"turn_id": tid, "events": evs} for tid, evs in ordered]
-
+    ordered = sorted(turns, key=lambda k: first_seq[k])
+    result = []
+    for key in ordered:
+        item: dict[str, Any] = {"turn_id": key, "events": list(reversed(turns[key]))}
+        if omitted.get(key):
+            item.update({"truncated": True, "omitted_events": omitted[key]})
+        result.append(item)
+    return result
 
 def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
               last: int | None = None) -> list[dict[str, Any]]:
