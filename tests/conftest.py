@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,3 +254,25 @@ def workspace(tmp_path: Path) -> Path:
     ws.mkdir()
     (ws / "README.md").write_text("hello from the workspace\n")
     return ws
+
+
+MARKER = "transcript_marker.created"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == type_]
+
+
+def markers(events: list[dict[str, Any]], title: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == MARKER and e["content"]["title"] == title]

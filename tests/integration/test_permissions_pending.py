@@ -6,13 +6,13 @@ supervision counting the wait for a person as activity."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, start_daemon
+from tests.conftest import Daemon, markers, of_type, start_daemon, wait_for
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
@@ -37,25 +37,6 @@ def supervised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                      timeout=START_TIMEOUT)
     yield d
     d.stop()
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == type_]
-
-
-def markers(events: list[dict[str, Any]], title: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == MARKER and e["content"]["title"] == title]
 
 
 def start(d: Daemon, sid: str, message: str) -> str:

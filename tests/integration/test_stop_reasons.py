@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, start_daemon
+from tests.conftest import Daemon, markers, of_type, start_daemon
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 # Shortened supervision (config reference §3); huey ticks at 1 s granularity, so waits stay generous.
@@ -83,14 +83,6 @@ def accepted_turn(d: Daemon, session_id: str, message: str) -> str:
     response = d.prompt(session_id, message)
     assert response.status_code == 200, response.text
     return str(response.json()["prompt"]["turn_id"])
-
-
-def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == type_]
-
-
-def markers(events: list[dict[str, Any]], title: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == MARKER and e["content"]["title"] == title]
 
 
 # Daemons get a generous start budget: the suite shares two cores with other suites.

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import SCRIPTED, Daemon, start_daemon
+from tests.conftest import SCRIPTED, Daemon, start_daemon, wait_for
 
 START_TIMEOUT = 120.0
 
@@ -23,17 +22,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = start_daemon(tmp_path_factory.mktemp("home"), timeout=START_TIMEOUT)
     yield d
     d.stop()
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def title_events(d: Daemon, sid: str) -> list[dict[str, Any]]:
