@@ -22,11 +22,10 @@ from typing import Any
 
 from sessions import catalog
 from sessions.enums import LIVE_STATES, EventType, FailureKind, SessionState, StopReason
-from sessions.errors import Conflict, NotFound
+from sessions.errors import Conflict
 from sessions.runtime import lifecycle
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.store.ids import is_session_id
 
 logger = logging.getLogger(__name__)
 
@@ -239,15 +238,9 @@ def _daemon_holds(session_id: str, state: str) -> bool:
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:
-    if not is_session_id(session_id):
-        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
-    try:
-        meta = folder.read_meta(session_id)
-    except ValueError as exc:
-        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
-    if meta is None:
-        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
-    return meta
+    from sessions.services import load_meta
+
+    return load_meta(session_id)
 
 
 def _pages(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:

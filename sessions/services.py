@@ -110,6 +110,16 @@ def _provider(config: Config, name: str) -> ProviderConfig:
 
 def read_session_meta(session_id: str) -> dict[str, Any]:
     """meta.json of a session, stale live states repaired when no runtime owns them (§13)."""
+    meta = load_meta(session_id)
+    if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
+        from sessions.repair import repair_stale_meta
+
+        meta = repair_stale_meta(meta)
+    return meta
+
+
+def load_meta(session_id: str) -> dict[str, Any]:
+    """meta.json as stored (no repair); 404 for an unknown or malformed id, 409 for unreadable metadata."""
     if not is_session_id(session_id):
         raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
     try:
@@ -118,10 +128,6 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
         raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
     if meta is None:
         raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
-    if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
-        from sessions.repair import repair_stale_meta
-
-        meta = repair_stale_meta(meta)
     return meta
 
 
