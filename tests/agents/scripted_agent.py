@@ -173,6 +173,7 @@ class ScriptedAgent:
             "toolhang": self._cmd_toolhang,
             "hang": self._cmd_hang,
             "crash": self._cmd_crash,
+            "leak": self._cmd_leak,
             "exit0": self._cmd_exit0,
             "stderr": self._cmd_stderr,
             "unknown": self._cmd_unknown,
@@ -500,6 +501,18 @@ class ScriptedAgent:
         await self._raw.flush()
         os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(3600)  # unreachable; SIGKILL cannot be caught
+        return "end_turn"
+
+    async def _cmd_leak(self, turn: Turn) -> StopReason:
+        """Write planted secrets to stderr (the rest of the prompt after `leak`), then crash hard."""
+        secrets_text = turn.text.split(maxsplit=1)[1] if len(turn.text.split(maxsplit=1)) > 1 else ""
+        sys.stderr.write(f"fatal: {secrets_text}\n")
+        sys.stderr.flush()
+        await self._say(turn, "about to fail ")
+        await self._raw.flush()
+        await asyncio.sleep(0.2)  # let the client's stderr drain read it
+        os.kill(os.getpid(), signal.SIGKILL)
+        await asyncio.sleep(3600)
         return "end_turn"
 
     async def _cmd_exit0(self, turn: Turn) -> StopReason:

@@ -1,0 +1,46 @@
+"""Secrets an agent leaks into stderr never reach the crash bundle, the failure summary, the event
+store or the daemon log (issue 4 acceptance)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import Daemon
+
+PLANTED = {
+    "api key": "sk-proj-Zq8r4Xy7Lm2Nk9Pw3Vb6Tc1Hd5Gf0Js",
+    "bearer header": "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.Qw3rTy7uIo9pAs2dFg",
+    "url password": "https://deploy:hunter2-Secret@git.example.com/org/repo.git",
+}
+SECRET_PARTS = [
+    "sk-proj-Zq8r4Xy7Lm2Nk9Pw3Vb6Tc1Hd5Gf0Js",
+    "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.Qw3rTy7uIo9pAs2dFg",
+    "hunter2-Secret",
+]
+
+
+def test_a_crash_bundle_with_planted_secrets_contains_none_of_them(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    leak = "leak " + " ".join(PLANTED.values())
+    assert daemon.prompt(sid, leak).status_code == 200
+    stopped = daemon.wait_state(sid, {"stopped"}, timeout=60)
+    failure = stopped["failure"]
+    assert (stopped["stop_reason"], failure["kind"]) == ("agent_crashed", "process_exit")
+
+    bundle = Path(failure["crash_bundle_path"])
+    text = bundle.read_text()
+    body = json.loads(text)
+    assert body["schema"] == "compozy.session_crash_bundle.v1"
+    assert "fatal:" in body["stderr"], "the bundle keeps the stderr evidence, redacted"
+    assert oct(bundle.stat().st_mode & 0o777) == "0o600"
+    assert oct(bundle.parent.stat().st_mode & 0o777) == "0o700"
+
+    stored = (daemon.home / "sessions" / sid / "events.db").read_bytes()
+    status = daemon.cli("session", "status", sid, "-o", "json").stdout
+    for secret in SECRET_PARTS:
+        assert secret not in text, f"crash bundle leaks {secret[:12]}…"
+        assert secret not in json.dumps(failure)
+        assert secret.encode() not in stored.replace(b"\x00", b"")
+        assert secret not in status
+        assert secret not in daemon.log()
