@@ -245,6 +245,7 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
         from sessions.errors import Unavailable
 
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
+    body = await _pre_create_hook(manager, body, session_type)
     meta, agent, provider, roots, prompt = await sync_to_async(_prepare_create)(
         body, session_type, parent, role, ttl_seconds)
     runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots)
@@ -252,6 +253,35 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
     signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
     return session_payload(meta)
+
+
+async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: SessionType) -> dict[str, Any]:
+    """session.pre_create runs before anything exists: a denial creates nothing; a patch may rename the
+    session, pick another agent or another workspace. Its runs have no session store to be recorded in."""
+    runner = manager.hooks
+    if runner is None or not runner.has_hooks("session.pre_create"):
+        return body
+    payload = {"session_name": body.get("name") or "", "session_type": session_type.value,
+               "agent_name": body.get("agent_name") or "", "workspace_id": body.get("workspace") or "",
+               "workspace": body.get("workspace_path") or "", "state": "starting"}
+    outcome = await runner.dispatch("session.pre_create", payload, record_run=lambda row: None)
+    if not outcome.ok:
+        from sessions.errors import HookDenied
+
+        raise HookDenied(outcome.error, data={"hook": outcome.hook_name})
+    patched = dict(body)
+    result = outcome.payload
+    if result.get("session_name") != payload["session_name"]:
+        patched["name"] = result.get("session_name") or ""
+    if result.get("agent_name") and result["agent_name"] != payload["agent_name"]:
+        patched["agent_name"] = result["agent_name"]
+    if result.get("workspace_id") and result["workspace_id"] != payload["workspace_id"]:
+        patched.pop("workspace_path", None)
+        patched["workspace"] = result["workspace_id"]
+    elif result.get("workspace") and result["workspace"] != payload["workspace"]:
+        patched.pop("workspace", None)
+        patched["workspace_path"] = result["workspace"]
+    return patched
 
 
 async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str | None = None) -> dict[str, Any]:

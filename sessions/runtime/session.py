@@ -342,7 +342,18 @@ class SessionRuntime:
             logger.exception("session %s: dispatching queued input failed", self.id)
 
     async def _start_agent(self, *, reactivate: bool) -> None:
-        agent = AgentProcess(self.provider.command, cwd=self.cwd, env=self.provider.env,
+        command, cwd = list(self.provider.command), self.cwd
+        pre = await self.hook("agent.pre_start", command=command[0], args=command[1:], cwd=str(cwd),
+                              provider=self.provider.name, model=self.meta.get("model") or "")
+        if pre is not None:
+            if not pre.ok:
+                raise StartFailed(FailureKind.STARTUP_FAILURE, f"agent.pre_start: {pre.error}")
+            patched_cwd = Path(str(pre.payload.get("cwd") or cwd))
+            if patched_cwd != cwd and not any(patched_cwd == r or r in patched_cwd.parents for r in self.roots):
+                raise StartFailed(FailureKind.STARTUP_FAILURE, "agent.pre_start: cwd outside the workspace refused")
+            command = [str(pre.payload.get("command") or command[0]), *[str(a) for a in pre.payload.get("args") or []]]
+            cwd = patched_cwd
+        agent = AgentProcess(command, cwd=cwd, env=self.provider.env,
                              on_update=self.on_update, on_request=self.on_request)
         self.agent = agent
         try:

@@ -22,7 +22,9 @@ def hooks_config() -> str:
 
     return (decl("strict-policy", "input.pre_submit", 'agent_name = "scripted"', True)
             + decl("soft-policy", "input.pre_submit", 'agent_name = "reader"', False)
-            + decl("tool-gate", "tool.pre_call", 'tool_name = "*secret*"', False))
+            + decl("tool-gate", "tool.pre_call", 'tool_name = "*secret*"', False)
+            + decl("create-gate", "session.pre_create", 'session_type = "user"', False)
+            + decl("start-gate", "agent.pre_start", 'agent_name = "denier"', False))
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +92,24 @@ def test_a_tool_gate_hook_denies_the_permission_before_the_agent_gets_an_answer(
     assert "top secret" not in str(result)
     gate_runs = [r for r in runs(hooked, s["id"]) if r["event"] == "tool.pre_call"]
     assert gate_runs and gate_runs[-1]["outcome"] == "denied"
+
+
+def test_a_pre_create_hook_can_deny_a_session_and_nothing_is_created(hooked: Daemon, workspace: Path) -> None:
+    before = set((hooked.home / "sessions").iterdir())
+    response = hooked.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace),
+                                                       "name": "blocked one"})
+    assert response.status_code == 403 and response.json()["code"] == "hook_denied"
+    assert set((hooked.home / "sessions").iterdir()) == before
+
+
+def test_a_pre_create_hook_patch_renames_the_session(hooked: Daemon, workspace: Path) -> None:
+    s = hooked.create(workspace, agent="scripted", name="rename me")
+    assert s["name"] == "renamed by policy"
+
+
+def test_an_agent_pre_start_denial_fails_startup(hooked: Daemon, workspace: Path) -> None:
+    s = hooked.create(workspace, agent="denier")
+    assert s["state"] == "stopped"
+    assert s["failure"]["kind"] == "startup_failure"
+    assert "this agent may not start" in s["failure"]["summary"]
+    assert [r["outcome"] for r in runs(hooked, s["id"]) if r["event"] == "agent.pre_start"] == ["denied"]

@@ -12,3 +12,9 @@ if payload.get("event") == "input.pre_submit":
         print(json.dumps({"message": message.upper()}))
 elif payload.get("event") == "tool.pre_call" and "secret" in str(payload.get("tool_id", "")):
     print(json.dumps({"deny": True, "deny_reason": "secret files are off limits"}))
+elif payload.get("event") == "session.pre_create" and str(payload.get("session_name", "")).startswith("blocked"):
+    print(json.dumps({"deny": True, "deny_reason": "blocked names are not allowed"}))
+elif payload.get("event") == "session.pre_create" and payload.get("session_name") == "rename me":
+    print(json.dumps({"session_name": "renamed by policy"}))
+elif payload.get("event") == "agent.pre_start":
+    print(json.dumps({"deny": True, "deny_reason": "this agent may not start"}))
