@@ -37,3 +37,27 @@ def daemon_running(path: Path | None = None) -> bool:
     record = read_daemon_record(path)
     return bool(record and isinstance(record.get("pid"), int) and pid_alive(record["pid"])
                 and record.get("pid") != os.getpid())
+
+
+def process_started_at(pid: int) -> float | None:
+    """Wall-clock start of `pid` (epoch seconds) from /proc, or None when unknown.
+
+    /proc/<pid>/stat field 22 is the start in clock ticks after boot; /proc/stat's btime is the boot time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        boot_line = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        boot = int(boot_line.split()[1])
+    except (OSError, StopIteration, ValueError):
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def is_same_process(pid: object, started_at: float | None, tolerance: float = 5.0) -> bool:
+    """`pid` is alive AND is the process that started at `started_at`: PIDs are reused after a reboot or
+    a long uptime, and killing a stranger's process group would be far worse than leaving an orphan."""
+    if not isinstance(pid, int) or pid <= 0 or not pid_alive(pid) or started_at is None:
+        return False
+    actual = process_started_at(pid)
+    return actual is not None and abs(actual - started_at) <= tolerance

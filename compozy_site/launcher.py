@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -99,9 +98,10 @@ def run_foreground(port: int | None = None) -> int:
             os.chmod(sock, 0o600)
         # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
         actual_port = next((port for _, port in server.listening_addresses if port), http_port)
+        from sessions.store.folder import isoformat, utcnow, write_json_atomic
+
         record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
-                  "started_at": _now(), "home": str(home), "status": "running", "version": "0.1.0"}
-        from sessions.store.folder import write_json_atomic
+                  "started_at": isoformat(utcnow()), "home": str(home), "status": "running", "version": "0.1.0"}
 
         write_json_atomic(daemon_record_path(home), record, mode=0o600)
         consumer.start()
@@ -156,11 +156,6 @@ def _escape(path: str) -> str:
     return path.replace(":", r"\:")
 
 
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
 
 def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, Any]:
     """Spawn `compozy daemon start --foreground` in the background; wait until it answers."""
@@ -206,7 +201,3 @@ def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
     if pid_alive(pid):
         raise DaemonError(f"daemon (pid={pid}) did not stop within {timeout:.0f}s")
     return {**record, "status": "stopped"}
-
-
-def record_json(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=2, sort_keys=True)

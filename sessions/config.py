@@ -74,7 +74,6 @@ class SupervisionConfig:
     inactivity_warning_after: float = 900.0
     inactivity_timeout: float = 1800.0
     timeout_cancel_grace: float = 30.0
-    prompt_deadline: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -385,7 +384,6 @@ def load_config(home: Path | None = None) -> Config:
         inactivity_warning_after=sup_duration("inactivity_warning_after"),
         inactivity_timeout=sup_duration("inactivity_timeout"),
         timeout_cancel_grace=sup_duration("timeout_cancel_grace", positive=True),
-        prompt_deadline=sup_duration("prompt_deadline"),
     )
     if (
         supervision.inactivity_warning_after > 0
@@ -454,8 +452,3 @@ def get_config() -> Config:
     if _cached is None:
         _cached = load_config()
     return _cached
-
-
-def reset_config_cache() -> None:
-    global _cached
-    _cached = None

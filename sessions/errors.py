@@ -44,9 +44,6 @@ class Unprocessable(CompozyError):
     status, code = 422, "unprocessable"
 
 
-class Forbidden(CompozyError):
-    status, code = 403, "forbidden"
-
 
 class Unavailable(CompozyError):
     status, code = 503, "daemon_unavailable"

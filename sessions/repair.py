@@ -37,12 +37,12 @@ STALE_RULES = {
 STALL_AGE = timedelta(minutes=2)
 
 
-def _pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    from compozy_site.daemon_record import pid_alive
+def _agent_alive(liveness: dict[str, Any]) -> bool:
+    """The recorded agent still runs, checked by pid AND start time (the pid may have been reused)."""
+    from compozy_site.daemon_record import is_same_process
 
-    return pid_alive(pid)
+    started = folder.parse_time(liveness.get("subprocess_started_at"))
+    return is_same_process(liveness.get("subprocess_pid"), started.timestamp() if started else None)
 
 
 def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
@@ -53,8 +53,7 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     reason, kind, detail = STALE_RULES[state]
     fixed = dict(meta)
     liveness = dict(fixed.get("liveness") or {})
-    pid = liveness.get("subprocess_pid")
-    if state != SessionState.STARTING and _pid_alive(pid):
+    if state != SessionState.STARTING and _agent_alive(liveness):
         detail = "daemon exited while session subprocess remained alive"
         last = folder.parse_time((liveness.get("activity") or {}).get("last_activity_at"))
         if last is None or folder.utcnow() - last >= STALL_AGE:
@@ -78,11 +77,10 @@ def repair_stale_meta(meta: dict[str, Any]) -> dict[str, Any]:
     if fixed is None:
         return meta
     liveness = fixed.get("liveness") or {}
-    pid = liveness.get("subprocess_pid")
-    if _pid_alive(pid):
+    if _agent_alive(liveness):
         # An orphaned agent from the dead daemon: its process group has no owner any more.
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(pid), 9)
+            os.killpg(int(liveness["subprocess_pid"]), 9)
     folder.write_meta(fixed)
     with contextlib.suppress(Exception):
         catalog.upsert_session_row(fixed)

@@ -16,12 +16,13 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Count
 
 from compozy_site.home import compozy_home
 from sessions import catalog, lineage
 from sessions.config import AgentConfig, Config, ProviderConfig, get_config
-from sessions.enums import LIVE_STATES, BusyMode, EventType, MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, Unprocessable
+from sessions.enums import LIVE_STATES, BusyMode, MarkerKind, PermissionMode, SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull
 from sessions.models import Session, Workspace
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.manager import get_manager
@@ -89,13 +90,18 @@ def _live_runtime(session_id: str) -> Any:
 
 def resolve_agent(config: Config, agent_name: str, ws: Workspace) -> tuple[AgentConfig, ProviderConfig, str]:
     name = agent_name or ws.default_agent or config.default_agent
+    agent = _agent(config, name)
+    return agent, _provider(config, agent.provider or config.default_provider), name
+
+
+def _agent(config: Config, name: str) -> AgentConfig:
     if not name:
         raise InvalidRequest("agent name is required", code="agent_required")
     agent = config.agents.get(name)
     if agent is None:
         raise NotFound(f"agent {name!r} is not defined", code="agent_not_found",
                        data={"agent": name, "known": sorted(config.agents)})
-    return agent, _provider(config, agent.provider or config.default_provider), name
+    return agent
 
 
 def _provider(config: Config, name: str) -> ProviderConfig:
@@ -170,7 +176,7 @@ def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, 
 
 def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
                     parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
-                    ) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path], str]:
+                    ) -> tuple[dict[str, Any], ProviderConfig, list[Path], str]:
     """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
     config = get_config()
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
@@ -187,9 +193,8 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     speed = body.get("speed") or "normal"
     if speed not in SPEEDS:
         raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
-    if body.get("agent_name") and body["agent_name"] not in config.agents:
-        # Checked before resolve-or-register, so a refused create never registers a workspace.
-        resolve_agent(config, body["agent_name"], Workspace(default_agent=""))
+    if body.get("agent_name"):
+        _agent(config, body["agent_name"])  # before resolve-or-register: a refused create registers nothing
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
@@ -234,7 +239,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         manager.reserved.discard(session_id)
         raise
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
-    return meta, agent, provider, roots, prompt
+    return meta, provider, roots, prompt
 
 
 async def create_session(body: dict[str, Any], session_type: SessionType = SessionType.USER,
@@ -246,9 +251,9 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
 
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
-    meta, agent, provider, roots, prompt = await sync_to_async(_prepare_create)(
+    meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
         body, session_type, parent, role, ttl_seconds)
-    runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots)
+    runtime = manager.launch(meta, provider=provider, roots=roots)
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
     signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
@@ -344,7 +349,7 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
 REACTIVATION_HINT = "inspect `compozy session recap|history ID` and `compozy session repair ID --dry-run`"
 
 
-def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], AgentConfig, ProviderConfig, list[Path]]:
+def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig, list[Path]]:
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
@@ -374,7 +379,7 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], AgentConfig, Pr
     except Exception as exc:
         raise refuse(f"its event store is unreadable ({exc})", "event_store_unreadable") from exc
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
-    return meta, agent, provider, roots
+    return meta, provider, roots
 
 
 async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> dict[str, Any]:
@@ -382,9 +387,9 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     manager = get_manager()
     runtime = manager.get(session_id)
     if runtime is None:
-        meta, agent, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
+        meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
         await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-        runtime = manager.launch(meta, agent=agent, provider=provider, roots=roots, reactivate=True)
+        runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())
     try:
@@ -432,13 +437,6 @@ def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> dict
     Session.objects.filter(id=session_id, attached_to=attached_to).update(attached_to="", attach_expires_at=None)
     return {"session": get_session(session_id)}
 
-
-def latest_resumable(workspace: str | None = None) -> str:
-    listing = list_sessions(workspace=workspace, resumable=True, limit=100)
-    candidates = sorted(listing["sessions"], key=lambda s: s.get("last_activity_at") or s["updated_at"], reverse=True)
-    if not candidates:
-        raise NotFound("no resumable session", code="no_resumable_session")
-    return str(candidates[0]["id"])
 
 
 async def prompt_session(session_id: str, message: str, *, mode: str | None = None,
@@ -809,9 +807,7 @@ def runtime_status() -> dict[str, Any]:
 
     config = get_config()
     record = read_daemon_record() or {}
-    by_state: dict[str, int] = {}
-    for row in Session.objects.values_list("state", flat=True):
-        by_state[row] = by_state.get(row, 0) + 1
+    by_state = dict(Session.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     failures = []
     by_kind: dict[str, int] = {}
     for row in Session.objects.filter(failure__isnull=False).order_by("-updated_at")[:200]:
@@ -850,18 +846,6 @@ def runtime_status() -> dict[str, Any]:
     }
 
 
-def event_types() -> list[str]:
-    return [t.value for t in EventType]
-
-
-async def wait_for_state(session_id: str, states: set[str], timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        payload = await sync_to_async(get_session)(session_id)
-        if payload["state"] in states or time.monotonic() > deadline:
-            return payload
-        await asyncio.sleep(0.05)
-
 
 def check_create_fields(body: dict[str, Any]) -> None:
     allowed = {"agent_name", "name", "workspace", "workspace_path", "provider", "model", "reasoning_effort",
@@ -869,7 +853,3 @@ def check_create_fields(body: dict[str, Any]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}", code="unknown_field")
-
-
-def not_supported(feature: str) -> Unprocessable:
-    return Unprocessable(f"{feature} is not supported", code="unsupported")

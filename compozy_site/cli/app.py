@@ -6,6 +6,8 @@ Keep imports light: `compozy status` must not import Django or the ACP SDK.
 
 from __future__ import annotations
 
+from typing import Any
+
 import rich_click as click
 
 from compozy_site.cli.client import Client
@@ -60,3 +62,16 @@ def session() -> None:
 @cli.group()
 def workspace() -> None:
     """Register and inspect workspaces (the directories sessions work in)."""
+
+
+def session_call(fmt: str, session_id: str, method: str, suffix: str = "", body: Any = None,
+                 query: dict[str, Any] | None = None) -> Any:
+    """One request on a session's workspace-scoped route; any API error ends the command in one line."""
+    from compozy_site.cli.client import ApiError
+    from compozy_site.cli.output import fail_api
+
+    client = _client()
+    try:
+        return client.request(method, _session_path(client, session_id, suffix), body, query=query)
+    except ApiError as exc:
+        fail_api(exc, fmt)

@@ -9,7 +9,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, _session_path, cli, json_flag, output_option, session
+from compozy_site.cli.app import _client, _fmt, _session_path, cli, json_flag, output_option, session, session_call
 from compozy_site.cli.client import ApiError, Client
 from compozy_site.cli.output import emit, fail, fail_api, kv, table
 
@@ -22,12 +22,8 @@ from compozy_site.cli.output import emit, fail, fail_api, kv, table
 def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, as_json: bool) -> None:
     """Cancel the running turn without a replacement; its text is kept for one `--steer` correction."""
     fmt = _fmt(fmt, as_json)
-    client = _client()
     body = {"expected_turn_id": expected_turn_id} if expected_turn_id else {}
-    try:
-        result = client.request("POST", _session_path(client, session_id, "/interrupt"), body)
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    result = session_call(fmt, session_id, "POST", "/interrupt", body)
     emit(result, fmt, lambda: click.echo(f"interrupted (generation {result['prompt'].get('queue_generation')})"))
 
 
@@ -38,11 +34,7 @@ def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, a
 def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
     """Pending input: queued prompts and staged steers, in dispatch order, with their entry ids."""
     fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        data = client.request("GET", _session_path(client, session_id, "/prompt/queue"))
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = session_call(fmt, session_id, "GET", "/prompt/queue")
     emit(data, fmt, lambda: table(f"Queue (generation {data['queue_generation']})",
                                   ["#", "Entry", "Mode", "Status", "Text"],
                                   [(e["queue_position"], e["queue_entry_id"], e["mode"], e["status"], e["text"][:80])
@@ -56,23 +48,14 @@ def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
 def session_permissions(session_id: str, fmt: str, as_json: bool) -> None:
     """Permission requests waiting for a person (the `approve-reads` policy leaves non-reads to you)."""
     fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        data = client.request("GET", _session_path(client, session_id, "/permissions"))
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = session_call(fmt, session_id, "GET", "/permissions")
     emit(data, fmt, lambda: table("Pending permissions", ["Request", "Kind", "Title", "Since"],
                                   [(p["request_id"], p.get("kind"), p.get("title"), p["created_at"])
                                    for p in data["permissions"]]))
 
 
 def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
-    client = _client()
-    try:
-        data = client.request("POST", _session_path(client, session_id, f"/permissions/{request_id}"),
-                              {"decision": decision})
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = session_call(fmt, session_id, "POST", f"/permissions/{request_id}", {"decision": decision})
     emit(data, fmt, lambda: click.echo(f"{data['permission']['decision']} {request_id}"))
 
 
@@ -177,11 +160,7 @@ def _interactive(client: Client, session_id: str, holder: str) -> None:
 def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
     """Name a session; an explicit name always wins over the auto-title."""
     fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        s = client.request("PATCH", _session_path(client, session_id), {"name": name})["session"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    s = session_call(fmt, session_id, "PATCH", "", {"name": name})["session"]
     emit(s, fmt, lambda: click.echo(f"renamed {session_id} to {s['name']!r}"))
 
 
@@ -200,15 +179,11 @@ def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None
                   permissions: str | None, fmt: str, as_json: bool) -> None:
     """Spawn a child session (type `spawned`) that is reaped when its TTL expires or its parent stops."""
     fmt = _fmt(fmt, as_json)
-    client = _client()
     body: dict[str, Any] = {"role": role, "ttl_seconds": ttl_seconds}
     for key, value in (("agent_name", agent), ("prompt", prompt), ("permissions", permissions)):
         if value is not None:
             body[key] = value
-    try:
-        s = client.request("POST", _session_path(client, parent_id, "/children"), body)["session"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    s = session_call(fmt, parent_id, "POST", "/children", body)["session"]
     emit(s, fmt, lambda: kv(f"Spawned {s['id']}", [("parent", parent_id), ("role", role),
                                                    ("permissions", s.get("effective_permissions")),
                                                    ("ttl expires", (s.get("lineage") or {}).get("ttl_expires_at"))]))

@@ -54,13 +54,13 @@ class SessionManager:
     def owns(self, session_id: str) -> bool:
         return session_id in self.runtimes or session_id in self.reserved
 
-    def launch(self, meta: dict[str, Any], *, agent: Any, provider: Any, roots: list[Path],
+    def launch(self, meta: dict[str, Any], *, provider: Any, roots: list[Path],
                reactivate: bool = False) -> SessionRuntime:
         if self.draining:
             raise Unavailable("the daemon is shutting down", code="daemon_draining")
         if meta["id"] in self.runtimes:
             return self.runtimes[meta["id"]]
-        runtime = SessionRuntime(self, meta, config=self.config, agent=agent, provider=provider, roots=roots)
+        runtime = SessionRuntime(self, meta, config=self.config, provider=provider, roots=roots)
         self.runtimes[runtime.id] = runtime
         self.reserved.discard(runtime.id)
         task = spawn(runtime.boot(reactivate=reactivate))

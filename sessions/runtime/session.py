@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from sessions import catalog
 from sessions.acp import client_side
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.acp.mapping import map_update, normalize_usage
-from sessions.config import AgentConfig, Config, ProviderConfig
+from sessions.config import Config, ProviderConfig
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.permissions import PermissionBoard, option_for
@@ -29,7 +30,7 @@ from sessions.store import folder
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.events import EventLog
 from sessions.store.ids import new_turn_id
-from sessions.store.redact import bound_text, redact_text
+from sessions.store.redact import bound_tail, bound_text, redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.manager import SessionManager
@@ -86,12 +87,11 @@ class StartFailed(Exception):
 
 class SessionRuntime:
     def __init__(self, manager: SessionManager, meta: dict[str, Any], *, config: Config,
-                 agent: AgentConfig, provider: ProviderConfig, roots: list[Path]) -> None:
+                 provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
         self.meta = meta
         self.id: str = meta["id"]
         self.config = config
-        self.agent_cfg = agent
         self.provider = provider
         self.roots = roots
         self.cwd = Path(meta["cwd"])
@@ -118,6 +118,7 @@ class SessionRuntime:
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
         # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
         self.handover = False
+        self._activity_at: float | None = None  # time.time() of the last activity; stamped into meta on write
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class SessionRuntime:
 
     async def persist(self) -> None:
         """meta.json first (the per-session truth), then the catalog mirror, then the doorbell."""
+        self._stamp_activity()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
         folder.write_meta(self.meta)
         await db(catalog.upsert_session_row, dict(self.meta))
@@ -160,15 +162,23 @@ class SessionRuntime:
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None,
                        tool_call_id: str | None = None) -> None:
+        """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
-        now = folder.isoformat(folder.utcnow())
-        activity.update({"last_activity_at": now, "last_activity_kind": kind, "last_activity_detail": detail[:200]})
+        activity["last_activity_kind"] = kind
+        activity["last_activity_detail"] = detail[:200]
         if tool is not None:
             activity["current_tool"] = tool
             activity["tool_call_id"] = tool_call_id
-        self.meta["liveness"]["last_update_at"] = now
+        self._activity_at = time.time()
         if self.turn is not None:
             self.turn.last_activity_mono = time.monotonic()
+
+    def _stamp_activity(self) -> None:
+        if self._activity_at is None:
+            return
+        stamp = folder.isoformat(datetime.fromtimestamp(self._activity_at, UTC))
+        self.meta.setdefault("liveness", {}).setdefault("activity", {})["last_activity_at"] = stamp
+        self.meta["liveness"]["last_update_at"] = stamp
 
     # ---- agent callbacks -------------------------------------------------------------------
 
@@ -873,6 +883,7 @@ class SessionRuntime:
         return "unknown"
 
     def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
+        self._stamp_activity()
         activity = dict((self.meta.get("liveness") or {}).get("activity") or {})
         now = time.monotonic()
         activity.update({"turn_id": turn.id, "turn_source": turn.source, "turn_started_at": turn.started_at,
@@ -975,7 +986,8 @@ class SessionRuntime:
     def _stderr_excerpt(self) -> str:
         if not self.agent:
             return ""
-        return bound_text(redact_text(self.agent.stderr.text()[-STDERR_IN_EVENTS_BYTES:]), STDERR_IN_EVENTS_BYTES)
+        # The tail is the evidence: what the agent wrote just before it failed.
+        return bound_tail(redact_text(self.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
     def _failure(self, kind: FailureKind, summary: str, *, bundle: bool = True) -> dict[str, Any]:
         path = None

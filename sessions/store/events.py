@@ -305,15 +305,3 @@ def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None 
         item["duration_ms"] = round(item.pop("duration_ns") / 1e6, 3)
         item["required"] = bool(item["required"])
     return result
-
-
-def read_token_usage(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    conn = connect(path, readonly=True)
-    try:
-        cur = conn.execute(f"SELECT turn_id, {', '.join(USAGE_COLUMNS)}, timestamp FROM token_usage")
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -58,7 +59,7 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> No
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -67,13 +68,6 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> No
     finally:
         os.close(dir_fd)
 
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 def write_meta(meta: dict[str, Any], home: Path | None = None) -> None:

@@ -9,7 +9,6 @@ import time
 
 SESSION_ID_RE = re.compile(r"^sess_[0-9a-f]{16}$")
 WORKSPACE_ID_RE = re.compile(r"^ws_[0-9a-f]{16}$")
-QUEUE_ENTRY_RE = re.compile(r"^inq_[0-9a-f]{32}$")
 
 
 def new_session_id() -> str:

@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import django
 import pytest
 
+from tests.django_env import ensure_django
 
-def _django() -> None:
-    """The recap reads the input queue from the catalog: a throwaway, migrated catalog for this process."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "compozy_site.settings")
-    from django.apps import apps
-
-    if not apps.ready:
-        previous = os.environ.get("COMPOZY_HOME")
-        os.environ["COMPOZY_HOME"] = tempfile.mkdtemp(prefix="compozy-unit-catalog-")
-        try:
-            django.setup()
-        finally:
-            if previous is None:
-                os.environ.pop("COMPOZY_HOME", None)
-            else:
-                os.environ["COMPOZY_HOME"] = previous
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-_django()
+ensure_django(migrate=True)
 
 from sessions import catalog, recap  # noqa: E402
 from sessions.errors import InvalidRequest  # noqa: E402

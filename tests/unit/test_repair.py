@@ -5,33 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import django
 import pytest
 
+from tests.django_env import ensure_django
 
-def _django() -> None:
-    """repair.py reaches the catalog models; point a first-time setup at a throwaway catalog."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "compozy_site.settings")
-    from django.apps import apps
-
-    if apps.ready:
-        return
-    previous = os.environ.get("COMPOZY_HOME")
-    os.environ["COMPOZY_HOME"] = tempfile.mkdtemp(prefix="compozy-unit-catalog-")
-    try:
-        django.setup()
-    finally:
-        if previous is None:
-            os.environ.pop("COMPOZY_HOME", None)
-        else:
-            os.environ["COMPOZY_HOME"] = previous
-
-
-_django()
+ensure_django(migrate=False)
 
 from sessions import repair  # noqa: E402
 from sessions.errors import Conflict, NotFound  # noqa: E402
