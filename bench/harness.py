@@ -172,6 +172,19 @@ class BenchDaemon:
         pid = (meta.get("liveness") or {}).get("subprocess_pid")
         return int(pid) if pid else None
 
+    def wait_title_settled(self, session: dict[str, Any], timeout: float = 120.0) -> None:
+        """The first turn of an unnamed session starts a one-off auto-title agent; wait until it is done,
+        so its process start-up is not measured as streaming latency."""
+        path = self.home / "sessions" / session["id"] / "meta.json"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                status = (json.loads(path.read_text()).get("auto_title") or {}).get("status")
+                if status != "pending":
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"auto-title of {session['id']} still pending after {timeout}s")
+
     def events_db(self, session: dict[str, Any]) -> Path:
         return self.home / "sessions" / session["id"] / "events.db"
 

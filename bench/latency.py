@@ -143,10 +143,13 @@ def run(root: Path, quick: bool) -> BenchResult:
         pending = [daemon.create("ticker", wait=False) for _ in range(p.sessions)]
         sessions = [daemon.wait_state(s["id"], {"active"}, timeout=180) for s in pending]
         boot_s = time.monotonic() - started
-        # Warm-up turn per agent: first-use costs (imports, pydantic models) stay out of the samples.
+        # Warm-up turn per agent: first-use costs (imports, pydantic models, the one-off auto-title agent) stay
+        # out of the samples.
         warm = [daemon.prompt(s, "tick 3 5") for s in sessions]
         for s, w in zip(sessions, warm, strict=True):
             daemon.wait_done(s, w["prompt"]["turn_id"])
+        for s in sessions:
+            daemon.wait_title_settled(s)
         warm_after = {s["id"]: daemon.newest_sequence(s) for s in sessions}
         cpu_daemon0, cpu_client0 = cpu_seconds(daemon.pid), time.process_time()
         with daemon.profiling("latency"):
