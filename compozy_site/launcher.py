@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -104,6 +105,10 @@ def run_foreground(port: int | None = None) -> int:
                   "started_at": isoformat(utcnow()), "home": str(home), "status": "running", "version": "0.1.0"}
 
         write_json_atomic(daemon_record_path(home), record, mode=0o600)
+        # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
+        # collector's view keeps full collections short, which otherwise paused every live stream.
+        gc.collect()
+        gc.freeze()
         consumer.start()
         from sessions.tasks import schedule_boot_jobs
 
