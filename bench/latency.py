@@ -193,7 +193,7 @@ def run(root: Path, quick: bool) -> BenchResult:
     events_in = p.sessions * p.ticks
     result.metric("latency.cpu_per_event", f"daemon CPU per event in ({p.viewers} viewers each)",
                   cpu_daemon / events_in * 1e6 if events_in else 0.0, "µs", summary=True,
-                  note="no batching here: one commit, doorbell and SSE read per event per viewer")
+                  note="no batching here: one commit, doorbell and feed read per event, one send per viewer")
     result.metric("latency.client_cpu", "bench client CPU (60 viewers + prompts)", cpu_client / wall * 100,
                   "% of a core")
     result.details.update({"params": p.__dict__, "samples": len(samples), "expected": expected,

@@ -89,7 +89,7 @@ if REDIS_URL:
     HUEY = {"huey_class": "huey.RedisHuey", "name": "compozy", "url": REDIS_URL, "immediate": False}
 else:
     # The store is the truth; the channel layer is only a doorbell, so its drops are harmless.
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "compozy_site.channel_layer.DoorbellLayer", "CONFIG": {"capacity": 1000}}}
     HUEY = {
         "huey_class": "huey.SqliteHuey",
         "name": "compozy",

@@ -447,10 +447,15 @@ class Delta:
 
 def read_delta(path: Path, assembler: Assembler, after: int, *, limit: int = PAGE) -> Delta:
     """Entries changed by the rows after `after` (at most `limit` rows), upserts in start order."""
-    rows = event_store.read_events(path, after=after, limit=limit)
+    return apply_rows(assembler, event_store.read_events(path, after=after, limit=limit), after, limit=limit)
+
+
+def apply_rows(assembler: Assembler, rows: list[dict[str, Any]], after: int, *, limit: int | None = None) -> Delta:
+    """The delta for rows already read (the live feed's ring, or a store page of at most `limit`)."""
     assembler.feed_all(rows)
     cursor = rows[-1]["sequence"] if rows else after
-    return Delta(assembler.drain(), cursor, len(rows), len(rows) >= limit, rows[-1] if rows else None)
+    has_more = limit is not None and len(rows) >= limit
+    return Delta(assembler.drain(), cursor, len(rows), has_more, rows[-1] if rows else None)
 
 
 def assemble(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

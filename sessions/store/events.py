@@ -172,7 +172,7 @@ class EventLog:
 
 # ---- reads -------------------------------------------------------------------------------------
 
-def _row_to_event(row: tuple[Any, ...]) -> dict[str, Any]:
+def row_to_event(row: tuple[Any, ...]) -> dict[str, Any]:
     seq, event_id, turn_id, type_, agent, content, timestamp, archived = row
     try:
         body = json.loads(content)
@@ -200,7 +200,7 @@ def read_events(
     """Events after `after` ascending; with `newest`, the newest `limit` matches, still ascending."""
     rows = read_rows(path, after=after, limit=limit, newest=newest, types=types, turn_id=turn_id,
                      agent_name=agent_name, since=since, before=before)
-    return [_row_to_event(r) for r in rows]
+    return [row_to_event(r) for r in rows]
 
 
 def read_rows(

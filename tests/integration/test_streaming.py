@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,6 +164,69 @@ def test_a_bad_resume_cursor_or_frames_value_is_a_400_with_a_stable_code(daemon:
         response = daemon.http.get(path, params=params, headers=headers)
         assert response.status_code == 400, (params, response.text)
         assert response.json()["code"] == code
+
+
+def watch_raw(base_url: str, path: str, params: dict[str, Any], last_event_id: int | None,
+              until: Any, connected: threading.Event, out: list[Frame]) -> None:
+    with httpx.Client(base_url=base_url) as client, open_stream(client, path, params, last_event_id) as response:
+        assert response.status_code == 200
+        connected.set()
+        for frame in frames(response):
+            out.append(frame)
+            if until(out):
+                return
+
+
+def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(daemon: Daemon, ws: Path) -> None:
+    """One session, five concurrent raw viewers served by the session's shared live feed: three live ones, one
+    filtered to agent_message, and one that joins mid-turn from sequence 0, far behind the feed's ring, so it
+    catches up from the store before it reads from the ring."""
+    count = 3000
+    sid = daemon.create(ws)["id"]
+    path = daemon.scoped(sid, "/stream")
+    before = daemon.events(sid, limit=1)
+    start = before[-1]["sequence"] if before else 0
+
+    def to_done(got: list[Frame]) -> bool:
+        return got[-1].event == "done"
+
+    def chunks(got: list[Frame]) -> bool:
+        return sum(f.event == "agent_message" for f in got) >= count
+
+    outs: list[list[Frame]] = [[] for _ in range(5)]
+    ready = [threading.Event() for _ in range(5)]
+    specs: list[tuple[dict[str, Any], int | None, Any]] = [
+        ({"frames": "raw"}, start, to_done), ({"frames": "raw"}, start, to_done), ({"frames": "raw"}, start, to_done),
+        ({"frames": "raw", "type": "agent_message"}, start, chunks),
+        ({"frames": "raw", "after_sequence": 0}, None, to_done),
+    ]
+    threads = [threading.Thread(target=watch_raw, args=(daemon.base_url, path, params, header, until, ready[i],
+                                                        outs[i]), daemon=True)
+               for i, (params, header, until) in enumerate(specs)]
+    for thread in threads[:4]:
+        thread.start()
+    assert all(r.wait(30) for r in ready[:4])
+    assert daemon.prompt(sid, f"stream {count}").status_code == 200
+    wait_for(lambda: sum(f.event == "agent_message" for f in outs[0]) >= count // 2, what="half the turn")
+    threads[4].start()
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive(), "a viewer never reached the end of the turn"
+
+    stored = events_after(daemon, sid, 0)
+    done = next(e for e in stored if e["type"] == "done" and e["sequence"] > start)
+    expected = [e for e in stored if start < e["sequence"] <= done["sequence"]]
+    for got in outs[:3]:
+        assert [int(f.id or 0) for f in got] == [e["sequence"] for e in expected]  # in order, no gap, no duplicate
+        assert [f.data for f in got] == [{"session_id": sid, "workspace_id": got[0].data["workspace_id"], **e}
+                                         for e in expected]
+    assert outs[0] == outs[1] == outs[2]
+    agent = [e["sequence"] for e in expected if e["type"] == "agent_message"]
+    assert len(agent) == count and [int(f.id or 0) for f in outs[3]] == agent
+    assert {f.event for f in outs[3]} == {"agent_message"}
+    late = outs[4]
+    assert [int(f.id or 0) for f in late] == [e["sequence"] for e in stored if e["sequence"] <= done["sequence"]]
+    assert late[-len(outs[0]):] == outs[0], "the late joiner ends with exactly the live viewers' frames"
 
 
 # ---- transcript mode ----------------------------------------------------------------------------

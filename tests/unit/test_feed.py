@@ -1,0 +1,154 @@
+"""The shared live feed (sessions/feed.py) over a real events.db: what its ring can answer without a gap,
+when it must send a viewer back to the store, and that it reads and frames each row once for all viewers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sessions import feed as live_feed
+from sessions.store.events import EventLog, NewEvent, read_events
+from tests.django_env import ensure_django
+
+
+def append(log: EventLog, n: int, type_: str = "agent_message") -> None:
+    log.append([NewEvent(type_, "turn-1", {"text": f"c{log.last_sequence + i + 1}"}) for i in range(n)])
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> EventLog:
+    store = EventLog(tmp_path / "events.db", "general")
+    yield store
+    store.close()
+
+
+def sequences(rows: list[live_feed.FeedRow] | None) -> list[int] | None:
+    return None if rows is None else [r.sequence for r in rows]
+
+
+def test_the_ring_answers_only_what_it_holds_without_a_gap(log: EventLog) -> None:
+    append(log, 5)
+
+    async def main() -> None:
+        feed = live_feed.SessionFeed("s1", log.path)
+        assert feed.cursor == 5 and not feed.rows  # starts at the head, empty
+        assert sequences(feed.since(5)) == []
+        assert feed.since(3) is None  # older than the ring: the viewer reads the store
+        append(log, 3)
+        assert feed.pull() == 3
+        assert sequences(feed.since(5)) == [6, 7, 8]
+        assert sequences(feed.since(6)) == [7, 8]
+        assert sequences(feed.since(8)) == []
+        assert feed.since(4) is None
+        assert feed.pull() == 0  # nothing new: no rows, no wake
+        feed.close()
+
+    asyncio.run(main())
+
+
+def test_rows_past_the_ring_send_a_late_viewer_to_the_store(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_feed, "RING_ROWS", 10)
+    monkeypatch.setattr(live_feed, "PULL_PAGE", 4)
+
+    async def main() -> None:
+        feed = live_feed.SessionFeed("s1", log.path)
+        append(log, 25)
+        assert feed.pull() == 4  # one page per pull on the loop; a full page schedules the next pull
+        await asyncio.sleep(0)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert feed.cursor == 25, "the re-pulls run on later loop iterations until the store is drained"
+        assert sequences(feed.since(15)) == list(range(16, 26))  # the ring keeps the newest 10, contiguous
+        assert feed.since(14) is None
+        stored = [e["sequence"] for e in read_events(log.path, after=14, limit=100)]
+        assert stored == list(range(15, 26))
+        feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_pull_wakes_every_viewer_and_each_row_is_decoded_and_framed_once(log: EventLog) -> None:
+    async def main() -> None:
+        wakes = [asyncio.Event() for _ in range(3)]
+        feed = live_feed.subscribe("s-wake", log.path, wakes[0])
+        for wake in wakes[1:]:
+            assert live_feed.subscribe("s-wake", log.path, wake) is feed  # one feed per session
+        assert live_feed.watched()["s-wake"] == 3
+        append(log, 2)
+        assert feed.pull() == 2
+        assert all(w.is_set() for w in wakes)
+
+        built: list[int] = []
+
+        def build(raw: tuple[object, ...]) -> bytes:
+            built.append(int(raw[0]))  # type: ignore[call-overload]
+            return f"id: {raw[0]}\n\n".encode()
+
+        per_viewer = [[row.frame(build) for row in feed.since(0) or []] for _ in wakes]
+        assert per_viewer[0] == per_viewer[1] == per_viewer[2] == [b"id: 1\n\n", b"id: 2\n\n"]
+        assert built == [1, 2], "frames are built once and shared"
+        rows = feed.since(0) or []
+        assert rows[0].event() is rows[0].event()
+        assert rows[0].event() == read_events(log.path, after=0, limit=1)[0]
+
+        for wake in wakes:
+            live_feed.unsubscribe(feed, wake)
+        assert "s-wake" not in live_feed.watched()
+        assert feed.conn is None and not feed.rows, "the last viewer out closes the feed"
+        await asyncio.sleep(0)
+        assert feed.listener is not None and feed.listener.done()
+
+    asyncio.run(main())
+
+
+def test_a_feed_on_a_store_not_created_yet_reads_it_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "later" / "events.db"
+
+    async def main() -> None:
+        feed = live_feed.SessionFeed("s-late", path)
+        assert feed.cursor == 0 and feed.pull() == 0
+        store = EventLog(path, "general")
+        append(store, 3)
+        assert feed.pull() == 3
+        assert sequences(feed.since(0)) == [1, 2, 3]
+        store.close()
+        feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewers(log: EventLog) -> None:
+    ensure_django()
+    from sessions.runtime import signals
+
+    async def main() -> None:
+        wake = asyncio.Event()
+        feed = live_feed.subscribe("s-bell", log.path, wake)
+        for _ in range(5):  # let the listener join the session's group
+            await asyncio.sleep(0)
+        append(log, 4)
+        signals.ring_events("s-bell", log.last_sequence)
+        await asyncio.wait_for(wake.wait(), 5)
+        assert feed.cursor == 4 and sequences(feed.since(0)) == [1, 2, 3, 4]
+        live_feed.unsubscribe(feed, wake)
+
+    asyncio.run(main())
+
+
+def test_the_embedded_layer_still_expires_messages_with_its_sweep_rate_limited() -> None:
+    from compozy_site import channel_layer
+
+    async def main() -> None:
+        layer = channel_layer.DoorbellLayer(expiry=0.05)
+        await layer.send("feed.inmemory!a", {"type": "events.appended"})
+        layer._clean_expired()  # the first sweep runs; the message is still fresh
+        await asyncio.sleep(0.1)
+        layer._clean_expired()  # expired now, but within a second of the last sweep: skipped
+        assert layer.channels["feed.inmemory!a"].qsize() == 1
+        await asyncio.sleep(channel_layer.SWEEP_SECONDS)
+        layer._clean_expired()
+        assert "feed.inmemory!a" not in layer.channels, "the next due sweep drops the expired message"
+
+    asyncio.run(main())
