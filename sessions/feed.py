@@ -2,8 +2,9 @@
 
 Without it, each viewer joined the session's doorbell group and, on every ring, ran its own query and
 built its own frames: V viewers meant V doorbell deliveries, V reads and V frame builds per event. The feed
-takes one doorbell per event, reads the new rows once and keeps the newest RING_ROWS of them; viewers copy
-from that ring, and the decoded row and the raw frame bytes are built once, on first use.
+takes one doorbell per event, reads the new rows once and keeps the newest of them (RING_ROWS rows, at most
+RING_BYTES of content); viewers copy from that ring, and the decoded row and the raw frame bytes are built
+once, on first use.
 
 The store stays the truth. The ring is only a cache of the newest rows: a viewer whose cursor is older
 than the ring reads events.db itself, and every viewer still polls (through `pull`), so a dropped doorbell
@@ -30,8 +31,10 @@ from sessions.store import events as event_store
 
 logger = logging.getLogger(__name__)
 
-# Newest rows kept per watched session: a viewer more than this far behind reads the store instead.
+# Newest rows kept per watched session, bounded by count and by stored content size (tool output rows can be
+# large): a viewer further behind than the ring reads the store instead.
 RING_ROWS = 1024
+RING_BYTES = 2 * 1024 * 1024
 # Rows read per pull on the event loop; a full page schedules the next pull instead of blocking the loop.
 PULL_PAGE = 1000
 
@@ -75,7 +78,8 @@ class SessionFeed:
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
-        self.rows: deque[FeedRow] = deque(maxlen=RING_ROWS)
+        self.rows: deque[FeedRow] = deque()
+        self.bytes = 0  # content text held by the ring
         try:
             self.cursor = event_store.max_sequence(path)  # newest sequence read; the ring starts empty here
         except sqlite3.Error:
@@ -96,7 +100,12 @@ class SessionFeed:
         rows = event_store.read_rows(self.path, after=self.cursor, limit=PULL_PAGE, conn=self.conn)
         if not rows:
             return 0
-        self.rows.extend(FeedRow(raw) for raw in rows)
+        for raw in rows:
+            self.rows.append(FeedRow(raw))
+            self.bytes += len(raw[5])
+        # Evict the oldest; the newest row always stays, so a caught-up viewer never falls back to the store.
+        while len(self.rows) > 1 and (len(self.rows) > RING_ROWS or self.bytes > RING_BYTES):
+            self.bytes -= len(self.rows.popleft().raw[5])
         self.cursor = int(rows[-1][0])
         for wake in self.viewers:
             wake.set()
@@ -155,6 +164,7 @@ class SessionFeed:
                 self.conn.close()
             self.conn = None
         self.rows.clear()
+        self.bytes = 0
 
 
 _feeds: dict[str, SessionFeed] = {}

@@ -69,6 +69,24 @@ def test_rows_past_the_ring_send_a_late_viewer_to_the_store(log: EventLog, monke
     asyncio.run(main())
 
 
+def test_the_ring_is_also_bounded_by_content_size(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_feed, "RING_BYTES", 10_000)
+
+    async def main() -> None:
+        feed = live_feed.SessionFeed("s1", log.path)
+        log.append([NewEvent("tool_call_update", "turn-1", {"output": "x" * 3000}) for _ in range(6)])
+        assert feed.pull() == 6
+        held = sequences(feed.since(feed.rows[0].sequence - 1)) or []
+        assert held == list(range(7 - len(held), 7)) and 1 <= len(held) <= 3, "only the newest rows fit"
+        assert feed.bytes <= 10_000 and feed.since(0) is None
+        log.append([NewEvent("tool_call_update", "turn-1", {"output": "y" * 50_000})])
+        feed.pull()
+        assert sequences(feed.since(6)) == [7], "a single row larger than the budget is still served"
+        feed.close()
+
+    asyncio.run(main())
+
+
 def test_a_pull_wakes_every_viewer_and_each_row_is_decoded_and_framed_once(log: EventLog) -> None:
     async def main() -> None:
         wakes = [asyncio.Event() for _ in range(3)]
