@@ -143,7 +143,9 @@ class SessionFeed:
         layer = get_channel_layer()
         if layer is None:
             return  # viewers poll
-        channel = await layer.new_channel("feed.")
+        # The layer's default prefix, not our own: channels_redis runs one receive loop per process that
+        # pops only the process-local channel named by that prefix; a "feed." channel would never be read.
+        channel = await layer.new_channel()
         group = session_group(self.session_id)
         await layer.group_add(group, channel)
         try:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 # Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open.
 KEEPALIVE_SECONDS = 20.0
-# The doorbell is best effort (the in-memory layer drops past capacity), so readers also poll.
-POLL_SECONDS = 0.5
+# The doorbell is best effort (the in-memory layer drops past capacity), so readers also poll. Tests raise
+# the interval to prove frames arrive by doorbell, not by the poll hiding a broken one.
+POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.5)
 PAGE = 1000
 
 SSE_HEADERS = [

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,40 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, Daemon
-
-
-@dataclass
-class Frame:
-    id: str | None
-    event: str
-    data: dict[str, Any]
-
-
-def frames(response: httpx.Response) -> Iterator[Frame]:
-    """A minimal SSE parser (comments such as `: keepalive` are skipped)."""
-    event_id: str | None = None
-    event, data = "message", []
-    for line in response.iter_lines():
-        if line == "":
-            if data:
-                yield Frame(event_id, event, json.loads("\n".join(data)))
-            event_id, event, data = None, "message", []
-        elif line.startswith(":"):
-            continue
-        elif line.startswith("id:"):
-            event_id = line[3:].strip()
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-
-
-def open_stream(client: httpx.Client, path: str, params: dict[str, Any] | None = None,
-                last_event_id: int | None = None) -> Any:
-    headers = {"Accept": "text/event-stream"}
-    if last_event_id is not None:
-        headers["Last-Event-ID"] = str(last_event_id)
-    return client.stream("GET", path, params=params or {}, headers=headers, timeout=httpx.Timeout(60.0))
+from tests.sse import Frame, frames, open_stream, watch_raw
 
 
 @pytest.fixture(scope="module")
@@ -164,17 +130,6 @@ def test_a_bad_resume_cursor_or_frames_value_is_a_400_with_a_stable_code(daemon:
         response = daemon.http.get(path, params=params, headers=headers)
         assert response.status_code == 400, (params, response.text)
         assert response.json()["code"] == code
-
-
-def watch_raw(base_url: str, path: str, params: dict[str, Any], last_event_id: int | None,
-              until: Any, connected: threading.Event, out: list[Frame]) -> None:
-    with httpx.Client(base_url=base_url) as client, open_stream(client, path, params, last_event_id) as response:
-        assert response.status_code == 200
-        connected.set()
-        for frame in frames(response):
-            out.append(frame)
-            if until(out):
-                return
 
 
 def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(daemon: Daemon, ws: Path) -> None:
