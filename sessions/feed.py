@@ -7,8 +7,8 @@ RING_BYTES of content); viewers copy from that ring, and the decoded row and the
 once, on first use.
 
 The store stays the truth. The ring is only a cache of the newest rows: a viewer whose cursor is older
-than the ring reads events.db itself, and every viewer still polls (through `pull`), so a dropped doorbell
-delays a frame but never loses one. The registry is process-local state, not a signal: doorbells still
+than the ring reads events.db itself, and the feed also polls the store, so a dropped doorbell delays a
+frame by at most POLL_SECONDS but never loses one. The registry is process-local state, not a signal: doorbells still
 travel on the channel layer, so each daemon process behind a Redis layer runs its own feeds.
 """
 
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import sqlite3
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +38,10 @@ RING_ROWS = 1024
 RING_BYTES = 2 * 1024 * 1024
 # Rows read per pull on the event loop; a full page schedules the next pull instead of blocking the loop.
 PULL_PAGE = 1000
+# The fallback poll (events reference §6: rows are pushed, polling every 100 ms is the fallback): one query per
+# watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
+# frames arrive by doorbell rather than by the poll hiding a broken one.
+POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.1)
 
 Raw = tuple[Any, ...]  # (sequence, id, turn_id, type, agent_name, content JSON text, timestamp, archived)
 
@@ -87,6 +92,7 @@ class SessionFeed:
         self.viewers: set[asyncio.Event] = set()
         self.conn: sqlite3.Connection | None = None
         self.listener: asyncio.Task[None] | None = None
+        self.poller: asyncio.Task[None] | None = None
         self._repull: asyncio.Handle | None = None
 
     # ---- reading ---------------------------------------------------------------------------
@@ -137,7 +143,14 @@ class SessionFeed:
     # ---- doorbell --------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.listener = asyncio.get_running_loop().create_task(self._listen())
+        loop = asyncio.get_running_loop()
+        self.listener = loop.create_task(self._listen())
+        self.poller = loop.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            self._safe_pull()
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -157,8 +170,9 @@ class SessionFeed:
                 await layer.group_discard(group, channel)
 
     def close(self) -> None:
-        if self.listener is not None:
-            self.listener.cancel()
+        for task in (self.listener, self.poller):
+            if task is not None:
+                task.cancel()
         if self._repull is not None:
             self._repull.cancel()
         if self.conn is not None:

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 # Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open.
 KEEPALIVE_SECONDS = 20.0
-# The doorbell is best effort (the in-memory layer drops past capacity), so readers also poll. Tests raise
-# the interval to prove frames arrive by doorbell, not by the poll hiding a broken one.
-POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.5)
+# A viewer with nothing new wakes this often to ask whether its session stopped (the session's live feed,
+# not the viewer, polls the store for rows whose doorbell was dropped: sessions/feed.py).
+QUIET_SECONDS = 0.5
 PAGE = 1000
 
 SSE_HEADERS = [
@@ -394,7 +393,7 @@ class SessionStreamConsumer(StreamingConsumer):
 
     async def run(self) -> None:
         """Frames after the cursor: from the shared feed's ring when it holds them, else read from the store.
-        The feed's doorbell (or the poll timeout) says when to look again."""
+        The feed wakes the viewer when it has new rows (from a doorbell or its own poll)."""
         loop = asyncio.get_running_loop()
         out, terminal = await asyncio.to_thread(self.tail.open)
         if out:
@@ -404,8 +403,6 @@ class SessionStreamConsumer(StreamingConsumer):
         feed = self.feed
         assert feed is not None  # subscribed in handle()
         while not terminal:
-            if woke is False:
-                feed.pull()  # a quiet poll: rows whose doorbell was dropped still arrive
             taken = self.tail.take(feed)
             if taken is not None:
                 out, terminal, more = taken
@@ -422,7 +419,7 @@ class SessionStreamConsumer(StreamingConsumer):
             # Only a quiet poll (no doorbell) asks whether the session stopped: doorbells mean rows.
             if not out and not woke and await self._stopped_without_newer():
                 return
-            woke = await self.wait_for_wake(POLL_SECONDS)
+            woke = await self.wait_for_wake(QUIET_SECONDS)
             # Measured from the last write: doorbells for rows a filter hides must not starve the keepalive.
             if loop.time() - last_sent >= KEEPALIVE_SECONDS:
                 await self.send_body(b": keepalive\n\n", more_body=True)

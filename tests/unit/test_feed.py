@@ -137,8 +137,10 @@ def test_a_feed_on_a_store_not_created_yet_reads_it_from_the_start(tmp_path: Pat
     asyncio.run(main())
 
 
-def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewers(log: EventLog) -> None:
+def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewers(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_django()
+    monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)  # only the doorbell can wake it in time
     from sessions.runtime import signals
 
     async def main() -> None:
@@ -151,6 +153,24 @@ def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewe
         await asyncio.wait_for(wake.wait(), 5)
         assert feed.cursor == 4 and sequences(feed.since(0)) == [1, 2, 3, 4]
         live_feed.unsubscribe(feed, wake)
+
+    asyncio.run(main())
+
+
+def test_without_any_doorbell_the_feed_finds_new_rows_by_polling(log: EventLog,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_feed, "get_channel_layer", lambda: None)  # no layer: nothing ever rings
+    monkeypatch.setattr(live_feed, "POLL_SECONDS", 0.05)
+
+    async def main() -> None:
+        wake = asyncio.Event()
+        feed = live_feed.subscribe("s-poll", log.path, wake)
+        append(log, 2)
+        await asyncio.wait_for(wake.wait(), 5)
+        assert sequences(feed.since(0)) == [1, 2]
+        live_feed.unsubscribe(feed, wake)
+        await asyncio.sleep(0)
+        assert feed.poller is not None and feed.poller.cancelled()
 
     asyncio.run(main())
 
