@@ -675,10 +675,13 @@ class SessionRuntime:
                 and (self.meta.get("session_type") or "user") == "user")
 
     async def _auto_title(self, turn: Turn) -> None:
-        from sessions.runtime.title import generate_title
+        from sessions.runtime.title import TITLE_PASSES, generate_title
 
         provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
-        title = await generate_title(provider, self.cwd, turn.text, turn.reply)
+        async with TITLE_PASSES:
+            if self.stopped.is_set():
+                return  # stopped while waiting for a slot
+            title = await generate_title(provider, self.cwd, turn.text, turn.reply)
         if self.stopped.is_set():
             return  # the final meta is written; a late title must not reopen it
         if self.meta.get("name"):

@@ -19,6 +19,9 @@ TITLE_REQUEST = "[compozy:title]"
 TITLE_TIMEOUT_SECONDS = 45.0
 MAX_TITLE_CHARS = 80
 EXCERPT_CHARS = 600
+# Title passes running at once. Each starts a whole agent process: twenty first turns finishing together
+# once started twenty on 2 cores and stalled every live stream for seconds (bench/README.md).
+TITLE_PASSES = asyncio.Semaphore(2)
 
 
 def title_prompt(user_text: str, reply_text: str) -> str:

@@ -170,3 +170,29 @@ def test_the_title_after_a_recovery_comes_from_what_the_user_typed(demo_titles: 
     d.wait_event(sid, "done")
     titled = wait_for(lambda: d.session(sid)["name"] and d.session(sid), what="an auto title")
     assert titled["name"] == "Plan the rollout"
+
+
+# ---- title passes are bounded: each starts a whole agent process ---------------------------------------
+
+def slow_title_provider(log: Path) -> str:
+    """The demo agent behind a shell that logs when each title agent starts, then takes 1.5 s to boot."""
+    script = f'date +%s.%N >> "{log}"; sleep 1.5; exec "{sys.executable}" -m sessions.acp.demo_agent'
+    return (f'[providers.slowtitle]\ncommand = ["/bin/sh", "-c", {json.dumps(script)}]\n\n'
+            '[roles.auto_title]\nprovider = "slowtitle"\n')
+
+
+def test_at_most_two_title_passes_run_at_once(tmp_path_factory: pytest.TempPathFactory, workspace: Path) -> None:
+    home = tmp_path_factory.mktemp("slow-titles-home")
+    log = home / "title-starts.log"
+    d = start_daemon(home, extra_config=slow_title_provider(log), timeout=START_TIMEOUT)
+    try:
+        sids = [d.create(workspace, prompt=f"task number {i}")["id"] for i in range(5)]
+        for sid in sids:
+            wait_for(lambda sid=sid: d.session(sid)["name_source"] == "auto_title", timeout=90,
+                     what="every session titled")
+        starts = sorted(float(line) for line in log.read_text().split())
+        assert len(starts) == 5
+        # A third pass can only start once one of the two before it has finished (each takes >= 1.5 s).
+        assert all(starts[i + 2] - starts[i] >= 1.4 for i in range(len(starts) - 2)), starts
+    finally:
+        d.stop()
