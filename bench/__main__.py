@@ -29,6 +29,8 @@ from bench.report import BenchResult, print_result, summary_table, write_json  #
 BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
     "throughput": ("agent → events.db → SSE, against raw sqlite and bare daphne", throughput.run),
     "latency": ("agent → viewer latency, 20 sessions x 3 viewers (10 with --quick)", latency.run),
+    "firstturn": ("the latency run measured while the auto-title agents of the first turns start",
+                  latency.run_first_turn),
     "fanout": ("agent → viewer latency and CPU, 4 sessions x 25 viewers (2 with --quick)", latency.run_fanout),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
 }

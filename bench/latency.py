@@ -144,7 +144,12 @@ def run_fanout(root: Path, quick: bool) -> BenchResult:
     return measure(root, "fanout", FANOUT_QUICK if quick else FANOUT_FULL, target=False)
 
 
-def measure(root: Path, name: str, p: Params, *, target: bool) -> BenchResult:
+def run_first_turn(root: Path, quick: bool) -> BenchResult:
+    """Like `latency`, but measured while the sessions' one-off auto-title agents start (at most two at once)."""
+    return measure(root, "firstturn", QUICK if quick else FULL, target=False, settle_titles=False)
+
+
+def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bool = True) -> BenchResult:
     result = BenchResult(name, f"Latency: agent → viewer, {p.sessions} sessions x {p.viewers} SSE viewers, "
                                f"{p.ticks} ticks every {p.interval_ms} ms")
     daemon = BenchDaemon(root / name)
@@ -158,8 +163,9 @@ def measure(root: Path, name: str, p: Params, *, target: bool) -> BenchResult:
         warm = [daemon.prompt(s, "tick 3 5") for s in sessions]
         for s, w in zip(sessions, warm, strict=True):
             daemon.wait_done(s, w["prompt"]["turn_id"])
-        for s in sessions:
-            daemon.wait_title_settled(s)
+        if settle_titles:
+            for s in sessions:
+                daemon.wait_title_settled(s)
         warm_after = {s["id"]: daemon.newest_sequence(s) for s in sessions}
         cpu_daemon0, cpu_client0 = cpu_seconds(daemon.pid), time.process_time()
         with daemon.profiling(name):
