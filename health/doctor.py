@@ -125,9 +125,19 @@ def check_failures() -> dict[str, Any]:
     return item("session_failures", "sessions", "ok", "Session failures", "none")
 
 
+def check_live_streams() -> dict[str, Any]:
+    """The SSE viewers this daemon process is serving, per session (one shared live feed each)."""
+    from sessions.feed import watched
+
+    streams = watched()
+    viewers = sum(streams.values())
+    return item("live_streams", "daemon", "ok", "Live streams",
+                f"{viewers} viewer(s) on {len(streams)} session(s)", evidence={"sessions": streams})
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_catalog, check_event_storage, check_socket, check_crash_bundles, check_queue, check_failures,
-    check_providers,
+    check_live_streams, check_providers,
 ]
 
 

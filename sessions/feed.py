@@ -205,5 +205,6 @@ def unsubscribe(feed: SessionFeed, wake: asyncio.Event) -> None:
 
 
 def watched() -> dict[str, int]:
-    """Session id → number of live viewers in this process (for diagnostics and tests)."""
-    return {sid: len(feed.viewers) for sid, feed in _feeds.items()}
+    """Session id → number of live viewers in this process (`compozy doctor`). Safe from another thread:
+    the registry is copied in one step before it is read."""
+    return {sid: len(feed.viewers) for sid, feed in dict(_feeds).items()}

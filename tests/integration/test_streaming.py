@@ -184,6 +184,23 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
     assert late[-len(outs[0]):] == outs[0], "the late joiner ends with exactly the live viewers' frames"
 
 
+def test_doctor_counts_the_live_viewers_of_each_session(daemon: Daemon, ws: Path) -> None:
+    sid = daemon.create(ws)["id"]
+    path = daemon.scoped(sid, "/stream")
+
+    def live_streams() -> dict[str, Any]:
+        report = daemon.cli_json("doctor", "--only", "live_streams")
+        return next(i for i in report["items"] if i["id"] == "live_streams")
+
+    with (httpx.Client(base_url=daemon.base_url) as one, httpx.Client(base_url=daemon.base_url) as two,
+          open_stream(one, path, {"frames": "raw"}) as first, open_stream(two, path) as second):
+        assert first.status_code == second.status_code == 200
+        streams = wait_for(lambda: (s := live_streams())["evidence"]["sessions"].get(sid) == 2 and s,
+                           what="both viewers counted")
+        assert streams["severity"] == "ok" and "viewer(s)" in streams["message"]
+    wait_for(lambda: sid not in live_streams()["evidence"]["sessions"], what="the viewers gone")
+
+
 # ---- transcript mode ----------------------------------------------------------------------------
 
 def upsert(cache: dict[str, dict[str, Any]], entries: list[dict[str, Any]]) -> None:
