@@ -105,10 +105,18 @@ class StreamingConsumer(AsyncHttpConsumer):
             await self.finish()
 
     async def finish(self) -> None:
+        # A finished response needs no more rows, even while a keep-alive connection stays open.
+        self.leave_feed()
         if not self.finished:
             self.finished = True
             with contextlib.suppress(Exception):
                 await self.send_body(b"", more_body=False)
+
+    def leave_feed(self) -> None:
+        feed = getattr(self, "feed", None)
+        if feed is not None:
+            live_feed.unsubscribe(feed, self.wake)
+            self.feed = None
 
     async def wait_for_wake(self, timeout: float) -> bool:
         """True when rung, False on timeout. A timer handle instead of asyncio.wait_for, which wraps the
@@ -151,10 +159,7 @@ class StreamingConsumer(AsyncHttpConsumer):
     async def disconnect(self) -> None:
         if getattr(self, "pump", None) is not None and not self.pump.done():
             self.pump.cancel()
-        feed = getattr(self, "feed", None)
-        if feed is not None:
-            live_feed.unsubscribe(feed, self.wake)
-            self.feed = None
+        self.leave_feed()
         conn = getattr(getattr(self, "tail", None), "conn", None)
         if conn is not None:
             with contextlib.suppress(Exception):

@@ -200,6 +200,12 @@ def test_doctor_counts_the_live_viewers_of_each_session(daemon: Daemon, ws: Path
         assert streams["severity"] == "ok" and "viewer(s)" in streams["message"]
     wait_for(lambda: sid not in live_streams()["evidence"]["sessions"], what="the viewers gone")
 
+    # A stream that ended (terminal frame) stops counting at once, even while its connection stays open.
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+    with httpx.Client(base_url=daemon.base_url) as client, open_stream(client, path, {"frames": "raw"}) as response:
+        assert [f.event for f in frames(response)][-1] == "session_stopped"
+        assert sid not in live_streams()["evidence"]["sessions"]
+
 
 # ---- transcript mode ----------------------------------------------------------------------------
 
