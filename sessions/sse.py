@@ -412,14 +412,13 @@ class SessionStreamConsumer(StreamingConsumer):
             if taken is not None:
                 out, terminal, more = taken
             else:
-                # Behind the ring: read the store. Small live reads stay inline (no thread handoff); a full
-                # page means catch-up, which goes to a thread.
-                out, terminal, more = await asyncio.to_thread(self.tail.poll) if woke is None else self.tail.poll()
+                # Behind the ring (a resume from far back, a slow client): a page of up to 1000 rows read and
+                # framed off the loop, which every other stream and session shares.
+                out, terminal, more = await asyncio.to_thread(self.tail.poll)
             if out:
                 await self.send_body(out, more_body=True)
                 last_sent = loop.time()
             if terminal or more:
-                woke = None if more else woke
                 continue
             # Only a quiet poll (no doorbell) asks whether the session stopped: doorbells mean rows.
             if not out and not woke and await self._stopped_without_newer():
