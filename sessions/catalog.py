@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 
 from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
-from sessions.store.folder import parse_time, utcnow
+from sessions.store.folder import parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
@@ -115,6 +115,12 @@ def check_root(ws: Workspace) -> None:
     if not Path(ws.root_dir).is_dir():
         raise Gone("workspace root directory no longer exists", code="workspace_root_missing",
                    data={"workspace_id": ws.id, "root_dir": ws.root_dir})
+
+
+def save_meta(meta: dict[str, Any]) -> None:
+    """meta.json (atomic, fsynced: the per-session truth), then its catalog mirror."""
+    write_meta(meta)
+    upsert_session_row(meta)
 
 
 def upsert_session_row(meta: dict[str, Any]) -> None:

@@ -572,13 +572,8 @@ async def rename_session(session_id: str, name: str, workspace_ref: str | None =
         await runtime.rename(name)
     else:
         meta.update({"name": name, "name_source": "user", "updated_at": folder.isoformat(folder.utcnow())})
-        await sync_to_async(_write_meta_and_row)(meta)
+        await sync_to_async(catalog.save_meta)(meta)
     return await sync_to_async(get_session)(session_id)
-
-
-def _write_meta_and_row(meta: dict[str, Any]) -> None:
-    folder.write_meta(meta)
-    catalog.upsert_session_row(meta)
 
 
 async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> dict[str, Any]:

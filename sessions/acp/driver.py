@@ -75,12 +75,10 @@ class StderrTail:
         self.limit = limit
         self._chunks: deque[bytes] = deque()
         self._size = 0
-        self.total = 0
 
     def feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._size += len(data)
-        self.total += len(data)
         while self._size > self.limit and self._chunks:
             head = self._chunks[0]
             excess = self._size - self.limit
@@ -278,8 +276,7 @@ class AgentProcess:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), stop_timeout)
         else:
-            # The leader is gone; make sure no tool it spawned outlives it in the group.
-            self.signal_group(signal.SIGKILL)
+            # The leader is gone (so signal_group would do nothing); no tool it spawned may outlive it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
         await self.close_connection()

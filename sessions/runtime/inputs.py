@@ -68,9 +68,6 @@ class InputQueue:
                            data={"queue_entry_id": entry_id})
         return entry
 
-    def pending(self, session_id: str) -> list[InputEntry]:
-        return list(InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT))
-
     def reset_dispatching(self, session_id: str) -> None:
         """After a crash, an entry caught mid-dispatch goes back to the queue (runs once more)."""
         InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.DISPATCHING).update(

@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessions.acp import client_side
 from sessions.store.folder import isoformat, utcnow
 
 
@@ -38,12 +39,7 @@ def option_for(options: list[dict[str, Any]], decision: str, option_id: str | No
     """The ACP option a person's approve/deny maps to (an explicit option id must be one offered)."""
     if option_id:
         return option_id if any(o.get("optionId") == option_id for o in options) else None
-    kinds = ("allow_once", "allow_always") if decision == "approve" else ("reject_once", "reject_always")
-    for kind in kinds:
-        for option in options:
-            if option.get("kind") == kind:
-                return str(option.get("optionId"))
-    return None
+    return client_side.allow_option(options) if decision == "approve" else client_side.reject_option(options)
 
 
 class PermissionBoard:

@@ -46,10 +46,6 @@ class Recorder:
         self.on_commit(stored)
         return stored
 
-    @property
-    def last_sequence(self) -> int:
-        return self.log.last_sequence
-
     def close(self) -> None:
         self.flush()
         self.closed = True

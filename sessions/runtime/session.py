@@ -49,12 +49,6 @@ GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
 
 
-def _write_meta_and_row(meta: dict[str, Any]) -> None:
-    """On the DB thread: meta.json (atomic, fsynced), then its catalog mirror."""
-    folder.write_meta(meta)
-    catalog.upsert_session_row(meta)
-
-
 @dataclass
 class Turn:
     id: str
@@ -63,7 +57,6 @@ class Turn:
     started_at: str
     sent: str = ""  # what the agent receives, when it differs (a context replay prepended)
     authored: str = ""  # exactly what was typed, when a prompt hook changed `text`
-    generation: int = 0
     started_mono: float = field(default_factory=time.monotonic)
     last_activity_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
@@ -141,7 +134,7 @@ class SessionRuntime:
         snapshots in the order they were taken."""
         self._stamp_activity()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
-        await db(_write_meta_and_row, copy.deepcopy(self.meta))
+        await db(catalog.save_meta, copy.deepcopy(self.meta))
         signals.ring_catalog("upserted", self.meta["workspace_id"], self.id)
 
     async def transition(self, target: SessionState, **fields: Any) -> None:
@@ -368,11 +361,14 @@ class SessionRuntime:
         if pre is not None:
             if not pre.ok:
                 raise StartFailed(FailureKind.STARTUP_FAILURE, f"agent.pre_start: {pre.error}")
-            patched_cwd = Path(str(pre.payload.get("cwd") or cwd))
-            if patched_cwd != cwd and not any(patched_cwd == r or r in patched_cwd.parents for r in self.roots):
-                raise StartFailed(FailureKind.STARTUP_FAILURE, "agent.pre_start: cwd outside the workspace refused")
+            patched_cwd = str(pre.payload.get("cwd") or cwd)
+            if patched_cwd != str(cwd):
+                try:
+                    cwd = client_side.confine(patched_cwd, self.roots)  # resolved: `..` and symlinks cannot escape
+                except client_side.OutsideWorkspace as exc:
+                    raise StartFailed(FailureKind.STARTUP_FAILURE,
+                                      f"agent.pre_start: cwd outside the workspace refused ({exc})") from exc
             command = [str(pre.payload.get("command") or command[0]), *[str(a) for a in pre.payload.get("args") or []]]
-            cwd = patched_cwd
         agent = AgentProcess(command, cwd=cwd, env=self.provider.env,
                              on_update=self.on_update, on_request=self.on_request)
         self.agent = agent
@@ -385,8 +381,8 @@ class SessionRuntime:
         )
         self._exit_watch = spawn(self._watch_exit())
         with contextlib.suppress(Exception):
-            await self.hook("agent.spawned", pid=agent.pid, command=self.provider.command[0],
-                            args=list(self.provider.command[1:]), cwd=str(self.cwd), provider=self.provider.name)
+            await self.hook("agent.spawned", pid=agent.pid, command=agent.command[0],
+                            args=list(agent.command[1:]), cwd=str(agent.cwd), provider=self.provider.name)
         try:
             init = await agent.initialize(INITIALIZE_TIMEOUT)
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
@@ -517,8 +513,7 @@ class SessionRuntime:
                 patched = str(outcome.payload.get("message") or text)
                 if patched != text:
                     authored, text = authored if authored is not None else text, patched
-            turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "",
-                        generation=self.generation)
+            turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "")
             if self.projection is not None:
                 # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
                 turn.sent = f"{self.projection}\n\nUser request: {text}"
@@ -745,8 +740,7 @@ class SessionRuntime:
         try:
             if turn is not None:
                 if replacement is None:
-                    self.salvage = {"text": turn.authored or turn.text, "generation": self.generation,
-                                    "turn_id": turn.id}
+                    self.salvage = {"text": turn.authored or turn.text, "turn_id": turn.id}
                 if not await self._cancel_and_wait(turn):
                     raise Conflict("the running turn did not end within timeout_cancel_grace",
                                    code="interrupt_timeout", data={"turn_id": turn.id})
@@ -1002,17 +996,19 @@ class SessionRuntime:
         # The tail is the evidence: what the agent wrote just before it failed.
         return bound_tail(redact_text(self.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
-    def _failure(self, kind: FailureKind, summary: str, *, bundle: bool = True) -> dict[str, Any]:
+    def _failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         path = None
-        if bundle and kind in BUNDLE_FAILURE_KINDS:
+        command = self.agent.command if self.agent else list(self.provider.command)
+        cwd = self.agent.cwd if self.agent else self.cwd
+        if kind in BUNDLE_FAILURE_KINDS:
             try:
                 path = str(write_crash_bundle(
                     crash_bundles_dir(), session_id=self.id, agent_name=self.meta["agent_name"],
                     provider=self.meta.get("provider") or "", state=self.state, failure_kind=kind.value,
                     summary=summary,
                     process={"pid": self.agent.pid if self.agent else None,
-                             "command": self.provider.command[0], "args": list(self.provider.command[1:]),
-                             "cwd": str(self.cwd),
+                             # What was started: an agent.pre_start hook may have patched command and cwd.
+                             "command": command[0], "args": command[1:], "cwd": str(cwd),
                              "started_at": self.agent.started_at if self.agent else None,
                              "returncode": self.agent.returncode if self.agent else None},
                     error=summary, stderr=self.agent.stderr.text() if self.agent else "",

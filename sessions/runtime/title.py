@@ -10,8 +10,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sessions.acp import client_side
 from sessions.acp.driver import AgentProcess
+from sessions.acp.mapping import map_update
 from sessions.config import ProviderConfig
+from sessions.enums import EventType
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +44,16 @@ async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, re
     chunks: list[str] = []
 
     def on_update(params: dict[str, Any]) -> None:
-        update = params.get("update") or {}
-        content = update.get("content") if isinstance(update, dict) else None
-        if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
-            chunks.append(str(content.get("text", "")))
+        update = params.get("update")
+        mapped = map_update(update, {}) if isinstance(update, dict) else None
+        if mapped is not None and mapped[0] == EventType.AGENT_MESSAGE:
+            chunks.append(str(mapped[1].get("text") or ""))
 
     async def refuse(method: str, params: dict[str, Any]) -> Any:
         from acp.exceptions import RequestError
 
         if method == "session/request_permission":
-            return {"outcome": {"outcome": "cancelled"}}
+            return client_side.permission_response(None)
         raise RequestError.method_not_found(method)
 
     agent = AgentProcess(provider.command, cwd=cwd, env=provider.env, on_update=on_update, on_request=refuse)

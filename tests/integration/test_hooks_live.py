@@ -24,7 +24,8 @@ def hooks_config() -> str:
             + decl("soft-policy", "input.pre_submit", 'agent_name = "reader"', False)
             + decl("tool-gate", "tool.pre_call", 'tool_name = "*secret*"', False)
             + decl("create-gate", "session.pre_create", 'session_type = "user"', False)
-            + decl("start-gate", "agent.pre_start", 'agent_name = "denier"', False))
+            + decl("start-gate", "agent.pre_start", 'agent_name = "denier"', False)
+            + decl("start-cwd", "agent.pre_start", 'agent_name = "general"', False))
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +101,15 @@ def test_a_pre_create_hook_can_deny_a_session_and_nothing_is_created(hooked: Dae
                                                        "name": "blocked one"})
     assert response.status_code == 403 and response.json()["code"] == "hook_denied"
     assert set((hooked.home / "sessions").iterdir()) == before
+
+
+def test_an_agent_pre_start_cwd_patch_that_resolves_outside_the_workspace_fails_startup(
+        hooked: Daemon, workspace: Path) -> None:
+    s = hooked.create(workspace, agent="general")  # the hook answers with `<workspace>/../..`
+    assert s["state"] == "stopped"
+    assert s["failure"]["kind"] == "startup_failure"
+    assert "cwd outside the workspace refused" in s["failure"]["summary"]
+    assert [r["outcome"] for r in runs(hooked, s["id"]) if r["event"] == "agent.pre_start"] == ["applied"]
 
 
 def test_a_pre_create_hook_patch_renames_the_session(hooked: Daemon, workspace: Path) -> None:

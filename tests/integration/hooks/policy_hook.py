@@ -16,5 +16,8 @@ elif payload.get("event") == "session.pre_create" and str(payload.get("session_n
     print(json.dumps({"deny": True, "deny_reason": "blocked names are not allowed"}))
 elif payload.get("event") == "session.pre_create" and payload.get("session_name") == "rename me":
     print(json.dumps({"session_name": "renamed by policy"}))
+elif payload.get("event") == "agent.pre_start" and payload.get("provider") == "demo":
+    # Looks inside the workspace, resolves outside it: the daemon must resolve before it checks.
+    print(json.dumps({"cwd": str(payload.get("cwd")) + "/../.."}))
 elif payload.get("event") == "agent.pre_start":
     print(json.dumps({"deny": True, "deny_reason": "this agent may not start"}))
