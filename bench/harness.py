@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.profiling import Profiler
-from tests.conftest import Daemon, start_daemon, toml_list
+from tests.conftest import Daemon, start_daemon, toml_list, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent
 TICKER = BENCH_DIR / "agents" / "ticker_agent.py"
@@ -168,22 +168,18 @@ class BenchDaemon:
 
     def agent_pid(self, session: dict[str, Any]) -> int | None:
         """The agent subprocess of a live session, from its meta.json liveness block."""
-        meta = json.loads((self.home / "sessions" / session["id"] / "meta.json").read_text())
-        pid = (meta.get("liveness") or {}).get("subprocess_pid")
+        pid = (self.d.meta(session["id"]).get("liveness") or {}).get("subprocess_pid")
         return int(pid) if pid else None
 
     def wait_title_settled(self, session: dict[str, Any], timeout: float = 120.0) -> None:
         """The first turn of an unnamed session starts a one-off auto-title agent; wait until it is done,
-        so its process start-up is not measured as streaming latency."""
-        path = self.home / "sessions" / session["id"] / "meta.json"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, json.JSONDecodeError):
-                status = (json.loads(path.read_text()).get("auto_title") or {}).get("status")
-                if status != "pending":
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"auto-title of {session['id']} still pending after {timeout}s")
+        so its process start-up is not measured as streaming latency. meta.json records the pass only at
+        turn end, after `done`, so "no record yet" is not "done": wait for a name or a final status."""
+        def settled() -> bool:
+            meta = self.d.meta(session["id"])
+            return bool(meta.get("name")) or (meta.get("auto_title") or {}).get("status") in ("failed", "skipped")
+
+        wait_for(settled, timeout, what=f"the auto-title pass of {session['id']}")
 
     def events_db(self, session: dict[str, Any]) -> Path:
         return self.home / "sessions" / session["id"] / "events.db"

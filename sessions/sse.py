@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -269,6 +270,19 @@ class RawTail:
         rows = feed.since(self.cursor)
         if rows is None:
             return None
+        out, terminal = self._emit(rows)
+        return out, terminal, False
+
+    def poll(self) -> tuple[bytes, bool, bool]:
+        """The next page from the store (the cursor is behind the feed's ring)."""
+        if self.conn is None and self.path.exists():
+            self.conn = event_store.connect(self.path, readonly=True)
+        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, conn=self.conn, **self.filters)
+        out, terminal = self._emit(live_feed.FeedRow(raw) for raw in rows)
+        return out, terminal, not terminal and len(rows) == PAGE
+
+    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[bytes, bool]:
+        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal)."""
         chunks = []
         for row in rows:
             self.cursor = row.sequence
@@ -276,20 +290,8 @@ class RawTail:
                 continue
             chunks.append(row.frame(self._frame))
             if row.type == EventType.SESSION_STOPPED:
-                return b"".join(chunks), True, False
-        return b"".join(chunks), False, False
-
-    def poll(self) -> tuple[bytes, bool, bool]:
-        if self.conn is None and self.path.exists():
-            self.conn = event_store.connect(self.path, readonly=True)
-        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, conn=self.conn, **self.filters)
-        chunks = []
-        for raw in rows:
-            chunks.append(self._frame(raw))
-            self.cursor = raw[0]
-            if raw[3] == EventType.SESSION_STOPPED:
-                return b"".join(chunks), True, False
-        return b"".join(chunks), False, len(rows) == PAGE
+                return b"".join(chunks), True
+        return b"".join(chunks), False
 
 
 class TranscriptTail:

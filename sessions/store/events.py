@@ -219,9 +219,10 @@ def read_rows(
     """Like read_events, but raw tuples (`content` still the stored JSON text), ascending.
 
     The SSE raw stream splices the stored text into frames instead of decoding and re-encoding it, and
-    passes its own open `conn`: opening a connection costs ~1 ms, a query on an open one ~25 µs.
+    passes its own open `conn`: opening a connection costs ~1 ms, a query on an open one ~25 µs. An open
+    `conn` already proves the store exists, so the live tail's per-event read skips the stat.
     """
-    if not path.exists():
+    if conn is None and not path.exists():
         return []
     where = ["sequence > ?"]
     params: list[Any] = [after]

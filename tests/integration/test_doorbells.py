@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import Daemon, start_daemon
@@ -54,8 +55,6 @@ def layer_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 def watch_transcript(base_url: str, path: str, connected: threading.Event, out: list[Frame]) -> None:
-    import httpx
-
     with httpx.Client(base_url=base_url) as client, open_stream(client, path) as response:
         assert response.status_code == 200
         connected.set()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sessions import feed as live_feed
-from sessions.store.events import EventLog, NewEvent, read_events
+from sessions.store.events import EventLog, NewEvent, read_events, read_rows
 from tests.django_env import ensure_django
 
 
@@ -56,8 +56,8 @@ def test_rows_past_the_ring_send_a_late_viewer_to_the_store(log: EventLog, monke
         feed = live_feed.SessionFeed("s1", log.path)
         append(log, 25)
         assert feed.pull() == 4  # one page per pull on the loop; a full page schedules the next pull
-        await asyncio.sleep(0)
-        for _ in range(10):
+        assert feed.cursor == 4
+        for _ in range(7):  # one re-pull per loop iteration: 4 + 6 x 4 + 1 rows
             await asyncio.sleep(0)
         assert feed.cursor == 25, "the re-pulls run on later loop iterations until the store is drained"
         assert sequences(feed.since(15)) == list(range(16, 26))  # the ring keeps the newest 10, contiguous
@@ -76,9 +76,10 @@ def test_the_ring_is_also_bounded_by_content_size(log: EventLog, monkeypatch: py
         feed = live_feed.SessionFeed("s1", log.path)
         log.append([NewEvent("tool_call_update", "turn-1", {"output": "x" * 3000}) for _ in range(6)])
         assert feed.pull() == 6
-        held = sequences(feed.since(feed.rows[0].sequence - 1)) or []
-        assert held == list(range(7 - len(held), 7)) and 1 <= len(held) <= 3, "only the newest rows fit"
-        assert feed.bytes <= 10_000 and feed.since(0) is None
+        sizes = [len(raw[5]) for raw in read_rows(log.path, after=0, limit=10)]
+        fit = max(k for k in range(1, 7) if sum(sizes[-k:]) <= 10_000)  # the newest rows that fit the budget
+        assert sequences(feed.since(6 - fit)) == list(range(7 - fit, 7))
+        assert feed.bytes == sum(sizes[-fit:]) and feed.since(6 - fit - 1) is None
         log.append([NewEvent("tool_call_update", "turn-1", {"output": "y" * 50_000})])
         feed.pull()
         assert sequences(feed.since(6)) == [7], "a single row larger than the budget is still served"
