@@ -38,7 +38,8 @@ def _int(value: str | None, name: str) -> int | None:
         raise InvalidRequest(f"{name} must be an integer", code="invalid_parameter") from exc
 
 
-def _bool(value: str | None) -> bool:
+def truthy(value: str | None) -> bool:
+    """A query flag: 1, true, yes or on (any case)."""
     return (value or "").lower() in {"1", "true", "yes", "on"}
 
 
@@ -65,8 +66,8 @@ async def create_session(request: HttpRequest) -> tuple[int, dict[str, Any]]:
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     q = request.GET
     return await sync_to_async(services.list_sessions)(
-        workspace=q.get("workspace"), state=q.get("state"), resumable=_bool(q.get("resumable")),
-        all_states=_bool(q.get("all")), agent=q.get("agent"), query=q.get("q"),
+        workspace=q.get("workspace"), state=q.get("state"), resumable=truthy(q.get("resumable")),
+        all_states=truthy(q.get("all")), agent=q.get("agent"), query=q.get("q"),
         limit=_int(q.get("limit"), "limit") or 50, cursor=q.get("cursor"), session_type=q.get("type"),
     )
 

@@ -63,7 +63,8 @@ def find_workspace(ref: str) -> Workspace:
     return ws
 
 
-def _unique_name(base: str) -> str:
+def unique_workspace_name(base: str) -> str:
+    """`base`, or `base-2`, `base-3`, … whichever no workspace has yet."""
     base = base or "workspace"
     name, n = base, 2
     while Workspace.objects.filter(name=name).exists():
@@ -88,7 +89,7 @@ def register_workspace(root_dir: str, *, name: str = "", add_dirs: list[str] | N
     try:
         with transaction.atomic():
             return Workspace.objects.create(
-                id=new_workspace_id(), name=name or _unique_name(root.name), root_dir=str(root),
+                id=new_workspace_id(), name=name or unique_workspace_name(root.name), root_dir=str(root),
                 add_dirs=extra, default_agent=default_agent, created_at=now, updated_at=now,
             )
     except IntegrityError as exc:

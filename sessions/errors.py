@@ -40,11 +40,6 @@ class QueueFull(CompozyError):
     status, code = 413, "session_queue_full"
 
 
-class Unprocessable(CompozyError):
-    status, code = 422, "unprocessable"
-
-
-
 class Unavailable(CompozyError):
     status, code = 503, "daemon_unavailable"
 

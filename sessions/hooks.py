@@ -42,7 +42,6 @@ __all__ = [
     "PATCH_KEYS",
     "STDERR_LIMIT",
     "STDOUT_LIMIT",
-    "SYNC_CAPABLE_EVENTS",
     "HookEvent",
     "HookMode",
     "HookOutcome",
@@ -115,7 +114,6 @@ class HookRunOutcome(StrEnum):
 _E = HookEvent
 ASYNC_ONLY_EVENTS = frozenset({_E.SESSION_HEALTH_UPDATE_AFTER, _E.MESSAGE_DELTA, _E.PERMISSION_RESOLVED,
                                _E.PERMISSION_DENIED})
-SYNC_CAPABLE_EVENTS = frozenset(HookEvent) - ASYNC_ONLY_EVENTS
 
 _LABELS = frozenset({"labels"})
 # Patch keys per event besides `deny`/`deny_reason` (§4). Empty = the event's patches are ignored: stdout

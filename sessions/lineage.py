@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sessions.enums import PermissionMode, SessionType
+from sessions.store.folder import isoformat, parse_time
 
 MAX_SPAWN_DEPTH = 3
 MAX_TTL_SECONDS = 7 * 24 * 3600
@@ -32,7 +33,7 @@ def child_lineage(parent: dict[str, Any], *, role: str, ttl_seconds: int, now: d
         "spawn_depth": depth,
         "spawn_role": role,
         "ttl_seconds": ttl_seconds,
-        "ttl_expires_at": (now + timedelta(seconds=ttl_seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "ttl_expires_at": isoformat(now + timedelta(seconds=ttl_seconds)),
     }
 
 
@@ -41,8 +42,8 @@ def reap_reason(meta: dict[str, Any], parent_meta: dict[str, Any] | None, now: d
     lineage = meta.get("lineage") or {}
     if (meta.get("session_type") or "user") != SessionType.SPAWNED or not lineage:
         return None
-    expires = lineage.get("ttl_expires_at")
-    if expires and datetime.fromisoformat(expires.replace("Z", "+00:00")) <= now:
+    expires = parse_time(lineage.get("ttl_expires_at"))
+    if expires and expires <= now:
         return "reaped: ttl expired"
     if parent_meta is None or parent_meta.get("state") == "stopped":
         return "reaped: parent stopped"

@@ -124,8 +124,7 @@ def _pending_inputs(session_id: str) -> list[dict[str, Any]]:
 
 def build_recap(session_id: str, *, workspace_ref: str | None = None, limit: int | None = None) -> dict[str, Any]:
     limit = check_limit(limit)
-    meta = services.read_session_meta(session_id)
-    services.check_workspace_scope(workspace_ref, meta)
+    meta = services.scoped_meta(session_id, workspace_ref)
     path = folder.events_path(session_id)
     page = transcript.read_page(path, limit=limit, max_scan=SCAN_EVENTS)
     marker_rows = event_store.read_events(path, limit=MARKER_WINDOW, newest=True, types=MARKER_TYPES)

@@ -167,8 +167,7 @@ def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> No
 
 
 def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
-    meta = read_session_meta(session_id)
-    check_workspace_scope(workspace_ref, meta)
+    meta = scoped_meta(session_id, workspace_ref)
     return session_payload(meta)
 
 
@@ -427,15 +426,16 @@ def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_sec
         row = Session.objects.get(id=session_id)
         raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}",
                        code="session_attach_locked", data={"attached_to": row.attached_to})
-    return {"session": get_session(session_id), "attach": {
+    # The lease lives in catalog columns the session payload does not show: the payload read above stands.
+    return {"session": payload, "attach": {
         "session_id": session_id, "attached_to": attached_to, "attached_at": folder.isoformat(now),
         "attach_expires_at": folder.isoformat(expires)}}
 
 
 def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> dict[str, Any]:
-    get_session(session_id, workspace_ref)
+    payload = get_session(session_id, workspace_ref)
     Session.objects.filter(id=session_id, attached_to=attached_to).update(attached_to="", attach_expires_at=None)
-    return {"session": get_session(session_id)}
+    return {"session": payload}
 
 
 
@@ -532,8 +532,7 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
 
 
 def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
-    meta = read_session_meta(session_id)
-    check_workspace_scope(workspace_ref, meta)
+    meta = scoped_meta(session_id, workspace_ref)
     from sessions.models import PENDING_INPUT, InputEntry
 
     rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
@@ -678,8 +677,7 @@ def envelope(meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
 def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
                 limit: int | None = None, types: list[str] | None = None, turn_id: str | None = None,
                 agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
-    meta = read_session_meta(session_id)
-    check_workspace_scope(workspace_ref, meta)
+    meta = scoped_meta(session_id, workspace_ref)
     if after is not None and after < 0:
         raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
     rows = event_store.read_events(
@@ -701,8 +699,7 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
     (`truncated`, `omitted_events`) and a response at most MAX_HISTORY_EVENTS; `session events --after`
     pages through a huge turn in full.
     """
-    meta = read_session_meta(session_id)
-    check_workspace_scope(workspace_ref, meta)
+    meta = scoped_meta(session_id, workspace_ref)
     want = _limit(last)
     path = folder.events_path(session_id)
     turns: dict[str, list[dict[str, Any]]] = {}
@@ -744,8 +741,7 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
 def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
               last: int | None = None) -> list[dict[str, Any]]:
     """hook_runs rows of one session, oldest first (`last` keeps the newest N)."""
-    meta = read_session_meta(session_id)
-    check_workspace_scope(workspace_ref, meta)
+    scoped_meta(session_id, workspace_ref)  # 404 outside the workspace
     return event_store.read_hook_runs(folder.events_path(session_id), event=event, outcome=outcome,
                                       last=_limit(last, 1000))
 

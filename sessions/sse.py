@@ -382,8 +382,7 @@ class SessionStreamConsumer(StreamingConsumer):
         if cursor is None:
             cursor = _non_negative((q.get("after_sequence") or q.get("after") or [None])[0], "after_sequence")
         limit = _limit((q.get("limit") or [None])[0])
-        meta = await sync_to_async(services.read_session_meta)(self.session_id)
-        await sync_to_async(services.check_workspace_scope)(kwargs["workspace"], meta)
+        meta = await sync_to_async(services.scoped_meta)(self.session_id, kwargs["workspace"])
         path = folder.events_path(self.session_id)
         if frames == "raw":
             filters = {"types": [t for v in q.get("type", []) for t in v.split(",") if t] or None,

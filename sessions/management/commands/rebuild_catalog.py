@@ -28,15 +28,6 @@ class RebuildError(Exception):
     pass
 
 
-def _unique_name(base: str) -> str:
-    base = base or "workspace"
-    name, n = base, 2
-    while Workspace.objects.filter(name=name).exists():
-        name = f"{base}-{n}"
-        n += 1
-    return name
-
-
 def ensure_workspace(meta: dict[str, Any]) -> bool:
     """The session's workspace row, created from `workspace_id` + `workspace_path` when missing. True if created."""
     ws_id = meta["workspace_id"]
@@ -49,7 +40,7 @@ def ensure_workspace(meta: dict[str, Any]) -> bool:
     if other is not None:
         raise RebuildError(f"workspace path {root} is registered as {other.id}, not {ws_id}")
     moment = folder.parse_time(meta.get("created_at")) or folder.utcnow()
-    Workspace.objects.create(id=ws_id, name=_unique_name(Path(root).name), root_dir=root, add_dirs=[],
+    Workspace.objects.create(id=ws_id, name=catalog.unique_workspace_name(Path(root).name), root_dir=root, add_dirs=[],
                              default_agent="", created_at=moment, updated_at=moment)
     return True
 
