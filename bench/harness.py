@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.profiling import Profiler
+from sessions.store.folder import events_path
 from tests.conftest import Daemon, start_daemon, toml_list, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -182,7 +183,7 @@ class BenchDaemon:
         wait_for(settled, timeout, what=f"the auto-title pass of {session['id']}")
 
     def events_db(self, session: dict[str, Any]) -> Path:
-        return self.home / "sessions" / session["id"] / "events.db"
+        return events_path(session["id"], self.home)
 
     def stream_path(self, session: dict[str, Any]) -> str:
         # Always raw frames: the benchmark pins the raw contract (transcript frames may not exist yet).

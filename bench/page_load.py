@@ -60,11 +60,12 @@ def turn_events(turn: int) -> list[tuple[str, dict[str, Any]]]:
 def build_store(daemon: Daemon, workspace: Path, total: int) -> tuple[str, int]:
     """A stopped session whose events.db holds `total` more events; returns (session id, max sequence)."""
     from sessions.store.events import EventLog, NewEvent, max_sequence
+    from sessions.store.folder import events_path
 
     session = daemon.create(workspace, agent="scripted", name=f"{total // 1000}k-event session")
     response = daemon.http.post(daemon.scoped(session["id"], "/stop"))
     assert response.status_code == 204, response.text
-    path = daemon.home / "sessions" / session["id"] / "events.db"
+    path = events_path(session["id"], daemon.home)
     log = EventLog(path, "scripted")
     try:
         pending: list[NewEvent] = []
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             session_id, max_seq = build_store(daemon, workspace, args.events)
             build_s = time.perf_counter() - t0
-            db = daemon.home / "sessions" / session_id / "events.db"
+            from sessions.store.folder import events_path
+
+            db = events_path(session_id, daemon.home)
             print(f"session {session_id}: {max_seq} events, events.db {db.stat().st_size / 1e6:.1f} MB "
                   f"(built in {build_s:.1f} s)")
             url = f"{daemon.base_url}/sessions/{session_id}"

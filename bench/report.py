@@ -35,7 +35,7 @@ class Target:
         return Verdict.MEETS if ok else Verdict.MISSES
 
     def __str__(self) -> str:
-        sign = "≥" if self.op is Op.AT_LEAST else "<"
+        sign = "≥" if self.op is Op.AT_LEAST else "≤"
         return f"{sign} {fmt(self.value)}"
 
 

@@ -33,10 +33,16 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def daemon_running(path: Path | None = None) -> bool:
+def running_record(path: Path | None = None) -> dict[str, Any] | None:
+    """The daemon record when its process is alive (and is not this process), else None."""
     record = read_daemon_record(path)
-    return bool(record and isinstance(record.get("pid"), int) and pid_alive(record["pid"])
-                and record.get("pid") != os.getpid())
+    if record and isinstance(record.get("pid"), int) and pid_alive(record["pid"]) and record["pid"] != os.getpid():
+        return record
+    return None
+
+
+def daemon_running(path: Path | None = None) -> bool:
+    return running_record(path) is not None
 
 
 def process_started_at(pid: int) -> float | None:

@@ -51,14 +51,13 @@ def _bind_socket_path(path: Path) -> None:
 
 def run_foreground(port: int | None = None) -> int:
     """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
-    from compozy_site.daemon_record import daemon_running, read_daemon_record
+    from compozy_site.daemon_record import read_daemon_record, running_record
     from compozy_site.home import compozy_home, daemon_record_path
 
     home = compozy_home()
     home.mkdir(parents=True, exist_ok=True)
-    if daemon_running():
-        record = read_daemon_record() or {}
-        raise DaemonError(f"daemon already running (pid={record.get('pid')})")
+    if (running := running_record()) is not None:
+        raise DaemonError(f"daemon already running (pid={running['pid']})")
 
     _prepare_django()
     from daphne.server import Server
@@ -87,8 +86,8 @@ def run_foreground(port: int | None = None) -> int:
 
     # The socket must never be world-accessible, not even between bind and chmod.
     old_umask = os.umask(0o077)
-    endpoints = [f"tcp:port={http_port}:interface={_twisted_host(config.http_host)}",
-                 f"unix:{_escape(str(sock))}"]
+    endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}",
+                 f"unix:{_endpoint_escape(str(sock))}"]
     state: dict[str, Any] = {"stopping": False}
     consumer = InProcessConsumer.build()
 
@@ -153,25 +152,20 @@ def run_foreground(port: int | None = None) -> int:
     return 0
 
 
-def _twisted_host(host: str) -> str:
-    return host.replace(":", r"\:")
-
-
-def _escape(path: str) -> str:
-    return path.replace(":", r"\:")
-
+def _endpoint_escape(value: str) -> str:
+    """A host or path inside a Twisted endpoint string, where ':' separates fields."""
+    return value.replace(":", r"\:")
 
 
 def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, Any]:
     """Spawn `compozy daemon start --foreground` in the background; wait until it answers."""
     import subprocess
 
-    from compozy_site.daemon_record import daemon_running, read_daemon_record
+    from compozy_site.daemon_record import read_daemon_record, running_record
     from compozy_site.home import compozy_home
 
-    if daemon_running():
-        record = read_daemon_record() or {}
-        raise DaemonError(f"daemon already running (pid={record.get('pid')})")
+    if (running := running_record()) is not None:
+        raise DaemonError(f"daemon already running (pid={running['pid']})")
     home = compozy_home()
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -193,10 +187,10 @@ def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, 
 
 
 def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
-    from compozy_site.daemon_record import pid_alive, read_daemon_record
+    from compozy_site.daemon_record import pid_alive, running_record
 
-    record = read_daemon_record()
-    if not record or not isinstance(record.get("pid"), int) or not pid_alive(record["pid"]):
+    record = running_record()
+    if record is None:
         raise DaemonError("daemon is not running")
     pid = record["pid"]
     os.kill(pid, signal.SIGTERM)

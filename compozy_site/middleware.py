@@ -30,9 +30,8 @@ class OriginGuardMiddleware:
             origin = request.headers.get("Origin")
             fetch_site = request.headers.get("Sec-Fetch-Site", "")
             host = request.get_host()
-            if (origin and origin != "null" and not origin_allowed(origin, host)) or origin == "null" or (
-                not origin and fetch_site == "cross-site"
-            ):
+            # An opaque "null" Origin is never allowed: origin_allowed needs a scheme and a host.
+            if (origin and not origin_allowed(origin, host)) or (not origin and fetch_site == "cross-site"):
                 from compozy_site.api import error_body
 
                 return JsonResponse(error_body("cross-origin writes are refused", "origin_forbidden", 403,

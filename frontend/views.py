@@ -7,6 +7,7 @@ and leave every write to the JSON API, which the page's JavaScript calls with `f
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -76,14 +77,15 @@ def route_exists(path: str) -> bool:
     return True
 
 
+@functools.cache
 def features() -> dict[str, bool]:
+    """Which optional routes exist; the URLconf is fixed for the life of the process."""
     return {name: route_exists(path) for name, path in OPTIONAL_ROUTES.items()}
 
 
 def _secure(response: HttpResponse) -> HttpResponse:
+    # nosniff and Referrer-Policy: same-origin come from SecurityMiddleware on every response.
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-    response["Referrer-Policy"] = "same-origin"
-    response["X-Content-Type-Options"] = "nosniff"
     return response
 
 
@@ -116,14 +118,8 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 def _queue(session_id: str) -> list[dict[str, Any]]:
-    """Pending input entries, read the same way as the queue route (which may not exist yet)."""
-    from sessions.models import InputEntry
-
-    rows = InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED).order_by("created_at",
-                                                                                                     "id")
-    return [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status, "queue_position": i + 1,
-             "queue_generation": e.generation, "source": e.source, "created_at": folder.isoformat(e.created_at)}
-            for i, e in enumerate(rows)]
+    """Pending input entries, exactly as the queue route gives them (the page refreshes from it later)."""
+    return list(services.pending_inputs(session_id)["queue"])
 
 
 def _session_context(session_id: str) -> dict[str, Any]:
@@ -182,10 +178,9 @@ async def _jsonl(meta: dict[str, Any], path: Path, ceiling: int) -> AsyncIterato
             return
 
 
+@require_safe
 async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
     """GET /sessions/<id>/events.jsonl: every stored event of the session, streamed."""
-    if request.method not in ("GET", "HEAD"):
-        return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
     try:
         meta = await sync_to_async(services.read_session_meta)(session_id)
     except CompozyError as exc:
@@ -196,7 +191,6 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
     response = StreamingHttpResponse(_jsonl(meta, path, ceiling), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{session_id}-events.jsonl"'
     response["Cache-Control"] = "no-store"
-    response["X-Content-Type-Options"] = "nosniff"
     return response
 
 
@@ -233,5 +227,4 @@ def static_asset(request: HttpRequest, path: str) -> HttpResponse:
         response = HttpResponse(cached[2], content_type=content_type or "application/octet-stream")
     response["ETag"] = etag
     response["Cache-Control"] = "no-cache"
-    response["X-Content-Type-Options"] = "nosniff"
     return response

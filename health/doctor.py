@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compozy_site.home import compozy_home, crash_bundles_dir
+from compozy_site.home import compozy_home, crash_bundles_dir, sessions_dir
 from sessions.store.folder import isoformat, utcnow
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
@@ -46,7 +46,7 @@ def check_catalog() -> dict[str, Any]:
 
 def check_event_storage() -> dict[str, Any]:
     home = compozy_home()
-    sessions = home / "sessions"
+    sessions = sessions_dir(home)
     sessions.mkdir(parents=True, exist_ok=True)
     probe = sessions / f".doctor-{os.getpid()}"
     try:

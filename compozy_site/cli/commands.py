@@ -12,7 +12,7 @@ import rich_click as click
 
 from compozy_site.cli.app import _client, _fmt, _session_path, cli, daemon, json_flag, output_option, session, workspace
 from compozy_site.cli.client import ApiError, Client
-from compozy_site.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
+from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv, table
 
 # ---- status ------------------------------------------------------------------------------------
 
@@ -110,10 +110,10 @@ def daemon_stop(fmt: str) -> None:
 @output_option
 def daemon_status(fmt: str) -> None:
     """Print the daemon record; `stopped` (exit 0) when no daemon runs."""
-    from compozy_site.daemon_record import daemon_running, read_daemon_record
+    from compozy_site.daemon_record import read_daemon_record, running_record
 
-    record = read_daemon_record() or {}
-    record = {**record, "status": "running" if daemon_running() else "stopped"}
+    running = running_record()
+    record = {**(running or read_daemon_record() or {}), "status": "running" if running else "stopped"}
     emit(record, fmt, lambda: kv("Compozy daemon", sorted(record.items())))
 
 
@@ -154,7 +154,7 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
     """
     fmt = _fmt(fmt, as_json)
     if cwd and workspace:
-        fail("--cwd and --workspace are mutually exclusive", "workspace_conflict", fmt, 65)
+        fail("--cwd and --workspace are mutually exclusive", "workspace_conflict", fmt, EXIT_USAGE)
     body: dict[str, Any] = {k: v for k, v in {
         "agent_name": agent, "name": name, "provider": provider, "model": model,
         "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt}.items() if v is not None}
@@ -253,12 +253,12 @@ def session_prompt(session_id: str, message: str | None, mode: str | None, cance
     try:
         if cancel_entry:
             if message or mode:
-                fail("--cancel takes no message or mode", "invalid_request", fmt, 65)
+                fail("--cancel takes no message or mode", "invalid_request", fmt, EXIT_USAGE)
             result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{cancel_entry}"))
             emit(result, fmt, lambda: click.echo(f"canceled queued entry {cancel_entry}"))
             return
         if not message:
-            fail("a message is required", "message_required", fmt, 65)
+            fail("a message is required", "message_required", fmt, EXIT_USAGE)
         base = _session_path(client, session_id)
         body: dict[str, Any] = {"message": message}
         if mode:
@@ -285,7 +285,7 @@ def session_prompt(session_id: str, message: str | None, mode: str | None, cance
     except ApiError as exc:
         fail_api(exc, fmt)
     if fmt == "json":
-        click.echo(json.dumps(events, indent=2, sort_keys=True, ensure_ascii=False))
+        click.echo(dump(events))
     elif fmt == "human":
         click.echo()
         last = events[-1] if events else {}

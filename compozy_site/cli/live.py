@@ -11,7 +11,7 @@ import rich_click as click
 
 from compozy_site.cli.app import _client, _fmt, _session_path, cli, json_flag, output_option, session, session_call
 from compozy_site.cli.client import ApiError, Client
-from compozy_site.cli.output import emit, fail, fail_api, kv, table
+from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, table
 
 
 @session.command("interrupt")
@@ -95,7 +95,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
     """
     fmt = _fmt(fmt, as_json)
     if bool(session_id) == bool(latest):
-        fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, 65)
+        fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
     holder = f"cli:{os.getpid()}"
     try:
@@ -103,7 +103,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
             listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
                                                                     "limit": 100})["sessions"]
             if not listing:
-                fail("no resumable session", "no_resumable_session", fmt, 69)
+                fail("no resumable session", "no_resumable_session", fmt, EXIT_UNAVAILABLE)
             session_id = max(listing, key=lambda s: s.get("last_activity_at") or s["updated_at"])["id"]
         assert session_id
         current = client.request("GET", f"/api/sessions/{session_id}")["session"]

@@ -296,6 +296,12 @@ def test_static_files_are_served_with_types_and_never_from_outside_the_app(daemo
     assert css.headers["content-type"].startswith("text/css")
     js = daemon.http.get("/static/frontend/js/session.js")
     assert js.headers["content-type"].startswith("text/javascript")
+    dashboard = daemon.http.get("/")
+    for response in (css, js, dashboard):  # set once for every response, by SecurityMiddleware
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "same-origin"
+    assert "default-src" in dashboard.headers["content-security-policy"]
+    assert daemon.http.options("/sessions/sess_0000000000000000/events.jsonl").status_code == 405
     assert daemon.http.get("/static/frontend/css/app.css",
                            headers={"If-None-Match": css.headers["etag"]}).status_code == 304
     for path in ("/static/frontend/../../views.py", "/static/..%2fviews.py", "/static/frontend/%2e%2e/%2e%2e/views.py",
