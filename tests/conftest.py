@@ -98,11 +98,12 @@ class Daemon:
         assert response.status_code == 200, response.text
         return response.json()["events"]
 
-    def all_events(self, session_id: str, **query: Any) -> list[dict[str, Any]]:
-        """Every event, oldest first, paged by `after_sequence` (a plain read returns only the newest page)."""
+    def all_events(self, session_id: str, after: int = 0, **query: Any) -> list[dict[str, Any]]:
+        """Every event after `after`, oldest first, paged by `after_sequence` (a plain read returns only the
+        newest page)."""
         rows: list[dict[str, Any]] = []
         while True:
-            after = rows[-1]["sequence"] if rows else 0
+            after = rows[-1]["sequence"] if rows else after
             page = self.events(session_id, after_sequence=after, **query)
             if not page:
                 return rows

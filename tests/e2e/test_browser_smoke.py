@@ -66,4 +66,3 @@ def test_click_changes_text_and_screenshot(page: Page, local_server: str, tmp_pa
     page.screenshot(path=str(shot), full_page=True)
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(data) > 0

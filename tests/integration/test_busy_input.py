@@ -18,7 +18,6 @@ from tests.conftest import Daemon, markers, start_daemon, wait_for
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
-MARKER = "transcript_marker.created"
 UNKNOWN_ENTRY = "inq_" + "0" * 32
 STALE_TURN = "turn_0000000000000000"
 
@@ -76,11 +75,6 @@ def wait_done_count(d: Daemon, sid: str, count: int, timeout: float = 90.0) -> l
         ended = len(of_type(events, "done")) + len(of_type(events, "error"))
         return events if ended >= count and d.session(sid)["prompt_state"] == "idle" else None
     return wait_for(ready, timeout, f"{count} finished turns")
-
-
-def turn_of(events: list[dict[str, Any]], text: str) -> str:
-    [turn] = [e["turn_id"] for e in of_type(events, "user_message") if e["content"]["text"] == text]
-    return str(turn)
 
 
 def error_code(response: Any, status: int) -> str:
@@ -144,7 +138,6 @@ def test_a_full_queue_answers_413_and_the_queued_prompts_still_run(capped: Daemo
 
     events = wait_done_count(capped, sid, 3)
     assert user_texts(events) == ["slow 10 0.2", "kept one", "kept two"]
-    assert "one too many" not in json.dumps(user_texts(events))
 
 
 def test_a_prompt_refused_by_a_full_queue_leaves_a_prompt_dropped_marker(capped: Daemon, workspace: Path) -> None:
@@ -257,6 +250,7 @@ def test_a_dedicated_interrupt_then_steer_composes_the_canceled_prompt_once(daem
     steered = markers(events, "prompt_steered")
     assert evidence(steered[0])["salvaged_turn_id"] == running
     assert evidence(steered[0])["new_turn_id"] == composed_turn
+    assert len(steered) >= 2, "the staged second steer left no marker"
     assert all("salvaged_turn_id" not in evidence(m) for m in steered[1:])
     # Idle again, with the salvage spent: a steer has nothing to act on.
     assert error_code(daemon.http.post(daemon.scoped(sid, "/steer"), json={"text": "third"}),

@@ -15,16 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, pid_alive, start_daemon, wait_gone
+from tests.conftest import Daemon, start_daemon, wait_for, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 BOOT = 120.0  # daemon start under a loaded CI machine
-
-
-def kill_daemon(d: Daemon) -> None:
-    d.proc.send_signal(signal.SIGKILL)
-    d.proc.wait(30)
-    d.http.close()
 
 
 def stored_sequences(home: Path, session_id: str) -> list[int]:
@@ -59,12 +53,10 @@ def test_sigkill_mid_turn_keeps_every_streamed_event_and_the_session_continues(
     stop = threading.Event()
     viewer = threading.Thread(target=watch, args=(d, sid, received, stop), daemon=True)
     viewer.start()
-    deadline = time.monotonic() + 60
-    while sum(1 for f in received if f.get("type") == "agent_message") < 50:
-        assert time.monotonic() < deadline, "the viewer never saw the stream"
-        time.sleep(0.02)
+    wait_for(lambda: sum(1 for f in received if f.get("type") == "agent_message") >= 50,
+             what="the viewer to see the stream")
     agent_pid = d.meta(sid)["liveness"]["subprocess_pid"]
-    kill_daemon(d)
+    d.stop(signal.SIGKILL)
     stop.set()
     viewer.join(10)
 
@@ -76,7 +68,7 @@ def test_sigkill_mid_turn_keeps_every_streamed_event_and_the_session_continues(
     for frame in received:
         assert stored[frame["sequence"]] == frame["content"]
     # The agent does not outlive its daemon (EOF on stdin, or repair kills its group).
-    assert json.loads((home / "sessions" / sid / "meta.json").read_text())["state"] == "active"
+    assert d.meta(sid)["state"] == "active"
 
     d = start_daemon(home, timeout=BOOT)
     try:
@@ -87,10 +79,8 @@ def test_sigkill_mid_turn_keeps_every_streamed_event_and_the_session_continues(
         assert session["stop_detail"] == "daemon crashed while session active"
         # Boot repair terminalizes the interrupted turn (append-only).
         turn = received[0]["turn_id"]
-        deadline = time.monotonic() + 60
-        while not any(e["type"] == "error" for e in d.all_events(sid) if e["turn_id"] == turn):
-            assert time.monotonic() < deadline, "boot repair did not terminalize the interrupted turn"
-            time.sleep(0.2)
+        wait_for(lambda: any(e["type"] == "error" for e in d.all_events(sid) if e["turn_id"] == turn),
+                 what="boot repair to terminalize the interrupted turn")
         sequences = stored_sequences(home, sid)
         assert sequences == list(range(1, len(sequences) + 1))
         # A new prompt continues the session under the same id.
@@ -118,7 +108,7 @@ def test_twenty_kill_and_restart_cycles_leave_no_gap_no_live_state_and_no_orphan
             pid = ((d.meta(sid).get("liveness") or {}).get("subprocess_pid"))
             if isinstance(pid, int):
                 agent_pids.add(pid)
-        kill_daemon(d)
+        d.stop(signal.SIGKILL)
 
     d = start_daemon(home, timeout=BOOT)
     try:
@@ -128,8 +118,8 @@ def test_twenty_kill_and_restart_cycles_leave_no_gap_no_live_state_and_no_orphan
             assert session["stop_reason"] in {"agent_crashed", "error"}
             sequences = stored_sequences(home, sid)
             assert sequences == list(range(1, len(sequences) + 1)), f"gap or duplicate in {sid}"
+        assert agent_pids, "no agent pid was recorded in any cycle: nothing to check for orphans"
         orphans = [pid for pid in agent_pids if not wait_gone(pid, 30)]
         assert not orphans, f"agent processes outlived their daemon: {orphans}"
-        assert not any(pid_alive(pid) for pid in agent_pids)
     finally:
         d.stop()

@@ -125,8 +125,8 @@ def assert_one_json_error(result: subprocess.CompletedProcess[str], exit_code: i
 
 
 @pytest.mark.parametrize(("args", "exit_code", "code"), CLI_CASES)
-def test_cli_errors_are_one_line_and_a_nonzero_exit(daemon: Daemon, workspace: Path, stopped_session: dict[str, Any],
-                                                    args: list[str], exit_code: int, code: str) -> None:
+def test_cli_errors_are_one_line_and_a_nonzero_exit(daemon: Daemon, workspace: Path, args: list[str], exit_code: int,
+                                                    code: str) -> None:
     argv = [str(workspace) if a == "$WS" else a for a in args]
     assert_one_line_error(daemon.cli(*argv), exit_code, code)
     assert_one_json_error(daemon.cli(*argv, "-o", "json"), exit_code, code)

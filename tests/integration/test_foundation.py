@@ -160,7 +160,7 @@ def test_workspace_add_list_info_remove(daemon: Daemon, tmp_path: Path) -> None:
     assert root.is_dir()  # unregistering never touches the directory itself
 
 
-def test_daemon_status_prints_the_record(daemon: Daemon, tmp_path: Path) -> None:
+def test_daemon_status_prints_the_record(daemon: Daemon) -> None:
     record = daemon.cli_json("daemon", "status")
     assert record["status"] == "running"
     assert record["pid"] == daemon.proc.pid

@@ -6,11 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Daemon
-
-
-def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == type_]
+from tests.conftest import Daemon, of_type
 
 
 def reply(events: list[dict[str, Any]]) -> list[str]:

@@ -21,7 +21,6 @@ SUPERVISION = (
     'inactivity_timeout = "4s"\ntimeout_cancel_grace = "1s"\nprogress_notify_interval = "0s"\n'
 )
 INACTIVITY_TIMEOUT = 4.0
-MARKER = "transcript_marker.created"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from tests.conftest import SCRIPTED, Daemon, markers, of_type, start_daemon, wai
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
-MARKER = "transcript_marker.created"
 FLAKY_OK = "flaky-ok"
 
 

@@ -10,14 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sessions.store.events import max_sequence
-from tests.conftest import ROOT, Daemon, start_daemon
+from tests.conftest import ROOT, start_daemon, wait_for, wait_gone
 
 INTERRUPTED_TOOL = "Tool call interrupted before a result was persisted."
 INTERRUPTED_TURN = "Session interrupted before a terminal prompt event was persisted."
@@ -29,38 +27,6 @@ def manage(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.pop("COMPOZY_URL", None)
     return subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=str(ROOT), capture_output=True,
                           text=True, timeout=120)
-
-
-def meta_file(home: Path, session_id: str) -> dict[str, Any]:
-    return json.loads((home / "sessions" / session_id / "meta.json").read_text())
-
-
-def every_event(d: Daemon, session_id: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    while True:
-        page = d.events(session_id, after_sequence=rows[-1]["sequence"] if rows else 0)
-        if not page:
-            return rows
-        rows += page
-
-
-def wait_until(predicate: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 # Several daemon starts and CLI/manage.py processes each: generous on a loaded 2-core machine.
@@ -75,12 +41,12 @@ def test_a_daemon_killed_mid_tool_call_is_repaired_at_restart(tmp_path: Path, wo
         turn_id = accepted.json()["prompt"]["turn_id"]
         tool_call = first.wait_event(session_id, "tool_call")
         call_id = tool_call["content"]["tool_call_id"]
-        agent_pid = meta_file(home, session_id)["liveness"]["subprocess_pid"]
+        agent_pid = first.meta(session_id)["liveness"]["subprocess_pid"]
     finally:
         first.stop(signal.SIGKILL)
     # The agent loses its stdin with the daemon and exits on its own; only then is it a plain daemon crash.
-    wait_until(lambda: gone(agent_pid), "the orphaned agent to exit")
-    assert meta_file(home, session_id)["state"] == "active"
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    assert first.meta(session_id)["state"] == "active"
     events_db = home / "sessions" / session_id / "events.db"
     crash_sequence = max_sequence(events_db)
     assert crash_sequence >= tool_call["sequence"]
@@ -99,13 +65,13 @@ def test_a_daemon_killed_mid_tool_call_is_repaired_at_restart(tmp_path: Path, wo
     ]
     assert f"[1/1] {session_id}  planned" in planned.stderr
     # Nothing persisted: meta.json is still the stale `active`, and no event was appended.
-    assert meta_file(home, session_id)["state"] == "active"
+    assert first.meta(session_id)["state"] == "active"
     assert max_sequence(events_db) == crash_sequence
 
     second = start_daemon(home, timeout=START_TIMEOUT)
     try:
-        wait_until(lambda: "and 1 transcript(s)" in second.log(), "the boot transcript repair")
-        rows = every_event(second, session_id)
+        wait_for(lambda: "and 1 transcript(s)" in second.log(), what="the boot transcript repair")
+        rows = second.all_events(session_id)
         session = second.session(session_id)
         assert (session["state"], session["stop_reason"], session["failure"]["kind"], session["stop_detail"]) == (
             "stopped", "agent_crashed", "process_exit", "daemon crashed while session active")
@@ -124,7 +90,7 @@ def test_a_daemon_killed_mid_tool_call_is_repaired_at_restart(tmp_path: Path, wo
         assert [i["code"] for i in report["issues"]] == ["terminal_event_already_exists"]
         assert report["issues"][0]["event_id"] == appended[1]["id"]
         assert report["actions"] == [] and report["persisted"] is False
-        assert every_event(second, session_id) == rows
+        assert second.all_events(session_id) == rows
 
         human = second.cli("session", "repair", session_id, "--dry-run")
         assert human.returncode == 0, human.stderr
@@ -156,10 +122,10 @@ def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_pat
         outside = manage(home, "repair_sessions", live, "--json")
         assert outside.returncode == 1
         assert json.loads(outside.stdout)["sessions"][0]["status"] == "refused"
-        assert meta_file(home, live)["state"] == "active"
+        assert d.meta(live)["state"] == "active"
 
         # Stop reasons other than agent_crashed/error need --force.
-        count = len(every_event(d, stopped))
+        count = len(d.all_events(stopped))
         unforced = d.http.post(d.scoped(stopped, "/repair"), params={"dry_run": "1"})
         assert unforced.status_code == 200, unforced.text
         assert [i["code"] for i in unforced.json()["repair"]["issues"]] == ["stop_reason_requires_force"]
@@ -170,15 +136,15 @@ def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_pat
         planned = d.http.post(d.scoped(stopped, "/repair"), params={"dry-run": "true", "force": "true"}).json()
         assert [a["code"] for a in planned["repair"]["actions"]] == ["append_terminal_error"]
         assert planned["repair"]["persisted"] is False
-        assert len(every_event(d, stopped)) == count
+        assert len(d.all_events(stopped)) == count
 
         # A stopped session may be repaired by manage.py while the daemon runs.
         forced = manage(home, "repair_sessions", stopped, "--force")
         assert forced.returncode == 0, forced.stderr
         assert f"{stopped}  repaired  1 action(s): append_terminal_error" in forced.stdout
-        last = every_event(d, stopped)[-1]
+        last = d.all_events(stopped)[-1]
         assert (last["type"], last["content"]["stop_reason"]) == ("error", "user_canceled")
-        assert len(every_event(d, stopped)) == count + 1
+        assert len(d.all_events(stopped)) == count + 1
 
         elsewhere = d.http.post(f"/api/workspaces/ws_0123456789abcdef/sessions/{stopped}/repair")
         assert elsewhere.status_code == 404

@@ -36,7 +36,10 @@ def test_a_crash_bundle_with_planted_secrets_contains_none_of_them(daemon: Daemo
     assert oct(bundle.stat().st_mode & 0o777) == "0o600"
     assert oct(bundle.parent.stat().st_mode & 0o777) == "0o700"
 
-    stored = (daemon.home / "sessions" / sid / "events.db").read_bytes()
+    # The raw store bytes, WAL included (rows not yet checkpointed live there), and what the API reads back.
+    db = daemon.home / "sessions" / sid / "events.db"
+    stored = b"".join(p.read_bytes() for p in (db, db.with_name("events.db-wal")) if p.exists())
+    stored += json.dumps(daemon.all_events(sid)).encode()
     status = daemon.cli("session", "status", sid, "-o", "json").stdout
     for secret in SECRET_PARTS:
         assert secret not in text, f"crash bundle leaks {secret[:12]}…"

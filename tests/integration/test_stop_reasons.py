@@ -5,19 +5,17 @@ object must be the same in `session status`, `session list`, the raw SSE termina
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import Daemon, markers, of_type, start_daemon
+from tests.sse import Frame, frames, open_stream
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 # Shortened supervision (config reference §3); huey ticks at 1 s granularity, so waits stay generous.
@@ -26,37 +24,13 @@ SUPERVISION = (
     'inactivity_timeout = "4s"\ntimeout_cancel_grace = "1s"\nprogress_notify_interval = "0s"\n'
 )
 INACTIVITY_TIMEOUT = 4.0
-MARKER = "transcript_marker.created"
-
-
-@dataclass
-class Frame:
-    id: str | None
-    event: str
-    data: dict[str, Any]
 
 
 def raw_frames(d: Daemon, session_id: str) -> list[Frame]:
     """The whole raw SSE stream of a stopped session; it closes itself after the terminal frame."""
-    out: list[Frame] = []
-    event_id: str | None = None
-    event, data = "message", []
-    with d.http.stream("GET", d.scoped(session_id, "/stream"), params={"frames": "raw"},
-                       headers={"Accept": "text/event-stream", "Last-Event-ID": "0"},
-                       timeout=httpx.Timeout(60.0)) as response:
+    with open_stream(d.http, d.scoped(session_id, "/stream"), {"frames": "raw"}, last_event_id=0) as response:
         assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line == "":
-                if data:
-                    out.append(Frame(event_id, event, json.loads("\n".join(data))))
-                event_id, event, data = None, "message", []
-            elif line.startswith("id:"):
-                event_id = line[3:].strip()
-            elif line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-    return out
+        return list(frames(response))
 
 
 def assert_failure_everywhere(d: Daemon, session_id: str) -> dict[str, Any] | None:

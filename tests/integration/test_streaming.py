@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, Daemon
+from tests.conftest import ROOT, Daemon, wait_for
 from tests.sse import Frame, frames, open_stream, watch_raw
 
 
@@ -24,17 +23,6 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("stream-ws")
     (path / "README.md").write_text("streaming tests\n")
     return path
-
-
-def wait_for(predicate: Any, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # ---- raw mode: a viewer cut off mid-turn resumes with no gap and no duplicate ----------------
@@ -68,14 +56,6 @@ def cut_and_resume(base_url: str, path: str, start: int, cut_after: int, resume:
     out["frames"] = received
 
 
-def events_after(daemon: Daemon, sid: str, after: int) -> list[dict[str, Any]]:
-    """Every stored event after `after`, paged through GET …/events."""
-    rows: list[dict[str, Any]] = []
-    while page := daemon.events(sid, after_sequence=rows[-1]["sequence"] if rows else after):
-        rows += page
-    return rows
-
-
 def run_cut_turn(daemon: Daemon, sid: str, count: int, cut_after: int, resume: str) -> None:
     """Stream a `count`-chunk turn to a viewer that hangs up mid-turn and resumes; compare with the store."""
     path = daemon.scoped(sid, "/stream")
@@ -85,7 +65,7 @@ def run_cut_turn(daemon: Daemon, sid: str, count: int, cut_after: int, resume: s
     result: dict[str, Any] = {}
     cut_and_resume(daemon.base_url, path, start, cut_after, resume, result)
 
-    stored = events_after(daemon, sid, start)
+    stored = daemon.all_events(sid, after=start)
     done = next(e for e in stored if e["type"] == "done")
     expected = [e for e in stored if e["sequence"] <= done["sequence"]]
     assert sum(e["type"] == "agent_message" for e in expected) == count
@@ -168,7 +148,7 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
         thread.join(120)
         assert not thread.is_alive(), "a viewer never reached the end of the turn"
 
-    stored = events_after(daemon, sid, 0)
+    stored = daemon.all_events(sid)
     done = next(e for e in stored if e["type"] == "done" and e["sequence"] > start)
     expected = [e for e in stored if start < e["sequence"] <= done["sequence"]]
     for got in outs[:3]:

@@ -8,8 +8,6 @@ import os
 import re
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from sessions.hooks import (
     validate_declarations,
 )
 from sessions.store.events import EventLog, read_hook_runs
+from tests.conftest import wait_gone
 
 ROW_KEYS = {"id", "hook_name", "event", "source", "mode", "duration_ns", "outcome", "dispatch_depth",
             "patch_applied", "error", "required", "recorded_at"}
@@ -76,24 +75,6 @@ def dispatch(runner: HookRunner, event: str, payload: dict[str, Any], **kwargs: 
 def runner_with_rows(decls: list[HookDeclaration], **kwargs: Any) -> tuple[HookRunner, Rows]:
     rows = Rows()
     return HookRunner(decls, record_run=rows.append, **kwargs), rows
-
-
-def alive(pid: int) -> bool:
-    """A zombie is dead for our purpose (PID 1 of a container may never reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 # ---- patches and the sync chain -------------------------------------------------------------------
@@ -235,7 +216,7 @@ def test_non_required_failure_is_recorded_and_skipped(tmp_path: Path) -> None:
     assert rows[0]["patch_applied"] is None
 
 
-def test_missing_command_is_a_failed_run(tmp_path: Path) -> None:
+def test_missing_command_is_a_failed_run() -> None:
     decl = HookDeclaration(name="ghost", event="turn.start", command="/nonexistent/compozy-hook", mode="sync")
     runner, rows = runner_with_rows([decl])
     outcome = dispatch(runner, "turn.start", {"turn_id": "t1"})
@@ -352,10 +333,10 @@ def test_timeout_kills_the_hooks_whole_process_group(tmp_path: Path) -> None:
     assert rows.outcomes() == {"sleeper": "failed"}
     assert rows[0]["error"] == "hook timed out after 2s"
     grandchild_pid = int(pid_file.read_text())
-    assert wait_for(lambda: not alive(grandchild_pid)), f"grandchild {grandchild_pid} survived the timeout"
+    assert wait_gone(grandchild_pid, 5), f"grandchild {grandchild_pid} survived the timeout"
 
 
-def test_required_hook_timeout_aborts(tmp_path: Path) -> None:
+def test_required_hook_timeout_aborts() -> None:
     decl = hook("slow", "input.pre_submit", args=("-c", "import time; time.sleep(30)"), required=True,
                 timeout=0.3)
     runner, rows = runner_with_rows([decl])
@@ -380,7 +361,7 @@ def test_cancelling_a_dispatch_kills_the_running_hook_and_records_the_run(tmp_pa
     asyncio.run(go())
     assert rows.outcomes() == {"gate": "failed"} and rows[0]["error"] == "hook run cancelled"
     pid = int(pid_file.read_text())
-    assert wait_for(lambda: not alive(pid)), f"hook {pid} survived the cancellation"
+    assert wait_gone(pid, 5), f"hook {pid} survived the cancellation"
 
 
 def test_payload_with_non_json_values_and_lone_surrogates_reaches_the_hook(tmp_path: Path) -> None:
@@ -483,7 +464,7 @@ def test_async_hooks_get_the_patched_payload_and_their_patches_are_discarded(tmp
     assert observe["mode"] == "async" and observe["patch_applied"] is None
 
 
-def test_async_pool_drops_runs_when_the_queue_is_full(tmp_path: Path) -> None:
+def test_async_pool_drops_runs_when_the_queue_is_full() -> None:
     count = 70
     decls = [shell_hook(f"obs-{i:02d}", "message.delta", "cat >/dev/null", mode="async") for i in range(count)]
     runner, rows = runner_with_rows(decls)
@@ -502,7 +483,7 @@ def test_async_pool_drops_runs_when_the_queue_is_full(tmp_path: Path) -> None:
     assert sum(r["outcome"] == "applied" for r in rows) == 64
 
 
-def test_drain_kills_running_async_hooks_and_drops_queued_ones(tmp_path: Path) -> None:
+def test_drain_kills_running_async_hooks_and_drops_queued_ones() -> None:
     decls = [hook(f"slow-{i}", "session.health.update.after", args=("-c", "import time; time.sleep(30)"),
                   mode="async", timeout=60) for i in range(3)]
     runner, rows = runner_with_rows(decls, async_workers=1)
@@ -547,7 +528,7 @@ def test_hook_environment_is_an_allowlist_plus_declared_env(tmp_path: Path, monk
     assert Path(seen["cwd"]).resolve() == workdir.resolve()
 
 
-def test_unresolvable_secret_env_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unresolvable_secret_env_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     decl = shell_hook("needs-secret", "turn.start", "true", mode="sync", secret_env={"K": "env:NOT_SET_ANYWHERE"})
     runner, rows = runner_with_rows([decl])
@@ -556,7 +537,7 @@ def test_unresolvable_secret_env_fails_the_run(tmp_path: Path, monkeypatch: pyte
     assert "NOT_SET_ANYWHERE is not set" in rows[0]["error"]
 
 
-def test_matchers_use_globs_and_tool_read_only(tmp_path: Path) -> None:
+def test_matchers_use_globs_and_tool_read_only() -> None:
     decls = [
         shell_hook("fs", "tool.pre_call", "true", mode="sync", matcher={"tool_name": "fs_*"}),
         shell_hook("reads", "tool.pre_call", "true", mode="sync", matcher={"tool_read_only": True}),
@@ -574,7 +555,7 @@ def test_matchers_use_globs_and_tool_read_only(tmp_path: Path) -> None:
     assert [r["hook_name"] for r in rows] == ["any", "class", "fs"]
 
 
-def test_agent_and_workspace_scoped_hooks_only_run_for_their_scope(tmp_path: Path) -> None:
+def test_agent_and_workspace_scoped_hooks_only_run_for_their_scope() -> None:
     decls = [shell_hook("agent-hook", "turn.start", "true", mode="sync", source="agent_definition",
                         agent_scope="reviewer"),
              shell_hook("ws-hook", "turn.start", "true", mode="sync", workspace_scope="ws_1")]
