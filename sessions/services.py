@@ -313,22 +313,21 @@ async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str |
     return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
 
 
-def reap_candidates(live_ids: list[str]) -> list[tuple[str, str]]:
-    """(session id, reason) for live spawned children whose TTL expired or whose parent stopped."""
+def reap_candidates(live: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(session id, reason) for live spawned children whose TTL expired or whose parent stopped. `live` maps
+    session id → meta.json already read; a parent outside it is read from its folder."""
     now = folder.utcnow()
     found = []
-    for session_id in live_ids:
-        try:
-            meta = folder.read_meta(session_id)
-        except ValueError:
-            continue
-        if not meta or not meta.get("lineage"):
+    for session_id, meta in live.items():
+        if not meta.get("lineage"):
             continue
         parent_id = meta["lineage"].get("parent_session_id") or ""
-        try:
-            parent = folder.read_meta(parent_id) if is_session_id(parent_id) else None
-        except ValueError:
-            parent = None
+        parent = live.get(parent_id)
+        if parent is None:
+            try:
+                parent = folder.read_meta(parent_id) if is_session_id(parent_id) else None
+            except ValueError:
+                parent = None
         reason = lineage.reap_reason(meta, parent, now)
         if reason:
             found.append((session_id, reason))

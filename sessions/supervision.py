@@ -67,12 +67,16 @@ def sweep() -> dict[str, int]:
     now = folder.utcnow()
     proposed = 0
     ids = list(manager.runtimes)
+    live: dict[str, dict[str, Any]] = {}  # read once here, reused by the reaping check below
     for session_id in ids:
         try:
             meta = folder.read_meta(session_id)
         except ValueError:
             continue
-        if not meta or meta.get("state") != "active":
+        if not meta:
+            continue
+        live[session_id] = meta
+        if meta.get("state") != "active":
             continue
         turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
         for action in decide(meta, now, manager.config):
@@ -88,7 +92,7 @@ def sweep() -> dict[str, int]:
     from sessions.services import reap_candidates
 
     reaped = 0
-    for session_id, reason in reap_candidates(ids):
+    for session_id, reason in reap_candidates(live):
         future = asyncio.run_coroutine_threadsafe(manager.reap(session_id, reason), manager.loop)
         try:
             future.result(timeout=60)
