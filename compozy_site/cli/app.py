@@ -31,8 +31,12 @@ def _client() -> Client:
 
 def _session_path(client: Client, session_id: str, suffix: str = "") -> str:
     """Session-scoped commands take just the id; the client finds the workspace route."""
-    session = client.request("GET", f"/api/sessions/{session_id}")["session"]
-    return f"/api/workspaces/{session['workspace_id']}/sessions/{session_id}{suffix}"
+    return _scoped(client.request("GET", f"/api/sessions/{session_id}")["session"], suffix)
+
+
+def _scoped(session: dict[str, Any], suffix: str = "") -> str:
+    """The workspace-scoped route of a session payload already fetched."""
+    return f"/api/workspaces/{session['workspace_id']}/sessions/{session['id']}{suffix}"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

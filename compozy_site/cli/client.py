@@ -72,46 +72,26 @@ class Client:
                            "daemon_unavailable") from exc
 
     def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-        if query:
-            clean = {k: v for k, v in query.items() if v is not None and v is not False}
-            if clean:
-                path += "?" + urlencode(clean, doseq=True)
-        conn, resp = self._open(method, path, body)
+        conn, resp = self._open(method, _with_query(path, query), body)
         try:
             raw = resp.read()
         finally:
             conn.close()
-        data: Any = None
-        if raw:
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError:
-                data = {"error": raw[:200].decode("utf-8", "replace"), "code": "invalid_response"}
+        data = _decode(raw)
         if resp.status >= 400:
-            data = data if isinstance(data, dict) else {}
-            raise ApiError(resp.status, str(data.get("error") or resp.reason), str(data.get("code") or "error"), data)
+            raise _api_error(resp, data)
         return data
 
     def stream(self, path: str, query: dict[str, Any] | None = None,
                last_event_id: int | None = None) -> Iterator[tuple[str, str, str]]:
         """(id, event, data) per SSE frame; keepalive comments skipped."""
-        if query:
-            clean = {k: v for k, v in query.items() if v is not None}
-            if clean:
-                path += "?" + urlencode(clean, doseq=True)
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        conn, resp = self._open("GET", path, headers=headers, timeout=None)
+        conn, resp = self._open("GET", _with_query(path, query), headers=headers, timeout=None)
         try:
             if resp.status >= 400:
-                raw = resp.read()
-                try:
-                    data = json.loads(raw)
-                except json.JSONDecodeError:
-                    data = {}
-                raise ApiError(resp.status, str(data.get("error") or resp.reason), str(data.get("code") or "error"),
-                               data)
+                raise _api_error(resp, _decode(resp.read()))
             event_id, event, data_lines = "", "", []
             while True:
                 line = resp.readline()
@@ -132,3 +112,24 @@ class Client:
                     data_lines.append(text[5:].lstrip(" "))
         finally:
             conn.close()
+
+
+def _with_query(path: str, query: dict[str, Any] | None) -> str:
+    """`path?query`, leaving out None and False (an unset option, an off flag)."""
+    clean = {k: v for k, v in (query or {}).items() if v is not None and v is not False}
+    return f"{path}?{urlencode(clean, doseq=True)}" if clean else path
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return {"error": raw[:200].decode("utf-8", "replace"), "code": "invalid_response"}
+
+
+def _api_error(resp: Any, data: Any) -> ApiError:
+    """The daemon's JSON error body ({error, code, ...}) as an ApiError."""
+    data = data if isinstance(data, dict) else {}
+    return ApiError(resp.status, str(data.get("error") or resp.reason), str(data.get("code") or "error"), data)

@@ -10,7 +10,18 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, _session_path, cli, daemon, json_flag, output_option, session, workspace
+from compozy_site.cli.app import (
+    _client,
+    _fmt,
+    _scoped,
+    _session_path,
+    cli,
+    daemon,
+    json_flag,
+    output_option,
+    session,
+    workspace,
+)
 from compozy_site.cli.client import ApiError, Client
 from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv, table
 
@@ -320,7 +331,7 @@ def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
     client = _client()
     try:
         s = client.request("GET", f"/api/sessions/{session_id}")["session"]
-        client.request("DELETE", f"/api/workspaces/{s['workspace_id']}/sessions/{session_id}")
+        client.request("DELETE", _scoped(s))
     except ApiError as exc:
         fail_api(exc, fmt)
     emit(s, fmt, lambda: click.echo(f"removed {session_id}"))

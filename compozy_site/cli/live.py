@@ -9,7 +9,16 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, _session_path, cli, json_flag, output_option, session, session_call
+from compozy_site.cli.app import (
+    _client,
+    _fmt,
+    _scoped,
+    cli,
+    json_flag,
+    output_option,
+    session,
+    session_call,
+)
 from compozy_site.cli.client import ApiError, Client
 from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, table
 
@@ -107,20 +116,19 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
             session_id = max(listing, key=lambda s: s.get("last_activity_at") or s["updated_at"])["id"]
         assert session_id
         current = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        base = _scoped(current)  # one lookup: the workspace route of a session never changes
         if current["state"] == "stopped":
-            client.request("POST", _session_path(client, session_id, "/reactivate"))
-        result = client.request("POST", _session_path(client, session_id, "/attach"),
-                                {"attached_to": holder, "ttl_seconds": ttl_seconds})
+            client.request("POST", base + "/reactivate")
+        result = client.request("POST", base + "/attach", {"attached_to": holder, "ttl_seconds": ttl_seconds})
     except ApiError as exc:
         fail_api(exc, fmt)
     if fmt != "human" or not sys.stdin.isatty():
         emit(result, fmt, lambda: kv(f"Attached to {session_id}", sorted(result["attach"].items())))
         return
-    _interactive(client, session_id, holder)
+    _interactive(client, session_id, base, holder)
 
 
-def _interactive(client: Client, session_id: str, holder: str) -> None:
-    base = _session_path(client, session_id)
+def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
     click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
     try:
         while True:
