@@ -61,6 +61,13 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(Exception)
 def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    from sessions.errors import StorageError
+    from sessions.store.failures import classify
+
+    if classify(exc) is not None:
+        # A full disk or a locked store is a condition of this machine, not a bug: say so with a code.
+        logger.error("storage error on %s %s: %s", request.method, request.path, exc)
+        return on_domain_error(request, StorageError.from_exception(exc))
     # 5xx messages are masked; the log (redacted) keeps the detail.
     logger.exception("unhandled API error on %s %s", request.method, request.path)
     return api.create_response(request, error_body("internal error", "internal_error", 500), status=500)

@@ -82,6 +82,9 @@ def run_foreground(port: int | None = None) -> int:
     asyncio.set_event_loop(loop)
     manager = SessionManager(config)
     manager.bind_loop(loop)
+    from sessions.runtime.loop_lag import MONITOR
+
+    loop.call_soon(MONITOR.start)  # lag of the loop every session shares: `compozy status`, the benchmarks
     set_manager(manager)
 
     # The socket must never be world-accessible, not even between bind and chmod.

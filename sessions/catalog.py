@@ -119,8 +119,15 @@ def check_root(ws: Workspace) -> None:
 
 
 def save_meta(meta: dict[str, Any]) -> None:
-    """meta.json (atomic, fsynced: the per-session truth), then its catalog mirror."""
-    write_meta(meta)
+    """meta.json (atomic, fsynced: the per-session truth), then its catalog mirror.
+
+    When meta.json cannot be written (a full disk under the sessions folder) the catalog row is still
+    updated, so listings show the change, and the error is raised for the caller to retry."""
+    try:
+        write_meta(meta)
+    except OSError:
+        upsert_session_row(meta)
+        raise
     upsert_session_row(meta)
 
 

@@ -41,6 +41,10 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"
     UNKNOWN_FAILURE = "unknown_failure"
     PROVIDER_AUTH_FAILURE = "provider_auth_failure"
+    # Our extension to the reference's closed set: the session's event store stayed unwritable (disk full,
+    # I/O error, read-only, locked past the write deadline), so the session was stopped rather than run on
+    # without its record.
+    STORAGE_FAILURE = "storage_failure"
 
 
 class SessionType(StrEnum):

@@ -48,3 +48,24 @@ class HookDenied(CompozyError):
     """A lifecycle hook denied the operation (a required one also stops the session: hook_stopped)."""
 
     status, code = 403, "hook_denied"
+
+
+class StorageError(CompozyError):
+    """The disk cannot take the write: 507 `storage_full` when it is full, else 503 `storage_unavailable`.
+    Raised before anything is half-written; the daemon works again as soon as space returns."""
+
+    status, code = 507, "storage_full"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, reason: str | None = None) -> StorageError:
+        from sessions.store.failures import DISK_FULL, classify
+
+        reason = reason or classify(exc) or "unknown"
+        if reason == DISK_FULL:
+            return cls("not enough disk space for this write", data={"reason": reason})
+        return cls(f"storage is not writable ({reason})", code="storage_unavailable", status=503,
+                   data={"reason": reason})
+
+    @classmethod
+    def from_failure(cls, exc: BaseException) -> StorageError:
+        return cls.from_exception(exc, getattr(exc, "reason", None))

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # large): a viewer further behind than the ring reads the store instead.
 RING_ROWS = 1024
 RING_BYTES = 2 * 1024 * 1024
-# Rows read per pull on the event loop; a full page schedules the next pull instead of blocking the loop.
+# Rows read per pull (on a worker thread); a full page is followed by the next one.
 PULL_PAGE = 1000
 # The fallback poll (events reference §6: rows are pushed, polling every 100 ms is the fallback): one query per
 # watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
@@ -78,60 +78,34 @@ class FeedRow:
 
 
 class SessionFeed:
-    """The shared tail of one session's events.db. Lives on the event loop: no method is thread-safe."""
+    """The shared tail of one session's events.db. Lives on the event loop: no method is thread-safe.
+
+    Rows reach it two ways. The daemon that writes the session offers each committed batch directly
+    (`offer`: no read at all). Anything else (a doorbell from another process, the fallback poll, a gap)
+    asks for a pull, and pulls read the store on a worker thread, one at a time, never on the loop."""
 
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
         self.rows: deque[FeedRow] = deque()
         self.bytes = 0  # content text held by the ring
-        try:
-            self.cursor = event_store.max_sequence(path)  # newest sequence read; the ring starts empty here
-        except sqlite3.Error:
-            self.cursor = 0  # a store not initialized yet: the first pull reads it from the start
+        # Newest sequence held; None until the first read says where the store ends (viewers read the
+        # store themselves meanwhile).
+        self.cursor: int | None = None
         self.viewers: set[asyncio.Event] = set()
         self.conn: sqlite3.Connection | None = None
         self.listener: asyncio.Task[None] | None = None
         self.poller: asyncio.Task[None] | None = None
-        self._repull: asyncio.Handle | None = None
-
-    # ---- reading ---------------------------------------------------------------------------
-
-    def pull(self) -> int:
-        """Read the rows committed after the cursor into the ring and wake the viewers; returns how many."""
-        if self.conn is None:
-            if not self.path.exists():
-                return 0
-            self.conn = event_store.connect(self.path, readonly=True)
-        rows = event_store.read_rows(self.path, after=self.cursor, limit=PULL_PAGE, conn=self.conn)
-        if not rows:
-            return 0
-        for raw in rows:
-            self.rows.append(FeedRow(raw))
-            self.bytes += len(raw[5])
-        # Evict the oldest; the newest row always stays, so a caught-up viewer never falls back to the store.
-        while len(self.rows) > 1 and (len(self.rows) > RING_ROWS or self.bytes > RING_BYTES):
-            self.bytes -= len(self.rows.popleft().raw[5])
-        self.cursor = int(rows[-1][0])
-        for wake in self.viewers:
-            wake.set()
-        if len(rows) == PULL_PAGE and self._repull is None:
-            self._repull = asyncio.get_running_loop().call_soon(self._pull_again)
-        return len(rows)
-
-    def _pull_again(self) -> None:
-        self._repull = None
-        self._safe_pull()
-
-    def _safe_pull(self) -> None:
-        try:
-            self.pull()
-        except Exception:  # a broken read must not kill the listener; viewers fall back to the store
-            logger.exception("live feed of %s: read failed", self.session_id)
+        self._pull_task: asyncio.Task[None] | None = None
+        self._pull_again = False
+        self._news_at = 0.0  # loop time rows last arrived; a busy feed needs no fallback poll
+        self.closed = False
 
     def since(self, cursor: int) -> list[FeedRow] | None:
         """The rows after `cursor`, oldest first; [] when nothing is newer; None when the ring cannot
         answer without a gap (the cursor is older than the ring), so the caller reads the store."""
+        if self.cursor is None:
+            return None
         if cursor >= self.cursor:
             return []
         if not self.rows or cursor < self.rows[0].sequence - 1:
@@ -140,17 +114,93 @@ class SessionFeed:
         start = cursor - self.rows[0].sequence + 1
         return list(itertools.islice(self.rows, start, None))
 
+    # ---- rows in ---------------------------------------------------------------------------
+
+    def offer(self, raws: list[Raw]) -> None:
+        """Rows the local store writer just committed, in order. Taken when they continue the ring
+        without a gap; otherwise the store is read."""
+        if self.cursor is None or not raws:
+            return
+        if int(raws[-1][0]) <= self.cursor:
+            return
+        fresh = [r for r in raws if int(r[0]) > self.cursor]
+        if int(fresh[0][0]) != self.cursor + 1:
+            self.request_pull()
+            return
+        self._apply(fresh)
+
+    def _apply(self, raws: list[Raw]) -> None:
+        for raw in raws:
+            self.rows.append(FeedRow(raw))
+            self.bytes += len(raw[5])
+        # Evict the oldest; the newest row always stays, so a caught-up viewer never falls back to the store.
+        while len(self.rows) > 1 and (len(self.rows) > RING_ROWS or self.bytes > RING_BYTES):
+            self.bytes -= len(self.rows.popleft().raw[5])
+        self.cursor = int(raws[-1][0])
+        self._news_at = asyncio.get_running_loop().time()
+        for wake in self.viewers:
+            wake.set()
+
+    def request_pull(self) -> None:
+        """Read what the store has after the cursor, off the loop; coalesced while a pull runs."""
+        if self.closed:
+            return
+        if self._pull_task is not None:
+            self._pull_again = True
+            return
+        self._pull_task = asyncio.get_running_loop().create_task(self._pull())
+
+    async def _pull(self) -> None:
+        try:
+            while not self.closed:
+                self._pull_again = False
+                if self.cursor is None:
+                    top = await asyncio.to_thread(self._top)
+                    if self.cursor is None:
+                        self.cursor = top
+                    continue
+                after = self.cursor
+                rows = await asyncio.to_thread(self._read, after)
+                if self.closed:
+                    return
+                fresh = [r for r in rows if int(r[0]) > (self.cursor or 0)]
+                if fresh and int(fresh[0][0]) == (self.cursor or 0) + 1:
+                    self._apply(fresh)
+                if len(rows) < PULL_PAGE and not self._pull_again:
+                    return
+        except Exception:  # a broken read must not kill the feed; viewers fall back to the store
+            logger.exception("live feed of %s: read failed", self.session_id)
+        finally:
+            self._pull_task = None
+
+    def _top(self) -> int:
+        try:
+            return event_store.max_sequence(self.path)
+        except sqlite3.Error:
+            return 0  # a store not initialized yet: the first pull reads it from the start
+
+    def _read(self, after: int) -> list[Raw]:
+        """On a worker thread; pulls never overlap, so the one connection is used by one thread at a time."""
+        if self.conn is None:
+            if not self.path.exists():
+                return []
+            self.conn = event_store.connect(self.path, readonly=True)
+        return event_store.read_rows(self.path, after=after, limit=PULL_PAGE, conn=self.conn)
+
     # ---- doorbell --------------------------------------------------------------------------
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.request_pull()  # where the store ends now
         self.listener = loop.create_task(self._listen())
         self.poller = loop.create_task(self._poll())
 
     async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            self._safe_pull()
+            if loop.time() - self._news_at >= POLL_SECONDS:
+                self.request_pull()
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -163,22 +213,28 @@ class SessionFeed:
         await layer.group_add(group, channel)
         try:
             while True:
-                await layer.receive(channel)
-                self._safe_pull()
+                message = await layer.receive(channel)
+                # The local writer already offered what it rang for; only news from elsewhere needs a read.
+                sequence = message.get("sequence") if isinstance(message, dict) else None
+                if not isinstance(sequence, int) or self.cursor is None or sequence > self.cursor:
+                    self.request_pull()
         finally:
             with contextlib.suppress(Exception):
                 await layer.group_discard(group, channel)
 
     def close(self) -> None:
+        self.closed = True
         for task in (self.listener, self.poller):
             if task is not None:
                 task.cancel()
-        if self._repull is not None:
-            self._repull.cancel()
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-            self.conn = None
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if self._pull_task is not None:
+                # A pull may be using it on its thread right now: close it there, after that read.
+                self._pull_task.add_done_callback(lambda _: conn.close())
+            else:
+                with contextlib.suppress(Exception):
+                    conn.close()
         self.rows.clear()
         self.bytes = 0
 
@@ -202,6 +258,13 @@ def unsubscribe(feed: SessionFeed, wake: asyncio.Event) -> None:
     if not feed.viewers and _feeds.get(feed.session_id) is feed:
         del _feeds[feed.session_id]
         feed.close()
+
+
+def offer_rows(session_id: str, raws: list[Raw]) -> None:
+    """The local store writer committed `raws`: the session's feed, if anyone watches, takes them as they are."""
+    feed = _feeds.get(session_id)
+    if feed is not None:
+        feed.offer(raws)
 
 
 def watched() -> dict[str, int]:

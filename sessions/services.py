@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import shutil
 import time
@@ -21,14 +22,16 @@ from django.db.models import Count
 from compozy_site.home import compozy_home
 from sessions import catalog, lineage
 from sessions.config import AgentConfig, Config, ProviderConfig, get_config
-from sessions.enums import LIVE_STATES, BusyMode, MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull
+from sessions.enums import LIVE_STATES, BusyMode, FailureKind, MarkerKind, PermissionMode, SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.models import Session, Workspace
 from sessions.runtime import lifecycle, signals
+from sessions.runtime.loop_lag import MONITOR
 from sessions.runtime.manager import get_manager
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.events import MAX_PAGE
+from sessions.store.failures import classify, has_free_space
 from sessions.store.ids import is_session_id, new_session_id
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -115,7 +118,11 @@ def _provider(config: Config, name: str) -> ProviderConfig:
 
 
 def read_session_meta(session_id: str) -> dict[str, Any]:
-    """meta.json of a session, stale live states repaired when no runtime owns them (§13)."""
+    """meta.json of a session, stale live states repaired when no runtime owns them (§13). A snapshot
+    the daemon could not write yet (a full disk) is newer than the file, so it wins."""
+    unsaved = _unsaved_meta(session_id)
+    if unsaved is not None:
+        return unsaved
     meta = load_meta(session_id)
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
         from sessions.repair import repair_stale_meta
@@ -135,6 +142,14 @@ def load_meta(session_id: str) -> dict[str, Any]:
     if meta is None:
         raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
     return meta
+
+
+def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
+    try:
+        meta = get_manager().unsaved_meta.get(session_id)
+    except Exception:
+        return None
+    return copy.deepcopy(meta) if meta is not None else None
 
 
 def _daemon_may_own(session_id: str) -> bool:
@@ -222,6 +237,8 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     if prompt:
         manager.inputs.check_text(prompt)
     directory = folder.session_dir(session_id)
+    if not has_free_space(directory):
+        raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})
     manager.reserved.add(session_id)
     try:
         directory.mkdir(parents=True, exist_ok=False)
@@ -231,11 +248,14 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
             catalog.upsert_session_row(meta)
             if prompt:
                 manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
-    except BaseException:
-        # Durable admission: a rejected staged prompt leaves no session behind.
-        Session.objects.filter(id=session_id).delete()
+    except BaseException as exc:
+        # Durable admission: a rejected staged prompt (or a full disk) leaves no session behind.
+        with contextlib.suppress(Exception):
+            Session.objects.filter(id=session_id).delete()
         shutil.rmtree(directory, ignore_errors=True)
         manager.reserved.discard(session_id)
+        if isinstance(exc, Exception) and classify(exc, directory) is not None:
+            raise StorageError.from_exception(exc) from exc
         raise
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
     return meta, provider, roots, prompt
@@ -376,6 +396,12 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig,
         event_store.max_sequence(path)
     except Exception as exc:
         raise refuse(f"its event store is unreadable ({exc})", "event_store_unreadable") from exc
+    if (meta.get("failure") or {}).get("kind") == FailureKind.STORAGE_FAILURE:
+        # Its last turn could not be closed while the disk was full: close it now, append-only, so the
+        # transcript never reads as if that turn were still running.
+        from sessions.repair import repair_transcript
+
+        repair_transcript(session_id, dry_run=False, force=False)
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
     return meta, provider, roots
 
@@ -454,6 +480,9 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
                              data={"state": meta["state"]})
     if mode is not None and mode not in set(BusyMode):
         raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
+    if not await asyncio.to_thread(has_free_space, folder.session_dir(session_id)):
+        # Refused before anything is recorded: the prompt either lands whole or not at all.
+        raise StorageError("not enough disk space for a new prompt", data={"reason": "disk_full"})
     if not runtime.busy and not runtime.handover:
         try:
             turn = await runtime.start_turn(text)
@@ -471,12 +500,12 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
             # A refused prompt is visible in the transcript too, not only to the caller.
             runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
                            {"reason": "queue_full", "queue_cap": manager.config.busy_input.queue_cap})
-            runtime.recorder.flush()
+            await runtime.recorder.flush()
             raise exc
         runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
                        {"queue_entry_id": entry.id, "queue_position": position,
                         "queue_generation": entry.generation})
-        runtime.recorder.flush()
+        await runtime.recorder.flush()
         if not runtime.busy:
             await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
         return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
@@ -547,7 +576,7 @@ async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | Non
     if runtime is not None:
         runtime.marker(MarkerKind.PROMPT_DROPPED, "Queued prompt canceled.",
                        {"queue_entry_id": entry.id, "reason": "canceled"})
-        runtime.recorder.flush()
+        await runtime.recorder.flush()
     return {"prompt": {"status": "canceled", "queue_entry_id": entry.id, "queue_generation": entry.generation,
                        "mode": entry.mode}}
 
@@ -827,6 +856,7 @@ def runtime_status() -> dict[str, Any]:
             "total_sessions": total, "version": "0.1.0", "home": str(home), "config": config.source,
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
+        "event_loop": {"lag": MONITOR.report()},
         "health": {
             "status": "ok" if not by_kind else "warn",
             "persistence": {"status": "ok" if free > 100 * 1024 * 1024 else "warn", "free_bytes": free},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -269,6 +270,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+CHUNK = re.compile(r"c\d+ ")
+
+
+def chunk_count(texts: Any) -> int:
+    """How many of the scripted agent's numbered chunks (`c0 c1 …`, from `stream` and `slow`) the texts hold.
+    The store merges adjacent chunks of one write batch into one row (events reference §2), so rows are not
+    chunks: count what they say."""
+    return sum(len(CHUNK.findall(t)) for t in texts)
 
 
 def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:

@@ -17,6 +17,10 @@ from sessions.runtime.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
+# How often metadata that could not be written (a full disk) is tried again; space usually returns when
+# an operator frees it, so a few seconds is prompt without spinning.
+RESAVE_INTERVAL_SECONDS = 2.0
+
 _manager: SessionManager | None = None
 
 
@@ -44,6 +48,9 @@ class SessionManager:
         self._boot_tasks: set[asyncio.Task[None]] = set()
         # Ids whose folders exist but whose runtime is not registered yet (create in progress).
         self.reserved: set[str] = set()
+        # Metadata snapshots whose write failed (a full disk): reads serve them, a retry loop lands them.
+        self.unsaved_meta: dict[str, dict[str, Any]] = {}
+        self._resave: asyncio.Task[None] | None = None
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -83,6 +90,36 @@ class SessionManager:
 
     def forget(self, session_id: str) -> None:
         self.runtimes.pop(session_id, None)
+
+    # ---- metadata that could not be written ---------------------------------------------------
+
+    def keep_unsaved(self, meta: dict[str, Any]) -> None:
+        self.unsaved_meta[meta["id"]] = meta
+        if self._resave is None or self._resave.done():
+            self._resave = spawn(self._resave_loop())
+
+    def saved(self, session_id: str, meta: dict[str, Any]) -> None:
+        """A later snapshot landed: an older unsaved one must not overwrite it."""
+        if session_id in self.unsaved_meta:
+            self.unsaved_meta.pop(session_id, None)
+
+    async def _resave_loop(self) -> None:
+        from sessions import catalog
+        from sessions.runtime import signals
+        from sessions.runtime.tasks import db
+
+        while self.unsaved_meta:
+            await asyncio.sleep(RESAVE_INTERVAL_SECONDS)
+            for session_id, meta in list(self.unsaved_meta.items()):
+                try:
+                    await db(catalog.save_meta, meta)
+                except Exception as exc:
+                    logger.warning("session %s: metadata still unwritable: %s", session_id, exc)
+                    continue
+                if self.unsaved_meta.get(session_id) is meta:
+                    del self.unsaved_meta[session_id]
+                logger.info("session %s: metadata written after an earlier failure", session_id)
+                signals.ring_catalog("upserted", meta["workspace_id"], session_id)
 
     async def shutdown(self, timeout: float = 20.0) -> None:
         """Stop every live session with reason `shutdown`, concurrently and bounded in time."""

@@ -29,7 +29,7 @@ from sessions.runtime.recorder import Recorder
 from sessions.runtime.tasks import db, spawn
 from sessions.store import folder
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
-from sessions.store.events import EventLog
+from sessions.store.failures import StoreFailure
 from sessions.store.ids import new_turn_id
 from sessions.store.redact import bound_tail, bound_text, redact_text
 
@@ -95,8 +95,8 @@ class SessionRuntime:
         self.provider = provider
         self.roots = roots
         self.cwd = Path(meta["cwd"])
-        log = EventLog(folder.events_path(self.id), meta["agent_name"], redact=config.redact_enabled)
-        self.recorder = Recorder(log, self._on_commit)
+        self.recorder = Recorder(folder.events_path(self.id), meta["agent_name"], self._on_commit,
+                                 self._on_store_failure, redact=config.redact_enabled)
         self.agent: AgentProcess | None = None
         self.turn: Turn | None = None
         self.tool_titles: dict[str, str] = {}
@@ -134,7 +134,16 @@ class SessionRuntime:
         snapshots in the order they were taken."""
         self._stamp_activity()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
-        await db(catalog.save_meta, copy.deepcopy(self.meta))
+        snapshot = copy.deepcopy(self.meta)
+        try:
+            await db(catalog.save_meta, snapshot)
+        except Exception as exc:
+            # A lifecycle change must never be lost to a full disk or a locked catalog: reads serve the
+            # snapshot until a retry lands it (manager.unsaved_meta), and the failure is in the log.
+            logger.error("session %s: writing its metadata failed (%s); retrying in the background", self.id, exc)
+            self.manager.keep_unsaved(snapshot)
+            return
+        self.manager.saved(self.id, snapshot)
         signals.ring_catalog("upserted", self.meta["workspace_id"], self.id)
 
     async def transition(self, target: SessionState, **fields: Any) -> None:
@@ -159,9 +168,21 @@ class SessionRuntime:
             raw["evidence"] = evidence
         self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
 
-    def _on_commit(self, stored: list[dict[str, Any]]) -> None:
-        if stored:
-            signals.ring_events(self.id, stored[-1]["sequence"])
+    def _on_commit(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
+        """After each commit: hand the rows to this process's live feed (no read-back), then ring the
+        doorbell for everyone else (other processes' feeds, the fallback poll's early wake)."""
+        from sessions.feed import offer_rows
+
+        offer_rows(self.id, rows)
+        signals.ring_events(self.id, stored[-1]["sequence"])
+
+    def _on_store_failure(self, failure: StoreFailure) -> None:
+        """The store stayed unwritable: stop the session with a visible failure, never keep going as if
+        its events were being kept."""
+        summary = f"event store unwritable ({failure.reason}): {failure.detail}"
+        logger.error("session %s: %s; stopping it", self.id, summary)
+        spawn(self.stop(StopReason.ERROR, "event store unwritable",
+                        failure=lifecycle.failure_object(FailureKind.STORAGE_FAILURE, redact_text(summary))))
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None,
                        tool_call_id: str | None = None) -> None:
@@ -200,7 +221,7 @@ class SessionRuntime:
         if type_ == EventType.AGENT_MESSAGE and self.turn is not None and len(self.turn.reply) < 600:
             self.turn.reply += content.get("text", "")
         if type_ == EventType.USAGE and self.turn:
-            self.recorder.log.merge_usage(self.turn.id, content.get("usage", {}))
+            self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
         self.touch_activity(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"))
@@ -265,7 +286,7 @@ class SessionRuntime:
                 self.record(EventType.PERMISSION, {**base, "request_id": pending.request_id, "decision": "pending",
                                                    "decision_source": "person", "raw": {"toolCall": tool_call,
                                                                                         "options": options}})
-                self.recorder.flush()
+                await self.recorder.flush()
                 self.touch_activity("agent_waiting", "waiting for a permission decision")
                 try:
                     person, chosen = await pending.answer
@@ -481,7 +502,7 @@ class SessionRuntime:
         reason = START_FAILURE_STOP_REASON.get(kind, StopReason.ERROR)
         if self.agent is not None:
             await self.agent.shutdown(grace=0.2)
-        failure = self._failure(kind, summary)
+        failure = await self._failure(kind, summary)
         if code:
             failure["code"] = code  # e.g. speed_rejected: which runtime option the provider refused
         self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
@@ -526,7 +547,15 @@ class SessionRuntime:
             if turn.sent:
                 content["context_replay"] = True
             self.record(EventType.USER_MESSAGE, content, turn_id=turn.id)
-            self.recorder.flush()
+            try:
+                await self.recorder.flush()
+            except StoreFailure as exc:
+                # Nothing reached the agent: the prompt is refused whole (the session stops on its own).
+                self.turn = None
+                turn.ended.set()
+                from sessions.errors import StorageError
+
+                raise StorageError.from_failure(exc) from exc
             activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
             activity.update({"turn_id": turn.id, "turn_source": source, "turn_started_at": turn.started_at,
                              "current_tool": None, "tool_call_id": None, "last_progress_at": None})
@@ -558,14 +587,14 @@ class SessionRuntime:
             content: dict[str, Any] = {"stop_reason": stop, "prompt_stop_reason": stop}
             if isinstance(result.get("usage"), dict):
                 content["usage"] = normalize_usage(result["usage"])
-                self.recorder.log.merge_usage(turn.id, content["usage"])
+                self.recorder.merge_usage(turn.id, content["usage"])
             self.record(EventType.DONE, content, turn_id=turn.id)
             turn.terminal = True
             if turn.reply and self._title_eligible():
                 self.meta["auto_title"] = {"status": "pending"}
                 spawn(self._auto_title(turn))
         except AgentRequestError as exc:
-            failure = self._failure(FailureKind.PROMPT_FAILURE, str(exc))
+            failure = await self._failure(FailureKind.PROMPT_FAILURE, str(exc))
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
@@ -580,7 +609,8 @@ class SessionRuntime:
             turn.terminal = True
         finally:
             self.permissions.cancel_all()
-            self.recorder.flush()
+            with contextlib.suppress(StoreFailure):
+                await self.recorder.flush()
             if self.turn is turn:
                 self.turn = None
                 activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
@@ -625,7 +655,8 @@ class SessionRuntime:
             await db(self.manager.inputs.mark, entry.id, "failed")
             self.marker(MarkerKind.PROMPT_DROPPED, f"Queued prompt refused by a hook: {exc.message}",
                         {"queue_entry_id": entry.id, "reason": "hook_denied"})
-            self.recorder.flush()
+            with contextlib.suppress(StoreFailure):
+                await self.recorder.flush()
             if not self.stopping:
                 await self.dispatch_next()
             return
@@ -646,8 +677,7 @@ class SessionRuntime:
         }
 
     def _record_hook_run(self, row: dict[str, Any]) -> None:
-        if not self.recorder.closed:
-            self.recorder.log.record_hook_run(row)
+        self.recorder.record_hook_run(row)
 
     async def hook(self, event: str, **extra: Any) -> Any:
         """Run the hooks of `event`; None when none is declared. A required gate denial stops the session."""
@@ -756,7 +786,7 @@ class SessionRuntime:
                     "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer."),
                     {"generation": self.generation, "canceled_count": len(dropped), "previous_turn_id": previous,
                      "new_turn_id": result.get("new_turn_id")})
-        self.recorder.flush()
+        await self.recorder.flush()
         await self.persist()
         return result
 
@@ -783,7 +813,7 @@ class SessionRuntime:
         self.steer = StagedSteer(entry.id, entry.text, entry.generation)
         self.marker(MarkerKind.PROMPT_STEERED, "Steer staged for the next tool result.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation})
-        self.recorder.flush()
+        await self.recorder.flush()
         return {"status": "staged", "mode": "steer", "staged": True, "queue_entry_id": entry.id,
                 "queue_generation": entry.generation, "fallback_mode_if_no_tool_result": "queue"}
 
@@ -878,7 +908,8 @@ class SessionRuntime:
             self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
                         {"idle_seconds": round(idle, 3), "turn_id": turn.id})
             # The seed persists runtime_warning once per turn; the timeout itself is the marker above.
-            self.recorder.flush()
+            with contextlib.suppress(StoreFailure):
+                await self.recorder.flush()
             await self.persist()
             if not await self._cancel_and_wait(turn):
                 await self.stop(StopReason.TIMEOUT, "activity_timeout",
@@ -913,13 +944,14 @@ class SessionRuntime:
         if self.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
         reason, kind, detail = lifecycle.classify_unexpected_exit(code, turn_active)
-        failure = self._failure(kind, f"{detail}") if kind else None
+        failure = await self._failure(kind, f"{detail}") if kind else None
         await self.stop(reason, detail, failure=failure, process_gone=True)
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (reference §8). Concurrent callers share one stop."""
-        if self._stop_task is None:
+        if self._stop_task is None or (self._stop_task.done() and not self.stopped.is_set()):
+            # A stop that failed (its task ended without the session stopping) is retried, never re-raised.
             self._stop_task = spawn(self._stop(reason, detail, failure, process_gone))
         await asyncio.shield(self._stop_task)
 
@@ -975,12 +1007,15 @@ class SessionRuntime:
         if tail and failure:
             stopped["text"] = tail
         self.record(EventType.SESSION_STOPPED, stopped, turn_id="")
-        with contextlib.suppress(Exception):
-            self.recorder.close()
+        try:
+            await self.recorder.close()
+        except Exception:
+            logger.exception("session %s: closing the event store failed", self.id)
         if self._heartbeat:
             self._heartbeat.cancel()
-        await self.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
-                              failure=failure)
+        if self.state != SessionState.STOPPED:
+            await self.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
+                                  failure=failure)
         if self.manager.hooks is not None and self.manager.hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
             with contextlib.suppress(Exception):
@@ -996,13 +1031,15 @@ class SessionRuntime:
         # The tail is the evidence: what the agent wrote just before it failed.
         return bound_tail(redact_text(self.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
-    def _failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def _failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+        """The failure object, with a crash bundle written off the loop (two fsyncs) for the kinds that get one."""
         path = None
         command = self.agent.command if self.agent else list(self.provider.command)
         cwd = self.agent.cwd if self.agent else self.cwd
         if kind in BUNDLE_FAILURE_KINDS:
             try:
-                path = str(write_crash_bundle(
+                path = str(await asyncio.to_thread(
+                    write_crash_bundle,
                     crash_bundles_dir(), session_id=self.id, agent_name=self.meta["agent_name"],
                     provider=self.meta.get("provider") or "", state=self.state, failure_kind=kind.value,
                     summary=summary,

@@ -38,6 +38,7 @@ BUNDLE_FAILURE_KINDS: frozenset[str] = frozenset(
         "prompt_failure",
         "process_exit",
         "transport_failure",
+        "storage_failure",
     }
 )
 

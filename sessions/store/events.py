@@ -6,6 +6,7 @@ Readers open their own connections and page by sequence, so no read loads a whol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -66,8 +67,8 @@ USAGE_COLUMNS = (
 )
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None, check_same_thread=False)
+def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None, check_same_thread=check_same_thread)
     conn.execute("PRAGMA busy_timeout=5000")
     if readonly:
         conn.execute("PRAGMA query_only=1")
@@ -93,58 +94,138 @@ class NewEvent:
     id: str = ""
 
 
-class EventLog:
-    """The single writer of one session's events.db. Not thread-safe: the session runtime owns it."""
+@dataclass(frozen=True)
+class UsageUpdate:
+    """A token-usage merge, committed in the same transaction as the events recorded beside it."""
 
-    def __init__(self, path: Path, agent_name: str, *, redact: bool = True) -> None:
+    turn_id: str
+    usage: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HookRun:
+    row: dict[str, Any]
+
+
+StoreOp = NewEvent | UsageUpdate | HookRun
+
+# Streamed text arrives as many small chunks; events reference §2 stores adjacent same-turn chunks of one
+# write batch as one row. Only chunks that differ in nothing but their text merge.
+MERGEABLE_TYPES = frozenset({"agent_message", "thought"})
+
+
+def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
+    """Adjacent same-turn `agent_message` (or `thought`) chunks without an explicit id become one event."""
+    merged: list[StoreOp] = []
+    texts: list[list[str] | None] = []  # the pieces of each merged event's text, joined once at the end
+    for op in ops:
+        prev = merged[-1] if merged else None
+        if (isinstance(op, NewEvent) and isinstance(prev, NewEvent) and op.type in MERGEABLE_TYPES
+                and prev.type == op.type and prev.turn_id == op.turn_id and not op.id and not prev.id
+                and isinstance(op.content.get("text"), str) and isinstance(prev.content.get("text"), str)
+                and _same_but_text(prev.content, op.content)):
+            pieces = texts[-1]
+            if pieces is None:
+                pieces = texts[-1] = [prev.content["text"]]
+            pieces.append(op.content["text"])
+            continue
+        merged.append(op)
+        texts.append(None)
+    for i, pieces in enumerate(texts):
+        if pieces is not None:
+            event = merged[i]
+            assert isinstance(event, NewEvent)
+            merged[i] = NewEvent(event.type, event.turn_id, {**event.content, "text": "".join(pieces)})
+    return merged
+
+
+def _same_but_text(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(k == "text" or (k in b and b[k] == v) for k, v in a.items())
+
+
+class EventLog:
+    """The single writer of one session's events.db. Not thread-safe: one thread at a time uses it (the
+    session's store writer thread, or a repair command)."""
+
+    def __init__(self, path: Path, agent_name: str, *, redact: bool = True, busy_timeout_ms: int = 5000) -> None:
         init_store(path)
         self.path = path
         self.agent_name = agent_name
         self.redact = redact
-        self._conn = connect(path)
+        self._conn = connect(path, check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         # NORMAL in WAL: a commit survives a process crash; only an OS crash may lose the last ones.
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        row = self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()
-        self.last_sequence: int = int(row[0])
+        self.last_sequence: int = self._max_sequence()
+        self.last_rows: list[tuple[Any, ...]] = []
+
+    def _max_sequence(self) -> int:
+        return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
 
     def append(self, events: Sequence[NewEvent]) -> list[dict[str, Any]]:
-        """Write a batch in one transaction (group commit); returns the stored rows as envelopes."""
-        if not events:
+        """Write a batch of events in one transaction (group commit); returns the stored rows as envelopes."""
+        return self.commit(events)
+
+    def commit(self, ops: Sequence[StoreOp]) -> list[dict[str, Any]]:
+        """Events, usage merges and hook runs in one transaction; returns the stored event envelopes.
+
+        The next sequence is read inside the write transaction, so a failed commit (rolled back) or a
+        writer elsewhere can never leave this log numbering from a stale `MAX(sequence)`."""
+        if not ops:
             return []
-        rows = []
-        stored = []
-        seq = self.last_sequence
-        now = isoformat(utcnow())
-        for event in events:
-            seq += 1
-            content = {"schema": CONTENT_SCHEMA, "type": event.type, "timestamp": now, **event.content}
-            if event.turn_id:
-                content.setdefault("turn_id", event.turn_id)
-            if self.redact:
-                content = redact_value(content)
-            event_id = event.id or new_event_id()
-            text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
-            rows.append((seq, event_id, event.turn_id or "-", event.type, self.agent_name, text, now))
-            stored.append(
-                {"id": event_id, "sequence": seq, "turn_id": event.turn_id or "-", "type": event.type,
-                 "agent_name": self.agent_name, "content": content, "timestamp": now}
-            )
         conn = self._conn
+        now = isoformat(utcnow())
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(
-                "INSERT INTO events(sequence, id, turn_id, type, agent_name, content, timestamp)"
-                " VALUES (?,?,?,?,?,?,?)",
-                rows,
-            )
+            seq = self._max_sequence()
+            rows = []
+            stored = []
+            for op in ops:
+                if isinstance(op, UsageUpdate):
+                    self._merge_usage(op.turn_id, op.usage)
+                    continue
+                if isinstance(op, HookRun):
+                    self._insert_hook_run(op.row)
+                    continue
+                seq += 1
+                content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now, **op.content}
+                if op.turn_id:
+                    content.setdefault("turn_id", op.turn_id)
+                if self.redact:
+                    content = redact_value(content)
+                event_id = op.id or new_event_id()
+                text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+                rows.append((seq, event_id, op.turn_id or "-", op.type, self.agent_name, text, now))
+                stored.append(
+                    {"id": event_id, "sequence": seq, "turn_id": op.turn_id or "-", "type": op.type,
+                     "agent_name": self.agent_name, "content": content, "timestamp": now}
+                )
+            if rows:
+                conn.executemany(
+                    "INSERT INTO events(sequence, id, turn_id, type, agent_name, content, timestamp)"
+                    " VALUES (?,?,?,?,?,?,?)",
+                    rows,
+                )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves nothing committed either
+                    conn.execute("ROLLBACK")
             raise
         self.last_sequence = seq
+        # The committed rows in `read_rows` form, for the live feed: it can take them without reading them back.
+        self.last_rows = [(*row, 0) for row in rows]
         return stored
 
     def merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
+        self.commit([UsageUpdate(turn_id, usage)])
+
+    def record_hook_run(self, row: dict[str, Any]) -> None:
+        self.commit([HookRun(row)])
+
+    def _merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
         """One row per turn; later non-null values overwrite earlier ones."""
         values = {k: usage.get(k) for k in USAGE_COLUMNS}
         cols = ", ".join(USAGE_COLUMNS)
@@ -156,7 +237,7 @@ class EventLog:
             (turn_id, *values.values(), isoformat(utcnow())),
         )
 
-    def record_hook_run(self, row: dict[str, Any]) -> None:
+    def _insert_hook_run(self, row: dict[str, Any]) -> None:
         self._conn.execute(
             "INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
             " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, markers, start_daemon, wait_for
+from tests.conftest import Daemon, chunk_count, markers, start_daemon, wait_for
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
@@ -170,7 +170,7 @@ def test_an_interrupt_with_a_stale_expected_turn_id_is_refused_and_the_turn_cont
     done = wait_turn_event(daemon, sid, running, "done")
     assert done["content"]["prompt_stop_reason"] == "end_turn"
     events = wait_done_count(daemon, sid, 1)
-    assert len(of_type(events, "agent_message", running)) == 15
+    assert chunk_count(e["content"]["text"] for e in of_type(events, "agent_message", running)) == 15
     assert user_texts(events) == ["slow 15 0.2"]
     assert markers(events, "prompt_interrupted") == []
     assert queue(daemon, sid)["queue_generation"] == 0
@@ -195,7 +195,7 @@ def test_interrupt_mode_replaces_the_running_turn_and_drops_older_queued_input(d
     events = wait_done_count(daemon, sid, 2)
     [old_done] = of_type(events, "done", running)
     assert old_done["content"]["prompt_stop_reason"] == "cancelled"
-    assert len(of_type(events, "agent_message", running)) < 50
+    assert chunk_count(e["content"]["text"] for e in of_type(events, "agent_message", running)) < 50
     [new_user] = of_type(events, "user_message", replacement)
     assert new_user["content"]["text"] == "replacement now"
     assert old_done["sequence"] < new_user["sequence"]
@@ -271,7 +271,7 @@ def test_a_steer_with_no_tool_result_falls_back_to_the_queue_and_runs(daemon: Da
     events = wait_done_count(daemon, sid, 2)
     [done] = of_type(events, "done", running)
     assert done["content"]["prompt_stop_reason"] == "end_turn"  # the steer never cut the turn short
-    assert len(of_type(events, "agent_message", running)) == 10
+    assert chunk_count(e["content"]["text"] for e in of_type(events, "agent_message", running)) == 10
     assert user_texts(events) == ["slow 10 0.2", "after the slow part"]
     steered = [m for m in markers(events, "prompt_steered") if evidence(m).get("queue_entry_id") == entry]
     assert [evidence(m).get("fallback_to_queue") for m in steered] == [None, True]

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, start_daemon, wait_for, wait_gone
+from tests.conftest import Daemon, chunk_count, start_daemon, wait_for, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 BOOT = 120.0  # daemon start under a loaded CI machine
@@ -53,7 +53,7 @@ def test_sigkill_mid_turn_keeps_every_streamed_event_and_the_session_continues(
     stop = threading.Event()
     viewer = threading.Thread(target=watch, args=(d, sid, received, stop), daemon=True)
     viewer.start()
-    wait_for(lambda: sum(1 for f in received if f.get("type") == "agent_message") >= 50,
+    wait_for(lambda: chunk_count(f["content"]["text"] for f in received if f.get("type") == "agent_message") >= 50,
              what="the viewer to see the stream")
     agent_pid = d.meta(sid)["liveness"]["subprocess_pid"]
     d.stop(signal.SIGKILL)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, Daemon, wait_for
+from tests.conftest import ROOT, Daemon, chunk_count, wait_for
 from tests.sse import Frame, frames, open_stream, watch_raw
 
 
@@ -37,7 +37,7 @@ def cut_and_resume(base_url: str, path: str, start: int, cut_after: int, resume:
             assert response.headers["content-type"].startswith("text/event-stream")
             for frame in frames(response):
                 received.append(frame)
-                if sum(f.event == "agent_message" for f in received) >= cut_after:
+                if chunk_count(f.data["content"]["text"] for f in received if f.event == "agent_message") >= cut_after:
                     break
         out["cut_at"] = int(received[-1].id or 0)
         out["done_before_cut"] = any(f.event == "done" for f in received)
@@ -68,7 +68,7 @@ def run_cut_turn(daemon: Daemon, sid: str, count: int, cut_after: int, resume: s
     stored = daemon.all_events(sid, after=start)
     done = next(e for e in stored if e["type"] == "done")
     expected = [e for e in stored if e["sequence"] <= done["sequence"]]
-    assert sum(e["type"] == "agent_message" for e in expected) == count
+    assert chunk_count(e["content"]["text"] for e in expected if e["type"] == "agent_message") == count
     got = result["frames"]
     assert not result["done_before_cut"], "the viewer must be cut before the turn ended"
     assert start < result["cut_at"] < done["sequence"]
@@ -126,7 +126,7 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
         return got[-1].event == "done"
 
     def chunks(got: list[Frame]) -> bool:
-        return sum(f.event == "agent_message" for f in got) >= count
+        return chunk_count(f.data["content"]["text"] for f in got if f.event == "agent_message") >= count
 
     outs: list[list[Frame]] = [[] for _ in range(5)]
     ready = [threading.Event() for _ in range(5)]
@@ -142,7 +142,8 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
         thread.start()
     assert all(r.wait(30) for r in ready[:4])
     assert daemon.prompt(sid, f"stream {count}").status_code == 200
-    wait_for(lambda: sum(f.event == "agent_message" for f in outs[0]) >= count // 2, what="half the turn")
+    wait_for(lambda: chunk_count(f.data["content"]["text"] for f in outs[0] if f.event == "agent_message")
+             >= count // 2, what="half the turn")
     threads[4].start()
     for thread in threads:
         thread.join(120)
@@ -157,7 +158,8 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
                                          for e in expected]
     assert outs[0] == outs[1] == outs[2]
     agent = [e["sequence"] for e in expected if e["type"] == "agent_message"]
-    assert len(agent) == count and [int(f.id or 0) for f in outs[3]] == agent
+    assert chunk_count(e["content"]["text"] for e in expected if e["type"] == "agent_message") == count
+    assert [int(f.id or 0) for f in outs[3]] == agent
     assert {f.event for f in outs[3]} == {"agent_message"}
     late = outs[4]
     assert [int(f.id or 0) for f in late] == [e["sequence"] for e in stored if e["sequence"] <= done["sequence"]]
@@ -377,7 +379,7 @@ def test_session_events_follow_prints_rows_until_the_session_stops(daemon: Daemo
     stored = daemon.all_events(sid)
     assert [r["sequence"] for r in rows] == [e["sequence"] for e in stored]
     assert rows[-1]["type"] == "session_stopped" and rows[-1]["stop_reason"] == "user_canceled"
-    assert sum(r["type"] == "agent_message" for r in rows) == 20
+    assert chunk_count(r["content"]["text"] for r in rows if r["type"] == "agent_message") == 20
 
 
 # ---- recap ----------------------------------------------------------------------------------

@@ -59,7 +59,8 @@ def _mode(path: Path) -> int:
 
 def test_bundle_kinds() -> None:
     assert {"startup_failure", "handshake_failure", "load_session_failure", "protocol_failure",
-            "prompt_failure", "process_exit", "transport_failure"} == BUNDLE_FAILURE_KINDS  # fmt: skip
+            "prompt_failure", "process_exit", "transport_failure",
+            "storage_failure"} == BUNDLE_FAILURE_KINDS  # fmt: skip
 
 
 def test_bundle_schema_and_fields(tmp_path: Path) -> None:

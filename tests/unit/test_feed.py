@@ -28,21 +28,39 @@ def sequences(rows: list[live_feed.FeedRow] | None) -> list[int] | None:
     return None if rows is None else [r.sequence for r in rows]
 
 
+async def pull(feed: live_feed.SessionFeed) -> int:
+    """Ask the feed to read the store (on its worker thread) and wait for it; returns the rows it took."""
+    before = feed.cursor or 0
+    feed.request_pull()
+    while feed._pull_task is not None:
+        await asyncio.sleep(0.001)
+    return (feed.cursor or 0) - before
+
+
+async def opened(path: Path, session_id: str = "s1") -> live_feed.SessionFeed:
+    """A feed that has learned where the store ends (its first read), as `subscribe` starts one."""
+    feed = live_feed.SessionFeed(session_id, path)
+    await pull(feed)
+    return feed
+
+
 def test_the_ring_answers_only_what_it_holds_without_a_gap(log: EventLog) -> None:
     append(log, 5)
 
     async def main() -> None:
         feed = live_feed.SessionFeed("s1", log.path)
+        assert feed.since(0) is None, "before its first read the feed answers nothing: viewers read the store"
+        await pull(feed)
         assert feed.cursor == 5 and not feed.rows  # starts at the head, empty
         assert sequences(feed.since(5)) == []
         assert feed.since(3) is None  # older than the ring: the viewer reads the store
         append(log, 3)
-        assert feed.pull() == 3
+        assert await pull(feed) == 3
         assert sequences(feed.since(5)) == [6, 7, 8]
         assert sequences(feed.since(6)) == [7, 8]
         assert sequences(feed.since(8)) == []
         assert feed.since(4) is None
-        assert feed.pull() == 0  # nothing new: no rows, no wake
+        assert await pull(feed) == 0  # nothing new: no rows, no wake
         feed.close()
 
     asyncio.run(main())
@@ -53,13 +71,10 @@ def test_rows_past_the_ring_send_a_late_viewer_to_the_store(log: EventLog, monke
     monkeypatch.setattr(live_feed, "PULL_PAGE", 4)
 
     async def main() -> None:
-        feed = live_feed.SessionFeed("s1", log.path)
+        feed = await opened(log.path)
         append(log, 25)
-        assert feed.pull() == 4  # one page per pull on the loop; a full page schedules the next pull
-        assert feed.cursor == 4
-        for _ in range(7):  # one re-pull per loop iteration: 4 + 6 x 4 + 1 rows
-            await asyncio.sleep(0)
-        assert feed.cursor == 25, "the re-pulls run on later loop iterations until the store is drained"
+        assert await pull(feed) == 25, "a full page is followed by the next until the store is drained"
+        assert feed.cursor == 25
         assert sequences(feed.since(15)) == list(range(16, 26))  # the ring keeps the newest 10, contiguous
         assert feed.since(14) is None
         stored = [e["sequence"] for e in read_events(log.path, after=14, limit=100)]
@@ -73,15 +88,15 @@ def test_the_ring_is_also_bounded_by_content_size(log: EventLog, monkeypatch: py
     monkeypatch.setattr(live_feed, "RING_BYTES", 10_000)
 
     async def main() -> None:
-        feed = live_feed.SessionFeed("s1", log.path)
+        feed = await opened(log.path)
         log.append([NewEvent("tool_call_update", "turn-1", {"output": "x" * 3000}) for _ in range(6)])
-        assert feed.pull() == 6
+        assert await pull(feed) == 6
         sizes = [len(raw[5]) for raw in read_rows(log.path, after=0, limit=10)]
         fit = max(k for k in range(1, 7) if sum(sizes[-k:]) <= 10_000)  # the newest rows that fit the budget
         assert sequences(feed.since(6 - fit)) == list(range(7 - fit, 7))
         assert feed.bytes == sum(sizes[-fit:]) and feed.since(6 - fit - 1) is None
         log.append([NewEvent("tool_call_update", "turn-1", {"output": "y" * 50_000})])
-        feed.pull()
+        await pull(feed)
         assert sequences(feed.since(6)) == [7], "a single row larger than the budget is still served"
         feed.close()
 
@@ -95,8 +110,9 @@ def test_a_pull_wakes_every_viewer_and_each_row_is_decoded_and_framed_once(log: 
         for wake in wakes[1:]:
             assert live_feed.subscribe("s-wake", log.path, wake) is feed  # one feed per session
         assert live_feed.watched()["s-wake"] == 3
+        await pull(feed)
         append(log, 2)
-        assert feed.pull() == 2
+        assert await pull(feed) == 2
         assert all(w.is_set() for w in wakes)
 
         built: list[int] = []
@@ -126,11 +142,11 @@ def test_a_feed_on_a_store_not_created_yet_reads_it_from_the_start(tmp_path: Pat
     path = tmp_path / "later" / "events.db"
 
     async def main() -> None:
-        feed = live_feed.SessionFeed("s-late", path)
-        assert feed.cursor == 0 and feed.pull() == 0
+        feed = await opened(path, "s-late")
+        assert feed.cursor == 0 and await pull(feed) == 0
         store = EventLog(path, "general")
         append(store, 3)
-        assert feed.pull() == 3
+        assert await pull(feed) == 3
         assert sequences(feed.since(0)) == [1, 2, 3]
         store.close()
         feed.close()
@@ -149,6 +165,8 @@ def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewe
         feed = live_feed.subscribe("s-bell", log.path, wake)
         for _ in range(5):  # let the listener join the session's group
             await asyncio.sleep(0)
+        while feed.cursor is None:
+            await asyncio.sleep(0.001)
         append(log, 4)
         signals.ring_events("s-bell", log.last_sequence)
         await asyncio.wait_for(wake.wait(), 5)
@@ -166,6 +184,8 @@ def test_without_any_doorbell_the_feed_finds_new_rows_by_polling(log: EventLog,
     async def main() -> None:
         wake = asyncio.Event()
         feed = live_feed.subscribe("s-poll", log.path, wake)
+        while feed.cursor is None:  # its first read: where the store ended when the first viewer came
+            await asyncio.sleep(0.001)
         append(log, 2)
         await asyncio.wait_for(wake.wait(), 5)
         assert sequences(feed.since(0)) == [1, 2]
@@ -189,5 +209,62 @@ def test_the_embedded_layer_still_expires_messages_with_its_sweep_rate_limited()
         await asyncio.sleep(channel_layer.SWEEP_SECONDS)
         layer._clean_expired()
         assert "feed.inmemory!a" not in layer.channels, "the next due sweep drops the expired message"
+
+    asyncio.run(main())
+
+
+def test_rows_offered_by_the_local_writer_are_taken_without_reading_the_store(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        feed = await opened(log.path)
+        reads: list[int] = []
+        real_read = feed._read
+        monkeypatch.setattr(feed, "_read", lambda after: reads.append(after) or real_read(after))
+        append(log, 3)
+        feed.offer(log.last_rows)
+        assert sequences(feed.since(0)) == [1, 2, 3] and reads == [], "contiguous rows need no read-back"
+        feed.offer(log.last_rows)  # offered twice (a retry, a late callback): nothing is doubled
+        assert sequences(feed.since(0)) == [1, 2, 3]
+        append(log, 2)  # committed, but never offered (another process wrote it)
+        append(log, 2)
+        feed.offer(log.last_rows)  # 6-7 would leave a gap after 3: the feed reads the store instead
+        while feed._pull_task is not None:
+            await asyncio.sleep(0.001)
+        assert reads == [3] and sequences(feed.since(0)) == [1, 2, 3, 4, 5, 6, 7]
+        feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_doorbell_for_rows_the_feed_already_holds_costs_no_read(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    ensure_django()
+    monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)
+    from sessions.runtime import signals
+
+    async def main() -> None:
+        wake = asyncio.Event()
+        feed = live_feed.subscribe("s-held", log.path, wake)
+        while feed.cursor is None:
+            await asyncio.sleep(0.001)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        reads: list[int] = []
+        real_read = feed._read
+        monkeypatch.setattr(feed, "_read", lambda after: reads.append(after) or real_read(after))
+        append(log, 2)
+        feed.offer(log.last_rows)
+        signals.ring_events("s-held", log.last_sequence)
+        for _ in range(20):
+            await asyncio.sleep(0.005)
+        assert reads == [] and sequences(feed.since(0)) == [1, 2]
+        append(log, 1)  # rung by someone else, never offered: now the doorbell means a read
+        signals.ring_events("s-held", log.last_sequence)
+        for _ in range(200):
+            if feed.cursor == 3:
+                break
+            await asyncio.sleep(0.005)
+        assert reads == [2] and sequences(feed.since(0)) == [1, 2, 3]
+        live_feed.unsubscribe(feed, wake)
 
     asyncio.run(main())

@@ -1,0 +1,214 @@
+"""The store writer (sessions/runtime/recorder.py) over a real events.db: commits leave the event loop,
+a failing batch is kept and retried, a store that stays unwritable fails visibly, and sequences stay
+gap-free whoever else appends."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions.runtime import recorder as recorder_mod
+from sessions.runtime.recorder import Recorder
+from sessions.store.events import EventLog, NewEvent, UsageUpdate, merge_chunks, read_events
+from sessions.store.failures import DISK_FULL, LOCKED, StoreFailure, classify
+
+
+class Sink:
+    """What the runtime's callbacks would see."""
+
+    def __init__(self) -> None:
+        self.commits: list[list[int]] = []
+        self.failures: list[StoreFailure] = []
+
+    def committed(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
+        assert [r[0] for r in rows] == [e["sequence"] for e in stored]
+        self.commits.append([e["sequence"] for e in stored])
+
+    def failed(self, failure: StoreFailure) -> None:
+        self.failures.append(failure)
+
+
+def make(path: Path, sink: Sink, **kwargs: Any) -> Recorder:
+    return Recorder(path, "general", sink.committed, sink.failed, **kwargs)
+
+
+def hold_write_lock(path: Path, seconds: float, ready: threading.Event) -> threading.Thread:
+    """Another connection takes the store's write lock, as another process would."""
+
+    def run() -> None:
+        conn = sqlite3.connect(str(path), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        ready.set()
+        threading.Event().wait(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_adjacent_same_turn_chunks_merge_and_nothing_else_does() -> None:
+    ops = [NewEvent("agent_message", "t1", {"text": "a"}), NewEvent("agent_message", "t1", {"text": "b"}),
+           NewEvent("thought", "t1", {"text": "x"}), NewEvent("thought", "t1", {"text": "y"}),
+           NewEvent("agent_message", "t1", {"text": "c"}), NewEvent("agent_message", "t2", {"text": "d"}),
+           NewEvent("agent_message", "t2", {"text": "e", "message_id": "m2"}),
+           NewEvent("agent_message", "t2", {"text": "f"}, id="ev_fixed"), NewEvent("tool_call", "t2", {"title": "t"}),
+           NewEvent("agent_message", "t2", {"text": "g"}), UsageUpdate("t2", {"input_tokens": 1}),
+           NewEvent("agent_message", "t2", {"text": "h"})]
+    merged = merge_chunks(ops)
+    assert [(getattr(o, "type", "usage"), getattr(o, "content", {}).get("text")) for o in merged] == [
+        ("agent_message", "ab"), ("thought", "xy"), ("agent_message", "c"), ("agent_message", "d"),
+        ("agent_message", "e"), ("agent_message", "f"), ("tool_call", None), ("agent_message", "g"),
+        ("usage", None), ("agent_message", "h")]
+
+
+def test_commits_run_on_the_store_thread_and_batch_what_one_tick_recorded(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "events.db"
+    sink = Sink()
+    threads: list[str] = []
+    real = EventLog.commit
+
+    def commit(self: EventLog, ops: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(self, ops)
+
+    monkeypatch.setattr(EventLog, "commit", commit)
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "hi"})
+        rec.record("tool_call", "t1", {"title": "read"})
+        rec.merge_usage("t1", {"input_tokens": 3})
+        await rec.flush()
+        rec.record("done", "t1", {})
+        await rec.flush()
+        await rec.close()
+
+    asyncio.run(main())
+    assert threads and all(name.startswith("store-") for name in threads), threads
+    assert sink.commits == [[1, 2], [3]], "one tick's events share one transaction; the next tick is the next"
+    assert [e["type"] for e in read_events(path, limit=10)] == ["user_message", "tool_call", "done"]
+    conn = sqlite3.connect(str(path))
+    assert conn.execute("SELECT input_tokens FROM token_usage WHERE turn_id='t1'").fetchone() == (3,)
+
+
+def test_a_locked_store_is_retried_and_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    EventLog(path, "general").close()
+    sink = Sink()
+    ready = threading.Event()
+
+    async def main() -> float:
+        rec = make(path, sink)
+        holder = hold_write_lock(path, 1.5, ready)
+        ready.wait(5)
+        loop = asyncio.get_running_loop()
+        for i in range(50):
+            rec.record("agent_message", "t1", {"text": f"c{i} "})
+        rec.record("done", "t1", {})
+        # While the writer waits on the lock, the loop keeps turning: measure its longest stall.
+        worst, last = 0.0, loop.time()
+        flushed = asyncio.ensure_future(rec.flush())
+        while not flushed.done():
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            worst, last = max(worst, now - last), now
+        await flushed
+        holder.join(5)
+        await rec.close()
+        return worst
+
+    worst = asyncio.run(main())
+    assert worst < 0.5, f"the event loop stalled {worst:.2f}s behind a locked store"
+    rows = read_events(path, limit=100)
+    assert [e["sequence"] for e in rows] == [1, 2]
+    assert rows[0]["content"]["text"] == "".join(f"c{i} " for i in range(50)) and rows[1]["type"] == "done"
+    assert not sink.failures
+
+
+def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_after(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    EventLog(path, "general").close()
+    sink = Sink()
+    ready = threading.Event()
+
+    async def main() -> Recorder:
+        rec = make(path, sink, write_deadline=0.6)
+        rec.record("user_message", "t1", {"text": "before"})
+        await rec.flush()
+        holder = hold_write_lock(path, 2.0, ready)
+        ready.wait(5)
+        rec.record("agent_message", "t1", {"text": "kept in memory, never claimed as written"})
+        with pytest.raises(StoreFailure) as failed:
+            await rec.flush()
+        assert failed.value.reason == LOCKED
+        rec.record("agent_message", "t1", {"text": "after the failure"})
+        assert rec.pending == 1, "the failed batch is kept; nothing recorded after the failure is accepted"
+        with pytest.raises(StoreFailure):
+            await rec.flush()
+        holder.join(5)
+        await rec.close()
+        return rec
+
+    asyncio.run(main())
+    assert [f.reason for f in sink.failures] == [LOCKED], "the runtime hears about it exactly once"
+    assert [e["content"].get("text") for e in read_events(path, limit=10)] == ["before"]
+
+
+def test_sequences_continue_after_another_writer_appended(tmp_path: Path) -> None:
+    """MAX(sequence) is read inside each write transaction: a repair (or any writer) appending between
+    two batches never makes the recorder reuse a sequence."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "one"})
+        await rec.flush()
+        other = EventLog(path, "repair")
+        other.append([NewEvent("error", "t0", {"error": "appended by repair"})])
+        other.close()
+        rec.record("done", "t1", {})
+        await rec.flush()
+        await rec.close()
+
+    asyncio.run(main())
+    assert [e["sequence"] for e in read_events(path, limit=10)] == [1, 2, 3]
+    assert sink.commits == [[1], [3]]
+
+
+def test_storage_errors_are_classified_and_bugs_are_not() -> None:
+    full = sqlite3.OperationalError("database or disk is full")
+    assert classify(full) == DISK_FULL
+    assert classify(OSError(28, "No space left on device")) == DISK_FULL
+    assert classify(sqlite3.OperationalError("database is locked")) == LOCKED
+    assert classify(ValueError("a bug")) is None
+    assert classify(sqlite3.IntegrityError("UNIQUE constraint failed")) is None
+
+
+def test_a_refused_batch_fails_at_once_instead_of_retrying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch SQLite refuses for what it is (not for the disk) cannot succeed later: no backoff loop."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+    monkeypatch.setattr(recorder_mod, "RETRY_FIRST_SECONDS", 5.0)
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("system", "t1", {"title": "x"})
+        await rec.flush()
+        first_id = read_events(path, limit=1)[0]["id"]
+        rec._add(NewEvent("system", "t1", {"title": "dup"}, id=first_id))
+        with pytest.raises(StoreFailure) as failed:
+            await asyncio.wait_for(rec.flush(), 3)
+        assert failed.value.reason == "write_refused"
+        await rec.close()
+
+    asyncio.run(main())
+    assert len(sink.failures) == 1
