@@ -16,10 +16,10 @@ from typing import Any
 
 from compozy_site.home import compozy_home
 from sessions.enums import BusyMode, PermissionMode
+from sessions.errors import ConfigError
+from sessions.hooks.spec import HOOK_SOURCE_PRIORITY, HookDeclaration, validate_declarations
 
-
-class ConfigError(ValueError):
-    """config.toml is invalid; the daemon refuses to start and prints this message."""
+__all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -81,35 +81,6 @@ class BusyInputConfig:
     default_mode: BusyMode = BusyMode.QUEUE
     queue_cap: int = 10
     max_text_bytes: int = 65536
-
-
-# Default priority of a hook by where it was declared (hooks reference §2); sources also order hooks.
-HOOK_SOURCE_PRIORITY = {"native": 1000, "config": 500, "extension": 300, "agent_definition": 100, "skill": 0}
-
-
-@dataclass(frozen=True)
-class HookDeclaration:
-    """One `[[hooks.declarations]]` entry (or AGENT.md `hooks:` item); semantics in `sessions/hooks.py`."""
-
-    name: str
-    event: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    mode: str = "async"
-    required: bool = False
-    timeout: float = 5.0
-    priority: int = 500
-    matcher: dict[str, Any] = field(default_factory=dict)
-    source: str = "config"
-    enabled: bool = True
-    # {VAR: "env:NAME" | "vault:..."}, resolved right before each run so values never sit in config objects.
-    secret_env: dict[str, str] = field(default_factory=dict)
-    # AGENT.md hooks only run for their agent; workspace overlay/agent hooks only in their workspace.
-    agent_scope: str = ""
-    workspace_scope: str = ""
-    # Workspace hooks run in the workspace root; None = the runner's cwd (the daemon's by default).
-    cwd: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -304,7 +275,6 @@ def parse_hook_declarations(
 ) -> tuple[HookDeclaration, ...]:
     """Hook declarations from config.toml (`source="config"`) or AGENT.md frontmatter (`"agent_definition"`,
     with `agent_scope`); `enabled = false` entries are dropped. Raises ConfigError (hooks reference §2)."""
-    from sessions.hooks import validate_declarations  # sessions.hooks imports this module
 
     if raw is None:
         return ()

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
+class ConfigError(ValueError):
+    """config.toml is invalid; the daemon refuses to start and prints this message."""
+
+
 class CompozyError(Exception):
     status = 400
     code = "invalid_request"

@@ -432,7 +432,7 @@ class SessionRuntime:
         self.meta["acp_session_id"] = str(result["sessionId"])
         await self._apply_options(result)
         if reactivate:
-            self._stage_projection(fallback)
+            await self._stage_projection(fallback)
 
     async def _apply_options(self, opened: dict[str, Any]) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
@@ -480,10 +480,11 @@ class SessionRuntime:
         finally:
             self._loading = False
 
-    def _stage_projection(self, reason: str) -> None:
+    async def _stage_projection(self, reason: str) -> None:
         from sessions.runtime.projection import build_projection
 
-        text, count = build_projection(folder.events_path(self.id))
+        # Reads and prunes up to thousands of rows: off the loop that every other session shares.
+        text, count = await asyncio.to_thread(build_projection, folder.events_path(self.id))
         self.projection = text
         self.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")
