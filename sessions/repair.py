@@ -236,7 +236,7 @@ def _daemon_holds(session_id: str, state: str) -> bool:
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:
-    from sessions.services import load_meta
+    from sessions.store.folder import load_meta
 
     return load_meta(session_id)
 

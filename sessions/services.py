@@ -32,6 +32,7 @@ from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.events import MAX_PAGE
 from sessions.store.failures import classify, has_free_space
+from sessions.store.folder import load_meta
 from sessions.store.ids import is_session_id, new_session_id
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -128,19 +129,6 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
         from sessions.repair import repair_stale_meta
 
         meta = repair_stale_meta(meta)
-    return meta
-
-
-def load_meta(session_id: str) -> dict[str, Any]:
-    """meta.json as stored (no repair); 404 for an unknown or malformed id, 409 for unreadable metadata."""
-    if not is_session_id(session_id):
-        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
-    try:
-        meta = folder.read_meta(session_id)
-    except ValueError as exc:
-        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
-    if meta is None:
-        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
     return meta
 
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compozy_site.home import crash_bundles_dir
 from sessions import catalog
@@ -24,6 +24,7 @@ from sessions.acp.mapping import map_update, normalize_usage
 from sessions.config import Config, ProviderConfig
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle, signals
+from sessions.runtime.host import RuntimeHost
 from sessions.runtime.permissions import PermissionBoard, option_for
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.tasks import db, spawn
@@ -32,9 +33,6 @@ from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundl
 from sessions.store.failures import StoreFailure
 from sessions.store.ids import new_turn_id
 from sessions.store.redact import bound_tail, bound_text, redact_text
-
-if TYPE_CHECKING:
-    from sessions.runtime.manager import SessionManager
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ class StartFailed(Exception):
 
 
 class SessionRuntime:
-    def __init__(self, manager: SessionManager, meta: dict[str, Any], *, config: Config,
+    def __init__(self, manager: RuntimeHost, meta: dict[str, Any], *, config: Config,
                  provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
         self.meta = meta

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import sessions_dir
+from sessions.errors import Conflict, NotFound
 from sessions.store.ids import is_session_id
 
 META_FILE = "meta.json"
@@ -96,3 +97,17 @@ def list_session_dirs(home: Path | None = None) -> list[str]:
     if not root.exists():
         return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and is_session_id(p.name))
+
+
+def load_meta(session_id: str) -> dict[str, Any]:
+    """meta.json as stored (no repair), with the domain errors every surface answers with: 404 for an unknown
+    or malformed id, 409 for unreadable metadata."""
+    if not is_session_id(session_id):
+        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
+    try:
+        meta = read_meta(session_id)
+    except ValueError as exc:
+        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
+    if meta is None:
+        raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
+    return meta
