@@ -238,7 +238,7 @@ class SessionRuntime:
                 await asyncio.to_thread(client_side.write_text, resolved, str(params.get("content", "")))
                 return {}
             except (OSError, ValueError) as exc:
-                raise RequestError.internal_error({"path": path, "error": str(exc)}) from exc
+                raise client_side.fs_error(path, exc) from exc
         raise RequestError.method_not_found(method)
 
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
