@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compozy_site import metrics
 from compozy_site.home import crash_bundles_dir
 from sessions import catalog
 from sessions.acp import client_side
@@ -160,6 +161,7 @@ class SessionRuntime:
         self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
 
     def _on_commit(self, stored: list[dict[str, Any]]) -> None:
+        metrics.EVENTS_APPENDED.inc(len(stored))
         if stored:
             signals.ring_events(self.id, stored[-1]["sequence"])
 
@@ -567,6 +569,7 @@ class SessionRuntime:
         except AgentRequestError as exc:
             failure = self._failure(FailureKind.PROMPT_FAILURE, str(exc))
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
+            metrics.FAILURES.labels(kind=FailureKind.PROMPT_FAILURE.value).inc()
             turn.terminal = True
         except TransportClosed:
             # The exit watcher classifies the death; the stop path records this turn's error and marker,
@@ -579,6 +582,7 @@ class SessionRuntime:
             self.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
+            metrics.TURN_SECONDS.observe(time.monotonic() - turn.started_mono)
             self.permissions.cancel_all()
             self.recorder.flush()
             if self.turn is turn:
@@ -971,6 +975,7 @@ class SessionRuntime:
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]
+            metrics.FAILURES.labels(kind=str(failure.get("kind"))).inc()
         tail = self._stderr_excerpt()
         if tail and failure:
             stopped["text"] = tail
