@@ -87,18 +87,21 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
 @daemon.command("start")
 @click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C (used by `make run`).")
 @click.option("--port", type=int, default=None, help="HTTP port (default from config.toml, else 2123; 0 = any free).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds to wait for a background start; a daemon not ready by then is stopped.")
 @output_option
-def daemon_start(foreground: bool, port: int | None, fmt: str) -> None:
+def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str) -> None:
     """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
 
-    Without `--foreground` it starts in the background, waits up to 15 s until ready and prints its record.
+    Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
+    a daemon that is not ready in time is stopped, so a failed start never leaves one running.
     """
     from compozy_site.launcher import DaemonError, run_foreground, start_detached
 
     try:
         if foreground:
             sys.exit(run_foreground(port))
-        record = start_detached(port)
+        record = start_detached(port, timeout)
     except DaemonError as exc:
         fail(str(exc), "daemon_start_failed", fmt)
     emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
@@ -181,7 +184,9 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
             s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
     except ApiError as exc:
         fail_api(exc, fmt)
-    if not no_wait and s["state"] == "stopped":
+    # A session that reached `active` started, whatever its staged first turn did next (it may have crashed
+    # the agent): that is the turn's outcome, shown in the record, not a failed start.
+    if not no_wait and s["state"] == "stopped" and not s.get("activated_at"):
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
              fmt, 1, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
