@@ -348,6 +348,8 @@ class SessionRuntime:
         if self.stopping:
             return
         await self.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
+        logger.info("session %s active (agent %s, pid %s)", self.id, self.meta["agent_name"],
+                    self.agent.pid if self.agent else None)  # lifecycle lines: `session evidence` collects them
         self.active.set()
         with contextlib.suppress(Exception):
             await self.hook("session.post_resume" if reactivate else "session.post_create")
@@ -980,6 +982,7 @@ class SessionRuntime:
         if tail and failure:
             stopped["text"] = tail
         self.record(EventType.SESSION_STOPPED, stopped, turn_id="")
+        logger.info("session %s stopped: %s%s", self.id, reason.value, f" ({failure['kind']})" if failure else "")
         with contextlib.suppress(Exception):
             self.recorder.close()
         if self._heartbeat:
