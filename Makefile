@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench venv clean
+.PHONY: run test system-deps lint bench venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,15 @@ run: $(STAMP)
 	$(BIN)/compozy daemon start --foreground
 
 ## Run the whole test suite (unit, integration against the real daemon, browser tests in Chromium).
-test: $(STAMP)
+# System packages first (Chromium, python3-venv; installed when root or sudo allows, else the one command to
+# run), then the venv: creating it may need python3-venv.
+test: system-deps
+	@$(MAKE) --no-print-directory venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+system-deps:
+	PYTHON=$(PYTHON) scripts/ensure-system-deps.sh
 
 # Style is `ruff check` (pyproject.toml, line length 120); the code is hand-formatted, not by `ruff format`.
 lint: $(STAMP)

@@ -160,8 +160,16 @@ def _endpoint_escape(value: str) -> str:
     return value.replace(":", r"\:")
 
 
-def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, Any]:
-    """Spawn `compozy daemon start --foreground` in the background; wait until it answers."""
+# Readiness budget of a detached start: migrations and imports took over 15 s on a loaded 2-core machine, and a
+# start reported as failed must not leave a daemon behind, so the budget is generous and the child is stopped
+# when it runs out.
+START_TIMEOUT_SECONDS = 60.0
+ABANDON_GRACE_SECONDS = 5.0
+
+
+def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """Spawn `compozy daemon start --foreground` in the background; wait until it answers. A child that is not
+    ready in `timeout` is stopped (its whole process group) before the failure is reported."""
     import subprocess
 
     from compozy_site.daemon_record import read_daemon_record, running_record
@@ -186,7 +194,27 @@ def start_detached(port: int | None = None, timeout: float = 15.0) -> dict[str, 
         if proc.poll() is not None:
             raise DaemonError(f"daemon exited during start (code {proc.returncode}); see {log_dir / 'daemon.log'}")
         time.sleep(0.1)
-    raise DaemonError(f"daemon did not become ready in {timeout:.0f}s; see {log_dir / 'daemon.log'}")
+    record = read_daemon_record()
+    if record and record.get("pid") == proc.pid:
+        return record  # ready between the last look and the deadline
+    _abandon(proc)
+    raise DaemonError(f"daemon did not become ready in {timeout:g}s and was stopped (pid={proc.pid}); "
+                      f"see {log_dir / 'daemon.log'}")
+
+
+def _abandon(proc: Any) -> None:
+    """Stop a daemon that missed its start deadline: SIGTERM (it removes its own record and socket), then
+    SIGKILL of its process group (it was started in a new session, so agents it spawned go with it)."""
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(ABANDON_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:

@@ -78,6 +78,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "last_activity_at": activity.get("last_activity_at"),
         "lineage": meta.get("lineage"),
         "created_at": meta["created_at"],
+        "activated_at": meta.get("activated_at"),  # first reached `active`: `session new` tells start from turn
         "updated_at": meta["updated_at"],
     }
     return payload

@@ -25,6 +25,7 @@ from asgiref.sync import sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
+from compozy_site import metrics
 from compozy_site.api import error_body
 from sessions import feed as live_feed
 from sessions import services, transcript
@@ -64,6 +65,7 @@ class StreamingConsumer(AsyncHttpConsumer):
     """An HTTP consumer whose response outlives handle(): a pump task writes, dispatch keeps running."""
 
     groups_to_join: list[str]
+    metric_stream = "session"  # the `stream` label of compozy_sse_clients
 
     async def http_request(self, message: dict[str, Any]) -> None:
         if "body" in message:
@@ -89,6 +91,8 @@ class StreamingConsumer(AsyncHttpConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.send_headers(status=200, headers=SSE_HEADERS)
+        metrics.SSE_CLIENTS.labels(stream=self.metric_stream).inc()
+        self.counted = True
         await self.send_body(b": connected\n\n", more_body=True)
         self.pump = asyncio.create_task(self._run_pump())
 
@@ -108,10 +112,17 @@ class StreamingConsumer(AsyncHttpConsumer):
     async def finish(self) -> None:
         # A finished response needs no more rows, even while a keep-alive connection stays open.
         self.leave_feed()
+        self.uncount()
         if not self.finished:
             self.finished = True
             with contextlib.suppress(Exception):
                 await self.send_body(b"", more_body=False)
+
+    def uncount(self) -> None:
+        """The stream ended (its response finished, or the client went away): once, whichever comes first."""
+        if getattr(self, "counted", False):
+            self.counted = False
+            metrics.SSE_CLIENTS.labels(stream=self.metric_stream).dec()
 
     def leave_feed(self) -> None:
         feed = getattr(self, "feed", None)
@@ -161,6 +172,7 @@ class StreamingConsumer(AsyncHttpConsumer):
         if getattr(self, "pump", None) is not None and not self.pump.done():
             self.pump.cancel()
         self.leave_feed()
+        self.uncount()
         conn = getattr(getattr(self, "tail", None), "conn", None)
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -449,6 +461,8 @@ class SessionStreamConsumer(StreamingConsumer):
 
 class CatalogStreamConsumer(StreamingConsumer):
     """GET /api/sessions/catalog-stream: a wake signal per catalog change; clients refetch the list."""
+
+    metric_stream = "catalog"
 
     async def handle(self, body: bytes) -> None:
         self.pending: list[dict[str, Any]] = []

@@ -87,18 +87,21 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
 @daemon.command("start")
 @click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C (used by `make run`).")
 @click.option("--port", type=int, default=None, help="HTTP port (default from config.toml, else 2123; 0 = any free).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds to wait for a background start; a daemon not ready by then is stopped.")
 @output_option
-def daemon_start(foreground: bool, port: int | None, fmt: str) -> None:
+def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str) -> None:
     """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
 
-    Without `--foreground` it starts in the background, waits up to 15 s until ready and prints its record.
+    Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
+    a daemon that is not ready in time is stopped, so a failed start never leaves one running.
     """
     from compozy_site.launcher import DaemonError, run_foreground, start_detached
 
     try:
         if foreground:
             sys.exit(run_foreground(port))
-        record = start_detached(port)
+        record = start_detached(port, timeout)
     except DaemonError as exc:
         fail(str(exc), "daemon_start_failed", fmt)
     emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
@@ -181,7 +184,9 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
             s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
     except ApiError as exc:
         fail_api(exc, fmt)
-    if not no_wait and s["state"] == "stopped":
+    # A session that reached `active` started, whatever its staged first turn did next (it may have crashed
+    # the agent): that is the turn's outcome, shown in the record, not a failed start.
+    if not no_wait and s["state"] == "stopped" and not s.get("activated_at"):
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
              fmt, 1, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
@@ -214,11 +219,14 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 @click.option("--query", default=None, help="Match name or id.")
 @click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
 @click.option("--cursor", default=None, help="`page.next_cursor` from the previous page.")
+@click.option("--wide", is_flag=True, help="More columns (badge, provider, stop reason, failure, workspace, created).")
 @output_option
 @json_flag
 def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
-                 query: str | None, limit: int, cursor: str | None, fmt: str, as_json: bool) -> None:
+                 query: str | None, limit: int, cursor: str | None, wide: bool, fmt: str, as_json: bool) -> None:
     """List sessions (active ones by default). JSON: `{sessions: [...], page: {...}}`."""
+    from compozy_site.cli.events_view import session_rows
+
     fmt = _fmt(fmt, as_json)
     try:
         data = _client().request("GET", "/api/sessions", query={
@@ -226,21 +234,27 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
             "workspace": workspace, "agent": agent, "q": query, "limit": limit, "cursor": cursor})
     except ApiError as exc:
         fail_api(exc, fmt)
-    emit(data if fmt == "json" else data["sessions"], fmt, lambda: table(
-        f"Sessions ({data['page']['total']})", ["ID", "Name", "State", "Badge", "Agent", "Stop reason", "Failure",
-                                                 "Last activity"],
-        [(s["id"], s.get("name"), s["state"], s["badge"], s["agent_name"], s.get("stop_reason"),
-          (s.get("failure") or {}).get("kind"), s.get("last_activity_at") or s["updated_at"])
-         for s in data["sessions"]]))
+
+    def human() -> None:
+        page = data["page"]
+        if not data["sessions"]:
+            click.echo("no sessions" + ("" if all_states or state or resumable else " active (--all for every state)"))
+            return
+        for line in session_rows(data["sessions"], wide):
+            click.echo(line)
+        if page.get("has_more"):
+            click.echo(f"{len(data['sessions'])} of {page['total']}; next page: --cursor {page.get('next_cursor')}")
+
+    emit(data if fmt == "json" else data["sessions"], fmt, human)
 
 
 def _print_event(row: dict[str, Any], fmt: str) -> None:
     if fmt in ("json", "jsonl"):
         click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
         return
-    content = row.get("content") or {}
-    summary = content.get("text") or content.get("title") or content.get("error") or content.get("stop_reason") or ""
-    click.echo(f"{row['timestamp']}  {row['sequence']:>6}  {row['type']:<26} {str(summary)[:200]}")
+    from compozy_site.cli.events_view import clock, event_line, terminal_width
+
+    click.echo(event_line(row, terminal_width(), clock(row.get("timestamp"))))
 
 
 @session.command("prompt")
@@ -342,35 +356,42 @@ def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
 @click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N events.")
 @click.option("--after", type=click.IntRange(0), default=None, help="Events after this sequence.")
 @click.option("--type", "types", multiple=True, help="Only these event types (repeatable).")
+@click.option("--since", default=None, help="Events from this time on: RFC3339, or a duration back (`5m`, `1h30m`).")
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming new events until the session stops.")
 @output_option
 @json_flag
-def session_events(session_id: str, last: int | None, after: int | None, types: tuple[str, ...], follow: bool,
-                   fmt: str, as_json: bool) -> None:
+def session_events(session_id: str, last: int | None, after: int | None, types: tuple[str, ...], since: str | None,
+                   follow: bool, fmt: str, as_json: bool) -> None:
     """Read the append-only event store: the best evidence of what happened.
 
+    One line per event: sequence, age, type and what it says. `-o json`/`-o jsonl` print whole rows.
     `--follow` reads raw persisted events over SSE and reconnects with `Last-Event-ID` after a drop.
     """
+    from compozy_site.cli.events_view import event_lines, since_timestamp
+
     fmt = _fmt(fmt, as_json)
+    try:
+        since = since_timestamp(since) if since else None
+    except ValueError as exc:
+        fail(str(exc), "invalid_since", fmt, EXIT_USAGE)
     client = _client()
     try:
         base = _session_path(client, session_id)
         if follow:
-            _follow(client, base, after, last, list(types), "jsonl" if fmt == "json" else fmt)
+            _follow(client, base, after, last, list(types), "jsonl" if fmt == "json" else fmt, since)
             return
         rows = client.request("GET", base + "/events", query={
-            "limit": last, "after_sequence": after, "type": list(types) or None})["events"]
+            "limit": last, "after_sequence": after, "type": list(types) or None, "since": since})["events"]
     except ApiError as exc:
         fail_api(exc, fmt)
-    emit(rows, fmt, lambda: table(None, ["Seq", "Type", "Agent", "Turn", "Timestamp", "Content"], [
-        (r["sequence"], r["type"], r["agent_name"], r["turn_id"], r["timestamp"],
-         json.dumps(r["content"], sort_keys=True, ensure_ascii=False)[:160]) for r in rows]))
+    emit(rows, fmt, lambda: click.echo("\n".join(event_lines(rows)) if rows else "no events"))
 
 
-def _follow(client: Client, base: str, after: int | None, last: int | None, types: list[str], fmt: str) -> None:
+def _follow(client: Client, base: str, after: int | None, last: int | None, types: list[str], fmt: str,
+            since: str | None = None) -> None:
     cursor = after
     retries = 0
-    query: dict[str, Any] = {"frames": "raw", "type": types or None}
+    query: dict[str, Any] = {"frames": "raw", "type": types or None, "since": since}
     if cursor is None and last:
         query["limit"] = last
     while True:

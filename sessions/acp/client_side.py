@@ -77,6 +77,16 @@ def read_text(path: Path, line: int | None, limit: int | None) -> str:
     return "".join(lines[start:end])
 
 
+def fs_error(path: str, exc: OSError | ValueError) -> Exception:
+    """The JSON-RPC error an fs request failure answers. A missing file is ACP's resource-not-found (-32002):
+    agents such as gemini-cli read a file first to learn that it does not exist yet, and stop on -32603."""
+    from acp.exceptions import RequestError
+
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return RequestError.resource_not_found(path)
+    return RequestError.internal_error({"path": path, "error": str(exc)})
+
+
 def write_text(path: Path, content: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content, encoding="utf-8")

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from compozy_site import metrics
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import Unavailable
@@ -78,9 +79,9 @@ class SessionManager:
 
     async def supervise(self, session_id: str, action: str, turn_id: str | None) -> str:
         runtime = self.runtimes.get(session_id)
-        if runtime is None:
-            return "stale"
-        return await runtime.supervise(action, turn_id)
+        result = "stale" if runtime is None else await runtime.supervise(action, turn_id)
+        metrics.SUPERVISION_ACTIONS.labels(action=action, result=result).inc()
+        return result
 
     async def reap(self, session_id: str, reason: str) -> None:
         """Stop a spawned child whose TTL expired or whose parent stopped."""

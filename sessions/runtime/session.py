@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from compozy_site import metrics
 from compozy_site.home import crash_bundles_dir
 from sessions import catalog
 from sessions.acp import client_side
@@ -95,6 +96,7 @@ class SessionRuntime:
         self.cwd = Path(meta["cwd"])
         self.recorder = Recorder(folder.events_path(self.id), meta["agent_name"], self._on_commit,
                                  self._on_store_failure, redact=config.redact_enabled)
+        self.recorder.commit_seconds = metrics.STORE_COMMIT_SECONDS.observe
         self.agent: AgentProcess | None = None
         self.turn: Turn | None = None
         self.tool_titles: dict[str, str] = {}
@@ -171,6 +173,7 @@ class SessionRuntime:
         doorbell for everyone else (other processes' feeds, the fallback poll's early wake)."""
         from sessions.feed import offer_rows
 
+        metrics.EVENTS_APPENDED.inc(len(stored))
         offer_rows(self.id, rows)
         signals.ring_events(self.id, stored[-1]["sequence"])
 
@@ -257,7 +260,7 @@ class SessionRuntime:
                 await asyncio.to_thread(client_side.write_text, resolved, str(params.get("content", "")))
                 return {}
             except (OSError, ValueError) as exc:
-                raise RequestError.internal_error({"path": path, "error": str(exc)}) from exc
+                raise client_side.fs_error(path, exc) from exc
         raise RequestError.method_not_found(method)
 
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -365,6 +368,8 @@ class SessionRuntime:
         if self.stopping:
             return
         await self.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
+        logger.info("session %s active (agent %s, pid %s)", self.id, self.meta["agent_name"],
+                    self.agent.pid if self.agent else None)  # lifecycle lines: `session evidence` collects them
         self.active.set()
         with contextlib.suppress(Exception):
             await self.hook("session.post_resume" if reactivate else "session.post_create")
@@ -595,6 +600,7 @@ class SessionRuntime:
         except AgentRequestError as exc:
             failure = await self._failure(FailureKind.PROMPT_FAILURE, str(exc))
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
+            metrics.FAILURES.labels(kind=FailureKind.PROMPT_FAILURE.value).inc()
             turn.terminal = True
         except TransportClosed:
             # The exit watcher classifies the death; the stop path records this turn's error and marker,
@@ -607,6 +613,7 @@ class SessionRuntime:
             self.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
+            metrics.TURN_SECONDS.observe(time.monotonic() - turn.started_mono)
             self.permissions.cancel_all()
             with contextlib.suppress(StoreFailure):
                 await self.recorder.flush()
@@ -1002,10 +1009,12 @@ class SessionRuntime:
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]
+            metrics.FAILURES.labels(kind=str(failure.get("kind"))).inc()
         tail = self._stderr_excerpt()
         if tail and failure:
             stopped["text"] = tail
         self.record(EventType.SESSION_STOPPED, stopped, turn_id="")
+        logger.info("session %s stopped: %s%s", self.id, reason.value, f" ({failure['kind']})" if failure else "")
         try:
             await self.recorder.close()
         except Exception:

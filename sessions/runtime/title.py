@@ -32,10 +32,23 @@ def title_prompt(user_text: str, reply_text: str) -> str:
             f"only, no quotes.\nUser: {user_text[:EXCERPT_CHARS]}\nAssistant: {reply_text[:EXCERPT_CHARS]}")
 
 
-def clean_title(text: str) -> str | None:
+def echoes_request(candidate: str, request: str) -> bool:
+    """True when `candidate` repeats the request instead of answering it. Some agents echo their prompt
+    (or start a reply by quoting it): taken as a title, that named every session `[compozy:title]`."""
+    if TITLE_REQUEST in candidate:
+        return True
+    folded = candidate.casefold()
+    return any(folded.startswith(line) for line in (ln.strip().casefold() for ln in request.splitlines()) if line)
+
+
+def clean_title(text: str, request: str = "") -> str | None:
+    """The first non-blank line of the reply as a title; None when there is none or it echoes `request`."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     line = re.sub(r"^(title:\s*)", "", line, flags=re.IGNORECASE).strip().strip("\"'`*#").strip()
     if not line:
+        return None
+    if echoes_request(line, request or TITLE_REQUEST):
+        logger.info("auto-title pass ignored an echo of its own request: %.80r", line)
         return None
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1].rstrip() + "…"
 
@@ -62,9 +75,10 @@ async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, re
             await agent.start()
             await agent.initialize()
             opened = await agent.request("session/new", {"cwd": str(cwd), "mcpServers": []})
+            request = title_prompt(user_text, reply_text)
             await agent.request("session/prompt", {"sessionId": opened["sessionId"], "prompt": [
-                {"type": "text", "text": title_prompt(user_text, reply_text)}]})
-        return clean_title("".join(chunks))
+                {"type": "text", "text": request}]})
+        return clean_title("".join(chunks), request)
     except Exception as exc:
         logger.info("auto-title pass failed: %s", exc)
         return None

@@ -318,7 +318,8 @@ class ScriptedAgent:
     # ---- commands --------------------------------------------------------------------------
 
     async def _cmd_echo(self, turn: Turn) -> StopReason:
-        await self._say(turn, f"echo: {turn.text}")
+        # --echo-verbatim: a parrot that repeats the prompt word for word (some agents answer a title request so).
+        await self._say(turn, turn.text if self._opts.echo_verbatim else f"echo: {turn.text}")
         return "end_turn"
 
     async def _cmd_stream(self, turn: Turn) -> StopReason:
@@ -614,6 +615,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-log", help="append one JSON line per received prompt")
     parser.add_argument("--stderr-at-start", type=int, default=0, metavar="N", help="write N bytes to stderr first")
     parser.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel entirely")
+    parser.add_argument("--echo-verbatim", action="store_true", help="echo prompts word for word, no 'echo: '")
     parser.add_argument("--dispatch-after-replay", action="store_true",
                         help="pick the command from the text after a context replay's last 'User request:'")
     opts = parser.parse_args(argv)

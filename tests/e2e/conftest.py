@@ -47,7 +47,7 @@ def browser() -> Iterator[Browser]:
     if not (os.path.isfile(CHROMIUM_PATH) and os.access(CHROMIUM_PATH, os.X_OK)):
         pytest.fail(
             f"Chromium not found at {CHROMIUM_PATH}: the e2e tests need Debian's Chromium. "
-            "Run `.ci/run` (installs it), or `apt-get install chromium fonts-dejavu-core`, "
+            "Run `scripts/ensure-system-deps.sh` (`make test` and `.ci/run` do), or `apt-get install chromium`, "
             "or point COMPOZY_CHROMIUM at a Chromium binary.",
             pytrace=False,
         )

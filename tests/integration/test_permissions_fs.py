@@ -94,3 +94,17 @@ def test_a_symlink_loop_is_refused_and_recorded_not_an_internal_error(daemon: Da
     [result] = of_type(turn, "tool_result")
     assert result["content"]["status"] == "failed"
     assert daemon.session(session["id"])["state"] == "active"
+
+
+def test_reading_a_missing_file_answers_acp_resource_not_found(daemon: Daemon, workspace: Path) -> None:
+    # Agents such as gemini-cli read a file to learn it does not exist yet; -32603 stops them.
+    session = daemon.create(workspace, agent="scripted")
+    turn = daemon.run_turn(session["id"], "tool read not-there-yet.txt")
+    [result] = of_type(turn, "tool_result")
+    assert result["content"]["status"] == "failed"
+    # The scripted agent reports the JSON-RPC error it got: code, message, data.
+    error = result["content"]["tool_error"]
+    assert error.startswith("-32002 Resource not found"), error
+    assert str(workspace / "not-there-yet.txt") in error
+    assert reply(turn) == ["tool error"]
+    assert daemon.session(session["id"])["state"] == "active"

@@ -135,6 +135,34 @@ def test_meta_json_records_the_outcome_of_a_failed_title_pass(failing_titles: Da
     assert title_pass_over(d, sid)["status"] == "failed"
 
 
+# ---- a title agent that echoes its request ------------------------------------------------------------
+
+def echo_providers() -> str:
+    """Two echoing title agents: a parrot (the request word for word) and one that quotes it ("echo: …")."""
+    agent = [sys.executable, str(SCRIPTED)]
+    return (f'[providers.parrot]\ncommand = {json.dumps([*agent, "--echo-verbatim"])}\n\n'
+            f'[providers.quoter]\ncommand = {json.dumps(agent)}\n\n'
+            '[roles.auto_title]\nprovider = "parrot"\n')
+
+
+@pytest.mark.parametrize("provider", ["parrot", "quoter"])
+def test_a_title_agent_that_echoes_its_request_leaves_the_session_unnamed(
+        tmp_path_factory: pytest.TempPathFactory, workspace: Path, provider: str) -> None:
+    home = tmp_path_factory.mktemp(f"{provider}-titles-home")
+    config = echo_providers().replace('provider = "parrot"', f'provider = "{provider}"')
+    d = start_daemon(home, extra_config=config, timeout=START_TIMEOUT)
+    try:
+        sid = d.create(workspace, agent="general")["id"]
+        d.run_turn(sid, "refactor the billing module")
+        assert title_pass_over(d, sid)["status"] == "failed"
+        session = d.session(sid)
+        assert session["name"] is None and session["name_source"] is None
+        assert title_events(d, sid) == []
+        assert "ignored an echo of its own request" in d.log()
+    finally:
+        d.stop()
+
+
 # ---- the first reply after context recovery --------------------------------------------------------------
 
 def flaky_provider(home: Path) -> str:

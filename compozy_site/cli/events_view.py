@@ -1,0 +1,154 @@
+"""Human output that reads well in an 80-column terminal: one line per event, tables whose ids never wrap,
+relative times. Only the human format lives here; `-o json`/`jsonl` print the API's rows unchanged."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+# Width when stdout is no terminal and COLUMNS is unset (a pipe, a file): wide enough for a summary worth
+# grepping, narrow enough that one huge tool output does not make a multi-kilobyte line.
+PIPE_COLUMNS = 160
+ELLIPSIS = "…"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATIONS = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((PIPE_COLUMNS, 24)).columns
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def ago(timestamp: str | None, now: datetime | None = None) -> str:
+    """`12s ago`, `3m ago`, `2h05m ago`, `4d03h ago`: two units at most, so the column stays narrow."""
+    if not timestamp:
+        return ""
+    seconds = int(((now or datetime.now(UTC)) - parse_time(timestamp)).total_seconds())
+    if seconds < 0:
+        return "now"
+    if seconds < 60:
+        return f"{seconds}s ago"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes}m ago"
+    if days == 0:
+        return f"{hours}h{minutes % 60:02d}m ago" if minutes % 60 else f"{hours}h ago"
+    return f"{days}d{hours % 24:02d}h ago" if hours % 24 else f"{days}d ago"
+
+
+def since_timestamp(value: str, now: datetime | None = None) -> str:
+    """`--since`: an RFC3339 time or a duration back from now (`90s`, `5m`, `1h30m`, `2d`), as the store's
+    own timestamp form (`…T08:00:00.000000Z`): the store compares timestamps as text."""
+    text = value.strip()
+    if _DURATIONS.fullmatch(text):
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
+        moment = (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    else:
+        try:
+            moment = parse_time(text)
+        except ValueError:
+            raise ValueError(f"--since takes an RFC3339 time or a duration like 5m or 1h30m, not {value!r}") from None
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line, at most `width` characters, an ellipsis where it was cut."""
+    line = " ".join(str(text).split())
+    if width <= 0:
+        return ""
+    return line if len(line) <= width else line[: width - 1] + ELLIPSIS
+
+
+def event_summary(row: dict[str, Any]) -> str:
+    """What an event says, in words: its text, the tool and outcome, the decision, the stop reason."""
+    c = row.get("content") or {}
+    type_ = row.get("type", "")
+    failure = c.get("failure") or {}
+    if type_ in ("user_message", "agent_message", "thought", "synthetic_reentry", "runtime_progress",
+                 "runtime_warning"):
+        return str(c.get("text") or "")
+    if type_ == "tool_call":
+        return " ".join(str(p) for p in (c.get("tool_kind"), c.get("title") or c.get("tool_name")) if p)
+    if type_ == "tool_result":
+        outcome = c.get("tool_error") or c.get("status") or "completed"
+        return f"{c.get('tool_name') or c.get('tool_call_id') or 'tool'}: {outcome}"
+    if type_ == "permission":
+        return f"{c.get('action') or 'permission'} {c.get('resource') or c.get('title') or ''} → {c.get('decision')}"
+    if type_ == "done":
+        return str(c.get("stop_reason") or "")
+    if type_ in ("error", "session_stopped"):
+        parts = [c.get("stop_reason"), failure.get("kind"), c.get("error") or failure.get("summary")]
+        return " · ".join(str(p) for p in parts if p)
+    if type_.startswith("transcript_marker") or type_ in ("system", "available_commands_update"):
+        return ": ".join(str(p) for p in (c.get("title"), c.get("text")) if p)
+    if type_ == "usage":
+        usage = c.get("usage") or {}
+        return " ".join(f"{k}={v}" for k, v in usage.items() if v is not None and k != "timestamp")
+    rest = {k: v for k, v in c.items() if k not in ("schema", "type", "timestamp", "session_id", "turn_id")}
+    return json.dumps(rest, sort_keys=True, ensure_ascii=False)
+
+
+def event_line(row: dict[str, Any], width: int, when: str, type_width: int = 13) -> str:
+    """`  SEQ  WHEN  TYPE  summary`, cut to `width` columns."""
+    head = f"{row['sequence']:>5}  {when:>9}  {row['type']:<{type_width}}  "
+    return (head + clip(event_summary(row), width - len(head))).rstrip()
+
+
+def event_lines(rows: Sequence[dict[str, Any]], width: int | None = None, now: datetime | None = None) -> list[str]:
+    width = width or terminal_width()
+    now = now or datetime.now(UTC)
+    type_width = min(max((len(r["type"]) for r in rows), default=4), 25)
+    return [event_line(r, width, ago(r.get("timestamp"), now), type_width) for r in rows]
+
+
+def clock(timestamp: str | None) -> str:
+    """Local wall-clock time of a live event (`--follow`: a relative time would always read `0s ago`)."""
+    return parse_time(timestamp).astimezone().strftime("%H:%M:%S") if timestamp else ""
+
+
+def fit_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], flexible: set[str],
+              width: int | None) -> list[str]:
+    """A plain table: two spaces between columns, never a wrapped cell. Columns not in `flexible` (ids,
+    states, times) keep their full width; flexible ones shrink, widest first, with an ellipsis, until the
+    line fits `width` (None: no limit)."""
+    cells = [["" if v is None else " ".join(str(v).split()) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    if width is not None:
+        flex = [i for i, c in enumerate(columns) if c in flexible]
+        while sum(widths) + 2 * (len(widths) - 1) > width and flex:
+            widest = max(flex, key=lambda i: widths[i])
+            if widths[widest] <= max(len(columns[widest]), 4):
+                flex.remove(widest)
+                continue
+            widths[widest] -= 1
+    lines = []
+    for row in [list(columns), *cells]:
+        line = "  ".join(clip(cell, w).ljust(w) if i < len(widths) - 1 else clip(cell, w)
+                         for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+        lines.append(line.rstrip())
+    return lines
+
+
+def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime | None = None) -> list[str]:
+    """`session list`: id, state, agent, last activity and name; `--wide` adds the rest, unshrunk."""
+    now = now or datetime.now(UTC)
+    if wide:
+        columns = ["ID", "NAME", "STATE", "BADGE", "AGENT", "PROVIDER", "STOP REASON", "FAILURE", "WORKSPACE",
+                   "ACTIVE", "CREATED"]
+        rows = [(s["id"], s.get("name"), s["state"], s.get("badge"), s["agent_name"], s.get("provider"),
+                 s.get("stop_reason"), (s.get("failure") or {}).get("kind"), s.get("workspace_id"),
+                 ago(s.get("last_activity_at") or s["updated_at"], now), ago(s.get("created_at"), now))
+                for s in sessions]
+        return fit_table(columns, rows, set(), None)
+    columns = ["ID", "STATE", "AGENT", "ACTIVE", "NAME"]
+    rows = [(s["id"], s["state"], s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
+             s.get("name")) for s in sessions]
+    return fit_table(columns, rows, {"AGENT", "NAME"}, terminal_width())

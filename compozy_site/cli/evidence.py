@@ -1,0 +1,86 @@
+"""`compozy session evidence ID`: download the session's redacted evidence archive (tar.gz, mode 0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import rich_click as click
+
+from compozy_site.cli.app import _client, _fmt, _session_path, json_flag, output_option, session
+from compozy_site.cli.client import ApiError, _api_error, _decode
+from compozy_site.cli.output import EXIT_USAGE, emit, fail, fail_api
+
+CHUNK = 1024 * 1024
+# Building the archive reads every event and the daemon log: longer than an ordinary request.
+DOWNLOAD_TIMEOUT = 300.0
+
+
+def _save(session_id: str, out: Path | None) -> tuple[Path, int]:
+    client = _client()
+    path = _session_path(client, session_id, "/evidence")
+    # The client answers JSON; the archive is bytes, so read the response ourselves on the client's connection.
+    conn, resp = client._open("GET", path, headers={"Accept": "application/gzip"}, timeout=DOWNLOAD_TIMEOUT)
+    try:
+        if resp.status >= 400:
+            raise _api_error(resp, _decode(resp.read()))
+        disposition = resp.getheader("Content-Disposition") or ""
+        name = disposition.split("filename=", 1)[-1].strip('"') if "filename=" in disposition else ""
+        target = out if out is not None else Path(name or f"compozy-evidence-{session_id}.tar.gz")
+        if target.is_dir():
+            target = target / (name or f"compozy-evidence-{session_id}.tar.gz")
+        # Owner-only from the first byte: the archive holds a whole conversation.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        written = 0
+        with os.fdopen(fd, "wb") as handle:
+            while chunk := resp.read(CHUNK):
+                handle.write(chunk)
+                written += len(chunk)
+        return target, written
+    finally:
+        conn.close()
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    with tarfile.open(path, "r:gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/manifest.json"))
+        handle = tar.extractfile(member)
+        return json.loads(handle.read()) if handle else {}
+
+
+@session.command("evidence")
+@click.argument("session_id")
+@click.option("--out", "-O", "out", type=click.Path(path_type=Path), default=None,
+              help="File (or directory) to write; default `compozy-evidence-ID-TIME.tar.gz` here.")
+@output_option
+@json_flag
+def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool) -> None:
+    """Collect everything the debugging guide asks for in one redacted archive (tar.gz, mode 0600).
+
+    `status`, `doctor`, the session's status, its events (JSONL), history, recap, crash bundles and
+    the daemon-log lines of this session. Attach it to a bug report.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        target, size = _save(session_id, out)
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    except FileExistsError as exc:
+        fail(f"{exc.filename} already exists; choose another with --out", "file_exists", fmt, EXIT_USAGE)
+    manifest = _manifest(target)
+    result = {"path": str(target.resolve()), "bytes": size, "manifest": manifest}
+    counts = manifest.get("counts") or {}
+
+    def human() -> None:
+        # Plain lines, not a table: the path must stay whole to be copied.
+        click.echo(f"wrote {result['path']}")
+        click.echo(f"  {size} bytes, mode 0600, redacted; status, doctor, session, history, recap")
+        click.echo(f"  {counts.get('events', 0)} events, {counts.get('crash_bundles', 0)} crash bundle(s), "
+                   f"{counts.get('daemon_log_lines', 0)} daemon-log lines")
+        for name, error in (manifest.get("errors") or {}).items():
+            click.echo(f"  not collected: {name}: {error}")
+
+    emit(result, fmt, human)

@@ -1,0 +1,18 @@
+"""`GET …/evidence`: the session's evidence archive (sessions/evidence.py), a redacted tar.gz download."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.http import FileResponse, HttpRequest
+from ninja import Router
+
+from sessions import evidence
+
+router = Router(tags=["sessions"])
+
+
+@router.get("/workspaces/{workspace}/sessions/{session_id}/evidence")
+async def get_evidence(request: HttpRequest, workspace: str, session_id: str) -> FileResponse:
+    """Status, doctor, the session, its events (JSONL), history, recap, crash bundles and daemon-log lines."""
+    archive, name = await sync_to_async(evidence.build_evidence)(session_id, workspace)
+    return FileResponse(archive, as_attachment=True, filename=name, content_type="application/gzip")

@@ -1,0 +1,97 @@
+"""The human CLI in an 80-column terminal, run for real against the daemon: `session events` prints one line per
+event (sequence, age, type, summary) and `session list` never wraps an id; `-o json` stays the API's rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, Daemon, of_type
+
+COLUMNS = 80
+
+
+def narrow(d: Daemon, *args: str, columns: int = COLUMNS) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], cwd=str(ROOT), capture_output=True,
+                            text=True, timeout=60, env={**d.env, "COLUMNS": str(columns), "LINES": "24"})
+    assert result.returncode == 0, result.stderr or result.stdout
+    return result
+
+
+def assert_fits(output: str, columns: int = COLUMNS) -> list[str]:
+    lines = output.splitlines()
+    too_wide = [line for line in lines if len(line) > columns]
+    assert not too_wide, too_wide
+    return lines
+
+
+def test_session_events_prints_one_line_per_event_within_80_columns(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    daemon.run_turn(sid, "tool read README.md")
+    daemon.run_turn(sid, "a long message " + "that goes on and on " * 20)
+    rows = daemon.all_events(sid)
+
+    lines = assert_fits(narrow(daemon, "session", "events", sid).stdout)
+    assert len(lines) == len(rows)  # one line per event, no header, no wrapped cells
+    for line, row in zip(lines, rows, strict=True):
+        seq, age, ago_word, type_ = line.split()[:4]
+        assert int(seq) == row["sequence"] and type_ == row["type"]
+        assert age.endswith("s") and ago_word == "ago"
+    by_type = {row["type"]: line for line, row in zip(lines, rows, strict=True)}
+    assert by_type["permission"].endswith("→ approved")
+    assert "{" not in "".join(lines)  # summaries, not JSON
+    assert by_type["done"].endswith("end_turn")
+    long_reply = next(ln for ln in lines if "echo: a long message" in ln)
+    assert long_reply.endswith("…") and len(long_reply) == COLUMNS
+
+
+def test_session_events_since_keeps_only_newer_events(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    daemon.run_turn(sid, "first turn")
+    rows = daemon.all_events(sid)
+    later = daemon.run_turn(sid, "second turn")
+    since = of_type(later, "user_message")[0]["timestamp"]
+
+    shown = narrow(daemon, "session", "events", sid, "--since", since).stdout.splitlines()
+    assert [int(line.split()[0]) for line in shown] == [e["sequence"] for e in later]
+    assert narrow(daemon, "session", "events", sid, "--since", "1h", "-o", "json").stdout.count('"sequence"') == \
+        len(rows) + len(later)
+    bad = daemon.cli("session", "events", sid, "--since", "yesterday")
+    assert bad.returncode == 65 and "--since" in bad.stderr
+
+
+def test_session_events_json_is_the_api_rows_unchanged(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    daemon.run_turn(sid, "tool read README.md")
+    assert json.loads(narrow(daemon, "session", "events", sid, "-o", "json").stdout) == daemon.events(sid)
+    jsonl = narrow(daemon, "session", "events", sid, "-o", "jsonl").stdout.splitlines()
+    assert [json.loads(line) for line in jsonl] == daemon.events(sid)
+
+
+def test_session_list_keeps_ids_whole_with_relative_times(daemon: Daemon, workspace: Path) -> None:
+    sids = [daemon.create(workspace, agent="scripted", name="a rather long session name " * 4)["id"]
+            for _ in range(2)]
+    lines = assert_fits(narrow(daemon, "session", "list", "--all").stdout)
+    assert lines[0].split() == ["ID", "STATE", "AGENT", "ACTIVE", "NAME"]
+    for sid in sids:
+        [line] = [ln for ln in lines if sid in ln]
+        assert line.startswith(sid + "  ")
+        assert " ago" in line and "T" not in line.split("ago")[0][len(sid):]  # no ISO timestamp
+        assert line.endswith("…")
+
+    wide = narrow(daemon, "session", "list", "--all", "--wide").stdout.splitlines()
+    assert wide[0].split()[:4] == ["ID", "NAME", "STATE", "BADGE"] and "FAILURE" in wide[0]
+    assert all(any(line.startswith(sid) for line in wide) for sid in sids)
+
+    listing = json.loads(narrow(daemon, "session", "list", "--all", "-o", "json").stdout)
+    assert set(listing) == {"sessions", "page"} and {s["id"] for s in listing["sessions"]} >= set(sids)
+
+
+def test_the_follow_lines_fit_80_columns(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    daemon.run_turn(sid, "a long message " + "that goes on and on " * 20)
+    daemon.http.post(daemon.scoped(sid, "/stop"))
+    lines = assert_fits(narrow(daemon, "session", "events", sid, "--follow").stdout)
+    assert lines[-1].split()[2] == "session_stopped"

@@ -1,0 +1,83 @@
+"""`compozy session evidence ID` and `GET …/evidence` against the real daemon: one redacted tar.gz (mode 0600)
+with status, doctor, the session, its events, history, recap, crash bundles and its daemon-log lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import tarfile
+from pathlib import Path
+
+from tests.conftest import Daemon
+from tests.integration.test_secrets import PLANTED, SECRET_PARTS
+
+MEMBERS = {"manifest.json", "status.json", "doctor.json", "session.json", "events.jsonl", "history.json",
+           "recap.json", "daemon-log.txt"}
+
+
+def members(archive: tarfile.TarFile, sid: str) -> dict[str, bytes]:
+    out = {}
+    for member in archive.getmembers():
+        assert member.name.startswith(f"evidence-{sid}/") and member.mode == 0o600
+        handle = archive.extractfile(member)
+        assert handle is not None
+        out[member.name.split("/", 1)[1]] = handle.read()
+    return out
+
+
+def test_the_evidence_of_a_crashed_session_is_one_redacted_archive(daemon: Daemon, workspace: Path,
+                                                                   tmp_path: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    daemon.run_turn(sid, "tool read README.md")
+    assert daemon.prompt(sid, "leak " + " ".join(PLANTED.values())).status_code == 200
+    stopped = daemon.wait_state(sid, {"stopped"})
+    assert stopped["failure"]["kind"] == "process_exit"
+
+    result = daemon.cli("session", "evidence", sid, "--out", str(tmp_path), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    path = Path(summary["path"])
+    assert path.parent == tmp_path and path.name.startswith(f"compozy-evidence-{sid}-")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert summary["bytes"] == path.stat().st_size
+
+    with tarfile.open(path, "r:gz") as archive:
+        files = members(archive, sid)
+    bundle = Path(stopped["failure"]["crash_bundle_path"]).name
+    assert set(files) == MEMBERS | {f"crash-bundles/{bundle}"}
+    manifest = json.loads(files["manifest.json"])
+    assert manifest == summary["manifest"] and manifest["errors"] == {} and manifest["redacted"] is True
+
+    events = [json.loads(line) for line in files["events.jsonl"].splitlines()]
+    assert [e["sequence"] for e in events] == [e["sequence"] for e in daemon.all_events(sid)]
+    assert manifest["counts"]["events"] == len(events)
+    assert json.loads(files["session.json"])["session"]["failure"] == stopped["failure"]
+    assert json.loads(files["status.json"])["daemon"]["status"] == "running"
+    assert json.loads(files["doctor.json"])["items"]
+    assert [t["turn_id"] for t in json.loads(files["history.json"])["history"]][:1] == [events[0]["turn_id"]]
+    assert json.loads(files["recap.json"])["recap"]["session"]["id"] == sid
+    log = files["daemon-log.txt"].decode()
+    assert f"session {sid} active" in log and f"session {sid} stopped: agent_crashed (process_exit)" in log
+    assert all(sid in line for line in log.splitlines() if line[:4].isdigit())
+
+    everything = b"".join(files.values()).decode("utf-8", "replace")
+    for secret in SECRET_PARTS:
+        assert secret not in everything, f"the archive leaks {secret[:12]}…"
+
+    again = daemon.cli("session", "evidence", sid, "--out", str(path))
+    assert again.returncode == 65 and "already exists" in again.stderr  # never overwrites
+
+
+def test_the_evidence_route_answers_a_gzip_download(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    response = daemon.http.get(daemon.scoped(sid, "/evidence"))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/gzip"
+    assert f'filename="compozy-evidence-{sid}-' in response.headers["content-disposition"]
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
+        assert set(members(archive, sid)) == MEMBERS  # no crash bundle for a healthy session
+
+    missing = daemon.http.get(daemon.scoped(sid, "").replace(sid, "sess_0000000000000000") + "/evidence")
+    assert missing.status_code == 404
+    assert daemon.cli("session", "evidence", "sess_0000000000000000").returncode == 69
