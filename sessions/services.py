@@ -64,8 +64,9 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "type": meta.get("session_type") or "user",
         "state": meta["state"],
         "badge": badge.value,
+        # A failed turn leaves the session able to take the next prompt; any other failure does not.
         "attachable": meta["state"] == SessionState.ACTIVE and badge.value in ("idle", "running")
-        and not meta.get("failure") and not stalled,
+        and (meta.get("failure") or {}).get("kind") in (None, FailureKind.PROMPT_FAILURE) and not stalled,
         "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
         "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
         "stop_reason": meta.get("stop_reason") or None,

@@ -257,6 +257,10 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
     click.echo(event_line(row, terminal_width(), clock(row.get("timestamp"))))
 
 
+# EX_SOFTWARE: the request was fine, the agent's turn was not.
+EXIT_TURN_FAILED = 70
+
+
 @session.command("prompt")
 @click.argument("session_id")
 @click.argument("message", required=False)
@@ -313,10 +317,12 @@ def session_prompt(session_id: str, message: str | None, mode: str | None, cance
         click.echo(dump(events))
     elif fmt == "human":
         click.echo()
-        last = events[-1] if events else {}
-        if last.get("type") == "error" or last.get("type") == "session_stopped":
-            fail(str((last.get("content") or {}).get("error") or last.get("stop_reason") or "turn failed"),
-                 "turn_failed", fmt)
+    last = events[-1] if events else {}
+    if last.get("type") == "error" or last.get("type") == "session_stopped":
+        # The turn failed: every output format says so in the exit code (scripts read that, not the text).
+        content = last.get("content") or {}
+        kind = (content.get("failure") or {}).get("kind") or "turn_failed"
+        fail(str(content.get("error") or last.get("stop_reason") or "turn failed"), kind, fmt, EXIT_TURN_FAILED)
 
 
 @session.command("stop")

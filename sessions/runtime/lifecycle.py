@@ -81,3 +81,15 @@ def badge(state: str, failure: dict[str, Any] | None, stalled: bool = False, pro
     if state == SessionState.ACTIVE:
         return Badge.IDLE
     return Badge.UNKNOWN
+
+
+# ACP's auth_required error code (the SDK's RequestError.auth_required); adapters that predate it still say so.
+ACP_AUTH_REQUIRED = -32000
+_AUTH_WORDS = ("authentication required", "auth required", "not authenticated", "unauthorized", "api key",
+               "login required", "please log in", "/login")
+
+
+def is_auth_error(code: int, message: str) -> bool:
+    """Whether an agent's prompt error means "the user must authenticate" (badge waiting-for-auth)."""
+    text = message.lower()
+    return (code == ACP_AUTH_REQUIRED and "auth" in text) or any(word in text for word in _AUTH_WORDS)

@@ -46,6 +46,8 @@ STDERR_IN_EVENTS_BYTES = 4096
 GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
                                "permission.request"})
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
+# Failures a turn puts on a live session; the next turn that succeeds clears them.
+TURN_FAILURE_KINDS = frozenset({FailureKind.PROMPT_FAILURE.value, FailureKind.PROVIDER_AUTH_FAILURE.value})
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Turn:
     warned: bool = False
     timed_out: bool = False
     reply: str = ""
+    outputs: int = 0  # session/update notifications the agent sent during this turn
     last_progress_mono: float = field(default_factory=time.monotonic)
 
 
@@ -219,6 +222,8 @@ class SessionRuntime:
             return
         type_, content = mapped
         self.record(type_, content)
+        if self.turn is not None:
+            self.turn.outputs += 1
         if type_ == EventType.AGENT_MESSAGE and self.turn is not None and len(self.turn.reply) < 600:
             self.turn.reply += content.get("text", "")
         if type_ == EventType.USAGE and self.turn:
@@ -592,15 +597,26 @@ class SessionRuntime:
             if isinstance(result.get("usage"), dict):
                 content["usage"] = normalize_usage(result["usage"])
                 self.recorder.merge_usage(turn.id, content["usage"])
-            self.record(EventType.DONE, content, turn_id=turn.id)
+            if stop == "end_turn" and turn.outputs == 0 and not turn.cancel_requested:
+                # An agent whose model server is down ends the turn at once with nothing said; that is a
+                # failure the user must see, not a quiet success.
+                failure = await self._turn_failure(
+                    FailureKind.PROMPT_FAILURE, "the agent ended the turn without any output (stop reason "
+                    "end_turn); its model or model server may be unavailable")
+                self.record(EventType.ERROR, {**content, "error": failure["summary"], "failure": failure},
+                            turn_id=turn.id)
+            else:
+                self.record(EventType.DONE, content, turn_id=turn.id)
+                self._clear_turn_failure()
             turn.terminal = True
             if turn.reply and self._title_eligible():
                 self.meta["auto_title"] = {"status": "pending"}
                 spawn(self._auto_title(turn))
         except AgentRequestError as exc:
-            failure = await self._failure(FailureKind.PROMPT_FAILURE, str(exc))
+            kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
+                else FailureKind.PROMPT_FAILURE
+            failure = await self._turn_failure(kind, str(exc))
             self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
-            metrics.FAILURES.labels(kind=FailureKind.PROMPT_FAILURE.value).inc()
             turn.terminal = True
         except TransportClosed:
             # The exit watcher classifies the death; the stop path records this turn's error and marker,
@@ -1032,6 +1048,19 @@ class SessionRuntime:
         self.stopped.set()
         self.active.clear()
         self.manager.forget(self.id)
+
+    async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+        """A turn the agent ended with an error: the session stays active, but the failure is on the session
+        (status, list, badge) until a later turn succeeds, not only in an `error` event."""
+        failure = await self._failure(kind, summary)
+        metrics.FAILURES.labels(kind=kind.value).inc()
+        self.meta["failure"] = failure
+        logger.warning("session %s: turn failed (%s): %s", self.id, kind.value, failure["summary"])
+        return failure
+
+    def _clear_turn_failure(self) -> None:
+        if (self.meta.get("failure") or {}).get("kind") in TURN_FAILURE_KINDS:
+            self.meta["failure"] = None
 
     def _stderr_excerpt(self) -> str:
         if not self.agent:

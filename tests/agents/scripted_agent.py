@@ -182,6 +182,8 @@ class ScriptedAgent:
             "env": self._cmd_env,
             "silent": self._cmd_silent,
             "error": self._cmd_error,
+            "autherr": self._cmd_autherr,
+            "empty": self._cmd_empty,
             "spawnchild": self._cmd_spawnchild,
             "closeout": self._cmd_closeout,
             "wedge": self._cmd_wedge,
@@ -603,6 +605,14 @@ class ScriptedAgent:
 
     async def _cmd_error(self, turn: Turn) -> StopReason:
         raise RequestError.internal_error({"details": "scripted prompt failure"})
+
+    async def _cmd_autherr(self, turn: Turn) -> StopReason:
+        # What claude-agent-acp answers without an API key: ACP's auth_required (-32000).
+        raise RequestError.auth_required({"details": "Authentication required: run /login or set ANTHROPIC_API_KEY"})
+
+    async def _cmd_empty(self, turn: Turn) -> StopReason:
+        # A model server that is down, as opencode shows it: the turn ends at once with nothing said.
+        return "end_turn"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

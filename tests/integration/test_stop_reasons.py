@@ -243,8 +243,38 @@ def test_a_prompt_the_agent_refuses_is_a_prompt_failure_and_the_session_lives_on
     assert error["content"]["failure"]["kind"] == "prompt_failure"
     assert "session/prompt" in error["content"]["failure"]["summary"]
     session = daemon.session(sid)
-    assert session["state"] == "active" and session["failure"] is None
+    # Visible where users look: on the session, not only in an event; the session still takes prompts.
+    assert session["state"] == "active" and session["failure"]["kind"] == "prompt_failure"
+    assert session["attachable"] is True and session["badge"] == "idle"
     assert of_type(daemon.run_turn(sid, "hello again"), "done")
+    assert daemon.session(sid)["failure"] is None, "a turn that succeeds clears the turn's failure"
+
+
+def test_an_agent_that_needs_authentication_shows_waiting_for_auth_and_the_cli_exits_non_zero(
+        daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    sent = daemon.cli("session", "prompt", sid, "autherr")
+    assert sent.returncode != 0 and "Authentication required" in sent.stderr, (sent.stdout, sent.stderr)
+    session = daemon.session(sid)
+    assert session["failure"]["kind"] == "provider_auth_failure" and session["badge"] == "waiting-for-auth"
+    assert session["attachable"] is False
+    listed = {s["id"]: s for s in daemon.http.get("/api/sessions").json()["sessions"]}
+    assert listed[sid]["badge"] == "waiting-for-auth"
+    status = daemon.cli_json("session", "status", sid)
+    assert status["session"]["failure"]["kind"] == "provider_auth_failure"
+    as_json = daemon.cli("session", "prompt", sid, "autherr", "-o", "json")
+    assert as_json.returncode != 0, "scripts see the failure in the exit code too"
+
+
+def test_a_turn_that_ends_with_no_output_is_a_prompt_failure(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    turn = daemon.run_turn(sid, "empty")
+    [error] = of_type(turn, "error")
+    assert error["content"]["failure"]["kind"] == "prompt_failure" and "without any output" in error["content"]["error"]
+    assert not of_type(turn, "done")
+    assert daemon.session(sid)["failure"]["kind"] == "prompt_failure"
+    sent = daemon.cli("session", "prompt", sid, "empty")
+    assert sent.returncode != 0 and "without any output" in sent.stderr
 
 
 def test_a_prompt_failure_keeps_the_reason_the_agent_gave(daemon: Daemon, workspace: Path) -> None:
