@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sessions.config import Config
 from sessions.enums import StopReason
-from sessions.errors import Unavailable
+from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.session import SessionRuntime
@@ -44,6 +46,8 @@ class SessionManager:
         self._boot_tasks: set[asyncio.Task[None]] = set()
         # Ids whose folders exist but whose runtime is not registered yet (create in progress).
         self.reserved: set[str] = set()
+        # Creates and reactivations admitted but not launched yet: they count against the agent limit too.
+        self.admitting = 0
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -53,6 +57,25 @@ class SessionManager:
 
     def owns(self, session_id: str) -> bool:
         return session_id in self.runtimes or session_id in self.reserved
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """Hold a slot of `[limits] max_concurrent_agents` from the check until the runtime is registered.
+
+        Runs on the daemon's loop, so the check and the slot are taken with no await between them: two concurrent
+        creates cannot both take the last slot. A stopped session leaves `runtimes` and frees its slot.
+        """
+        limit = self.config.max_concurrent_agents
+        live = len(self.runtimes) + self.admitting
+        if live >= limit:
+            raise AgentLimitReached(f"{live} agent sessions are live, the limit is {limit} ([limits] "
+                                    "max_concurrent_agents); stop one or try again later",
+                                    data={"live": live, "max_concurrent_agents": limit})
+        self.admitting += 1
+        try:
+            yield
+        finally:
+            self.admitting -= 1
 
     def launch(self, meta: dict[str, Any], *, provider: Any, roots: list[Path],
                reactivate: bool = False) -> SessionRuntime:
