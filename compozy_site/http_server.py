@@ -77,28 +77,37 @@ class GuardedRequest(WebRequest):
         super().connectionLost(reason)
 
     def _refuse(self, what: str) -> None:
-        from compozy_site.api import error_body
-
         self._over_cap = True
         limit = self.server.max_body_bytes
         logger.warning("refused %s (limit %d bytes)", what, limit)
-        body = json.dumps(error_body(f"request bodies are limited to {limit} bytes", "body_too_large", 413,
-                                     {"max_body_bytes": limit})).encode()
-        head = (f"HTTP/1.1 413 Content Too Large\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
         transport = self.channel.transport
-        transport.write(head + body)
+        _write_error(transport, 413, "Content Too Large", "body_too_large",
+                     f"request bodies are limited to {limit} bytes", {"max_body_bytes": limit})
         self._linger = reactor.callLater(LINGER_SECONDS, transport.abortConnection)
 
     def _headers_too_slow(self) -> None:
         self._header_timer = None
         if self.channel is not None and self.channel.transport is not None:
-            self.channel.transport.abortConnection()
+            _write_error(self.channel.transport, 408, "Request Timeout", "header_timeout",
+                         f"the request headers did not arrive within {HEADER_TIMEOUT_SECONDS:g} s")
+            self.channel.transport.loseConnection()
 
     @staticmethod
     def _cancel(call: Any) -> None:
         if call is not None and call.active():
             call.cancel()
+
+
+def _write_error(transport: Any, status: int, reason: str, code: str, message: str,
+                 evidence: dict[str, Any] | None = None) -> None:
+    """An error answer in the API's shape, written straight to the connection (no request object to answer
+    through yet); the connection closes after it."""
+    from compozy_site.api import error_body
+
+    body = json.dumps(error_body(message, code, status, evidence)).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n").encode()
+    transport.write(head + body)
 
 
 class _Discard:

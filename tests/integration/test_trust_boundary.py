@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,10 +319,29 @@ def test_two_homes_on_one_machine_never_cross_talk(daemon: Daemon, tmp_path: Pat
         b.stop()
 
 
-def test_binding_beyond_loopback_needs_allow_remote(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_binding_beyond_loopback_needs_allow_remote_and_still_the_token(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="allow_remote"):
-        start_daemon(home, extra_config='[http]\nhost = "0.0.0.0"\n', timeout=30)
+        start_daemon(tmp_path / "refused", extra_config='[http]\nhost = "0.0.0.0"\n', timeout=30)
+    d = start_daemon(tmp_path / "remote", extra_config='[http]\nhost = "0.0.0.0"\nallow_remote = true\n')
+    try:
+        with httpx.Client(base_url=d.base_url, timeout=10) as anonymous:
+            assert_refused(anonymous.get("/api/status"), 401, "auth_required")
+        assert d.http.get("/api/status").status_code == 200
+    finally:
+        d.stop()
+
+
+def test_headers_must_arrive_within_the_header_timeout(daemon: Daemon) -> None:
+    """A client that trickles its headers (slowloris) is answered 408 and cut off after 5 s (surfaces reference)."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as slow:
+        slow.sendall(b"GET /api/status HTTP/1.1\r\nHost: localhost\r\n")
+        started = time.monotonic()
+        answer = b""
+        while chunk := slow.recv(65536):
+            answer += chunk
+        assert 4 < time.monotonic() - started < 10
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "header_timeout"
 
 
 # ---- admission control ---------------------------------------------------------------------------------
