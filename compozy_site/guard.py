@@ -125,7 +125,7 @@ class Guard:
             if scope.get(LOCAL_SOCKET) is True:
                 self._check_peer(scope, policy)
             else:
-                self._check_origin(scope, headers, policy)
+                self._check_host_and_origin(scope, headers, policy)
                 if scope["path"] == LOGIN_PATH:
                     await self._login(scope, send, policy)
                     return
@@ -158,7 +158,7 @@ class Guard:
                           {"peer_uid": uid})
 
     @staticmethod
-    def _check_origin(scope: Scope, headers: dict[str, str], policy: GuardPolicy) -> None:
+    def _check_host_and_origin(scope: Scope, headers: dict[str, str], policy: GuardPolicy) -> None:
         host = headers.get("host", "")
         if host_name(host) not in policy.hosts:
             raise Refusal(400, "host_not_allowed", "this Host is not served (loopback names and the bound host only)",
