@@ -52,7 +52,7 @@ def _bind_socket_path(path: Path) -> None:
 def run_foreground(port: int | None = None) -> int:
     """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
     from compozy_site.daemon_record import read_daemon_record, running_record
-    from compozy_site.home import compozy_home, daemon_record_path, enter_private_umask, make_private
+    from compozy_site.home import compozy_home, daemon_record_path, enter_private_umask, make_private, token_path
 
     home = compozy_home()
     # Before anything is created: the socket, catalogs, logs and SQLite's -wal/-shm are all born owner-only.
@@ -116,7 +116,9 @@ def run_foreground(port: int | None = None) -> int:
         schedule_boot_jobs()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
-        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}", flush=True)
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
+              f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
+              f"{token_path(home)}", flush=True)
 
     server = GuardedServer(application, endpoints=endpoints, signal_handlers=False, ready_callable=ready,
                            application_close_timeout=5, http_timeout=None,
