@@ -59,11 +59,19 @@ def origin_allowed(origin: str, host: str) -> bool:
 
 
 def host_name(host: str) -> str:
-    """`Host` without its port: `[::1]:2123` → `[::1]`, `localhost:2123` → `localhost`."""
+    """`Host` without its port: `[::1]:2123` → `[::1]`, `localhost:2123` → `localhost`; "" when malformed."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[:host.find("]") + 1] if "]" in host else ""
-    return host.rsplit(":", 1)[0] if ":" in host else host
+        name, bracket, port = host.partition("]")
+        if not bracket:
+            return ""
+        name += "]"
+    else:
+        name, _, port = host.partition(":")
+        port = f":{port}" if port else ""
+    if port and not (port.startswith(":") and port[1:].isdigit()):
+        return ""
+    return name
 
 
 def is_stream(path: str) -> bool:
@@ -251,10 +259,12 @@ def _too_large(policy: GuardPolicy) -> Refusal:
 
 
 def _headers(scope: Scope) -> dict[str, str]:
-    """First value of each header, lower-cased names (latin-1, as HTTP/1.1 carries them)."""
+    """Headers by lower-cased name (latin-1, as HTTP/1.1 carries them). A repeated header is joined with "," as
+    Django joins it, so a second Host, Origin or Authorization can only make a check fail, never pass."""
     out: dict[str, str] = {}
-    for name, value in scope.get("headers", []):
-        out.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    for raw_name, raw_value in scope.get("headers", []):
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        out[name] = f"{out[name]},{value}" if name in out else value
     return out
 
 

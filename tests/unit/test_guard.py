@@ -86,10 +86,18 @@ def test_the_socket_serves_only_the_daemon_uid_and_tcp_is_never_assumed_local() 
     assert answer(run(http_scope("GET", headers=no_token), [b""])[1])[2]["code"] == "auth_required"
 
 
-@pytest.mark.parametrize(("host", "name"), [("127.0.0.1:2123", "127.0.0.1"), ("[::1]:2123", "[::1]"),
-                                            ("LOCALHOST", "localhost"), ("[::1", ""), ("", "")])
+@pytest.mark.parametrize(("host", "name"), [
+    ("127.0.0.1:2123", "127.0.0.1"), ("[::1]:2123", "[::1]"), ("[::1]", "[::1]"), ("LOCALHOST", "localhost"),
+    ("[::1", ""), ("", ""), ("127.0.0.1:2123,evil.example", ""), ("localhost:x", ""), ("[::1]x", "")])
 def test_host_name_drops_the_port(host: str, name: str) -> None:
     assert host_name(host) == name
+
+
+def test_a_second_host_header_is_refused() -> None:
+    scope = http_scope("GET")
+    scope["headers"].append((b"host", b"evil.example"))
+    seen, sent = run(scope, [b""])
+    assert seen == [] and answer(sent)[2]["code"] == "host_not_allowed"
 
 
 def test_only_the_same_origin_is_allowed() -> None:
