@@ -90,7 +90,8 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params) 
         after = await asyncio.to_thread(daemon.newest_sequence, session)
         for _ in range(p.viewers):
             viewer = Viewer(session["id"], after)
-            stream = SSEStream(daemon.host, daemon.port, daemon.stream_path(session), last_event_id=after)
+            stream = SSEStream(daemon.host, daemon.port, daemon.stream_path(session), last_event_id=after,
+                               token=daemon.d.token)
             streams.append((stream, viewer))
             viewers.append(viewer)
     await asyncio.gather(*(s.connect() for s, _ in streams))
@@ -99,7 +100,8 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params) 
     gap = p.interval_ms / 1000 / max(1, len(sessions))
     started = time.monotonic()
     turns: list[tuple[dict[str, Any], str]] = []
-    async with httpx.AsyncClient(base_url=f"http://{daemon.host}:{daemon.port}", timeout=30) as client:
+    async with httpx.AsyncClient(base_url=f"http://{daemon.host}:{daemon.port}", headers=daemon.d.auth,
+                                 timeout=30) as client:
         for session in sessions:
             response = await client.post(daemon.scoped(session, "/prompt"),
                                          json={"message": f"tick {p.ticks} {p.interval_ms}"})

@@ -85,8 +85,9 @@ class SSEStream:
     """GET an SSE URL; iterate batches of frames, each batch stamped with its receive time (time.time_ns)."""
 
     def __init__(self, host: str, port: int, path: str, last_event_id: int | None = None,
-                 read_size: int = 256 * 1024) -> None:
+                 read_size: int = 256 * 1024, token: str | None = None) -> None:
         self.host = host
+        self.token = token  # the daemon's API token; the bare daphne baseline needs none
         self.port = port
         self.path = path
         self.last_event_id = last_event_id
@@ -103,6 +104,8 @@ class SSEStream:
                    "Cache-Control: no-cache"]
         if self.last_event_id is not None:
             headers.append(f"Last-Event-ID: {self.last_event_id}")
+        if self.token is not None:
+            headers.append(f"Authorization: Bearer {self.token}")
         self._writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
         await self._writer.drain()
         head = await self._reader.readuntil(b"\r\n\r\n")

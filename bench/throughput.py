@@ -60,9 +60,9 @@ class StreamRun:
 
 
 async def read_until_done(host: str, port: int, path: str, after: int, start_turn: Any,
-                          timeout: float) -> StreamRun:
+                          timeout: float, token: str) -> StreamRun:
     """Open the stream at `after`, then start the turn (so every frame is live), read until `done`."""
-    stream = SSEStream(host, port, path, last_event_id=after)
+    stream = SSEStream(host, port, path, last_event_id=after, token=token)
     await stream.connect()
     checker = SequenceChecker(after)
     prompt_ns = time.time_ns()
@@ -282,7 +282,7 @@ def run(root: Path, quick: bool) -> BenchResult:
         with daemon.profiling("throughput"):
             run_ = asyncio.run(read_until_done(daemon.host, daemon.port, daemon.stream_path(session), after,
                                                lambda: daemon.prompt(session, f"stream {p.chunks}"),
-                                               timeout=max(120.0, p.chunks / 500)))
+                                               timeout=max(120.0, p.chunks / 500), token=daemon.d.token))
         daemon_cpu = cpu_seconds(daemon.pid) - cpu0
         agent_cpu = cpu_seconds(agent_pid or 0) - agent0
         client_cpu = time.process_time() - client0

@@ -1,4 +1,4 @@
-"""ASGI entry: SSE paths go to channels consumers, everything else to Django (API and pages)."""
+"""ASGI entry: the guard in front of everything, then SSE paths to channels consumers, the rest to Django."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from django.urls import path, re_path
 
 django_app = get_asgi_application()
 
+from compozy_site.guard import Guard  # noqa: E402
 from sessions.sse import CatalogStreamConsumer, SessionStreamConsumer  # noqa: E402
 
-application = ProtocolTypeRouter({
+# Host, Origin, token and body cap are checked here, once, for every route: Django's ALLOWED_HOSTS and middleware
+# never see the channels consumers.
+application = Guard(ProtocolTypeRouter({
     "http": URLRouter([
         path("api/sessions/catalog-stream", CatalogStreamConsumer.as_asgi()),
         path("api/workspaces/<str:workspace>/sessions/<str:session_id>/stream", SessionStreamConsumer.as_asgi()),
         re_path(r"", django_app),
     ]),
-})
+}))

@@ -52,18 +52,22 @@ def _bind_socket_path(path: Path) -> None:
 def run_foreground(port: int | None = None) -> int:
     """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
     from compozy_site.daemon_record import read_daemon_record, running_record
-    from compozy_site.home import compozy_home, daemon_record_path
+    from compozy_site.home import compozy_home, daemon_record_path, enter_private_umask, make_private, token_path
 
     home = compozy_home()
-    home.mkdir(parents=True, exist_ok=True)
+    # Before anything is created: the socket, catalogs, logs and SQLite's -wal/-shm are all born owner-only.
+    enter_private_umask()
     if (running := running_record()) is not None:
         raise DaemonError(f"daemon already running (pid={running['pid']})")
+    make_private(home)
+    raise_open_file_limit()
 
     _prepare_django()
-    from daphne.server import Server
     from twisted.internet import reactor
 
     from compozy_site.asgi import application
+    from compozy_site.auth import ensure_token
+    from compozy_site.http_server import GuardedServer
     from compozy_site.jobs import InProcessConsumer
     from sessions.config import ConfigError, get_config
     from sessions.runtime.manager import SessionManager, set_manager
@@ -72,6 +76,7 @@ def run_foreground(port: int | None = None) -> int:
         config = get_config()
     except ConfigError as exc:
         raise DaemonError(f"invalid config: {exc}") from exc
+    ensure_token(home)
     migrate()
     http_port = config.http_port if port is None else port
     sock = config.socket
@@ -87,8 +92,6 @@ def run_foreground(port: int | None = None) -> int:
     loop.call_soon(MONITOR.start)  # lag of the loop every session shares: `compozy status`, the benchmarks
     set_manager(manager)
 
-    # The socket must never be world-accessible, not even between bind and chmod.
-    old_umask = os.umask(0o077)
     endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}",
                  f"unix:{_endpoint_escape(str(sock))}"]
     state: dict[str, Any] = {"stopping": False}
@@ -96,7 +99,6 @@ def run_foreground(port: int | None = None) -> int:
 
     def ready() -> None:
         state["ready"] = True
-        os.umask(old_umask)
         with contextlib.suppress(OSError):
             os.chmod(sock, 0o600)
         # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
@@ -117,10 +119,13 @@ def run_foreground(port: int | None = None) -> int:
         schedule_boot_jobs()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
-        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}", flush=True)
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
+              f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
+              f"{token_path(home)}", flush=True)
 
-    server = Server(application, endpoints=endpoints, signal_handlers=False, ready_callable=ready,
-                    application_close_timeout=5, http_timeout=None)
+    server = GuardedServer(application, endpoints=endpoints, signal_handlers=False, ready_callable=ready,
+                           application_close_timeout=5, http_timeout=None,
+                           max_body_bytes=config.http_max_body_bytes)
 
     async def shutdown() -> None:
         if state["stopping"]:
@@ -155,6 +160,22 @@ def run_foreground(port: int | None = None) -> int:
     return 0
 
 
+def raise_open_file_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: each live session holds ~7 fds (pipes, events.db and its WAL, the
+    stream sockets), so the usual soft 1024 ran out long before `[limits] max_concurrent_agents` did."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit is still capped by the kernel's nr_open; 2^20 is its default.
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        logger.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+
+
 def _endpoint_escape(value: str) -> str:
     """A host or path inside a Twisted endpoint string, where ':' separates fields."""
     return value.replace(":", r"\:")
@@ -179,11 +200,13 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
         raise DaemonError(f"daemon already running (pid={running['pid']})")
     home = compozy_home()
     log_dir = home / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     args = [sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--foreground"]
     if port is not None:
         args += ["--port", str(port)]
-    with open(log_dir / "daemon.log", "ab") as log:
+    log_fd = os.open(log_dir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(log_fd, 0o600)
+    with os.fdopen(log_fd, "ab") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 env={**os.environ, "COMPOZY_HOME": str(home)})
     deadline = time.monotonic() + timeout

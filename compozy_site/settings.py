@@ -14,13 +14,14 @@ from compozy_site.home import compozy_home
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 COMPOZY_HOME = compozy_home()
-COMPOZY_HOME.mkdir(parents=True, exist_ok=True)
+COMPOZY_HOME.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 # The daemon binds to loopback only; the key only signs CSRF tokens for the local dashboard.
 SECRET_KEY = os.environ.get("COMPOZY_SECRET_KEY", "compozy-local-daemon-loopback-only")
 DEBUG = os.environ.get("COMPOZY_DEBUG") == "1"
-# Host checks stop DNS-rebinding pages from reaching the loopback daemon.
-ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "unix"]
+# The ASGI guard (compozy_site/guard.py) checks Host for every route, the SSE consumers included, and answers in
+# the API's JSON error shape; Django's own check would see only half the routes.
+ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [
     "daphne",
@@ -35,7 +36,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "compozy_site.middleware.OriginGuardMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -101,11 +101,13 @@ STATIC_URL = "/static/"
 USE_TZ = True
 TIME_ZONE = "UTC"
 
-# CSRF for the dashboard's forms; the API refuses cross-origin writes in OriginGuardMiddleware.
+# CSRF for the dashboard's forms; the ASGI guard refuses cross-origin requests before Django runs.
 CSRF_TRUSTED_ORIGINS: list[str] = []
 SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
 X_FRAME_OPTIONS = "DENY"
-DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+# Bodies are capped before Django reads them ([http] max_body_bytes, in the guard and in daphne's request);
+# Django's own limit would answer the same case with a 400 of its own.
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 LOGGING = {
     "version": 1,

@@ -83,6 +83,7 @@ def stage(daemon: Daemon, base: Path) -> str:
 
 def shoot(page: Page, daemon: Daemon, live: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    page.goto(daemon.login_url())  # sign in as a user does: the one-time link sets the cookie, then opens "/"
     page.goto(daemon.base_url + "/")
     expect(page.locator("html")).to_have_attribute("data-ready", "true")
     expect(page.locator("#live-indicator")).to_have_text("live")

@@ -89,6 +89,34 @@ def check_crash_bundles() -> dict[str, Any]:
                 evidence={"count": count})
 
 
+# Enough to cover a home with thousands of sessions (four files each) while keeping doctor quick on a huge one.
+MODE_SCAN_LIMIT = 50_000
+
+
+def check_file_modes() -> dict[str, Any]:
+    """COMPOZY_HOME holds transcripts, the token and catalogs: the home must be 0700 and nothing in it readable by
+    group or others. The daemon tightens modes at start; a looser one since means someone changed it."""
+    home = compozy_home()
+    loose: list[str] = []
+    scanned = 0
+    for path in [home, *home.rglob("*")]:
+        scanned += 1
+        if scanned > MODE_SCAN_LIMIT:
+            break
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+            loose.append(f"{path} ({oct(stat.S_IMODE(st.st_mode))})")
+    if loose:
+        return item("file_modes", "security", "warn", "Files readable by other users",
+                    f"{len(loose)} path(s) under {home} are open to group or others, e.g. {loose[0]}",
+                    f"chmod -R go-rwx {home}", evidence={"paths": loose[:20], "count": len(loose)})
+    return item("file_modes", "security", "ok", "File modes", f"{home} and everything in it are owner-only",
+                evidence={"scanned": min(scanned, MODE_SCAN_LIMIT)})
+
+
 def check_providers() -> list[dict[str, Any]]:
     from sessions.config import get_config
 
@@ -136,7 +164,8 @@ def check_live_streams() -> dict[str, Any]:
 
 
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
-    check_catalog, check_event_storage, check_socket, check_crash_bundles, check_queue, check_failures,
+    check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
+    check_failures,
     check_live_streams, check_providers,
 ]
 

@@ -5,6 +5,7 @@ Durations use Go syntax (`30s`, `10m`, `1h30m`, `500ms`); `0s` means off where t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
@@ -83,10 +84,28 @@ class BusyInputConfig:
     max_text_bytes: int = 65536
 
 
+# Request bodies are small JSON (a prompt is at most 64 KiB); 1 MiB leaves room and bounds what a client can
+# make the daemon hold. The ceiling keeps a typo from lifting the guard altogether.
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES_CEILING = 64 * 1024 * 1024
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.strip("[]") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Config:
     http_host: str = "127.0.0.1"
     http_port: int = 2123
+    # Binding beyond loopback needs an explicit yes; token auth applies either way.
+    http_allow_remote: bool = False
+    http_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     socket: Path = field(default_factory=lambda: compozy_home() / "daemon.sock")
     default_agent: str = "general"
     default_provider: str = "demo"
@@ -335,6 +354,18 @@ def load_config(home: Path | None = None) -> Config:
     if not 0 <= port <= 65535:
         raise ConfigError(f"http.port: {port} is not a TCP port")
     socket = Path(str(daemon.get("socket", home / "daemon.sock"))).expanduser()
+    allow_remote = http.get("allow_remote", False)
+    if not isinstance(allow_remote, bool):
+        raise ConfigError("http.allow_remote: must be true or false")
+    if not is_loopback_host(host) and not allow_remote:
+        raise ConfigError(f"http.host: {host} is not a loopback address; set [http] allow_remote = true to bind "
+                          "beyond loopback (every TCP request still needs the token)")
+    max_body = http.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or not 1024 <= max_body <= MAX_BODY_BYTES_CEILING:
+        raise ConfigError(f"http.max_body_bytes: must be an integer in 1024..{MAX_BODY_BYTES_CEILING}")
+    max_agents = limits.get("max_concurrent_agents", 20)
+    if isinstance(max_agents, bool) or not isinstance(max_agents, int) or max_agents < 1:
+        raise ConfigError("limits.max_concurrent_agents: must be a positive integer")
 
     try:
         mode = PermissionMode(str(permissions.get("mode", "approve-all")))
@@ -395,6 +426,8 @@ def load_config(home: Path | None = None) -> Config:
     return Config(
         http_host=host,
         http_port=port,
+        http_allow_remote=allow_remote,
+        http_max_body_bytes=max_body,
         socket=socket,
         default_agent=str(defaults.get("agent") or "general"),
         default_provider=str(defaults.get("provider") or "demo"),
@@ -404,7 +437,7 @@ def load_config(home: Path | None = None) -> Config:
         supervision=supervision,
         busy_input=BusyInputConfig(busy_mode, queue_cap, max_text),
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
-        max_concurrent_agents=int(limits.get("max_concurrent_agents", 20)),
+        max_concurrent_agents=max_agents,
         redact_enabled=bool(redact.get("enabled", True)),
         auto_title_enabled=bool(auto_title.get("enabled", True)),
         auto_title_provider=str(auto_title.get("provider") or ""),

@@ -44,6 +44,12 @@ class QueueFull(CompozyError):
     status, code = 413, "session_queue_full"
 
 
+class AgentLimitReached(CompozyError):
+    """`[limits] max_concurrent_agents` live sessions already run; stop one, or retry later."""
+
+    status, code = 429, "agent_limit_reached"
+
+
 class Unavailable(CompozyError):
     status, code = 503, "daemon_unavailable"
 

@@ -260,9 +260,10 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
 
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
-    meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
-        body, session_type, parent, role, ttl_seconds)
-    runtime = manager.launch(meta, provider=provider, roots=roots)
+    with manager.admission():
+        meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
+            body, session_type, parent, role, ttl_seconds)
+        runtime = manager.launch(meta, provider=provider, roots=roots)
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
     signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
@@ -401,9 +402,10 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     manager = get_manager()
     runtime = manager.get(session_id)
     if runtime is None:
-        meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
-        await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-        runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
+        with manager.admission():
+            meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
+            await sync_to_async(check_workspace_scope)(workspace_ref, meta)
+            runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())
     try:

@@ -61,11 +61,28 @@ class Daemon:
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.http = httpx.Client(base_url=self.base_url, timeout=30.0)
+        self.http = self.client(timeout=30.0)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        """The token the daemon created in its home at first start; every TCP request needs it."""
+        return (self.home / "token").read_text().strip()
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An httpx client on the daemon's TCP port that sends the token."""
+        return httpx.Client(base_url=self.base_url, headers=self.auth, **kwargs)
+
+    def login_url(self) -> str:
+        """A one-time dashboard login link, minted over the socket by `compozy dashboard` as a user would."""
+        return self.cli_json("dashboard", "--no-open")["url"]
 
     def cli(self, *args: str, timeout: float = 60.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=self.env, cwd=str(ROOT),

@@ -6,9 +6,12 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from tests.conftest import Daemon
 
 
 @dataclass
@@ -45,10 +48,10 @@ def open_stream(client: httpx.Client, path: str, params: dict[str, Any] | None =
     return client.stream("GET", path, params=params or {}, headers=headers, timeout=httpx.Timeout(60.0))
 
 
-def watch_raw(base_url: str, path: str, params: dict[str, Any], last_event_id: int | None,
+def watch_raw(daemon: Daemon, path: str, params: dict[str, Any], last_event_id: int | None,
               until: Any, connected: threading.Event, out: list[Frame]) -> None:
     """Read frames into `out` until `until(out)` is true; `connected` is set once the headers arrived."""
-    with httpx.Client(base_url=base_url) as client, open_stream(client, path, params, last_event_id) as response:
+    with daemon.client() as client, open_stream(client, path, params, last_event_id) as response:
         assert response.status_code == 200
         connected.set()
         for frame in frames(response):

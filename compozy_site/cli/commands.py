@@ -82,6 +82,35 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
         sys.exit(1)
 
 
+@cli.command("dashboard")
+@click.option("--no-open", is_flag=True, help="Only print the link; do not open a browser.")
+@output_option
+@json_flag
+def dashboard_cmd(no_open: bool, fmt: str, as_json: bool) -> None:
+    """Sign a browser in to the dashboard: prints (and, with a desktop, opens) a one-time login link.
+
+    The link works once, for 2 minutes, and leaves an HttpOnly cookie in that browser. Scripts send the token
+    instead: `Authorization: Bearer $(cat ~/.compozy/token)`.
+    """
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        ticket = client.request("POST", "/api/auth/ticket")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    url = client.http_base + ticket["login_path"]
+    opened = False
+    # Without a desktop, webbrowser falls back to console browsers (lynx, w3m) that would take over the terminal.
+    if not no_open and (sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY")
+                        or os.environ.get("WAYLAND_DISPLAY")):
+        import webbrowser
+
+        opened = webbrowser.open(url)
+    data = {"url": url, "expires_at": ticket["expires_at"], "opened": opened}
+    emit(data, fmt, lambda: click.echo(f"{'Opened' if opened else 'Open'} this one-time login link (valid until "
+                                       f"{ticket['expires_at']}):\n{url}"))
+
+
 # ---- daemon ------------------------------------------------------------------------------------
 
 @daemon.command("start")

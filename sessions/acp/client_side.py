@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compozy_site.home import user_umask
 from sessions.enums import PermissionMode
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
@@ -88,8 +90,18 @@ def fs_error(path: str, exc: OSError | ValueError) -> Exception:
 
 
 def write_text(path: Path, content: str) -> None:
+    """Write for the agent. The daemon's umask keeps its own home private; what it creates in the user's workspace
+    gets the user's umask instead, as if the agent had written it."""
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    is_new = not path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content, encoding="utf-8")
+    mask = user_umask()
+    if mask >= 0:
+        for directory in created:
+            os.chmod(directory, 0o777 & ~mask)
+        if is_new:
+            os.chmod(path, 0o666 & ~mask)
 
 
 def allow_option(options: Sequence[dict[str, Any]]) -> str | None:

@@ -32,6 +32,8 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 from acp.task import MessageSender, TaskSupervisor
 
+from compozy_site.home import user_umask
+
 logger = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 64 * 1024
@@ -175,6 +177,7 @@ class AgentProcess:
                 env=self.env,
                 start_new_session=True,
                 limit=STDIO_LIMIT_BYTES,
+                umask=user_umask(),  # the daemon's own 077 would make the agent's workspace files private
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise AgentNotFound(f"cannot start agent {self.command[0]!r}: {exc.strerror or exc}") from exc

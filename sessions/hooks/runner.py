@@ -26,6 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from compozy_site.home import user_umask
 from sessions.hooks.spec import (
     _DENY_KEYS,
     _SOURCE_ORDER,
@@ -336,7 +337,7 @@ async def _exec(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path | 
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True, umask=user_umask(),
         )
     except OSError as exc:
         return _Exec(error=f"hook command failed: {exc}")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from compozy_site import metrics
 from sessions.config import Config
 from sessions.enums import StopReason
-from sessions.errors import Unavailable
+from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.session import SessionRuntime
@@ -52,6 +54,8 @@ class SessionManager:
         # Metadata snapshots whose write failed (a full disk): reads serve them, a retry loop lands them.
         self.unsaved_meta: dict[str, dict[str, Any]] = {}
         self._resave: asyncio.Task[None] | None = None
+        # Creates and reactivations admitted but not launched yet: they count against the agent limit too.
+        self.admitting = 0
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -61,6 +65,25 @@ class SessionManager:
 
     def owns(self, session_id: str) -> bool:
         return session_id in self.runtimes or session_id in self.reserved
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """Hold a slot of `[limits] max_concurrent_agents` from the check until the runtime is registered.
+
+        Runs on the daemon's loop, so the check and the slot are taken with no await between them: two concurrent
+        creates cannot both take the last slot. A stopped session leaves `runtimes` and frees its slot.
+        """
+        limit = self.config.max_concurrent_agents
+        live = len(self.runtimes) + self.admitting
+        if live >= limit:
+            raise AgentLimitReached(f"{live} agent sessions are live, the limit is {limit} ([limits] "
+                                    "max_concurrent_agents); stop one or try again later",
+                                    data={"live": live, "max_concurrent_agents": limit})
+        self.admitting += 1
+        try:
+            yield
+        finally:
+            self.admitting -= 1
 
     def launch(self, meta: dict[str, Any], *, provider: Any, roots: list[Path],
                reactivate: bool = False) -> SessionRuntime:

@@ -47,7 +47,7 @@ def events_path(session_id: str, home: Path | None = None) -> Path:
     return session_dir(session_id, home) / EVENTS_FILE
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

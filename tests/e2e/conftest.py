@@ -64,10 +64,15 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A fresh browser context; with a daemon in the test, signed in the way a user is: the one-time link that
+    `compozy dashboard` prints sets the dashboard cookie."""
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(DEFAULT_TIMEOUT_MS)
     try:
-        yield context.new_page()
+        page = context.new_page()
+        if "daemon" in request.fixturenames:
+            page.goto(request.getfixturevalue("daemon").login_url())
+        yield page
     finally:
         context.close()

@@ -33,7 +33,8 @@ def watch(d: Daemon, session_id: str, received: list[dict[str, Any]], stop: thre
     """A raw SSE viewer that keeps every frame it was told about, until the daemon dies."""
     url = f"{d.base_url}{d.scoped(session_id, '/stream')}"
     try:
-        with httpx.stream("GET", url, params={"frames": "raw"}, timeout=httpx.Timeout(60, read=60)) as response:
+        with httpx.stream("GET", url, params={"frames": "raw"}, headers=d.auth,
+                          timeout=httpx.Timeout(60, read=60)) as response:
             for line in response.iter_lines():
                 if stop.is_set():
                     return

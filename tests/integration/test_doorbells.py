@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import Daemon, start_daemon
@@ -54,8 +53,8 @@ def layer_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     daemon.stop()
 
 
-def watch_transcript(base_url: str, path: str, connected: threading.Event, out: list[Frame]) -> None:
-    with httpx.Client(base_url=base_url) as client, open_stream(client, path) as response:
+def watch_transcript(daemon: Daemon, path: str, connected: threading.Event, out: list[Frame]) -> None:
+    with daemon.client() as client, open_stream(client, path) as response:
         assert response.status_code == 200
         connected.set()
         text = ""
@@ -82,9 +81,9 @@ def test_a_turn_reaches_raw_and_transcript_viewers_by_doorbell(layer_daemon: Dae
         return got[-1].event == "done"
 
     threads: list[threading.Thread] = [
-        threading.Thread(target=watch_raw, args=(d.base_url, path, {"frames": "raw"}, head, done, ready[i], raw[i]),
+        threading.Thread(target=watch_raw, args=(d, path, {"frames": "raw"}, head, done, ready[i], raw[i]),
                          daemon=True) for i in range(2)]
-    threads.append(threading.Thread(target=watch_transcript, args=(d.base_url, path, ready[2], live), daemon=True))
+    threads.append(threading.Thread(target=watch_transcript, args=(d, path, ready[2], live), daemon=True))
     for thread in threads:
         thread.start()
     assert all(r.wait(30) for r in ready)

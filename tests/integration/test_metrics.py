@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,7 +70,7 @@ def test_a_crash_counts_a_failure_by_kind(daemon: Daemon, workspace: Path) -> No
 def test_sse_clients_are_counted_while_they_stream(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace, agent="scripted")["id"]
     base = scrape(daemon)
-    with httpx.Client(base_url=daemon.base_url, timeout=30) as client, \
+    with daemon.client(timeout=30) as client, \
             client.stream("GET", daemon.scoped(sid, "/stream"), params={"frames": "raw"}) as stream:
         lines = stream.iter_lines()  # kept: a dropped line iterator closes the response when collected
         assert next(lines) == ": connected"

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import SCRIPTED, Daemon, markers, of_type, start_daemon, wait_for
@@ -67,13 +66,13 @@ class StateWatch:
     """Records every state a session shows while a request runs (polling the detail read)."""
 
     def __init__(self, d: Daemon, sid: str) -> None:
-        self.url, self.sid = f"{d.base_url}/api/sessions/{sid}", sid
+        self.d, self.url, self.sid = d, f"/api/sessions/{sid}", sid
         self.states: list[str] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with httpx.Client(timeout=30.0) as client:
+        with self.d.client(timeout=30.0) as client:
             while True:
                 last = self._done.is_set()  # one more read after the request returned
                 state = client.get(self.url).json()["session"]["state"]

@@ -83,7 +83,7 @@ def test_a_full_disk_loses_no_acknowledged_event_stops_the_session_refuses_new_w
         frames: list[Frame] = []
         connected = threading.Event()
         viewer = threading.Thread(target=watch_raw, args=(
-            d.base_url, d.scoped(streaming, "/stream"), {"frames": "raw"}, start,
+            d, d.scoped(streaming, "/stream"), {"frames": "raw"}, start,
             lambda got: got[-1].event == "session_stopped", connected, frames), daemon=True)
         viewer.start()
         assert connected.wait(30)
@@ -152,7 +152,7 @@ def test_a_store_locked_by_another_process_never_stalls_another_sessions_stream(
         return got[-1].event == "done"
 
     viewer = threading.Thread(target=watch_raw, args=(
-        daemon.base_url, daemon.scoped(streaming, "/stream"), {"frames": "raw"}, start, until, connected, frames),
+        daemon, daemon.scoped(streaming, "/stream"), {"frames": "raw"}, start, until, connected, frames),
         daemon=True)
     viewer.start()
     assert connected.wait(30)

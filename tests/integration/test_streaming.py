@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import ROOT, Daemon, chunk_count, wait_for
@@ -27,11 +26,11 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ---- raw mode: a viewer cut off mid-turn resumes with no gap and no duplicate ----------------
 
-def cut_and_resume(base_url: str, path: str, start: int, cut_after: int, resume: str,
+def cut_and_resume(daemon: Daemon, path: str, start: int, cut_after: int, resume: str,
                    out: dict[str, Any]) -> None:
     """Read raw frames after `start`, hang up after `cut_after` agent chunks, reconnect, read to `done`."""
     received: list[Frame] = []
-    with httpx.Client(base_url=base_url) as client:
+    with daemon.client() as client:
         with open_stream(client, path, {"frames": "raw"}, last_event_id=start) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -63,7 +62,7 @@ def run_cut_turn(daemon: Daemon, sid: str, count: int, cut_after: int, resume: s
     start = before[-1]["sequence"] if before else 0
     assert daemon.prompt(sid, f"stream {count}").status_code == 200
     result: dict[str, Any] = {}
-    cut_and_resume(daemon.base_url, path, start, cut_after, resume, result)
+    cut_and_resume(daemon, path, start, cut_after, resume, result)
 
     stored = daemon.all_events(sid, after=start)
     done = next(e for e in stored if e["type"] == "done")
@@ -135,7 +134,7 @@ def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(dae
         ({"frames": "raw", "type": "agent_message"}, start, chunks),
         ({"frames": "raw", "after_sequence": 0}, None, to_done),
     ]
-    threads = [threading.Thread(target=watch_raw, args=(daemon.base_url, path, params, header, until, ready[i],
+    threads = [threading.Thread(target=watch_raw, args=(daemon, path, params, header, until, ready[i],
                                                         outs[i]), daemon=True)
                for i, (params, header, until) in enumerate(specs)]
     for thread in threads[:4]:
@@ -174,7 +173,7 @@ def test_doctor_counts_the_live_viewers_of_each_session(daemon: Daemon, ws: Path
         report = daemon.cli_json("doctor", "--only", "live_streams")
         return next(i for i in report["items"] if i["id"] == "live_streams")
 
-    with (httpx.Client(base_url=daemon.base_url) as one, httpx.Client(base_url=daemon.base_url) as two,
+    with (daemon.client() as one, daemon.client() as two,
           open_stream(one, path, {"frames": "raw"}) as first, open_stream(two, path) as second):
         assert first.status_code == second.status_code == 200
         streams = wait_for(lambda: (s := live_streams())["evidence"]["sessions"].get(sid) == 2 and s,
@@ -184,7 +183,7 @@ def test_doctor_counts_the_live_viewers_of_each_session(daemon: Daemon, ws: Path
 
     # A stream that ended (terminal frame) stops counting at once, even while its connection stays open.
     assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
-    with httpx.Client(base_url=daemon.base_url) as client, open_stream(client, path, {"frames": "raw"}) as response:
+    with daemon.client() as client, open_stream(client, path, {"frames": "raw"}) as response:
         assert [f.event for f in frames(response)][-1] == "session_stopped"
         assert sid not in live_streams()["evidence"]["sessions"]
 
@@ -345,7 +344,7 @@ def test_the_terminal_session_stopped_frame_carries_the_failure_in_both_modes(da
 # ---- catalog stream -------------------------------------------------------------------------
 
 def test_the_catalog_stream_announces_a_created_session(daemon: Daemon, tmp_path: Path) -> None:
-    with httpx.Client(base_url=daemon.base_url) as client, open_stream(client, "/api/sessions/catalog-stream") as resp:
+    with daemon.client() as client, open_stream(client, "/api/sessions/catalog-stream") as resp:
         lines = resp.iter_lines()
         assert next(lines) == ": connected"
         created = daemon.create(tmp_path, wait=False)

@@ -1,0 +1,69 @@
+"""Jupyter-style token auth for TCP: a random token in `$COMPOZY_HOME/token` (0600), one-time login tickets for
+the browser, and the dashboard cookie derived from the token (so the cookie never carries the token itself).
+
+The UDS needs none of this: its owner-only mode and the peer-uid check are the guard there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+
+from compozy_site.home import read_token, token_path
+
+COOKIE_NAME = "compozy_auth"
+# A login link is for clicking now, not for keeping: long enough to copy it into a browser, short enough that a
+# link left in a terminal's scrollback is useless.
+TICKET_TTL_SECONDS = 120.0
+# Outstanding tickets are bounded so a caller minting in a loop cannot grow the daemon's memory.
+MAX_OUTSTANDING_TICKETS = 64
+
+
+def ensure_token(home: Path) -> str:
+    """The home's token, created at first start (O_EXCL, mode 0600); kept across restarts so scripts keep working."""
+    if (token := read_token(home)) is not None:
+        os.chmod(token_path(home), 0o600)
+        return token
+    path = token_path(home)
+    token = secrets.token_urlsafe(32)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # an empty or unreadable leftover
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def cookie_value(token: str) -> str:
+    return hmac.new(token.encode(), b"compozy dashboard cookie", hashlib.sha256).hexdigest()
+
+
+def same_secret(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+class Tickets:
+    """Short-lived, single-use login tickets, kept in the daemon's memory (a restart voids them all)."""
+
+    def __init__(self, ttl: float = TICKET_TTL_SECONDS) -> None:
+        self.ttl = ttl
+        self._expiry: dict[str, float] = {}
+
+    def mint(self) -> tuple[str, float]:
+        """A new ticket and its expiry (epoch seconds)."""
+        now = time.monotonic()
+        self._expiry = {t: exp for t, exp in self._expiry.items() if exp > now}
+        while len(self._expiry) >= MAX_OUTSTANDING_TICKETS:
+            self._expiry.pop(next(iter(self._expiry)))  # the oldest goes first
+        ticket = secrets.token_urlsafe(24)
+        self._expiry[ticket] = now + self.ttl
+        return ticket, time.time() + self.ttl
+
+    def redeem(self, ticket: str) -> bool:
+        expiry = self._expiry.pop(ticket, None)
+        return expiry is not None and expiry > time.monotonic()

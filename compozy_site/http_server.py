@@ -1,0 +1,171 @@
+"""daphne, with the limits an ASGI app cannot enforce itself: the body cap before buffering, the header timeout,
+and which transport (and, on the UDS, which uid) a request came from.
+
+Twisted reads the whole body into a BytesIO or temp file, and daphne then queues all of it to the app in one go,
+before any ASGI code runs: a 300 MB POST cost 300 MB of RSS even though the app refused it. So the cap sits in
+the request's `gotLength` (Content-Length) and `handleContentChunk` (chunked bodies): an oversized body is
+answered 413 at once and the rest of it is read and dropped, never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import struct
+from typing import Any
+
+import daphne.server  # noqa: F401  (installs the asyncio reactor before twisted.internet.reactor is imported)
+from daphne.http_protocol import HTTPFactory, WebRequest
+from daphne.server import Server
+from twisted.internet import reactor
+from twisted.internet.address import UNIXAddress
+
+from compozy_site.guard import LOCAL_SOCKET, PEER_UID
+
+logger = logging.getLogger(__name__)
+
+# The surfaces reference: headers must arrive within 5 s of the request line (a slow-header client otherwise holds
+# a connection for hours), and an idle keep-alive connection closes after 60 s.
+HEADER_TIMEOUT_SECONDS = 5.0
+IDLE_TIMEOUT_SECONDS = 60
+# After a 413 the client is usually still sending: closing at once would reset the connection and lose the answer,
+# so the rest is read and dropped, for at most this long.
+LINGER_SECONDS = 10.0
+
+
+class GuardedRequest(WebRequest):
+    server: GuardedServer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._over_cap = False
+        self._body_seen = 0
+        self._linger: Any = None
+        super().__init__(*args, **kwargs)
+        self._header_timer: Any = reactor.callLater(HEADER_TIMEOUT_SECONDS, self._headers_too_slow)
+
+    def gotLength(self, length: int | None) -> None:
+        self._cancel(self._header_timer)
+        if length is not None and length > self.server.max_body_bytes:
+            # Twisted answers `Expect: 100-continue` right after this call; the client must not be invited to send.
+            self.requestHeaders.removeHeader(b"expect")
+            self.content = _Discard()
+            self._refuse(f"a {length}-byte body")
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._over_cap:
+            return
+        self._body_seen += len(data)
+        if self._body_seen > self.server.max_body_bytes:
+            self.content.close()
+            self.content = _Discard()
+            self._refuse("a chunked body over the cap")
+            return
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self._over_cap:
+            self.channel.transport.loseConnection()  # the 413 is written; the dropped body is fully read
+            return
+        super().requestReceived(command, path, version)
+
+    def connectionLost(self, reason: Any) -> None:
+        self._cancel(self._header_timer)
+        self._cancel(self._linger)
+        super().connectionLost(reason)
+
+    def _refuse(self, what: str) -> None:
+        self._over_cap = True
+        limit = self.server.max_body_bytes
+        logger.warning("refused %s (limit %d bytes)", what, limit)
+        transport = self.channel.transport
+        _write_error(transport, 413, "Content Too Large", "body_too_large",
+                     f"request bodies are limited to {limit} bytes", {"max_body_bytes": limit})
+        self._linger = reactor.callLater(LINGER_SECONDS, transport.abortConnection)
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.channel is not None and self.channel.transport is not None:
+            _write_error(self.channel.transport, 408, "Request Timeout", "header_timeout",
+                         f"the request headers did not arrive within {HEADER_TIMEOUT_SECONDS:g} s")
+            self.channel.transport.loseConnection()
+
+    @staticmethod
+    def _cancel(call: Any) -> None:
+        if call is not None and call.active():
+            call.cancel()
+
+
+def _write_error(transport: Any, status: int, reason: str, code: str, message: str,
+                 evidence: dict[str, Any] | None = None) -> None:
+    """An error answer in the API's shape, written straight to the connection (no request object to answer
+    through yet); the connection closes after it."""
+    from compozy_site.api import error_body
+
+    body = json.dumps(error_body(message, code, status, evidence)).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n").encode()
+    transport.write(head + body)
+
+
+class _Discard:
+    """Where an oversized body goes: nowhere."""
+
+    closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class GuardedHTTPFactory(HTTPFactory):
+    def __init__(self, server: Server) -> None:
+        super().__init__(server)
+        self.timeOut = IDLE_TIMEOUT_SECONDS
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = GuardedRequest
+        return protocol
+
+
+class GuardedServer(Server):
+    def __init__(self, *args: Any, max_body_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_body_bytes = max_body_bytes
+
+    # daphne's run() builds `HTTPFactory(self)` inline with no hook; assigning it lands here and we build ours.
+    @property
+    def http_factory(self) -> HTTPFactory:
+        return self._http_factory
+
+    @http_factory.setter
+    def http_factory(self, factory: HTTPFactory) -> None:
+        self._http_factory = GuardedHTTPFactory(self)
+
+    def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
+        """Tag UDS requests (and their peer's uid) for the guard; TCP requests carry no tag and need the token."""
+        transport = getattr(protocol, "transport", None)
+        if transport is not None and isinstance(transport.getHost(), UNIXAddress):
+            scope[LOCAL_SOCKET] = True
+            scope[PEER_UID] = peer_uid(transport.getHandle())
+        return super().create_application(protocol, scope)
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED: pid, uid, gid)."""
+    try:
+        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except (OSError, AttributeError):
+        return None
+    return int(uid)

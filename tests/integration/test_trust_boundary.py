@@ -1,0 +1,373 @@
+"""The trust boundary against the real daemon: token auth over TCP, the one guard in front of every route (Host,
+Origin, body cap), the peer-uid check on the socket, private files, one home per daemon, and admission control."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, Daemon, daemon_config, start_daemon
+
+NOBODY = 65534
+MiB = 1024 * 1024
+
+
+def assert_refused(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert body["code"] == code and body["diagnostic"]["code"] == code and body["error"]
+
+
+@pytest.fixture(scope="module")
+def session(daemon: Daemon, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return daemon.create(tmp_path_factory.mktemp("ws"))
+
+
+def stream_paths(daemon: Daemon, session: dict[str, Any]) -> list[str]:
+    return ["/api/sessions/catalog-stream", daemon.scoped(session["id"], "/stream")]
+
+
+# ---- token auth -----------------------------------------------------------------------------------
+
+def test_tcp_without_the_token_gets_401_on_the_api_the_streams_and_a_login_page(
+        daemon: Daemon, session: dict[str, Any]) -> None:
+    with httpx.Client(base_url=daemon.base_url, timeout=10) as anonymous:
+        for path in ["/api/sessions", "/api/status", *stream_paths(daemon, session)]:
+            response = anonymous.get(path)
+            assert_refused(response, 401, "auth_required")
+            assert response.headers["www-authenticate"].startswith("Bearer")
+            assert "x-compozy-home" not in response.headers
+        assert_refused(anonymous.post("/api/sessions", json={}), 401, "auth_required")
+        assert_refused(anonymous.get("/api/sessions", headers={"Authorization": "Bearer wrong"}), 401,
+                       "auth_required")
+
+        page = anonymous.get("/")
+        assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+        assert "compozy dashboard" in page.text and "auth_required" in page.text
+        assert anonymous.get(f"/sessions/{session['id']}").status_code == 401
+        # The login page's own assets are public; they are the app's code, not user data.
+        assert anonymous.get("/static/frontend/css/app.css").status_code == 200
+
+    assert daemon.http.get("/api/sessions").status_code == 200
+    assert daemon.http.get("/").status_code == 200
+
+
+def test_the_token_file_is_private_and_outlives_a_restart(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = start_daemon(home)
+    token = first.token
+    first.stop()
+    assert stat.S_IMODE((home / "token").stat().st_mode) == 0o600 and len(token) >= 40
+    second = start_daemon(home)
+    try:
+        assert second.token == token and second.http.get("/api/status").status_code == 200
+    finally:
+        second.stop()
+
+
+def test_a_login_link_works_once_and_sets_a_strict_httponly_cookie(daemon: Daemon) -> None:
+    url = daemon.login_url()
+    assert daemon.token not in url
+    with httpx.Client(timeout=10) as browser:
+        answer = browser.get(url)
+        assert answer.status_code == 302 and answer.headers["location"] == "/"
+        cookie = answer.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and daemon.token not in cookie
+        assert browser.get(daemon.base_url + "/").status_code == 200
+        assert browser.get(daemon.base_url + "/api/sessions").status_code == 200
+        # A page on another loopback port is "same-site" (cookies ignore ports): its sub-resource loads carry the
+        # cookie, and are refused.
+        assert_refused(browser.get(daemon.base_url + "/api/sessions", headers={
+            "Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "no-cors"}), 403, "origin_forbidden")
+    with httpx.Client(timeout=10) as other:
+        reused = other.get(url)
+        assert reused.status_code == 401 and "expired or was already used" in reused.text
+        assert "set-cookie" not in reused.headers
+
+
+# ---- Host and Origin on every route ------------------------------------------------------------------
+
+def test_a_wrong_host_is_refused_in_json_on_django_routes_and_both_streams(
+        daemon: Daemon, session: dict[str, Any]) -> None:
+    for path in ["/api/sessions", "/", "/login?ticket=x", *stream_paths(daemon, session)]:
+        for host in ("evil.example", f"evil.example:{daemon.port}", "127.0.0.1.evil.example"):
+            assert_refused(daemon.http.get(path, headers={"Host": host}), 400, "host_not_allowed")
+    for host in (f"localhost:{daemon.port}", f"127.0.0.1:{daemon.port}", "localhost"):
+        assert daemon.http.get("/api/status", headers={"Host": host}).status_code == 200
+
+
+def test_cross_origin_writes_and_streams_are_refused(daemon: Daemon, session: dict[str, Any],
+                                                    workspace: Path) -> None:
+    before = daemon.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"]
+    for origin in ("http://evil.example", f"http://127.0.0.1:{daemon.port + 1}", "null"):
+        assert_refused(daemon.http.post("/api/sessions", headers={"Origin": origin},
+                                        json={"workspace_path": str(workspace)}), 403, "origin_forbidden")
+        for path in stream_paths(daemon, session):
+            assert_refused(daemon.http.get(path, headers={"Origin": origin}), 403, "origin_forbidden")
+    for path in stream_paths(daemon, session):  # a cross-site fetch that sent no Origin
+        assert_refused(daemon.http.get(path, headers={"Sec-Fetch-Site": "cross-site"}), 403, "origin_forbidden")
+    assert daemon.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"] == before
+    with daemon.http.stream("GET", "/api/sessions/catalog-stream",
+                            headers={"Origin": daemon.base_url}) as same_origin:
+        assert same_origin.status_code == 200
+
+
+# ---- the socket ------------------------------------------------------------------------------------
+
+def as_nobody(sock_path: Path) -> str:
+    """Connect to the socket as uid nobody in a forked child; its answer's first line, or the connect error."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only os/socket calls, then _exit
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            try:
+                client.connect(str(sock_path))
+                client.sendall(b"GET /api/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := client.recv(65536):
+                    answer += chunk
+                result = answer.decode("latin-1")
+            except OSError as exc:
+                result = f"error: {type(exc).__name__}"
+            os.write(write, result.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    out = b""
+    while chunk := os.read(read, 65536):
+        out += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    return out.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another uid needs root")
+def test_another_uid_is_refused_on_the_socket(daemon: Daemon) -> None:
+    sock = daemon.home / "daemon.sock"
+    # First guard: the home (0700) and the socket (0600) keep other users out.
+    assert as_nobody(sock).startswith("error: PermissionError")
+    # Second guard: with the modes loosened by hand (the socket 0666, reachable through a hard link in an open
+    # folder, since pytest's tmp tree is root-only), the daemon still refuses a peer that is not its own uid.
+    opened = Path(tempfile.mkdtemp(prefix="compozy-peer-"))
+    os.chmod(opened, 0o755)
+    link = opened / "daemon.sock"
+    sock_mode = stat.S_IMODE(sock.stat().st_mode)
+    try:
+        os.link(sock, link)
+    except OSError as exc:
+        pytest.skip(f"cannot link the socket into an open folder: {exc}")
+    try:
+        os.chmod(sock, 0o666)
+        answer = as_nobody(link) if all(os.stat(p).st_mode & 0o001 for p in link.parents) else ""
+    finally:
+        os.chmod(sock, sock_mode)
+        shutil.rmtree(opened)
+    if not answer:
+        pytest.skip(f"{opened} sits under a folder other users cannot enter")
+    assert answer.startswith("HTTP/1.1 403"), answer[:200]
+    body = json.loads(answer.split("\r\n\r\n", 1)[1])
+    assert body["code"] == "peer_forbidden" and body["diagnostic"]["evidence"]["peer_uid"] == NOBODY
+    assert daemon.cli_json("status")["daemon"]["home"] == str(daemon.home)  # the owner still gets in
+
+
+# ---- bodies -------------------------------------------------------------------------------------------
+
+def rss_kib(pid: int) -> int:
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:"))
+
+
+def megabytes(count: int) -> Iterator[bytes]:
+    chunk = b"x" * MiB
+    for _ in range(count):
+        yield chunk
+
+
+def test_a_300_mb_body_answers_413_before_it_is_buffered(daemon: Daemon) -> None:
+    before = rss_kib(daemon.proc.pid)
+    sized = daemon.http.post("/api/sessions", content=megabytes(300), timeout=120,
+                             headers={"Content-Length": str(300 * MiB), "Content-Type": "application/json"})
+    assert_refused(sized, 413, "body_too_large")
+    assert sized.json()["diagnostic"]["evidence"]["max_body_bytes"] == MiB
+    chunked = daemon.http.post("/api/sessions", content=megabytes(300), timeout=120)  # no length: counted
+    assert_refused(chunked, 413, "body_too_large")
+    assert rss_kib(daemon.proc.pid) - before < 20 * 1024
+    assert daemon.http.get("/api/status").status_code == 200  # and the daemon serves on
+
+
+def test_the_body_cap_is_configurable_and_applies_on_the_socket_too(tmp_path: Path) -> None:
+    d = start_daemon(tmp_path / "home", extra_config="[http]\nmax_body_bytes = 4096\n")
+    try:
+        assert_refused(d.http.post("/api/sessions", content=b"{" + b" " * 5000 + b"}"), 413, "body_too_large")
+        assert d.http.post("/api/sessions", content=b"{" + b" " * 3000 + b"}").status_code == 400
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.home / "daemon.sock")), timeout=10) as local:
+            assert_refused(local.post("http://localhost/api/sessions", content=b"x" * 5000), 413, "body_too_large")
+    finally:
+        d.stop()
+
+
+# ---- private files -------------------------------------------------------------------------------------
+
+def loose_paths(home: Path) -> list[str]:
+    return [f"{p} {oct(stat.S_IMODE(p.lstat().st_mode))}" for p in [home, *home.rglob("*")]
+            if not p.is_symlink() and p.lstat().st_mode & 0o077]
+
+
+def test_every_file_in_the_home_is_private_after_a_session_ran(tmp_path: Path, workspace: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    # The scripted agent's own logs go outside the home: agents write with the user's umask, by design.
+    (tmp_path / "agent-files").mkdir()
+    (home / "config.toml").write_text(daemon_config(tmp_path / "agent-files"))
+    os.chmod(home / "config.toml", 0o644)  # a pre-existing file made by hand is tightened at start
+    env = {**os.environ, "COMPOZY_HOME": str(home)}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=env,  # noqa: E731
+                                       cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    started = run("daemon", "start", "--port", "0", "-o", "json")  # detached: writes logs/daemon.log
+    assert started.returncode == 0, started.stderr
+    # The Daemon helper for its requests only: this daemon runs detached and `compozy daemon stop` ends it.
+    d = Daemon(home, subprocess.Popen(["true"]), json.loads(started.stdout)["port"], env, home / "logs" / "daemon.log")
+    try:
+        sid = d.create(workspace)["id"]
+        events = d.run_turn(sid, "tool write made/by-agent.txt hello")
+        assert any(e["type"] == "tool_result" for e in events), [e["type"] for e in events]
+        crashed = d.create(workspace)["id"]
+        assert d.prompt(crashed, "crash").status_code == 200
+        bundle = Path(d.wait_state(crashed, {"stopped"})["failure"]["crash_bundle_path"])
+
+        names = {p.name for p in home.rglob("*")}
+        for name in ("token", "daemon.json", "daemon.log", "catalog.sqlite3", "catalog.sqlite3-wal",
+                     "catalog.sqlite3-shm", "huey.sqlite3", "huey.sqlite3-wal", "meta.json", "events.db",
+                     "events.db-wal", "events.db-shm", bundle.name):
+            assert name in names, f"{name} was never written: {sorted(names)}"
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
+        assert loose_paths(home) == []
+        for path in (home / "token", home / "daemon.sock", home / "logs" / "daemon.log", bundle,
+                     home / "sessions" / sid / "meta.json", home / "sessions" / sid / "events.db-wal"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        # What the daemon writes into the user's workspace for the agent keeps the user's umask, not ours.
+        umask = os.umask(0)
+        os.umask(umask)
+        assert stat.S_IMODE((workspace / "made" / "by-agent.txt").stat().st_mode) == 0o666 & ~umask
+        assert stat.S_IMODE((workspace / "made").stat().st_mode) == 0o777 & ~umask
+
+        report = d.cli_json("doctor", "--only", "file_modes")
+        assert report["items"][0]["severity"] == "ok"
+        os.chmod(home / "sessions" / sid / "meta.json", 0o644)
+        report = d.cli_json("doctor", "--only", "file_modes")
+        assert report["items"][0]["severity"] == "warn" and "meta.json" in report["items"][0]["message"]
+    finally:
+        stopped = run("daemon", "stop")
+        d.http.close()
+        assert stopped.returncode == 0, stopped.stderr
+
+
+# ---- one home, one daemon ---------------------------------------------------------------------------------
+
+def test_two_homes_on_one_machine_never_cross_talk(daemon: Daemon, tmp_path: Path, workspace: Path) -> None:
+    home_b = tmp_path / "home-b"
+    home_b.mkdir()
+    (home_b / "config.toml").write_text(daemon_config(home_b, f"[http]\nport = {daemon.port}\n"))
+    env_b = {**os.environ, "COMPOZY_HOME": str(home_b)}
+    env_b.pop("COMPOZY_URL", None)
+
+    def status_b() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "compozy_site.cli", "status", "-o", "json"], env=env_b,
+                              cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+
+    # B never ran: no token, so nothing on B's configured port (A's daemon) can be B's.
+    result = status_b()
+    assert result.returncode == 69 and json.loads(result.stderr)["code"] == "daemon_unavailable"
+    # A stale token of B's own: A answers 401. Even A's token copied into B: A answers for A's home, not B's.
+    for token in ("stale-token-of-b", daemon.token):
+        (home_b / "token").write_text(token)
+        result = status_b()
+        assert result.returncode == 69 and json.loads(result.stderr)["code"] == "daemon_unavailable", result.stderr
+        new = subprocess.run([sys.executable, "-m", "compozy_site.cli", "session", "new", "--cwd", str(workspace),
+                              "--no-wait", "-o", "json"], env=env_b, cwd=str(ROOT), capture_output=True, text=True,
+                             timeout=60)
+        assert new.returncode == 69
+    (home_b / "token").unlink()
+    assert not any(s["workspace_path"] == str(workspace) for s in
+                   daemon.http.get("/api/sessions", params={"all": "true"}).json()["sessions"])
+
+    b = start_daemon(home_b)  # --port 0: A holds B's configured port
+    try:
+        assert json.loads(status_b().stdout)["daemon"]["home"] == str(home_b)
+        assert daemon.cli_json("status")["daemon"]["home"] == str(daemon.home)
+    finally:
+        b.stop()
+
+
+def test_binding_beyond_loopback_needs_allow_remote_and_still_the_token(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="allow_remote"):
+        start_daemon(tmp_path / "refused", extra_config='[http]\nhost = "0.0.0.0"\n', timeout=30)
+    d = start_daemon(tmp_path / "remote", extra_config='[http]\nhost = "0.0.0.0"\nallow_remote = true\n')
+    try:
+        with httpx.Client(base_url=d.base_url, timeout=10) as anonymous:
+            assert_refused(anonymous.get("/api/status"), 401, "auth_required")
+        assert d.http.get("/api/status").status_code == 200
+    finally:
+        d.stop()
+
+
+def test_headers_must_arrive_within_the_header_timeout(daemon: Daemon) -> None:
+    """A client that trickles its headers (slowloris) is answered 408 and cut off after 5 s (surfaces reference)."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as slow:
+        slow.sendall(b"GET /api/status HTTP/1.1\r\nHost: localhost\r\n")
+        started = time.monotonic()
+        answer = b""
+        while chunk := slow.recv(65536):
+            answer += chunk
+        assert 4 < time.monotonic() - started < 10
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "header_timeout"
+
+
+# ---- admission control ---------------------------------------------------------------------------------
+
+def test_a_third_live_agent_is_refused_at_max_concurrent_agents_2(tmp_path: Path, workspace: Path) -> None:
+    d = start_daemon(tmp_path / "home", extra_config="[limits]\nmax_concurrent_agents = 2\n")
+    try:
+        first, second = d.create(workspace)["id"], d.create(workspace)["id"]
+        total = d.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"]
+        refused = d.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace)})
+        assert_refused(refused, 429, "agent_limit_reached")
+        assert refused.json()["diagnostic"]["evidence"] == {"live": 2, "max_concurrent_agents": 2}
+        assert d.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"] == total  # nothing made
+        cli = d.cli("session", "new", "--agent", "scripted", "--cwd", str(workspace), "-o", "json")
+        assert cli.returncode != 0 and json.loads(cli.stderr)["code"] == "agent_limit_reached"
+
+        # A stopped session frees its slot, and reactivating it counts against the limit like a create.
+        assert d.http.post(d.scoped(first, "/stop")).status_code == 204
+        third = d.create(workspace)["id"]
+        assert_refused(d.prompt(first, "hello again"), 429, "agent_limit_reached")
+        assert d.http.post(d.scoped(third, "/stop")).status_code == 204
+        assert d.prompt(first, "hello again").status_code == 200
+        assert {d.session(s)["state"] for s in (first, second)} == {"active"}
+
+        limits = Path(f"/proc/{d.proc.pid}/limits").read_text()
+        soft, hard = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
+        assert soft == hard, limits
+    finally:
+        d.stop()
