@@ -45,6 +45,24 @@ def ensure_workspace(meta: dict[str, Any]) -> bool:
     return True
 
 
+ORPHAN_SCAN_CHUNK = 2000
+
+
+def orphan_ids(seen: set[str], limit: int) -> list[str]:
+    """Catalog session ids without a folder in `seen`, at most `limit`.
+
+    A set difference in Python over the ids streamed in chunks: `exclude(id__in=seen)` binds one SQL variable
+    per session and fails past SQLite's limit (32,766 on common builds; 999 on old ones)."""
+    found: list[str] = []
+    ids = Session.objects.order_by("id").values_list("id", flat=True)
+    for session_id in ids.iterator(chunk_size=ORPHAN_SCAN_CHUNK):
+        if session_id not in seen:
+            found.append(session_id)
+            if len(found) >= limit:
+                break
+    return found
+
+
 class Command(BaseCommand):
     # The system checks import the URL conf and with it the whole ACP runtime: slow, and not needed here.
     requires_system_checks: list[str] = []
@@ -78,7 +96,7 @@ class Command(BaseCommand):
                 continue
             seen.add(session_id)
             counts["sessions_updated" if existed else "sessions_created"] += 1
-        orphans = list(Session.objects.exclude(id__in=seen).values_list("id", flat=True)[:MAX_LISTED + 1])
+        orphans = orphan_ids(seen, MAX_LISTED + 1)
         result = {**counts, "workspaces_total": Workspace.objects.count(), "sessions_total": Session.objects.count(),
                   "orphan_rows": orphans[:MAX_LISTED], "errors": errors[:MAX_LISTED]}
         if options["as_json"]:
