@@ -7,6 +7,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from huey.consumer import Consumer
 
@@ -43,14 +45,17 @@ class InProcessConsumer(Consumer):
 class Ticker:
     """A daemon thread that enqueues each periodic job when it falls due; the jobs claim their own ticks.
 
-    Enqueueing is one small queue write, so a thread (not the event loop) does it. Any error (a locked or
-    full queue) costs one tick and is logged; the thread keeps going until `stop()`."""
+    If a job's previous message has not reached this process when the next one is due (lost, or taken by
+    another consumer on the queue that cannot run it), the ticker runs the job here as well, on a small pool
+    so it never waits on one: the claim still lets each tick run once. Errors (a locked or full queue) cost
+    one tick and are logged; the thread keeps going until `stop()`."""
 
     def __init__(self, run: str, sweep_every: Callable[[], float]) -> None:
         self.run = run  # the daemon start this ticker serves (daemon.json `started_at`)
         self.sweep_every = sweep_every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="compozy-ticker", daemon=True)
+        self._local = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compozy-jobs")
 
     def start(self) -> None:
         self._thread.start()
@@ -58,16 +63,20 @@ class Ticker:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self._local.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:
+        from huey.contrib.djhuey import close_db
+
         from sessions import jobs
 
-        sends: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {
-            "boot": (lambda: jobs.boot_repair(self.run), lambda: BOOT_RETRY_SECONDS),
-            "sweep": (jobs.supervision_sweep, self.sweep_every),
-            "tombstones": (jobs.remove_tombstones, lambda: jobs.TOMBSTONE_EVERY),
+        sends: dict[str, tuple[Any, tuple[Any, ...], Callable[[], float]]] = {
+            "boot": (jobs.boot_repair, (self.run,), lambda: BOOT_RETRY_SECONDS),
+            "sweep": (jobs.supervision_sweep, (), self.sweep_every),
+            "tombstones": (jobs.remove_tombstones, (), lambda: jobs.TOMBSTONE_EVERY),
         }
         due = dict.fromkeys(sends, 0.0)
+        sent = dict.fromkeys(sends, 0.0)
         while not self._stop.is_set():
             if "boot" in due and jobs.boot_repaired(self.run):
                 del due["boot"]
@@ -75,10 +84,13 @@ class Ticker:
                 now = time.monotonic()
                 if now < at:
                     continue
-                send, every = sends[name]
+                task, args, every = sends[name]
                 try:
-                    send()
+                    if sent[name] and jobs.arrived(name) < sent[name]:
+                        self._local.submit(close_db(task.call_local), *args)
+                    task(*args)
+                    sent[name] = now
                 except Exception:
-                    logger.exception("could not enqueue %s; trying again next tick", name)
+                    logger.exception("could not send %s; trying again next tick", name)
                 due[name] = now + every()
             self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))

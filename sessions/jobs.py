@@ -3,7 +3,9 @@
 How they are scheduled, and why it survives lost messages and extra consumers:
 1. The daemon's `Ticker` thread (`compozy_site/jobs.py`) enqueues each job when it falls due: the sweep
    every `sweep_interval`, tombstones every minute, boot repair until it has run for this daemon start.
-   Nothing reschedules itself, so a message lost or swallowed costs one tick, never supervision for good.
+   Nothing reschedules itself. When a job's previous message has not reached the daemon by the time the next
+   one is due (lost, or taken by a consumer that cannot run it), the ticker also runs the job itself, so no
+   number of lost messages can stop supervision.
 2. Each job first claims its tick in the catalog with a compare-and-set (`sessions/claims.py`): a burst
    of queued duplicates, or two consumer threads taking two messages at once, still runs each tick once.
 3. A job acts only in the process whose SessionManager owns the sessions (the daemon). A consumer without
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from typing import Any
 
 from huey.contrib.djhuey import HUEY, db_task
@@ -28,6 +31,7 @@ TOMBSTONE_EVERY = 60.0  # failed folder deletions are rare; a minute is soon eno
 BOOT_CLAIM_EVERY = 0.001  # boot repair's claim is keyed on the daemon's start time: once per start
 
 _boot_runs: set[str] = set()  # daemon starts whose boot repair this process claimed
+_arrived: dict[str, float] = {}  # job name → time.monotonic() it last reached this (owning) process
 _warned_foreign = False
 
 
@@ -51,6 +55,19 @@ def boot_repaired(run: str) -> bool:
     return run in _boot_runs
 
 
+def arrived(name: str) -> float:
+    """When a message for `name` last reached this process (0.0: never): tells the ticker whether its last
+    message was lost or taken by a consumer that cannot run it."""
+    return _arrived.get(name, 0.0)
+
+
+def _arrive(name: str) -> Any:
+    manager = _owner()
+    if manager is not None:
+        _arrived[name] = time.monotonic()
+    return manager
+
+
 @db_task()
 def boot_repair(run: str) -> dict[str, int] | None:
     """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
@@ -58,7 +75,7 @@ def boot_repair(run: str) -> dict[str, int] | None:
     from sessions.repair import boot_repair_all
     from sessions.store.folder import parse_time
 
-    if _owner() is None or run in _boot_runs:
+    if _arrive("boot") is None or run in _boot_runs:
         return None
     if not claim_tick(f"boot_repair:{owner_id()}", BOOT_CLAIM_EVERY, now=parse_time(run)):
         _boot_runs.add(run)  # this start's repair was claimed already (a duplicate message)
@@ -73,7 +90,7 @@ def supervision_sweep() -> dict[str, int] | None:
     from sessions.claims import claim_tick, owner_id
     from sessions.supervision import sweep, sweep_interval
 
-    manager = _owner()
+    manager = _arrive("sweep")
     if manager is None or manager.loop is None or manager.draining:
         return None
     if not claim_tick(f"supervision:{owner_id()}", sweep_interval(manager.config) * SWEEP_CLAIM_SHARE):
@@ -87,7 +104,7 @@ def remove_tombstones() -> int | None:
     from compozy_site.home import sessions_dir
     from sessions.claims import claim_tick, owner_id
 
-    if _owner() is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
+    if _arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
         return None
     root = sessions_dir()
     removed = 0
@@ -100,4 +117,4 @@ def remove_tombstones() -> int | None:
     return removed
 
 
-__all__ = ["HUEY", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep"]
+__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep"]

@@ -154,6 +154,10 @@ class Command(BaseCommand):
             return {**entry, "status": Outcome.FAILED.value, "error": "not a session id", "code": "session_not_found"}
         try:
             before = folder.read_meta(session_id)
+        except ValueError as exc:
+            return {**entry, "status": Outcome.FAILED.value, "error": f"session metadata is unreadable: {exc}",
+                    "code": IssueCode.SESSION_META_INVALID.value}
+        try:
             report = repair_transcript(session_id, dry_run=dry_run, force=force)
         except CompozyError as exc:
             return {**entry, "status": Outcome.FAILED.value, "error": exc.message, "code": exc.code}
@@ -163,4 +167,6 @@ class Command(BaseCommand):
         status = classify(report, dry_run, sweep=sweep)
         if before is not None and before["state"] in LIVE_STATES and status != Outcome.REFUSED:
             entry["stale_state"] = before["state"]
+            if status == Outcome.CLEAN:  # the stale state itself was the repair
+                status = Outcome.PLANNED if dry_run else Outcome.REPAIRED
         return {**entry, "status": status.value, "repair": report}
