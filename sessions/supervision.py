@@ -86,9 +86,12 @@ def sweep(manager: SessionManager) -> dict[str, int]:
         except Exception:
             logger.exception("supervision sweep skipped %s", session_id)
     reaped = 0
-    try:
-        for session_id, reason in reap_candidates(live):
-            reaped += manager.hand_off_reap(session_id, reason)
-    except Exception:
-        logger.exception("reaping check failed")
+    for session_id, meta in live.items():
+        if not meta.get("lineage"):
+            continue
+        try:  # one child at a time: bad lineage data in one must not stop the reaping of the others
+            for child, reason in reap_candidates({session_id: meta}):
+                reaped += manager.hand_off_reap(child, reason)
+        except Exception:
+            logger.exception("reaping check skipped %s", session_id)
     return {"sessions": len(ids), "handed_off": handed, "reaped": reaped}
