@@ -228,6 +228,9 @@ def test_supervision_keeps_working_beside_a_second_huey_consumer(tmp_path: Path,
         assert claims["supervision"][0].startswith(f"{socket.gethostname()}:{d.proc.pid}:")
         assert claims["supervision"][1] > 0
         assert claims["boot_repair"] == (claims["boot_repair"][0], 1)
+        # Both processes registered the jobs before their first message.
+        consumer_log = (home / "second-consumer.log").read_text(errors="replace")
+        assert "not found in TaskRegistry" not in d.log() + consumer_log
     finally:
         second.send_signal(signal.SIGINT)
         try:
