@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,14 @@ NO_TITLE = "[roles.auto_title]\nenabled = false\n"
 # Every supervision time below is a few heartbeats long; margins allow for a loaded 2-core machine.
 HEARTBEAT = 1.0
 WARNING_AFTER = 3.0
+PROGRESS_EVERY = 2.0
 MARGIN = 3.0
 
 
-def supervision(*, warning: float, timeout: float, grace: float) -> str:
+def supervision(*, warning: float, timeout: float, grace: float, progress: float = 0.0) -> str:
     return (f'[session.supervision]\nactivity_heartbeat_interval = "{HEARTBEAT}s"\n'
             f'inactivity_warning_after = "{warning}s"\ninactivity_timeout = "{timeout}s"\n'
-            f'timeout_cancel_grace = "{grace}s"\nprogress_notify_interval = "0s"\n') + NO_TITLE
+            f'timeout_cancel_grace = "{grace}s"\nprogress_notify_interval = "{progress}s"\n') + NO_TITLE
 
 
 def manage(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -162,7 +164,8 @@ def test_repair_sessions_all_says_what_it_repaired_and_what_needs_a_person(tmp_p
 def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """A long cancel grace: a session deaf to cancel stays in it for 20 s."""
     d = start_daemon(tmp_path_factory.mktemp("patient-home"), timeout=START_TIMEOUT,
-                     extra_config=supervision(warning=WARNING_AFTER, timeout=4.0, grace=20.0))
+                     extra_config=supervision(warning=WARNING_AFTER, timeout=4.0, grace=20.0,
+                                              progress=PROGRESS_EVERY))
     yield d
     d.stop()
 
@@ -193,6 +196,22 @@ def test_a_session_deaf_to_cancel_does_not_delay_another_sessions_warning(patien
     # It came while the stubborn session was still waiting out its grace: nothing waited on it.
     assert d.session(stubborn)["state"] == "active"
     assert not of_type(d.all_events(stubborn), "session_stopped")
+
+
+def test_a_working_turn_gets_runtime_progress_on_time_and_no_warning(patient: Daemon, workspace: Path) -> None:
+    d = patient
+    sid = d.create(workspace)["id"]
+    turn = d.run_turn(sid, "slow 14 0.5", timeout=90)  # ~6.5 s of steady updates
+
+    [asked] = of_type(turn, "user_message")
+    progress = of_type(turn, "runtime_progress")
+    assert len(progress) >= 2, [e["content"]["text"] for e in turn]
+    assert all(p["content"]["text"].startswith("Still working... (0 min elapsed") for p in progress)
+    times = [stamp(asked)] + [stamp(p) for p in progress]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
+    assert all(PROGRESS_EVERY * 0.9 <= gap <= PROGRESS_EVERY + HEARTBEAT + MARGIN for gap in gaps), gaps
+    assert of_type(turn, "runtime_warning") == []
+    assert of_type(turn, "done")[0]["content"]["prompt_stop_reason"] == "end_turn"
 
 
 @pytest.mark.timeout(600)
