@@ -91,7 +91,8 @@ def supervision_sweep() -> dict[str, int] | None:
     from sessions.supervision import sweep, sweep_interval
 
     manager = _arrive("sweep")
-    if manager is None or manager.loop is None or manager.draining:
+    # No live session, nothing to supervise: an idle daemon writes nothing to the catalog.
+    if manager is None or manager.loop is None or manager.draining or not manager.runtimes:
         return None
     if not claim_tick(f"supervision:{owner_id()}", sweep_interval(manager.config) * SWEEP_CLAIM_SHARE):
         return None
