@@ -1,12 +1,21 @@
-"""huey runs inside the daemon process: worker threads, no signal handlers of its own."""
+"""huey runs inside the daemon process: worker threads, no signal handlers of its own, and a ticker that
+enqueues the periodic jobs (`sessions/jobs.py` says why they are not self-rescheduling chains)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from huey.consumer import Consumer
 
 logger = logging.getLogger(__name__)
+
+BOOT_RETRY_SECONDS = 5.0  # boot repair is sent again until it ran: its message may go to another consumer
+TICKER_MAX_WAIT = 1.0  # the ticker thread wakes at least this often to notice a stop
 
 
 class InProcessConsumer(Consumer):
@@ -18,7 +27,11 @@ class InProcessConsumer(Consumer):
     def build(cls) -> InProcessConsumer:
         from huey.contrib.djhuey import HUEY
 
-        # Periodic crontab tasks are minute-grained; our sweeps reschedule themselves instead.
+        # The task modules must be registered before the consumer takes its first message, or huey logs
+        # "not found in TaskRegistry" and drops it. `SessionsConfig.ready` imports them too (for run_huey).
+        import sessions.jobs  # noqa: F401
+
+        # Periodic crontab tasks are minute-grained; the Ticker sends our periodic jobs instead.
         return cls(HUEY, workers=2, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=0.5,
                    check_worker_health=False)
 
@@ -27,3 +40,57 @@ class InProcessConsumer(Consumer):
             super().stop(graceful=graceful)
         except Exception:
             logger.exception("huey consumer did not stop cleanly")
+
+
+class Ticker:
+    """A daemon thread that enqueues each periodic job when it falls due; the jobs claim their own ticks.
+
+    If a job's previous message has not reached this process when the next one is due (lost, or taken by
+    another consumer on the queue that cannot run it), the ticker runs the job here as well, on a small pool
+    so it never waits on one: the claim still lets each tick run once. Errors (a locked or full queue) cost
+    one tick and are logged; the thread keeps going until `stop()`."""
+
+    def __init__(self, run: str, sweep_every: Callable[[], float]) -> None:
+        self.run = run  # the daemon start this ticker serves (daemon.json `started_at`)
+        self.sweep_every = sweep_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="compozy-ticker", daemon=True)
+        self._local = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compozy-jobs")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._local.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self) -> None:
+        from huey.contrib.djhuey import close_db
+
+        from sessions import jobs
+
+        sends: dict[str, tuple[Any, tuple[Any, ...], Callable[[], float]]] = {
+            "boot": (jobs.boot_repair, (self.run,), lambda: BOOT_RETRY_SECONDS),
+            "sweep": (jobs.supervision_sweep, (), self.sweep_every),
+            "tombstones": (jobs.remove_tombstones, (), lambda: jobs.TOMBSTONE_EVERY),
+        }
+        due = dict.fromkeys(sends, 0.0)
+        sent = dict.fromkeys(sends, 0.0)
+        while not self._stop.is_set():
+            if "boot" in due and jobs.boot_repaired(self.run):
+                del due["boot"]
+            for name, at in list(due.items()):
+                now = time.monotonic()
+                if now < at:
+                    continue
+                task, args, every = sends[name]
+                try:
+                    if sent[name] and jobs.arrived(name) < sent[name]:
+                        self._local.submit(close_db(task.call_local), *args)
+                    task(*args)
+                    sent[name] = now
+                except Exception:
+                    logger.exception("could not send %s; trying again next tick", name)
+                due[name] = now + every()
+            self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))

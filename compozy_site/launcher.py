@@ -68,7 +68,7 @@ def run_foreground(port: int | None = None) -> int:
     from compozy_site.asgi import application
     from compozy_site.auth import ensure_token
     from compozy_site.http_server import GuardedServer
-    from compozy_site.jobs import InProcessConsumer
+    from compozy_site.jobs import InProcessConsumer, Ticker
     from sessions.config import ConfigError, get_config
     from sessions.runtime.manager import SessionManager, set_manager
 
@@ -114,9 +114,10 @@ def run_foreground(port: int | None = None) -> int:
         gc.collect()
         gc.freeze()
         consumer.start()
-        from sessions.tasks import schedule_boot_jobs
+        from sessions.supervision import sweep_interval
 
-        schedule_boot_jobs()
+        state["ticker"] = Ticker(record["started_at"], lambda: sweep_interval(manager.config))
+        state["ticker"].start()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
         print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
@@ -135,6 +136,8 @@ def run_foreground(port: int | None = None) -> int:
         try:
             await manager.shutdown()
         finally:
+            if "ticker" in state:
+                state["ticker"].stop()
             consumer.stop()
             with contextlib.suppress(Exception):
                 reactor.stop()

@@ -6,3 +6,8 @@ class SessionsConfig(AppConfig):
     # "sessions" collides with django.contrib.sessions' label; we never install that app.
     label = "compozy_sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Register the huey jobs wherever Django runs: djhuey's `run_huey` autodiscovers only `tasks` modules,
+        # and the daemon's consumer must never see a message for a task it has not registered yet.
+        from sessions import jobs  # noqa: F401

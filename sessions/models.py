@@ -73,3 +73,16 @@ class InputEntry(models.Model):
 
 
 PENDING_INPUT = (InputEntry.Status.QUEUED, InputEntry.Status.DISPATCHING)
+
+
+class SweepClaim(models.Model):
+    """One row per periodic job of one daemon (supervision, tombstones, boot repair).
+
+    A tick is claimed by moving `next_run_at` forward with a compare-and-set (`sessions/claims.py`), so any number
+    of huey consumers may receive the job's messages and each tick still runs once."""
+
+    name = models.CharField(primary_key=True, max_length=300)
+    next_run_at = models.DateTimeField()
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claims = models.PositiveBigIntegerField(default=0)  # ticks claimed so far: shows a tick never ran twice

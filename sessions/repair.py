@@ -111,6 +111,8 @@ class IssueCode(StrEnum):
     NO_REPAIRABLE_TURN = "no_repairable_turn"
     SESSION_NOT_STOPPED = "session_not_stopped"
     STOP_REASON_REQUIRES_FORCE = "stop_reason_requires_force"
+    # Our extension: meta.json is not valid JSON, lacks a required key or holds a state outside the closed set.
+    SESSION_META_INVALID = "session_meta_invalid"
 
 
 class ActionCode(StrEnum):
@@ -129,6 +131,7 @@ SEVERITY = {
     IssueCode.NO_REPAIRABLE_TURN: Severity.INFO,
     IssueCode.SESSION_NOT_STOPPED: Severity.ERROR,
     IssueCode.STOP_REASON_REQUIRES_FORCE: Severity.ERROR,
+    IssueCode.SESSION_META_INVALID: Severity.ERROR,
 }
 REPAIRABLE_STOP_REASONS = frozenset({StopReason.AGENT_CRASHED, StopReason.ERROR})
 TERMINAL_TYPES = frozenset({EventType.DONE, EventType.ERROR})
@@ -219,15 +222,21 @@ class RepairReport:
                 "actions": actions, "persisted": persisted}
 
 
+def _local_manager() -> Any:
+    """This process's SessionManager, or None (manage.py, a huey consumer of its own)."""
+    # A manager exists only where its module was loaded; manage.py need not import the ACP stack to know.
+    module = sys.modules.get("sessions.runtime.manager")
+    if module is None:
+        return None
+    with contextlib.suppress(Exception):
+        return module.get_manager()
+    return None
+
+
 def _daemon_holds(session_id: str, state: str) -> bool:
     """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
     (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""
-    # A manager exists only where its module was loaded; manage.py need not import the ACP stack to know.
-    module = sys.modules.get("sessions.runtime.manager")
-    manager = None
-    if module is not None:
-        with contextlib.suppress(Exception):
-            manager = module.get_manager()
+    manager = _local_manager()
     if manager is None:
         from compozy_site.daemon_record import daemon_running
 
@@ -465,56 +474,97 @@ def _interrupted(path: Path) -> bool:
         conn.close()
 
 
-def _boot_transcript_repair(session_id: str, meta: dict[str, Any]) -> bool:
-    if meta["state"] != SessionState.STOPPED or meta.get("stop_reason") not in REPAIRABLE_STOP_REASONS:
-        return False
+# meta.json key holding boot repair's verdict on one run of a session: later boots skip that run's events.db
+# (reopening every store that ever crashed made each boot slower as history grew: 1.3 s at 10k sessions).
+TRANSCRIPT_MARK = "transcript_repair"
+
+
+def _run_key(meta: dict[str, Any]) -> str:
+    """One run of a session: a reactivation sets a new `activated_at`, so a later crash is checked again."""
+    return str(meta.get("activated_at") or meta.get("created_at") or "")
+
+
+def transcript_checked(meta: dict[str, Any]) -> bool:
+    mark = meta.get(TRANSCRIPT_MARK)
+    return isinstance(mark, dict) and mark.get("run") == _run_key(meta)
+
+
+def _needs_transcript_check(meta: dict[str, Any]) -> bool:
+    return (meta["state"] == SessionState.STOPPED and meta.get("stop_reason") in REPAIRABLE_STOP_REASONS
+            and not transcript_checked(meta))
+
+
+def _boot_transcript_repair(session_id: str) -> str:
+    """`repaired`, `clean` (nothing interrupted) or `blocked` (error issues: left to a person)."""
     if not _interrupted(folder.events_path(session_id)):
-        return False
+        return "clean"
     result = repair_transcript(session_id, dry_run=False, force=False)
-    if not result["persisted"]:
-        codes = sorted({i["code"] for i in result["issues"] if i["severity"] == Severity.ERROR})
-        if codes:
-            logger.warning("boot repair: transcript of %s not repaired: %s", session_id, ", ".join(codes))
-    return bool(result["persisted"])
+    if result["persisted"]:
+        return "repaired"
+    codes = sorted({i["code"] for i in result["issues"] if i["severity"] == Severity.ERROR})
+    if codes:
+        logger.warning("boot repair: transcript of %s not repaired: %s", session_id, ", ".join(codes))
+        return "blocked"
+    return "clean"
+
+
+def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
+    """Record the verdict in meta.json (not `updated_at`: nothing about the session changed)."""
+    if manager is not None and manager.owns(session_id):
+        return  # reactivated meanwhile: the runtime owns meta.json now
+    meta = folder.read_meta(session_id)
+    if meta is None:
+        return
+    meta[TRANSCRIPT_MARK] = {"run": _run_key(meta), "outcome": outcome,
+                             "checked_at": folder.isoformat(folder.utcnow())}
+    folder.write_meta(meta)
 
 
 def boot_repair_all() -> dict[str, int]:
-    """Every session folder: stale live states → stopped (no daemon owns them after a restart), then
-    the transcript repair of stopped `agent_crashed`/`error` sessions whose last turn was interrupted.
+    """Every session folder, each on its own (one bad folder never stops the others):
+
+    1. unreadable or invalid meta.json → reported with `session_meta_invalid`, left alone;
+    2. a stale live state → stopped (no daemon owns it after a restart);
+    3. a stopped `agent_crashed`/`error` session not yet checked for this run → transcript repair of an
+       interrupted last turn, then the verdict is recorded in meta.json so no later boot opens that store again.
 
     Sessions the new daemon owns are skipped: they are in the manager, and their events.db is its to write.
     """
     from compozy_site.daemon_record import read_daemon_record
-    from sessions.runtime.manager import get_manager
 
-    try:
-        manager = get_manager()
-    except Exception:
-        manager = None
+    manager = _local_manager()
     # Sessions this daemon created are never stale; only state older than our start can be.
     started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None
-    repaired = scanned = transcripts = 0
+    counts = dict.fromkeys(("scanned", "repaired", "transcripts_checked", "transcripts_repaired", "invalid",
+                            "failed"), 0)
     for session_id in folder.list_session_dirs():
         if manager is not None and manager.owns(session_id):
             continue
-        scanned += 1
+        counts["scanned"] += 1
         try:
             meta = folder.read_meta(session_id)
-        except ValueError:
-            logger.warning("boot repair: unreadable meta.json for %s", session_id)
+        except ValueError as exc:
+            counts["invalid"] += 1
+            logger.warning("boot repair: %s %s: %s", IssueCode.SESSION_META_INVALID.value, session_id, exc)
             continue
         if meta is None:
             continue
-        updated = folder.parse_time(meta.get("updated_at"))
-        fresh = started is not None and updated is not None and updated >= started
-        if not fresh and stale_fix(meta) is not None:
-            meta = repair_stale_meta(meta)
-            repaired += 1
-        # Not limited to state older than our start: a read may already have repaired the stale meta.
         try:
-            transcripts += _boot_transcript_repair(session_id, meta)
+            updated = folder.parse_time(meta.get("updated_at"))
+            fresh = started is not None and updated is not None and updated >= started
+            if not fresh and stale_fix(meta) is not None:
+                meta = repair_stale_meta(meta)
+                counts["repaired"] += 1
+            # Not limited to state older than our start: a read may already have repaired the stale meta.
+            if _needs_transcript_check(meta):
+                counts["transcripts_checked"] += 1
+                outcome = _boot_transcript_repair(session_id)
+                counts["transcripts_repaired"] += outcome == "repaired"
+                _mark_checked(session_id, outcome, manager)
         except Exception:
-            logger.exception("boot repair: transcript repair of %s failed", session_id)
-    logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s)",
-                scanned, repaired, transcripts)
-    return {"scanned": scanned, "repaired": repaired, "transcripts_repaired": transcripts}
+            counts["failed"] += 1
+            logger.exception("boot repair of %s failed", session_id)
+    logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s) "
+                "(%d store(s) opened); %d invalid meta.json, %d failed", counts["scanned"], counts["repaired"],
+                counts["transcripts_repaired"], counts["transcripts_checked"], counts["invalid"], counts["failed"])
+    return counts

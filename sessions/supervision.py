@@ -1,30 +1,34 @@
 """Runtime activity supervision (sessions reference §7): inactivity, not elapsed time, is the failure mode.
 
-The huey sweep reads durable activity (meta.json `liveness.activity`) and proposes actions; the runtime
-that owns the session verifies each one against its live state before acting, so a stale read can
-never time out a working agent.
+The huey sweep reads durable activity (meta.json `liveness.activity`) and proposes actions; it hands them to
+the SessionManager's loop and returns. The runtime that owns the session verifies each one against its live
+state before acting, so a stale read can never time out a working agent.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions.config import Config
 from sessions.store import folder
 
+if TYPE_CHECKING:
+    from sessions.runtime.manager import SessionManager
+
 logger = logging.getLogger(__name__)
 
-# huey's scheduler has one-second granularity; ticks below that would only repeat work.
-MIN_TICK_SECONDS = 1.0
+# The daemon's ticker thread sends the sweep (not huey's scheduler, which has 1 s granularity). Half a
+# heartbeat keeps every action within one heartbeat of its configured time even when the tick's message is
+# lost to another consumer; below a quarter second the sweep would only repeat the heartbeat's own write.
+MIN_TICK_SECONDS = 0.25
 MAX_TICK_SECONDS = 5.0
 
 
 def sweep_interval(config: Config) -> float:
     sup = config.supervision
-    candidates = [sup.activity_heartbeat_interval]
+    candidates = [sup.activity_heartbeat_interval / 2]
     for value in (sup.progress_notify_interval, sup.inactivity_warning_after, sup.inactivity_timeout,
                   config.limits_timeout):
         if value > 0:
@@ -57,47 +61,37 @@ def decide(meta: dict[str, Any], now: datetime, config: Config) -> list[str]:
     return actions
 
 
-def sweep() -> dict[str, int]:
-    """One pass over this daemon's live sessions. Runs in a huey worker thread."""
-    from sessions.runtime.manager import get_manager
+def sweep(manager: SessionManager) -> dict[str, int]:
+    """One pass over this daemon's live sessions, on a huey worker thread. It never waits on a runtime: each
+    session's actions are handed to its owner on the daemon loop, so one stubborn session (a cancel it ignores,
+    a long grace) cannot delay another's warning. Each session is judged on its own: a bad meta.json is skipped."""
+    from sessions.services import reap_candidates
 
-    manager = get_manager()
-    if manager.loop is None or manager.draining:
-        return {"sessions": 0, "proposed": 0}
     now = folder.utcnow()
-    proposed = 0
+    handed = 0
     ids = list(manager.runtimes)
     live: dict[str, dict[str, Any]] = {}  # read once here, reused by the reaping check below
     for session_id in ids:
         try:
             meta = folder.read_meta(session_id)
-        except ValueError:
-            continue
-        if not meta:
-            continue
-        live[session_id] = meta
-        if meta.get("state") != "active":
-            continue
-        turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
-        for action in decide(meta, now, manager.config):
-            proposed += 1
-            future = asyncio.run_coroutine_threadsafe(manager.supervise(session_id, action, turn_id), manager.loop)
-            try:
-                outcome = future.result(timeout=manager.config.supervision.timeout_cancel_grace + 30)
-            except Exception:
-                logger.exception("supervision action %s failed for %s", action, session_id)
+            if not meta:
                 continue
-            if outcome not in ("skipped", "stale"):
-                logger.info("supervision %s on %s: %s", action, session_id, outcome)
-    from sessions.services import reap_candidates
-
-    reaped = 0
-    for session_id, reason in reap_candidates(live):
-        future = asyncio.run_coroutine_threadsafe(manager.reap(session_id, reason), manager.loop)
-        try:
-            future.result(timeout=60)
-            reaped += 1
-            logger.info("reaped %s: %s", session_id, reason)
+            live[session_id] = meta
+            if meta["state"] != "active":
+                continue
+            actions = decide(meta, now, manager.config)
+            if actions:
+                turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
+                handed += manager.hand_off_supervision(session_id, actions, turn_id)
         except Exception:
-            logger.exception("reaping %s failed", session_id)
-    return {"sessions": len(ids), "proposed": proposed, "reaped": reaped}
+            logger.exception("supervision sweep skipped %s", session_id)
+    reaped = 0
+    for session_id, meta in live.items():
+        if not meta.get("lineage"):
+            continue
+        try:  # one child at a time: bad lineage data in one must not stop the reaping of the others
+            for child, reason in reap_candidates({session_id: meta}):
+                reaped += manager.hand_off_reap(child, reason)
+        except Exception:
+            logger.exception("reaping check skipped %s", session_id)
+    return {"sessions": len(ids), "handed_off": handed, "reaped": reaped}

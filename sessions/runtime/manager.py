@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class SessionManager:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.draining = False
         self._boot_tasks: set[asyncio.Task[None]] = set()
+        self._handed: dict[str, asyncio.Task[Any]] = {}  # supervision/reaping in flight, by kind and session
         # Ids whose folders exist but whose runtime is not registered yet (create in progress).
         self.reserved: set[str] = set()
         # Metadata snapshots whose write failed (a full disk): reads serve them, a retry loop lands them.
@@ -100,17 +101,54 @@ class SessionManager:
         task.add_done_callback(self._boot_tasks.discard)
         return runtime
 
-    async def supervise(self, session_id: str, action: str, turn_id: str | None) -> str:
-        runtime = self.runtimes.get(session_id)
-        result = "stale" if runtime is None else await runtime.supervise(action, turn_id)
-        metrics.SUPERVISION_ACTIONS.labels(action=action, result=result).inc()
-        return result
+    # ---- hand-offs from the huey sweep (any thread); the work runs on this manager's loop -----------
 
-    async def reap(self, session_id: str, reason: str) -> None:
-        """Stop a spawned child whose TTL expired or whose parent stopped."""
+    def hand_off_supervision(self, session_id: str, actions: list[str], turn_id: str | None) -> bool:
+        """Schedule `actions` on the owner's loop and return at once: the sweep never waits on a runtime."""
+        return self._hand_off(f"supervise:{session_id}", session_id,
+                              lambda runtime: self._supervise(runtime, actions, turn_id))
+
+    def hand_off_reap(self, session_id: str, reason: str) -> bool:
+        """Stop a spawned child whose TTL expired or whose parent stopped, without waiting for the stop."""
+        return self._hand_off(f"reap:{session_id}", session_id,
+                              lambda runtime: runtime.stop(StopReason.USER_CANCELED, reason))
+
+    def _hand_off(self, key: str, session_id: str,
+                  work: Callable[[SessionRuntime], Coroutine[Any, Any, Any]]) -> bool:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return False
+        try:
+            loop.call_soon_threadsafe(self._start_handed, key, session_id, work)
+        except RuntimeError:  # the loop closed between the check and the call
+            return False
+        return True
+
+    def _start_handed(self, key: str, session_id: str,
+                      work: Callable[[SessionRuntime], Coroutine[Any, Any, Any]]) -> None:
+        # On the loop. One piece of supervision per session at a time: a second sweep must not pile a second
+        # timeout on a session still in its cancel grace; whatever it proposed is proposed again next tick.
         runtime = self.runtimes.get(session_id)
-        if runtime is not None:
-            await runtime.stop(StopReason.USER_CANCELED, reason)
+        if runtime is None or self.draining or key in self._handed:
+            return
+        task = spawn(work(runtime))
+        self._handed[key] = task
+        task.add_done_callback(lambda done: self._handed_done(key, done))
+
+    def _handed_done(self, key: str, task: asyncio.Task[Any]) -> None:
+        if self._handed.get(key) is task:
+            del self._handed[key]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("%s failed", key, exc_info=task.exception())
+
+    async def _supervise(self, runtime: SessionRuntime, actions: list[str], turn_id: str | None) -> None:
+        for action in actions:
+            outcome = await runtime.supervise(action, turn_id)
+            metrics.SUPERVISION_ACTIONS.labels(action=action, result=outcome).inc()
+            if outcome not in ("skipped", "stale"):
+                logger.info("supervision %s on %s: %s", action, runtime.id, outcome)
+            if outcome in ("stale", "stopped"):
+                return
 
     def forget(self, session_id: str) -> None:
         self.runtimes.pop(session_id, None)

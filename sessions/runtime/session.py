@@ -893,7 +893,8 @@ class SessionRuntime:
         return time.monotonic() - self.turn.last_activity_mono if self.turn else 0.0
 
     async def supervise(self, action: str, turn_id: str | None) -> str:
-        """A supervision decision proposed by the huey sweep; verified here against live state first."""
+        """A supervision decision proposed by the huey sweep, run on this loop by the manager (one at a time per
+        session); verified here against live state first. The sweep does not wait for the outcome."""
         sup = self.config.supervision
         turn = self.turn
         if action == "wall_clock":
@@ -929,7 +930,9 @@ class SessionRuntime:
             self.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
             self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
                         {"idle_seconds": round(idle, 3), "turn_id": turn.id})
-            # The seed persists runtime_warning once per turn; the timeout itself is the marker above.
+            # §7 order: stall, marker, this warning (events reference: "again on timeout"), cancel, grace, stop.
+            self.record(EventType.RUNTIME_WARNING,
+                        {"text": f"Runtime activity timed out ({int(idle)} seconds idle).", "runtime": runtime})
             with contextlib.suppress(StoreFailure):
                 await self.recorder.flush()
             await self.persist()

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import sessions_dir
+from sessions.enums import SessionState
 from sessions.errors import Conflict, NotFound
 from sessions.store.ids import is_session_id
 
 META_FILE = "meta.json"
 EVENTS_FILE = "events.db"
 REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
+STATES = frozenset(state.value for state in SessionState)
 
 
 def utcnow() -> datetime:
@@ -89,6 +91,9 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
         raise ValueError(f"{path}: invalid JSON ({exc})") from exc
     if not isinstance(data, dict) or any(not data.get(k) for k in REQUIRED_META_KEYS):
         raise ValueError(f"{path}: missing required keys {REQUIRED_META_KEYS}")
+    # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.
+    if not isinstance(data["state"], str) or data["state"] not in STATES:
+        raise ValueError(f"{path}: unknown state {data['state']!r}")
     return data
 
 

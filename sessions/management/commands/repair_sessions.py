@@ -1,7 +1,12 @@
-"""`manage.py repair_sessions [ID ...|--all] [--dry-run] [--force] [--json]`: transcript repair without the daemon.
+"""`manage.py repair_sessions [ID ...|--all] [--dry-run] [--force] [--json|-o json]`: transcript repair
+without the daemon.
 
 Uses Django and the session folders directly, so it works with the daemon down. A session a running
 daemon owns in a live state is refused; a stopped session may be repaired while the daemon runs.
+
+Output: one line per session that was repaired, would be, or needs a person (`-v 2` lists every session),
+then one summary line. Exit 0 when nothing needs a person (a healthy tree, or everything repaired); exit 1
+when a session needs one (a damaged store, unreadable meta.json, or a named session that was refused).
 """
 
 from __future__ import annotations
@@ -27,25 +32,45 @@ class Outcome(StrEnum):
     REPAIRED = "repaired"
     PLANNED = "planned"  # dry run with actions to take
     CLEAN = "clean"  # nothing to repair
-    BLOCKED = "blocked"  # error issues: a damaged store or a stop reason that needs --force
+    SKIPPED = "skipped"  # --all: stopped for a reason the repair rule leaves alone (a clean stop); --force repairs
+    BLOCKED = "blocked"  # error issues: a damaged store, or a named session whose stop reason needs --force
     REFUSED = "refused"  # a running daemon owns the session
-    FAILED = "failed"  # the session could not be read
+    FAILED = "failed"  # the session could not be read (e.g. session_meta_invalid)
 
 
-FAILING = frozenset({Outcome.BLOCKED, Outcome.REFUSED, Outcome.FAILED})
+QUIET = frozenset({Outcome.CLEAN, Outcome.SKIPPED})  # not listed line by line unless -v 2
 
 
-def classify(report: dict[str, Any], dry_run: bool) -> Outcome:
+def needs_person(status: str, named: bool) -> bool:
+    """Under --all a session the running daemon owns is simply live; a named one was asked for and refused."""
+    return status in (Outcome.BLOCKED, Outcome.FAILED) or (named and status == Outcome.REFUSED)
+
+
+def classify(report: dict[str, Any], dry_run: bool, *, sweep: bool = False) -> Outcome:
     codes = {issue["code"] for issue in report["issues"]}
     if IssueCode.SESSION_NOT_STOPPED in codes:
         return Outcome.REFUSED
-    if any(issue["severity"] == Severity.ERROR for issue in report["issues"]):
+    errors = {issue["code"] for issue in report["issues"] if issue["severity"] == Severity.ERROR}
+    if sweep and errors == {IssueCode.STOP_REASON_REQUIRES_FORCE}:
+        return Outcome.SKIPPED
+    if errors:
         return Outcome.BLOCKED
     if report["persisted"]:
         return Outcome.REPAIRED
     if report["actions"] and dry_run:
         return Outcome.PLANNED
     return Outcome.CLEAN
+
+
+MAX_NAMED = 10  # sessions named in the closing error line; --json lists them all
+
+
+def _code(entry: dict[str, Any]) -> str:
+    """Why a session needs a person: its error code, or its blocking issue codes."""
+    if "code" in entry:
+        return str(entry["code"])
+    codes = [i["code"] for i in entry["repair"]["issues"] if i["severity"] == Severity.ERROR]
+    return ", ".join(dict.fromkeys(codes)) or entry["status"]
 
 
 def _describe(entry: dict[str, Any]) -> str:
@@ -78,26 +103,38 @@ class Command(BaseCommand):
         parser.add_argument("--force", action="store_true",
                             help="Also repair sessions stopped for reasons other than agent_crashed or error.")
         parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document on stdout.")
+        parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                            help="`json` is the same as --json.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         ids: list[str] = options["session_ids"]
-        if options["all_sessions"] == bool(ids):
+        sweep = bool(options["all_sessions"])
+        if sweep == bool(ids):
             raise CommandError("give session IDs or --all (not both)")
-        dry_run, force, as_json = options["dry_run"], options["force"], options["as_json"]
-        if options["all_sessions"]:
+        dry_run, force = options["dry_run"], options["force"]
+        as_json = options["as_json"] or options["output"] == "json"
+        every_line = options["verbosity"] >= 2
+        if sweep:
             ids = folder.list_session_dirs()
         # With --json, stdout carries only the JSON document; progress goes to stderr.
         progress = self.stderr if as_json else self.stdout
         results: list[dict[str, Any]] = []
         for index, session_id in enumerate(ids, 1):
-            entry = self._repair_one(session_id, dry_run=dry_run, force=force)
+            entry = self._repair_one(session_id, dry_run=dry_run, force=force, sweep=sweep)
+            entry["needs_person"] = needs_person(entry["status"], named=not sweep)
             results.append(entry)
-            progress.write(f"[{index}/{len(ids)}] {session_id}  {entry['status']:<8}  {_describe(entry)}",
-                           style_func=lambda text: text)
+            # A live session under --all is not news; a named one that was refused is.
+            quiet = entry["status"] in QUIET or (entry["status"] == Outcome.REFUSED and not entry["needs_person"])
+            if every_line or not quiet:
+                progress.write(f"[{index}/{len(ids)}] {session_id}  {entry['status']:<8}  {_describe(entry)}",
+                               style_func=lambda text: text)
         counts = Counter(entry["status"] for entry in results)
-        summary = {"total": len(results), **{outcome.value: counts.get(outcome.value, 0) for outcome in Outcome}}
-        line = f"{len(results)} session(s): " + (
-            ", ".join(f"{n} {name}" for name, n in summary.items() if name != "total" and n) or "none")
+        attention = [entry for entry in results if entry["needs_person"]]
+        summary = {"total": len(results), **{outcome.value: counts.get(outcome.value, 0) for outcome in Outcome},
+                   "needs_person": len(attention)}
+        line = f"{len(results)} session(s): " + (", ".join(
+            f"{counts[o.value]} {o.value}" for o in Outcome if counts.get(o.value)) or "none")
+        line += f"; {len(attention)} need(s) a person" if attention else "; nothing needs a person"
         if dry_run:
             line += " (dry run: nothing persisted)"
         if as_json:
@@ -106,23 +143,30 @@ class Command(BaseCommand):
             self.stderr.write(line, style_func=lambda text: text)
         else:
             self.stdout.write(line)
-        failing = sum(counts.get(outcome.value, 0) for outcome in FAILING)
-        if failing:
-            raise CommandError(f"{failing} session(s) blocked, refused or unreadable", returncode=1)
+        if attention:
+            named = ", ".join(f"{e['session_id']} ({_code(e)})" for e in attention[:MAX_NAMED])
+            more = f" and {len(attention) - MAX_NAMED} more" if len(attention) > MAX_NAMED else ""
+            raise CommandError(f"{len(attention)} session(s) need a person: {named}{more}", returncode=1)
 
-    def _repair_one(self, session_id: str, *, dry_run: bool, force: bool) -> dict[str, Any]:
+    def _repair_one(self, session_id: str, *, dry_run: bool, force: bool, sweep: bool) -> dict[str, Any]:
         entry: dict[str, Any] = {"session_id": session_id, "dry_run": dry_run}
         if not is_session_id(session_id):
             return {**entry, "status": Outcome.FAILED.value, "error": "not a session id", "code": "session_not_found"}
         try:
             before = folder.read_meta(session_id)
+        except ValueError as exc:
+            return {**entry, "status": Outcome.FAILED.value, "error": f"session metadata is unreadable: {exc}",
+                    "code": IssueCode.SESSION_META_INVALID.value}
+        try:
             report = repair_transcript(session_id, dry_run=dry_run, force=force)
         except CompozyError as exc:
             return {**entry, "status": Outcome.FAILED.value, "error": exc.message, "code": exc.code}
         except (OSError, ValueError) as exc:
             logger.exception("repair of %s failed", session_id)
             return {**entry, "status": Outcome.FAILED.value, "error": str(exc), "code": "repair_failed"}
-        status = classify(report, dry_run)
+        status = classify(report, dry_run, sweep=sweep)
         if before is not None and before["state"] in LIVE_STATES and status != Outcome.REFUSED:
             entry["stale_state"] = before["state"]
+            if status == Outcome.CLEAN:  # the stale state itself was the repair
+                status = Outcome.PLANNED if dry_run else Outcome.REPAIRED
         return {**entry, "status": status.value, "repair": report}

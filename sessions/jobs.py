@@ -1,0 +1,121 @@
+"""huey jobs: boot repair, tombstone clean-up, and the supervision and reaping sweep.
+
+How they are scheduled, and why it survives lost messages and extra consumers:
+1. The daemon's `Ticker` thread (`compozy_site/jobs.py`) enqueues each job when it falls due: the sweep
+   every `sweep_interval`, tombstones every minute, boot repair until it has run for this daemon start.
+   Nothing reschedules itself. When a job's previous message has not reached the daemon by the time the next
+   one is due (lost, or taken by a consumer that cannot run it), the ticker also runs the job itself, so no
+   number of lost messages can stop supervision.
+2. Each job first claims its tick in the catalog with a compare-and-set (`sessions/claims.py`): a burst
+   of queued duplicates, or two consumer threads taking two messages at once, still runs each tick once.
+3. A job acts only in the process whose SessionManager owns the sessions (the daemon). A consumer without
+   one (`manage.py run_huey` on the same queue) returns without claiming, so the owner's next message finds
+   its tick still due. A job never waits on a runtime: actions are handed to the manager's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from typing import Any
+
+from huey.contrib.djhuey import HUEY, db_task
+
+logger = logging.getLogger(__name__)
+
+# A sweep tick is claimed for half an interval: the ticker sends one message per interval, so timer jitter
+# never finds the tick not yet due, while a burst of duplicates (a backed-up queue) still runs once.
+SWEEP_CLAIM_SHARE = 0.5
+TOMBSTONE_EVERY = 60.0  # failed folder deletions are rare; a minute is soon enough to retry them
+BOOT_CLAIM_EVERY = 0.001  # boot repair's claim is keyed on the daemon's start time: once per start
+
+_boot_runs: set[str] = set()  # daemon starts whose boot repair this process claimed
+_arrived: dict[str, float] = {}  # job name → time.monotonic() it last reached this (owning) process
+_warned_foreign = False
+
+
+def _owner() -> Any:
+    """This process's SessionManager, or None in a consumer that owns no sessions."""
+    global _warned_foreign
+    from sessions.runtime.manager import get_manager
+
+    try:
+        return get_manager()
+    except Exception:
+        if not _warned_foreign:
+            _warned_foreign = True
+            # Once per process: this consumer takes daemon jobs from the shared queue and can only drop them.
+            logger.warning("a Compozy job reached a huey consumer outside the daemon; it is dropped here and the "
+                           "daemon's ticker sends it again")
+        return None
+
+
+def boot_repaired(run: str) -> bool:
+    return run in _boot_runs
+
+
+def arrived(name: str) -> float:
+    """When a message for `name` last reached this process (0.0: never): tells the ticker whether its last
+    message was lost or taken by a consumer that cannot run it."""
+    return _arrived.get(name, 0.0)
+
+
+def _arrive(name: str) -> Any:
+    manager = _owner()
+    if manager is not None:
+        _arrived[name] = time.monotonic()
+    return manager
+
+
+@db_task()
+def boot_repair(run: str) -> dict[str, int] | None:
+    """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
+    from sessions.claims import claim_tick, owner_id
+    from sessions.repair import boot_repair_all
+    from sessions.store.folder import parse_time
+
+    if _arrive("boot") is None or run in _boot_runs:
+        return None
+    if not claim_tick(f"boot_repair:{owner_id()}", BOOT_CLAIM_EVERY, now=parse_time(run)):
+        _boot_runs.add(run)  # this start's repair was claimed already (a duplicate message)
+        return None
+    _boot_runs.add(run)
+    return boot_repair_all()
+
+
+@db_task()
+def supervision_sweep() -> dict[str, int] | None:
+    """Read durable activity, decide, hand each action to the session's owner and return."""
+    from sessions.claims import claim_tick, owner_id
+    from sessions.supervision import sweep, sweep_interval
+
+    manager = _arrive("sweep")
+    # No live session, nothing to supervise: an idle daemon writes nothing to the catalog.
+    if manager is None or manager.loop is None or manager.draining or not manager.runtimes:
+        return None
+    if not claim_tick(f"supervision:{owner_id()}", sweep_interval(manager.config) * SWEEP_CLAIM_SHARE):
+        return None
+    return sweep(manager)
+
+
+@db_task()
+def remove_tombstones() -> int | None:
+    """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
+    from compozy_site.home import sessions_dir
+    from sessions.claims import claim_tick, owner_id
+
+    if _arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
+        return None
+    root = sessions_dir()
+    removed = 0
+    for tombstone in root.glob(".compozy-delete-*") if root.exists() else []:
+        try:
+            shutil.rmtree(tombstone)
+            removed += 1
+        except OSError:
+            logger.warning("tombstone %s not removed yet; retrying later", tombstone, exc_info=True)
+    return removed
+
+
+__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep"]

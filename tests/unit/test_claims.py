@@ -1,0 +1,85 @@
+"""Claiming a periodic tick in the catalog (`sessions/claims.py`): a compare-and-set on `next_run_at`, so any
+number of workers may race for the same tick and exactly one runs it."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from tests.django_env import ensure_django
+
+ensure_django(migrate=True)
+
+from django.db import connection  # noqa: E402
+
+from sessions.claims import claim_tick  # noqa: E402
+from sessions.models import SweepClaim  # noqa: E402
+from sessions.store import folder  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def clean_claims() -> None:
+    SweepClaim.objects.all().delete()
+
+
+def test_a_tick_is_claimed_once_and_the_next_one_when_it_falls_due() -> None:
+    now = folder.utcnow()
+    assert claim_tick("supervision:a", 2.0, now=now, claimer="first")
+    assert not claim_tick("supervision:a", 2.0, now=now, claimer="second")
+    assert not claim_tick("supervision:a", 2.0, now=now + timedelta(seconds=1.9), claimer="second")
+    assert claim_tick("supervision:a", 2.0, now=now + timedelta(seconds=2), claimer="second")
+    row = SweepClaim.objects.get(name="supervision:a")
+    assert (row.claimed_by, row.claims, row.next_run_at) == ("second", 2, now + timedelta(seconds=4))
+
+
+def test_claims_of_different_names_do_not_interfere() -> None:
+    now = folder.utcnow()
+    assert claim_tick("supervision:a", 60.0, now=now)
+    assert claim_tick("supervision:b", 60.0, now=now)
+    assert claim_tick("tombstones:a", 60.0, now=now)
+
+
+def test_a_claim_from_a_stale_read_changes_nothing() -> None:
+    """The compare-and-set itself: a worker that read `next_run_at` before another claimed updates no row."""
+    now = folder.utcnow()
+    assert claim_tick("supervision:a", 1.0, now=now, claimer="winner")
+    stale_read = now  # the value a slower worker read before the winner moved it
+    changed = SweepClaim.objects.filter(name="supervision:a", next_run_at=stale_read).update(claimed_by="loser")
+    assert changed == 0
+    assert SweepClaim.objects.get(name="supervision:a").claimed_by == "winner"
+
+
+def test_racing_workers_claim_each_tick_exactly_once() -> None:
+    if connection.vendor == "sqlite" and connection.settings_dict["NAME"] == ":memory:":
+        pytest.skip("threads need a shared catalog file")
+    workers, ticks = 4, 25
+    start = folder.utcnow()
+    won: list[list[int]] = [[] for _ in range(workers)]
+    barrier = threading.Barrier(workers)
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        from django.db import connection as thread_connection
+
+        try:
+            for tick in range(ticks):
+                barrier.wait(timeout=30)  # all workers go for the same tick at once
+                if claim_tick("supervision:race", 1.0, now=start + timedelta(seconds=tick), claimer=f"w{index}"):
+                    won[index].append(tick)
+        except BaseException as exc:  # reported below: an assertion in a thread would be lost
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            thread_connection.close()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    claimed = sorted(tick for ticks_won in won for tick in ticks_won)
+    assert claimed == list(range(ticks)), won
+    assert SweepClaim.objects.get(name="supervision:race").claims == ticks
