@@ -1,0 +1,126 @@
+"""Activity supervision on the owner's side (sessions reference §7). The huey sweep proposes actions from
+durable activity; the runtime verifies each against its live state and acts on its own loop. Heartbeats are
+metadata only; waiting on a person counts as activity."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sessions.enums import EventType, FailureKind, MarkerKind, StopReason
+from sessions.runtime import lifecycle
+from sessions.runtime.turns import Turn
+from sessions.store import folder
+from sessions.store.failures import StoreFailure
+
+logger = logging.getLogger(__name__)
+
+class ActivityMixin:
+    """SessionRuntime's activity: touches, heartbeats, and the supervision actions it verifies."""
+
+    def touch_activity(self, kind: str, detail: str = "", tool: str | None = None,
+                       tool_call_id: str | None = None) -> None:
+        """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
+        activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+        activity["last_activity_kind"] = kind
+        activity["last_activity_detail"] = detail[:200]
+        if tool is not None:
+            activity["current_tool"] = tool
+            activity["tool_call_id"] = tool_call_id
+        self._activity_at = time.time()
+        if self.turn is not None:
+            self.turn.last_activity_mono = time.monotonic()
+
+    def _stamp_activity(self) -> None:
+        if self._activity_at is None:
+            return
+        stamp = folder.isoformat(datetime.fromtimestamp(self._activity_at, UTC))
+        self.meta.setdefault("liveness", {}).setdefault("activity", {})["last_activity_at"] = stamp
+        self.meta["liveness"]["last_update_at"] = stamp
+
+    async def _heartbeat_loop(self) -> None:
+        """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
+        interval = max(0.2, self.config.supervision.activity_heartbeat_interval)
+        while self.turn is not None and not self.stopping:
+            await asyncio.sleep(interval)
+            if self.turn is None or self.stopping:
+                break
+            if self.permissions.waiting:
+                self.touch_activity("agent_waiting", "waiting for a permission decision")
+            activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+            activity["idle_seconds"] = round(time.monotonic() - self.turn.last_activity_mono, 3)
+            activity["elapsed_seconds"] = round(time.monotonic() - self.turn.started_mono, 3)
+            try:
+                await self.persist()
+            except Exception:
+                logger.exception("heartbeat write failed for %s", self.id)
+
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.turn.last_activity_mono if self.turn else 0.0
+
+    async def supervise(self, action: str, turn_id: str | None) -> str:
+        """A supervision decision proposed by the huey sweep, run on this loop by the manager (one at a time per
+        session); verified here against live state first. The sweep does not wait for the outcome."""
+        sup = self.config.supervision
+        turn = self.turn
+        if action == "wall_clock":
+            await self.stop(StopReason.TIMEOUT, "session wall-clock limit (session.limits.timeout) reached",
+                            failure=lifecycle.failure_object(FailureKind.TIMEOUT, "session wall-clock limit reached"))
+            return "stopped"
+        if turn is None or turn.id != turn_id or self.stopping:
+            return "stale"
+        idle = self.idle_seconds()
+        now = time.monotonic()
+        runtime = self._runtime_payload(turn)
+        if action == "progress":
+            if sup.progress_notify_interval <= 0 or now - turn.last_progress_mono < sup.progress_notify_interval * 0.9:
+                return "skipped"
+            turn.last_progress_mono = now
+            minutes = int((now - turn.started_mono) // 60)
+            tool = runtime.get("current_tool")
+            text = f"Still working... ({minutes} min elapsed" + (f", running: {tool})" if tool else ")")
+            self.record(EventType.RUNTIME_PROGRESS, {"text": text, "runtime": runtime})
+            self.meta["liveness"]["activity"]["last_progress_at"] = folder.isoformat(folder.utcnow())
+            return "recorded"
+        if action == "warning":
+            if turn.warned or sup.inactivity_warning_after <= 0 or idle < sup.inactivity_warning_after:
+                return "skipped"
+            turn.warned = True
+            self.record(EventType.RUNTIME_WARNING,
+                        {"text": f"Runtime activity is stale ({int(idle)} seconds idle).", "runtime": runtime})
+            return "recorded"
+        if action == "timeout":
+            if turn.timed_out or sup.inactivity_timeout <= 0 or idle < sup.inactivity_timeout:
+                return "skipped"
+            turn.timed_out = True
+            self.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
+            self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
+                        {"idle_seconds": round(idle, 3), "turn_id": turn.id})
+            # §7 order: stall, marker, this warning (events reference: "again on timeout"), cancel, grace, stop.
+            self.record(EventType.RUNTIME_WARNING,
+                        {"text": f"Runtime activity timed out ({int(idle)} seconds idle).", "runtime": runtime})
+            with contextlib.suppress(StoreFailure):
+                await self.recorder.flush()
+            await self.persist()
+            if not await self._cancel_and_wait(turn):
+                await self.stop(StopReason.TIMEOUT, "activity_timeout",
+                                failure=lifecycle.failure_object(
+                                    FailureKind.TIMEOUT, f"prompt inactive for {int(idle)} s and did not stop "
+                                    f"within timeout_cancel_grace"))
+                return "stopped"
+            return "canceled"
+        return "unknown"
+
+    def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
+        self._stamp_activity()
+        activity = dict((self.meta.get("liveness") or {}).get("activity") or {})
+        now = time.monotonic()
+        activity.update({"turn_id": turn.id, "turn_source": turn.source, "turn_started_at": turn.started_at,
+                         "idle_seconds": round(now - turn.last_activity_mono, 3),
+                         "elapsed_seconds": round(now - turn.started_mono, 3),
+                         "elapsed_ms": int((now - turn.started_mono) * 1000)})
+        return activity

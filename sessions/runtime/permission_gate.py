@@ -1,0 +1,127 @@
+"""The permission gate: what the agent asks of its client (fs reads and writes, permission requests) is
+answered here, inside the workspace, by policy, by hooks, or by a person."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from sessions.acp import client_side
+from sessions.enums import EventType
+from sessions.runtime.permissions import option_for
+
+logger = logging.getLogger(__name__)
+
+class PermissionGateMixin:
+    """SessionRuntime's answers to the agent's requests."""
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        from acp.exceptions import RequestError
+
+        if method == "session/request_permission":
+            return await self._answer_permission(params)
+        if method in ("fs/read_text_file", "fs/write_text_file"):
+            path = str(params.get("path", ""))
+            try:
+                resolved = client_side.confine(path, self.roots)
+            except client_side.OutsideWorkspace as exc:
+                self.record(EventType.PERMISSION, {
+                    "action": method, "resource": path, "decision": "denied",
+                    "title": "path outside the workspace", "error": str(exc),
+                })
+                raise RequestError.invalid_params({"path": path, "reason": "outside the workspace"}) from exc
+            self.touch_activity("fs", f"{method} {resolved}")
+            try:
+                if method == "fs/read_text_file":
+                    text = await asyncio.to_thread(client_side.read_text, resolved, params.get("line"),
+                                                   params.get("limit"))
+                    return {"content": text}
+                await asyncio.to_thread(client_side.write_text, resolved, str(params.get("content", "")))
+                return {}
+            except (OSError, ValueError) as exc:
+                raise client_side.fs_error(path, exc) from exc
+        raise RequestError.method_not_found(method)
+
+    async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
+        tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        options = [o for o in params.get("options", []) if isinstance(o, dict)]
+        mode = str(self.meta.get("effective_permissions") or self.config.permissions_mode)
+        call_id = str(tool_call.get("toolCallId", ""))
+        base = {
+            "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
+            "resource": self.tool_titles.get(call_id) or str(tool_call.get("title") or ""),
+            "title": tool_call.get("title"), "tool_call_id": call_id,
+        }
+        turn_id = self.turn.id if self.turn else ""
+        gate = await self._permission_hooks(tool_call, options, base, mode)
+        if gate is not None:
+            decision, option_id, source = gate
+        elif mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
+            if self.turn is not None and self.turn.cancel_requested:
+                decision, option_id, source = "cancelled", None, "turn_cancelled"
+            else:
+                pending = self.permissions.open(call_id or f"perm-{len(self.permissions.pending)}", turn_id,
+                                                tool_call, options)
+                self.record(EventType.PERMISSION, {**base, "request_id": pending.request_id, "decision": "pending",
+                                                   "decision_source": "person", "raw": {"toolCall": tool_call,
+                                                                                        "options": options}})
+                await self.recorder.flush()
+                self.touch_activity("agent_waiting", "waiting for a permission decision")
+                try:
+                    person, chosen = await pending.answer
+                finally:
+                    self.permissions.close(pending.request_id)
+                if person == "cancelled":
+                    decision, option_id, source = "cancelled", None, "turn_cancelled"
+                else:
+                    option_id = option_for(options, person, chosen)
+                    decision = "approved" if person == "approve" else "denied"
+                    source = "person"
+                    if option_id is None:
+                        decision, source = "cancelled", "no_matching_option"
+                base["request_id"] = pending.request_id
+        else:
+            decision, option_id = client_side.policy_decision(mode, tool_call, options)
+            source = f"policy:{mode}"
+        self.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
+                                           "option_id": option_id, "raw": {"toolCall": tool_call, "options": options}},
+                    turn_id=turn_id)
+        self.touch_activity("permission", decision)
+        with contextlib.suppress(Exception):
+            await self.hook("permission.denied" if decision != "approved" else "permission.resolved",
+                            **{**base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
+                               "tool_call": tool_call})
+        return client_side.permission_response(option_id)
+
+    async def _permission_hooks(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                                base: dict[str, Any], mode: str) -> tuple[str, str | None, str] | None:
+        """tool.pre_call (the gate) and permission.request run before our client answers the agent, so a
+        hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
+        kind = str(tool_call.get("kind") or "")
+        read_only = kind in client_side.READ_KINDS
+        pre = await self.hook("tool.pre_call", tool_call_id=base["tool_call_id"], tool_id=base["resource"],
+                              tool_name=base["resource"], read_only=read_only, tool_input=tool_call.get("rawInput"))
+        if pre is not None and not pre.ok:
+            return "denied", client_side.reject_option(options), f"hook:{pre.hook_name or 'tool.pre_call'}"
+        policy, _ = client_side.policy_decision(mode, tool_call, options)
+        if mode == "approve-reads" and not read_only:
+            policy = "pending"
+        request = await self.hook("permission.request", **{**base, "decision": policy, "decision_class": policy,
+                                                           "tool_name": base["resource"], "tool_input":
+                                                           tool_call.get("rawInput"), "tool_call": tool_call,
+                                                           "options": options})
+        if request is None:
+            return None
+        if not request.ok:
+            return "denied", client_side.reject_option(options), f"hook:{request.hook_name or 'permission.request'}"
+        patched = str(request.payload.get("decision") or policy)
+        if patched != policy and patched in ("approved", "denied"):
+            chosen = client_side.allow_option(options) if patched == "approved" else client_side.reject_option(options)
+            return patched if chosen else "cancelled", chosen, "hook:permission.request"
+        return None
+
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
+        return self.permissions.resolve(request_id, decision, option_id)
