@@ -133,11 +133,23 @@ def daemon_status(fmt: str) -> None:
 
 # ---- sessions ----------------------------------------------------------------------------------
 
+def _model_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The model the agent reports it runs; the configured one only where it differs or was not applied."""
+    running = s.get("agent_model") or {}
+    resolution = s.get("model_resolution") or {}
+    rows: list[tuple[str, Any]] = [("model", running.get("id") or s.get("model"))]
+    if running and s.get("model") and s.get("model") != running.get("id"):
+        rows.append(("configured model", s.get("model")))
+    if resolution.get("status") not in (None, "applied"):
+        rows.append(("model resolution", f"{resolution['status']}: {resolution.get('reason', '')}"))
+    return rows
+
+
 def _render_session(s: dict[str, Any]) -> None:
     failure = s.get("failure") or {}
     kv(f"Session {s['id']}", [
         ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
-        ("provider", s.get("provider")), ("model", s.get("model")), ("workspace", s["workspace_id"]),
+        ("provider", s.get("provider")), *_model_rows(s), ("workspace", s["workspace_id"]),
         ("cwd", s.get("cwd")), ("prompt", s.get("prompt_state")), ("stop reason", s.get("stop_reason")),
         ("stop detail", s.get("stop_detail")), ("failure", failure.get("kind")),
         ("failure summary", failure.get("summary")), ("crash bundle", failure.get("crash_bundle_path")),
