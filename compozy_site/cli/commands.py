@@ -157,6 +157,19 @@ def _render_session(s: dict[str, Any]) -> None:
     ])
 
 
+# While `session new` waits for a start, it reads the start's progress rows (an npx install) once a second.
+PROGRESS_POLLS = 10
+
+
+def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
+    """Print `runtime_progress` rows recorded after `after` on stderr (stdout stays the record); the new cursor."""
+    path = f"/api/workspaces/{s['workspace_id']}/sessions/{s['id']}/events"
+    rows = client.request("GET", path, query={"type": ["runtime_progress"], "after_sequence": after})["events"]
+    for row in rows:
+        click.echo(f"… {row['content'].get('text', '')}", err=True)
+    return rows[-1]["sequence"] if rows else after
+
+
 @session.command("new")
 @click.option("--agent", default=None, help="Agent name (default: the workspace's, else `general`).")
 @click.option("--cwd", default=None, help="Absolute path; registers it as a workspace when new.")
@@ -191,9 +204,13 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
     client = _client()
     try:
         s = client.request("POST", "/api/sessions", body)["session"]
+        progress, polls = 0, 0
         while not no_wait and s["state"] in ("starting", "stopping"):
             time.sleep(0.1)
             s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+            polls += 1
+            if polls % PROGRESS_POLLS == 0 and s["state"] == "starting":
+                progress = _echo_start_progress(client, s, progress)
     except ApiError as exc:
         fail_api(exc, fmt)
     # A session that reached `active` started, whatever its staged first turn did next (it may have crashed

@@ -30,9 +30,10 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     empty.mkdir()
     npx = fake / "npx"
     npx.write_text(f"""#!{sys.executable}
-import json, os, sys
+import json, os, sys, time
 with open({str(log)!r}, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
+time.sleep(1.5)  # a download takes a while: long enough for `session new` to show the progress
 os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--models", {OFFERED!r}])
 """)
     npx.chmod(0o755)
@@ -82,6 +83,13 @@ def test_a_builtin_provider_without_its_executable_starts_its_pinned_npm_package
     shown = daemon.session(session["id"])
     assert shown["model"] is None
     assert shown["agent_model"]["id"] == "default"
+
+
+def test_session_new_shows_the_install_progress_while_it_waits(daemon: Daemon, workspace: Path) -> None:
+    result = daemon.cli("session", "new", "--agent", "claude", "--cwd", str(workspace), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["state"] == "active"
+    assert "installing @agentclientprotocol/claude-agent-acp@" in result.stderr
 
 
 def test_neither_the_executable_nor_npx_is_a_startup_failure_naming_both(daemon: Daemon, workspace: Path) -> None:
