@@ -349,3 +349,36 @@ def test_the_transcript_is_the_servers_rendered_from_transcript_frames(page: Pag
     assert shown == [e["message"]["id"] for e in server]
     assert root.get_attribute("data-snapshots") == "1", "a delta was replaced by a snapshot"
     assert int(root.get_attribute("data-cursor") or 0) == daemon.all_events(session["id"])[-1]["sequence"]
+
+
+def test_a_pending_permission_is_approved_from_its_transcript_card(page: Page, daemon: Daemon,
+                                                                   workspace: Path) -> None:
+    session = active_session(daemon, workspace, "reader")  # approve-reads: a write waits for a person
+    open_session(page, daemon, session["id"])
+    send_prompt(page, "tool write notes.md hello")
+    card = page.locator("#entries .entry-permission").last
+    expect(card).to_have_attribute("data-decision", "pending", timeout=STREAM_TIMEOUT_MS)
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_attribute("data-decision", re.compile("approve"), timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#entries .entry-tool").last.locator(".tool-status")).to_have_text("completed",
+                                                                                           timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#permissions-panel")).to_be_hidden()
+    assert (workspace / "notes.md").read_text() == "hello"
+
+
+def test_older_entries_load_from_transcript_pages_each_once_in_order(page: Page, daemon: Daemon,
+                                                                     workspace: Path) -> None:
+    session = active_session(daemon, workspace, "scripted")
+    for i in range(60):  # 120 entries: more than the first snapshot holds
+        daemon.run_turn(session["id"], f"turn {i}")
+    open_session(page, daemon, session["id"])
+    expect(page.locator("#load-older")).to_be_visible()
+    messages = page.locator("#entries > .message")
+    first = messages.count()
+    page.click("#load-older")
+    expect(page.locator("#older-status")).to_have_text("Beginning of the session")
+    assert messages.count() > first
+    server = daemon.http.get(daemon.scoped(session["id"], "/transcript"), params={"limit": 1000}).json()["entries"]
+    shown = messages.evaluate_all("nodes => nodes.map(n => n.dataset.entryId)")
+    assert shown == [e["message"]["id"] for e in server]
+    expect(page.locator("#entries .entry-user").first).to_have_text(re.compile("turn 0$"))
