@@ -22,9 +22,9 @@ from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.views.decorators.http import require_safe
 
-from sessions import services
+from sessions import services, transcript
 from sessions.config import get_config
-from sessions.enums import Badge, EventType, SessionState
+from sessions.enums import Badge, SessionState
 from sessions.errors import CompozyError
 from sessions.store import events as event_store
 from sessions.store import folder
@@ -32,8 +32,8 @@ from sessions.store import folder
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-# The session page renders only the newest events first; older ones load on scroll.
-TAIL_EVENTS = 200
+# The session page's first transcript snapshot holds the newest entries; older ones load on scroll.
+SNAPSHOT_ENTRIES = 100
 # Rows per read while streaming a download: one page in memory at a time.
 DOWNLOAD_PAGE = 1000
 # Loopback pages load only their own scripts and styles and talk only to their own origin.
@@ -124,12 +124,14 @@ def _queue(session_id: str) -> list[dict[str, Any]]:
 
 def _session_context(session_id: str) -> dict[str, Any]:
     session = services.get_session(session_id)
-    tail = services.list_events(session_id, limit=TAIL_EVENTS)
+    meta = services.read_session_meta(session_id)
     config = get_config()
     supervision = config.supervision
     return {
         "session": session,
-        "tail": tail,
+        # The transcript itself comes over the stream; the fences let its first URL resume with deltas.
+        "transcript": {"epoch": transcript.session_epoch(meta), "generation": transcript.TRANSCRIPT_GENERATION,
+                       "limit": SNAPSHOT_ENTRIES},
         "queue": _queue(session_id),
         "supervision": {
             "activity_heartbeat_interval": supervision.activity_heartbeat_interval,
@@ -138,7 +140,6 @@ def _session_context(session_id: str) -> dict[str, Any]:
             "inactivity_timeout": supervision.inactivity_timeout,
             "timeout_cancel_grace": supervision.timeout_cancel_grace,
         },
-        "event_types": [t.value for t in EventType],
         "busy_input": {"default_mode": str(config.busy_input.default_mode), "queue_cap": config.busy_input.queue_cap,
                        "max_text_bytes": config.busy_input.max_text_bytes},
     }
@@ -152,7 +153,7 @@ async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
                           status=exc.status if exc.status >= 400 else 404)
         return _secure(response)
     session = context["session"]
-    page = {**context, "features": features(), "tail_limit": TAIL_EVENTS}
+    page = {**context, "features": features()}
     return _secure(render(request, "frontend/session.html", {"session": session, "page": page}))
 
 

@@ -50,12 +50,27 @@ def parse_duration(value: object, key: str) -> float:
 
 
 @dataclass(frozen=True)
+class NpmPackage:
+    """A built-in provider's npm fallback, run as `npx -y <name>@<version> <args…>` when its executable is
+    missing (`sessions/acp/launch.py`)."""
+
+    name: str
+    version: str
+    args: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
 class ProviderConfig:
     name: str
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     default_model: str = ""
     display_name: str = ""
+    npm: NpmPackage | None = None
 
 
 @dataclass(frozen=True)
@@ -123,19 +138,33 @@ class Config:
     source: str = "built-in defaults"
 
 
+# Pinned npm packages of the built-in adapters (`npm view <package> version`, 2026-11-30). Pinned, not
+# @latest: an adapter release can change what a session runs between two starts of the same session.
+NPM_PACKAGES = {
+    "claude": NpmPackage("@agentclientprotocol/claude-agent-acp", "0.101.0"),
+    "codex": NpmPackage("@zed-industries/codex-acp", "0.16.0"),
+    "gemini": NpmPackage("@google/gemini-cli", "0.61.0", ("--acp",)),
+    "opencode": NpmPackage("opencode-ai", "1.18.33", ("acp",)),
+}
+
+
 def builtin_providers() -> dict[str, ProviderConfig]:
-    """The demo agent runs with this interpreter, so it works wherever the package is installed."""
+    """The demo agent runs with this interpreter, so it works wherever the package is installed.
+
+    The third-party built-ins set no default model: each adapter starts on its own default, and the ids they
+    offer (claude: default, opus, sonnet, haiku; gemini: none) are not ones we could name in advance."""
     return {
         "demo": ProviderConfig(
             "demo", (sys.executable, "-m", "sessions.acp.demo_agent"), default_model="demo-small",
             display_name="Compozy demo agent (offline)",
         ),
-        "claude": ProviderConfig("claude", ("claude-agent-acp",), default_model="claude-sonnet-5",
-                                 display_name="Claude Code"),
-        "codex": ProviderConfig("codex", ("codex-acp",), default_model="gpt-5.6-sol", display_name="Codex"),
-        "gemini": ProviderConfig("gemini", ("gemini", "--acp"), default_model="gemini-3.1-pro-preview",
-                                 display_name="Gemini CLI"),
-        "opencode": ProviderConfig("opencode", ("opencode", "acp"), display_name="opencode"),
+        "claude": ProviderConfig("claude", ("claude-agent-acp",), display_name="Claude Code",
+                                 npm=NPM_PACKAGES["claude"]),
+        "codex": ProviderConfig("codex", ("codex-acp",), display_name="Codex", npm=NPM_PACKAGES["codex"]),
+        "gemini": ProviderConfig("gemini", ("gemini", "--acp"), display_name="Gemini CLI",
+                                 npm=NPM_PACKAGES["gemini"]),
+        "opencode": ProviderConfig("opencode", ("opencode", "acp"), display_name="opencode",
+                                   npm=NPM_PACKAGES["opencode"]),
     }
 
 
@@ -195,6 +224,8 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             default_model=str(models.get("default", "")) if isinstance(models, dict) and models.get("default")
             else (base.default_model if base else ""),
             display_name=str(body.get("display_name") or (base.display_name if base else name)),
+            # A command of one's own replaces the built-in adapter, and with it the npm fallback.
+            npm=base.npm if base is not None and command[:1] == base.command[:1] else None,
         )
     return providers
 

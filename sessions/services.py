@@ -55,6 +55,9 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "agent_name": meta["agent_name"],
         "provider": meta.get("provider") or "",
         "model": meta.get("model") or None,
+        # What the agent reports it runs, and whether the configured model was applied, not offered or refused.
+        "agent_model": meta.get("agent_model"),
+        "model_resolution": (meta.get("option_resolutions") or {}).get("model"),
         "reasoning_effort": meta.get("reasoning_effort") or None,
         "speed": meta.get("speed") or "normal",
         "speed_resolution": meta.get("speed_resolution"),

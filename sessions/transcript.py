@@ -15,8 +15,9 @@ Rules (events reference §5), applied in sequence order:
   `system` message. They never close the assistant message.
 - `done` only closes the open assistant message (adding `stop_reason`/`usage` to its metadata); `plan`
   and `system` only close it when they belong to its turn (a daemon-originated row such as `auto_title`,
-  recorded outside any turn, does not split an answer); `error` and `session_stopped` close it and make
-  a `system` message.
+  recorded outside any turn, does not split an answer); a `plan` then shows as a `data-compozy-event` part
+  (carrying its `entries`) like a marker; `error` and `session_stopped` close it and make a `system` message.
+- A `dynamic-tool` part also carries the ACP `toolKind` (`read`, `edit`, …) and the latest ACP `status`.
 
 So at most one entry is open, and every entry lies wholly between two entry starts. Two facts follow
 that make reads bounded:
@@ -44,7 +45,8 @@ from typing import Any
 from sessions.enums import EventType
 from sessions.store import events as event_store
 
-TRANSCRIPT_GENERATION = 1
+# 2: plans are shown, tool parts carry toolKind and status.
+TRANSCRIPT_GENERATION = 2
 DEFAULT_EPOCH = 1
 DEFAULT_LIMIT = 200
 MAX_LIMIT = 1000
@@ -62,7 +64,7 @@ CLEAN_AFTER = USER_TYPES | CLOSE_WITH_ENTRY | {EventType.DONE}
 PENDING_DECISIONS = frozenset({"", "pending"})
 # Content keys copied into a data-compozy-event part (the rest, e.g. `raw`, stays in the event store).
 EVENT_DATA_KEYS = ("title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action",
-                   "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime")
+                   "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries")
 
 
 class ResetReason(StrEnum):
@@ -166,6 +168,7 @@ def _tool_part(content: dict[str, Any]) -> dict[str, Any]:
     return {"type": "dynamic-tool", "toolCallId": str(content.get("tool_call_id") or ""),
             "toolName": str(content.get("tool_name") or content.get("title") or "tool"),
             "title": str(content.get("title") or content.get("tool_name") or ""),
+            "toolKind": str(content.get("tool_kind") or ""), "status": str(content.get("status") or ""),
             "state": "input-available", "input": content.get("tool_input")}
 
 
@@ -256,6 +259,7 @@ class Assembler:
                 index = entry.tools[call_id] = entry.add_part(_tool_part(content))
             part = dict(entry.parts[index])
             error = content.get("tool_error")
+            part["status"] = str(content.get("status") or ("failed" if error else "completed"))
             if error:
                 part.update(state="output-error", errorText=str(error))
                 part.pop("output", None)
@@ -268,16 +272,16 @@ class Assembler:
                 self.open.metadata["usage"] = {**self.open.metadata.get("usage", {}), **content["usage"]}
                 self._touch(self.open, row)
         elif type_ in CLOSE_ONLY:
-            if self.open is None:
-                return
-            if type_ == EventType.DONE:
+            if self.open is not None and type_ == EventType.DONE:
                 for key in ("stop_reason", "usage"):
                     if content.get(key) not in (None, ""):
                         self.open.metadata[key] = content[key]
                 self._touch(self.open, row)
-            elif row["turn_id"] != self.open.metadata["turn_id"]:
-                return
-            self.open = None
+                self.open = None
+            elif self.open is not None and row["turn_id"] == self.open.metadata["turn_id"]:
+                self.open = None
+            if type_ == EventType.PLAN:
+                self._event_part(row, {"type": "data-compozy-event", "data": _event_data(row)})
         elif type_ in CLOSE_WITH_ENTRY:
             self.open = None
             self._standalone(row, {"type": "data-compozy-event", "data": _event_data(row)})
@@ -295,18 +299,21 @@ class Assembler:
                 self._touch(self.open, row)
         else:
             # permission decisions, markers, runtime events, clarify, compaction and future types
-            part = {"type": "data-compozy-event", "data": _event_data(row)}
-            if self.open is None:
-                self._standalone(row, part)
-                return
-            entry = self.open
-            if type_ == EventType.PERMISSION:
+            if self.open is not None and type_ == EventType.PERMISSION:
+                entry = self.open
                 index = entry.perms.get(str(content.get("request_id") or ""))
                 if index is not None:  # the decision settles the request shown earlier
                     request = entry.parts[index]
                     entry.parts[index] = {**request, "data": {**request["data"], "decision": content.get("decision")}}
-            entry.add_part(part)
-            self._touch(entry, row)
+            self._event_part(row, {"type": "data-compozy-event", "data": _event_data(row)})
+
+    def _event_part(self, row: dict[str, Any], part: dict[str, Any]) -> None:
+        """A part of the open assistant message, else a `system` message of its own."""
+        if self.open is None:
+            self._standalone(row, part)
+            return
+        self.open.add_part(part)
+        self._touch(self.open, row)
 
     def feed_all(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:

@@ -162,16 +162,41 @@ def daemon_status(fmt: str) -> None:
 
 # ---- sessions ----------------------------------------------------------------------------------
 
+def _model_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The model the agent reports it runs; the configured one only where it differs or was not applied."""
+    running = s.get("agent_model") or {}
+    resolution = s.get("model_resolution") or {}
+    rows: list[tuple[str, Any]] = [("model", running.get("id") or s.get("model"))]
+    if running and s.get("model") and s.get("model") != running.get("id"):
+        rows.append(("configured model", s.get("model")))
+    if resolution.get("status") not in (None, "applied"):
+        rows.append(("model resolution", f"{resolution['status']}: {resolution.get('reason', '')}"))
+    return rows
+
+
 def _render_session(s: dict[str, Any]) -> None:
     failure = s.get("failure") or {}
     kv(f"Session {s['id']}", [
         ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
-        ("provider", s.get("provider")), ("model", s.get("model")), ("workspace", s["workspace_id"]),
+        ("provider", s.get("provider")), *_model_rows(s), ("workspace", s["workspace_id"]),
         ("cwd", s.get("cwd")), ("prompt", s.get("prompt_state")), ("stop reason", s.get("stop_reason")),
         ("stop detail", s.get("stop_detail")), ("failure", failure.get("kind")),
         ("failure summary", failure.get("summary")), ("crash bundle", failure.get("crash_bundle_path")),
         ("last activity", s.get("last_activity_at")), ("created", s["created_at"]), ("updated", s["updated_at"]),
     ])
+
+
+# While `session new` waits for a start, it reads the start's progress rows (an npx install) once a second.
+PROGRESS_POLLS = 10
+
+
+def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
+    """Print `runtime_progress` rows recorded after `after` on stderr (stdout stays the record); the new cursor."""
+    path = f"/api/workspaces/{s['workspace_id']}/sessions/{s['id']}/events"
+    rows = client.request("GET", path, query={"type": ["runtime_progress"], "after_sequence": after})["events"]
+    for row in rows:
+        click.echo(f"… {row['content'].get('text', '')}", err=True)
+    return rows[-1]["sequence"] if rows else after
 
 
 @session.command("new")
@@ -208,9 +233,13 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
     client = _client()
     try:
         s = client.request("POST", "/api/sessions", body)["session"]
+        progress, polls = 0, 0
         while not no_wait and s["state"] in ("starting", "stopping"):
             time.sleep(0.1)
             s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+            polls += 1
+            if polls % PROGRESS_POLLS == 0 and s["state"] == "starting":
+                progress = _echo_start_progress(client, s, progress)
     except ApiError as exc:
         fail_api(exc, fmt)
     # A session that reached `active` started, whatever its staged first turn did next (it may have crashed

@@ -3,6 +3,11 @@ through the agent's advertised ACP config options (sessions reference §3).
 
 Exact value ids only: no aliasing and no silent fallback. `fast` is applied only through one
 unambiguous speed select offering it; anything unsupported is recorded, never blocking.
+
+Models come either as a config option (category `model`, current ACP) or, from older adapters, as the
+`models` state of session/new (`{availableModels: [{modelId, name}], currentModelId}`, set through
+`session/set_model`). Either way the agent says which model it runs; `reported_model` reads that, so
+status shows the model in use rather than the one we asked for.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class OptionPlan:
 
     sets: list[tuple[str, str, str]] = field(default_factory=list)  # (what, config id, value)
     resolutions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    set_model: str = ""  # a model id to set through `session/set_model` (only the `models` state offers it)
 
 
 def _selects(config_options: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -44,15 +50,36 @@ def _matching(selects: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict
     return [o for o in selects if str(o.get("id", "")).lower() in keys or str(o.get("category") or "").lower() in keys]
 
 
+def _model_state(models: Any) -> tuple[list[dict[str, str]], str]:
+    """(offered [{id, name}], current id) from a session/new `models` state; empty when absent."""
+    if not isinstance(models, dict):
+        return [], ""
+    offered = [{"id": str(m["modelId"]), "name": str(m.get("name") or m["modelId"])}
+               for m in models.get("availableModels") or [] if isinstance(m, dict) and m.get("modelId")]
+    return offered, str(models.get("currentModelId") or "")
+
+
 def plan(config_options: list[dict[str, Any]] | None, *, model: str, model_explicit: bool,
-         reasoning_effort: str, speed: str) -> OptionPlan:
+         reasoning_effort: str, speed: str, models: Any = None) -> OptionPlan:
     result = OptionPlan()
     selects = _selects(config_options or [])
+    offered_models, current_model = _model_state(models)
 
     def request(what: str, value: str, keys: tuple[str, ...], explicit: bool) -> None:
         if not value:
             return
         candidates = _matching(selects, keys)
+        if what == "model" and not candidates and offered_models:
+            ids = [m["id"] for m in offered_models]
+            if value not in ids:
+                result.resolutions[what] = {"requested": value, "status": "rejected" if explicit else "unsupported",
+                                            "reason": f"value not offered (offered: {', '.join(ids)})"}
+            elif value == current_model:
+                result.resolutions[what] = {"requested": value, "status": "applied", "reason": "already current"}
+            else:
+                result.set_model = value
+                result.resolutions[what] = {"requested": value, "status": "applied"}
+            return
         if len(candidates) != 1:
             reason = "no config option advertised" if not candidates else "ambiguous: several options match"
             result.resolutions[what] = {"requested": value, "status": "unsupported", "reason": reason}
@@ -80,3 +107,21 @@ def plan(config_options: list[dict[str, Any]] | None, *, model: str, model_expli
         else:
             result.resolutions["speed"] = {"requested": "normal", "status": "applied", "reason": "provider default"}
     return result
+
+
+def reported_model(config_options: list[dict[str, Any]] | None, models: Any = None) -> dict[str, str] | None:
+    """The model the agent says it runs, `{id, name, source}`: the current value of its one model select,
+    else the `models` state's current id; None when it reports neither."""
+    candidates = _matching(_selects(config_options or []), MODEL_KEYS)
+    if len(candidates) == 1 and candidates[0].get("currentValue") not in (None, ""):
+        option = candidates[0]
+        current = str(option["currentValue"])
+        names = {str(i.get("value")): str(i.get("name") or i.get("value"))
+                 for item in option.get("options") or [] if isinstance(item, dict)
+                 for i in [item, *(g for g in item.get("options") or [] if isinstance(g, dict))] if "value" in i}
+        return {"id": current, "name": names.get(current, current), "source": "config_option"}
+    offered, current = _model_state(models)
+    if current:
+        names = {m["id"]: m["name"] for m in offered}
+        return {"id": current, "name": names.get(current, current), "source": "models"}
+    return None

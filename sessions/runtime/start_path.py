@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any
 
-from sessions.acp import client_side
+from sessions.acp import client_side, launch
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
@@ -78,10 +78,13 @@ class StartPathMixin:
                     raise StartFailed(FailureKind.STARTUP_FAILURE,
                                       f"agent.pre_start: cwd outside the workspace refused ({exc})") from exc
             command = [str(pre.payload.get("command") or command[0]), *[str(a) for a in pre.payload.get("args") or []]]
-        agent = AgentProcess(command, cwd=cwd, env=self.provider.env,
-                             on_update=self.on_update, on_request=self.on_request)
-        self.agent = agent
         try:
+            # A built-in provider's missing executable falls back to its pinned npm package via npx.
+            started = launch.resolve(command, provider=self.provider.name, env=self.provider.env,
+                                     package=self.provider.npm if command[0] == self.provider.command[0] else None)
+            agent = AgentProcess(started.argv, cwd=cwd, env=self.provider.env,
+                                 on_update=self.on_update, on_request=self.on_request)
+            self.agent = agent
             await agent.start()
         except AgentNotFound as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, str(exc)) from exc
@@ -93,7 +96,8 @@ class StartPathMixin:
             await self.hook("agent.spawned", pid=agent.pid, command=agent.command[0],
                             args=list(agent.command[1:]), cwd=str(agent.cwd), provider=self.provider.name)
         try:
-            init = await agent.initialize(INITIALIZE_TIMEOUT)
+            async with launch.install_progress(started, agent, lambda t, c: self.record(t, c, turn_id="")):
+                init = await agent.initialize(started.initialize_timeout(INITIALIZE_TIMEOUT))
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
             await asyncio.sleep(0.05)
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
@@ -124,20 +128,31 @@ class StartPathMixin:
 
     async def _apply_options(self, opened: dict[str, Any]) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
-        from sessions.runtime.options import plan
+        from sessions.runtime.options import plan, reported_model
 
         assert self.agent
         config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
+        models = opened.get("models")
         steps = plan(config_options, model=self.meta.get("model") or "",
                      model_explicit=bool(self.meta.get("model_explicit")),
-                     reasoning_effort=self.meta.get("reasoning_effort") or "", speed=self.meta.get("speed") or "normal")
-        for what, config_id, value in steps.sets:
+                     reasoning_effort=self.meta.get("reasoning_effort") or "", speed=self.meta.get("speed") or "normal",
+                     models=models)
+        sets = [*steps.sets, *([("model", "", steps.set_model)] if steps.set_model else [])]
+        for what, config_id, value in sets:
+            sid = self.meta["acp_session_id"]
             try:
-                await self.agent.request("session/set_config_option", {
-                    "sessionId": self.meta["acp_session_id"], "configId": config_id, "value": value},
-                    timeout=NEW_SESSION_TIMEOUT)
+                answer = await self.agent.request(
+                    "session/set_config_option" if config_id else "session/set_model",
+                    {"sessionId": sid, "configId": config_id, "value": value} if config_id
+                    else {"sessionId": sid, "modelId": value}, timeout=NEW_SESSION_TIMEOUT)
             except AgentRequestError as exc:
                 steps.resolutions[what] = {"requested": value, "status": "rejected", "reason": str(exc)}
+                continue
+            if isinstance(answer, dict) and isinstance(answer.get("configOptions"), list):
+                config_options = answer["configOptions"]  # the agent's state after the change
+            elif not config_id and isinstance(models, dict):
+                models = {**models, "currentModelId": value}
+        self.meta["agent_model"] = reported_model(config_options, models)
         self.meta["speed_resolution"] = steps.resolutions.get("speed")
         self.meta["option_resolutions"] = steps.resolutions
         for what, resolution in steps.resolutions.items():

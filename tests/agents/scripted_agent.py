@@ -59,6 +59,9 @@ from acp.schema import (
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SetSessionConfigOptionResponse,
     StopReason,
     TextContentBlock,
     ToolCallUpdate,
@@ -192,6 +195,16 @@ class ScriptedAgent:
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
+        self._models = [m for m in (opts.models or "").split(",") if m]  # offered through a model select
+        self._current_model: dict[str, str] = {}  # session id -> model id
+
+    def _config_options(self, session_id: str) -> list[SessionConfigOptionSelect] | None:
+        if not self._models:
+            return None
+        return [SessionConfigOptionSelect(
+            type="select", id="model", name="Model", category="model",
+            current_value=self._current_model.get(session_id, self._models[0]),
+            options=[SessionConfigSelectOption(value=m, name=m.title()) for m in self._models])]
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -221,7 +234,14 @@ class ScriptedAgent:
         self._sessions[session_id] = cwd
         if self._opts.state_dir:
             (Path(self._opts.state_dir) / session_id).write_text(json.dumps({"cwd": cwd}))
-        return NewSessionResponse(session_id=session_id)
+        return NewSessionResponse(session_id=session_id, config_options=self._config_options(session_id))
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **_: Any) -> SetSessionConfigOptionResponse:
+        if config_id != "model" or value not in self._models:
+            raise RequestError.invalid_params({"details": f"cannot set {config_id!r} to {value!r}"})
+        self._current_model[session_id] = str(value)
+        return SetSessionConfigOptionResponse(config_options=self._config_options(session_id) or [])
 
     async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
         if not self._opts.load_session:
@@ -626,6 +646,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stderr-at-start", type=int, default=0, metavar="N", help="write N bytes to stderr first")
     parser.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel entirely")
     parser.add_argument("--echo-verbatim", action="store_true", help="echo prompts word for word, no 'echo: '")
+    parser.add_argument("--models", help="comma-separated model ids offered through a `model` config option; "
+                        "the first is current")
     parser.add_argument("--dispatch-after-replay", action="store_true",
                         help="pick the command from the text after a context replay's last 'User request:'")
     opts = parser.parse_args(argv)

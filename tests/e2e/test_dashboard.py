@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from sessions.transcript import TRANSCRIPT_GENERATION
 from tests.conftest import Daemon
 
 STREAM_TIMEOUT_MS = 30_000
@@ -315,3 +316,69 @@ def test_unknown_session_page_is_a_readable_404(page: Page, daemon: Daemon) -> N
     response = page.goto(f"{daemon.base_url}/sessions/sess_0000000000000000")
     assert response is not None and response.status == 404
     expect(page.locator("h1")).to_have_text("Session not found")
+
+
+def test_the_transcript_is_the_servers_rendered_from_transcript_frames(page: Page, daemon: Daemon,
+                                                                      workspace: Path) -> None:
+    session = active_session(daemon, workspace, "scripted")
+    daemon.run_turn(session["id"], "tool read README.md")
+    daemon.run_turn(session["id"], "hello frames")
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/stream" in r.url else None)
+    open_session(page, daemon, session["id"])
+    # The first paint is a transcript_snapshot: the page records it and the fences it came with.
+    root = page.locator("html")
+    expect(root).to_have_attribute("data-snapshots", "1")
+    expect(root).to_have_attribute("data-generation", str(TRANSCRIPT_GENERATION))
+    assert streams and all("frames=raw" not in url for url in streams), streams
+    assert all("epoch=" in url and "generation=" in url for url in streams), streams
+    # Each entry on the page is one of the server's assembled messages, in its order (the raw assembler
+    # had no message ids to show).
+    server = daemon.http.get(daemon.scoped(session["id"], "/transcript")).json()["entries"]
+    shown = page.locator("#entries > .message").evaluate_all("nodes => nodes.map(n => n.dataset.entryId)")
+    assert shown == [e["message"]["id"] for e in server]
+    tool = page.locator("#entries .entry-tool").first
+    expect(tool.locator(".tool-status")).to_have_text("completed")
+
+    # Live: a new turn arrives as deltas on the same stream, upserting the server's entries.
+    send_prompt(page, "slow 20 0.05")
+    expect(page.locator("#entries .entry-turn-end").last).to_contain_text("end_turn", timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#entries .entry-assistant .text").last).to_contain_text("c19")
+    server = daemon.http.get(daemon.scoped(session["id"], "/transcript")).json()["entries"]
+    shown = page.locator("#entries > .message").evaluate_all("nodes => nodes.map(n => n.dataset.entryId)")
+    assert shown == [e["message"]["id"] for e in server]
+    assert root.get_attribute("data-snapshots") == "1", "a delta was replaced by a snapshot"
+    assert int(root.get_attribute("data-cursor") or 0) == daemon.all_events(session["id"])[-1]["sequence"]
+
+
+def test_a_pending_permission_is_approved_from_its_transcript_card(page: Page, daemon: Daemon,
+                                                                   workspace: Path) -> None:
+    session = active_session(daemon, workspace, "reader")  # approve-reads: a write waits for a person
+    open_session(page, daemon, session["id"])
+    send_prompt(page, "tool write notes.md hello")
+    card = page.locator("#entries .entry-permission").last
+    expect(card).to_have_attribute("data-decision", "pending", timeout=STREAM_TIMEOUT_MS)
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_attribute("data-decision", re.compile("approve"), timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#entries .entry-tool").last.locator(".tool-status")).to_have_text("completed",
+                                                                                           timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#permissions-panel")).to_be_hidden()
+    assert (workspace / "notes.md").read_text() == "hello"
+
+
+def test_older_entries_load_from_transcript_pages_each_once_in_order(page: Page, daemon: Daemon,
+                                                                     workspace: Path) -> None:
+    session = active_session(daemon, workspace, "scripted")
+    for i in range(60):  # 120 entries: more than the first snapshot holds
+        daemon.run_turn(session["id"], f"turn {i}")
+    open_session(page, daemon, session["id"])
+    expect(page.locator("#load-older")).to_be_visible()
+    messages = page.locator("#entries > .message")
+    first = messages.count()
+    page.click("#load-older")
+    expect(page.locator("#older-status")).to_have_text("Beginning of the session")
+    assert messages.count() > first
+    server = daemon.http.get(daemon.scoped(session["id"], "/transcript"), params={"limit": 1000}).json()["entries"]
+    shown = messages.evaluate_all("nodes => nodes.map(n => n.dataset.entryId)")
+    assert shown == [e["message"]["id"] for e in server]
+    expect(page.locator("#entries .entry-user").first).to_have_text(re.compile("turn 0$"))

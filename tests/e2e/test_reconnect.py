@@ -105,3 +105,5 @@ def test_a_dropped_connection_reconnects_by_itself_and_shows_every_chunk_once(pa
     streams = relay.stream_requests()
     assert len(streams) >= 2, "the page never reconnected"
     assert any("last-event-id:" in r.lower() for r in streams[1:]), "the reconnect did not send Last-Event-ID"
+    # The transcript fences rode along, so the daemon resumed with deltas instead of a fresh snapshot.
+    assert page.get_attribute("html", "data-snapshots") == "1"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sessions.transcript import TRANSCRIPT_GENERATION as GEN
 from tests.conftest import ROOT, Daemon, chunk_count, wait_for
 from tests.sse import Frame, frames, open_stream, watch_raw
 
@@ -218,7 +219,7 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
     assert first.event == "transcript_snapshot"
     snap = first.data
     assert snap["reset"] is False and "reason" not in snap
-    assert (snap["session_id"], snap["epoch"], snap["generation"]) == (sid, 1, 1)
+    assert (snap["session_id"], snap["epoch"], snap["generation"]) == (sid, 1, GEN)
     assert int(first.id or 0) == snap["max_sequence"] == daemon.events(sid)[-1]["sequence"]
     roles = [e["message"]["role"] for e in snap["entries"]]
     assert roles[-2:] == ["user", "assistant"]
@@ -235,7 +236,7 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
             for frame in frames(response):
                 assert frame.event == "transcript_delta", frame.event
                 delta = frame.data
-                assert (delta["epoch"], delta["generation"], delta["session_id"]) == (1, 1, sid)
+                assert (delta["epoch"], delta["generation"], delta["session_id"]) == (1, GEN, sid)
                 assert int(frame.id or 0) == delta["cursor"] > cursor
                 assert delta["max_sequence"] >= delta["cursor"]
                 cursor = delta["cursor"]
@@ -251,7 +252,7 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
     page = daemon.http.get(daemon.scoped(sid, "/transcript"), params={"limit": 1000})
     assert page.status_code == 200
     body = page.json()
-    assert (body["epoch"], body["generation"], body["limit"], body["has_older"]) == (1, 1, 1000, False)
+    assert (body["epoch"], body["generation"], body["limit"], body["has_older"]) == (1, GEN, 1000, False)
     assert body["next_before_sequence"] is None
     assert ordered(cache) == body["entries"]
     final = [e for e in body["entries"] if e["message"]["metadata"].get("turn_id") == turn]
@@ -267,10 +268,10 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
     assert rest["entries"] + older["entries"] == body["entries"]
 
     # Fence failures answer with a reset snapshot carrying the reason.
-    resets = [({"epoch": 99, "generation": 1}, cursor, "epoch_mismatch"),
+    resets = [({"epoch": 99, "generation": GEN}, cursor, "epoch_mismatch"),
               ({"epoch": 1, "generation": 99}, cursor, "generation_mismatch"),
               ({}, cursor, "fence_missing"),
-              ({"epoch": 1, "generation": 1}, cursor + 10_000, "sequence_reset")]
+              ({"epoch": 1, "generation": GEN}, cursor + 10_000, "sequence_reset")]
     for params, last_id, reason in resets:
         with open_stream(daemon.http, path, params, last_event_id=last_id) as response:
             frame = next(frames(response))
@@ -334,7 +335,7 @@ def test_the_terminal_session_stopped_frame_carries_the_failure_in_both_modes(da
     assert any(p["data"].get("failure") == failure for e in system for p in e["message"]["parts"])
 
     # Caught up on a stopped session: a synthetic terminal frame, from meta.json.
-    for params in ({"frames": "raw"}, {"epoch": 1, "generation": 1}):
+    for params in ({"frames": "raw"}, {"epoch": 1, "generation": GEN}):
         with open_stream(daemon.http, path, params, last_event_id=last["sequence"]) as response:
             tail = list(frames(response))
         assert [f.event for f in tail] == ["session_stopped"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessions.runtime.options import plan
+from sessions.runtime.options import plan, reported_model
 
 SPEED = {"id": "speed", "type": "select", "currentValue": "normal",
          "options": [{"value": "normal", "name": "Normal"}, {"value": "fast", "name": "Fast"}]}
@@ -46,3 +46,27 @@ def test_normal_speed_without_options_is_the_provider_default() -> None:
     result = plan(None, model="", model_explicit=False, reasoning_effort="high", speed="normal")
     assert result.resolutions["speed"]["status"] == "applied"
     assert result.resolutions["reasoning_effort"]["status"] == "unsupported"
+
+
+MODELS_STATE = {"availableModels": [{"modelId": "default", "name": "Default"}, {"modelId": "opus", "name": "Opus"}],
+                "currentModelId": "default"}
+
+
+def test_a_model_offered_only_through_the_models_state_is_set_with_set_model() -> None:
+    result = plan(None, model="opus", model_explicit=True, reasoning_effort="", speed="normal", models=MODELS_STATE)
+    assert result.set_model == "opus"
+    assert result.resolutions["model"] == {"requested": "opus", "status": "applied"}
+
+
+def test_a_default_model_missing_from_the_models_state_is_reported_unsupported() -> None:
+    result = plan(None, model="claude-sonnet-5", model_explicit=False, reasoning_effort="", speed="normal",
+                  models=MODELS_STATE)
+    assert result.set_model == ""
+    assert result.resolutions["model"]["status"] == "unsupported"
+    assert "offered: default, opus" in result.resolutions["model"]["reason"]
+
+
+def test_the_reported_model_is_the_model_selects_current_value_else_the_models_state() -> None:
+    assert reported_model([MODEL]) == {"id": "demo-small", "name": "Small", "source": "config_option"}
+    assert reported_model(None, MODELS_STATE) == {"id": "default", "name": "Default", "source": "models"}
+    assert reported_model([SPEED]) is None

@@ -93,6 +93,7 @@ def test_entries_follow_the_assembly_rules(store: Path) -> None:
         ("system", ["data-compozy-event"]),  # prompt_accepted marker while nothing is open
         ("user", ["text"]),
         ("assistant", ["dynamic-tool"]),  # closed by the plan
+        ("system", ["data-compozy-event"]),  # the plan itself
         ("assistant", ["text"]),
         ("system", ["data-compozy-event"]),  # error
         ("system", ["data-compozy-event"]),  # session_stopped
@@ -115,10 +116,12 @@ def test_tool_calls_join_their_results_by_tool_call_id(store: Path) -> None:
     assert ok["state"] == "output-available"
     assert ok["input"] == {"path": "/w/a.txt"}  # the in_progress update did not wipe the input
     assert ok["output"] == {"content": "file body"}
+    assert (ok["toolKind"], ok["status"]) == ("read", "completed")
     failed = entries[4]["message"]["parts"][0]
     assert failed["state"] == "output-error" and failed["errorText"] == "permission denied"
+    assert (failed["toolKind"], failed["status"]) == ("edit", "failed")
     assert "output" not in failed
-    orphan = entries[8]["message"]["parts"][0]
+    orphan = entries[9]["message"]["parts"][0]
     assert orphan["toolCallId"] == "tc-gone" and orphan["state"] == "output-error"
 
 
@@ -153,18 +156,35 @@ def test_a_plan_closes_its_own_turn_but_a_daemon_system_row_does_not_split_an_an
     ])
     entries = full(path)
     assert [(e["message"]["role"], [p.get("text") for p in e["message"]["parts"]]) for e in entries] == [
-        ("user", ["go"]), ("assistant", ["one two"]), ("assistant", ["three"])]
+        ("user", ["go"]), ("assistant", ["one two"]), ("system", [None]), ("assistant", ["three"])]
+    assert entries[2]["message"]["parts"][0]["data"]["event_type"] == "plan"
     assert transcript.read_page(path, limit=1).entries == entries[-1:]
     assert transcript.resume(path, 3).open_entry == transcript.resume(path, 2).open_entry  # not a clean point
+
+
+def test_a_plan_shows_its_entries_and_joins_another_turns_open_answer(tmp_path: Path) -> None:
+    steps = [{"content": "read", "status": "completed"}, {"content": "write", "status": "pending"}]
+    path = write(tmp_path / "events.db", [
+        ev("user_message", T1, text="go"), ev("agent_message", T1, text="working"),
+        ev("plan", T2, entries=steps),  # another turn's plan does not close this answer
+        ev("agent_message", T1, text=" still"), ev("done", T1, stop_reason="end_turn"),
+        ev("plan", T1, entries=steps[:1]),  # nothing open: a message of its own
+    ])
+    entries = full(path)
+    answer = entries[1]["message"]["parts"]
+    assert [p["type"] for p in answer] == ["text", "data-compozy-event", "text"]
+    assert answer[1]["data"]["entries"] == steps
+    assert entries[2]["message"]["role"] == "system"
+    assert entries[2]["message"]["parts"][0]["data"]["entries"] == steps[:1]
 
 
 def test_markers_errors_and_stops_carry_their_evidence(store: Path) -> None:
     entries = full(store)
     queued = entries[1]["message"]["parts"][5]["data"]
     assert queued["marker"]["kind"] == "transcript_marker.prompt_queued"
-    error = entries[6]["message"]["parts"][0]["data"]
+    error = entries[7]["message"]["parts"][0]["data"]
     assert error["event_type"] == "error" and error["failure"]["kind"] == "process_exit"
-    stopped = entries[7]["message"]["parts"][0]["data"]
+    stopped = entries[8]["message"]["parts"][0]["data"]
     assert stopped["stop_reason"] == "agent_crashed" and stopped["stop_detail"] == "agent exited with signal 9"
 
 
@@ -288,14 +308,17 @@ def test_an_empty_or_missing_store_has_an_empty_transcript(tmp_path: Path) -> No
 
 # ---- fences ----------------------------------------------------------------------------------
 
+GEN = transcript.TRANSCRIPT_GENERATION
+
+
 @pytest.mark.parametrize(("cursor", "epoch", "generation", "reason"), [
     (None, None, None, None),
-    (5, 1, 1, None),
-    (5, None, 1, "fence_missing"),
+    (5, 1, GEN, None),
+    (5, None, GEN, "fence_missing"),
     (5, 1, None, "fence_missing"),
-    (5, 2, 1, "epoch_mismatch"),
+    (5, 2, GEN, "epoch_mismatch"),
     (5, 1, 99, "generation_mismatch"),
-    (11, 1, 1, "sequence_reset"),
+    (11, 1, GEN, "sequence_reset"),
 ])
 def test_fences_decide_between_deltas_and_a_reset(cursor: int | None, epoch: int | None, generation: int | None,
                                                   reason: str | None) -> None:

@@ -1,24 +1,26 @@
 // The session page: the live transcript over SSE, the composer and its queue, stop, permissions,
 // diagnostics, recap and repair.
 //
-// History: the page embeds the newest events (the tail), so the first paint needs no request; older
-// events load on scroll, a page at a time. Live: the raw SSE stream opened right after the tail's last
-// sequence; EventSource resends Last-Event-ID on reconnect, and every sequence renders at most once.
-// Switching the live tail to transcript frames means replacing openStream/onFrame and loadOlder with
-// their transcript versions; the rest of the page does not care where entries come from.
+// The transcript is the server's (sessions/transcript.py): the stream's default mode sends a
+// `transcript_snapshot` of the newest entries, then `transcript_delta` frames carrying each entry that
+// changed, whole; older entries come from `GET …/transcript` pages. The page only renders them
+// (entries.js). The stream URL carries the transcript fences (epoch, generation), so when EventSource
+// reconnects by itself with Last-Event-ID the daemon continues with deltas after that cursor, and answers
+// a reset snapshot when the fences no longer hold (the page then replaces what it shows).
 import {
   absTime, api, badge, clear, debounce, duration, el, errorText, pageData, parseTime, pretty, relTime,
   startDaemonStatus,
 } from "./common.js";
-import { Transcript } from "./transcript.js";
+import { EntryView } from "./entries.js";
 
 const data = pageData();
 const features = data.features || {};
 let session = data.session;
 const scoped = `/api/workspaces/${encodeURIComponent(session.workspace_id)}/sessions/${encodeURIComponent(session.id)}`;
 
-// Older history comes in pages of this many events.
-const OLDER_PAGE = 200;
+// The first snapshot holds this many entries; older ones load a page of OLDER_PAGE at a time.
+const SNAPSHOT_ENTRIES = (data.transcript && data.transcript.limit) || 100;
+const OLDER_PAGE = 50;
 // Auto-loading older pages stops after this many in a row without the user scrolling (a short tail
 // of one long message would otherwise walk the whole store).
 const MAX_AUTO_OLDER = 3;
@@ -49,10 +51,20 @@ startDaemonStatus(features);
 
 // ---- transcript ----------------------------------------------------------------------------------
 
-const transcript = new Transcript(entriesRoot, {
+const view = new EntryView(entriesRoot, {
   canDecide: () => Boolean(features.permissions) && session.state === "active",
   onDecide: decidePermission,
 });
+
+// Where the page stands in the server's transcript: the cursor of the last frame applied and its fences.
+const fences = {
+  epoch: (data.transcript && data.transcript.epoch) || null,
+  generation: (data.transcript && data.transcript.generation) || null,
+};
+let cursor = 0;
+let hasOlder = false;
+let nextBefore = null;
+let snapshots = 0;
 
 function nearBottom() {
   return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < STICK_PX;
@@ -64,13 +76,20 @@ function scrollToBottom() {
 }
 
 function updateEmpty() {
-  $("transcript-empty").hidden = !transcript.empty;
+  $("transcript-empty").hidden = !view.empty;
 }
 
-// ---- live frames, batched per animation frame ---------------------------------------------------------
+function setCursor(value) {
+  cursor = value;
+  const root = document.documentElement.dataset;
+  root.cursor = String(cursor);
+  root.epoch = String(fences.epoch ?? "");
+  root.generation = String(fences.generation ?? "");
+}
 
-let cursor = 0; // highest sequence received (rendered or waiting for the next flush)
-let pending = [];
+// ---- frames, batched per animation frame ------------------------------------------------------------
+
+let pending = new Map(); // message id → newest entry from deltas not yet rendered
 let flushScheduled = false;
 
 function schedule() {
@@ -83,47 +102,67 @@ function schedule() {
 function flush() {
   if (!flushScheduled) return;
   flushScheduled = false;
-  const batch = pending;
-  pending = [];
+  const batch = [...pending.values()].sort((a, b) => a.start_sequence - b.start_sequence);
+  pending = new Map();
   if (!batch.length) return;
   const stick = nearBottom();
-  const added = transcript.append(batch);
-  document.documentElement.dataset.cursor = String(transcript.lastSeq);
+  const added = view.upsert(batch);
   updateEmpty();
   if (stick) scrollToBottom();
   else if (added) $("jump-latest").hidden = false;
-  afterLive(batch);
 }
 
-function receive(event) {
-  if (typeof event.sequence !== "number" || event.sequence <= cursor) return; // dedupe by sequence
-  cursor = event.sequence;
-  pending.push(event);
+function onSnapshot(frame) {
+  fences.epoch = frame.epoch;
+  fences.generation = frame.generation;
+  pending = new Map();
+  const firstPaint = snapshots === 0;
+  snapshots += 1;
+  document.documentElement.dataset.snapshots = String(snapshots);
+  view.replace(frame.entries || []);
+  hasOlder = Boolean(frame.has_older);
+  nextBefore = frame.next_before_sequence ?? null;
+  setCursor(frame.max_sequence || 0);
+  updateEmpty();
+  updateOlder();
+  scrollToBottom();
+  if (firstPaint) ready();
+  else {
+    // A reset: what the page derived from earlier frames may be stale too.
+    refreshSessionSoon();
+    if (features.queue) refreshQueueSoon();
+    if (features.permissions) refreshPermissionsSoon();
+  }
+}
+
+function onDelta(frame) {
+  if (frame.epoch !== fences.epoch || frame.generation !== fences.generation) return; // never mixed
+  const before = cursor;
+  for (const entry of frame.entries || []) {
+    const queued = pending.get(entry.message.id);
+    if (!queued || queued.sequence < entry.sequence) pending.set(entry.message.id, entry);
+  }
+  setCursor(Math.max(cursor, frame.cursor || 0));
   schedule();
+  afterDelta(frame.entries || [], before);
 }
 
-// What live events mean for the rest of the page (queue, permissions, the session record).
-function afterLive(batch) {
+// What new rows mean for the rest of the page (queue, permissions, the session record). Entries come
+// whole, so only parts recorded after the previous cursor count as news.
+function afterDelta(entries, before) {
   let refresh = false;
   let queueChanged = false;
   let permissionsChanged = false;
-  for (const ev of batch) {
-    switch (ev.type) {
-      case "user_message":
-      case "synthetic_reentry":
-      case "done":
-      case "error":
-      case "session_stopped":
-        refresh = true;
-        break;
-      case "permission":
-        permissionsChanged = true;
-        break;
-      case "transcript_marker.created":
-        if (applyQueueMarker(ev)) queueChanged = true;
-        break;
-      default:
-        break;
+  for (const entry of entries) {
+    const m = entry.message;
+    if (entry.start_sequence > before && m.role === "user") refresh = true;
+    if (m.role === "assistant" && (m.metadata || {}).stop_reason && entry.sequence > before) refresh = true;
+    for (const part of m.parts || []) {
+      const d = part.data || {};
+      if (!(d.sequence > before)) continue;
+      if (part.type === "data-compozy-permission" || d.event_type === "permission") permissionsChanged = true;
+      else if (d.event_type === "error" || d.event_type === "session_stopped") refresh = true;
+      else if (d.event_type === "transcript_marker.created" && applyQueueMarker(d)) queueChanged = true;
     }
   }
   if (refresh) refreshSessionSoon();
@@ -145,72 +184,83 @@ function setIndicator(state, text) {
   indicator.textContent = text || state;
 }
 
-function openStream() {
+function streamUrl(resume) {
+  // The fences ride in the URL for EventSource's own reconnects, which add only Last-Event-ID; without a
+  // cursor the daemon ignores them and starts with a snapshot.
+  const params = new URLSearchParams({ limit: String(SNAPSHOT_ENTRIES) });
+  if (fences.epoch !== null) params.set("epoch", String(fences.epoch));
+  if (fences.generation !== null) params.set("generation", String(fences.generation));
+  if (resume && snapshots > 0) params.set("after_sequence", String(cursor));
+  return `${scoped}/stream?${params}`;
+}
+
+function openStream(resume = false) {
   if (streamEnded) return;
-  // A fresh connection resumes after the last sequence we hold; EventSource's own reconnects send
-  // Last-Event-ID (the server prefers it over the query).
-  source = new EventSource(`${scoped}/stream?frames=raw&after_sequence=${cursor}`);
+  if (source) source.close();
+  source = new EventSource(streamUrl(resume));
   setIndicator("connecting");
   source.addEventListener("open", () => {
     retries = 0;
     setIndicator("live");
+    view.setLive(true);
   });
-  for (const type of data.event_types || []) {
-    if (type !== "error") source.addEventListener(type, onFrame);
-  }
+  source.addEventListener("transcript_snapshot", (message) => {
+    const frame = parse(message);
+    if (frame) onSnapshot(frame);
+  });
+  source.addEventListener("transcript_delta", (message) => {
+    const frame = parse(message);
+    if (frame) onDelta(frame);
+  });
+  source.addEventListener("session_stopped", () => endStream("ended"));
   source.addEventListener("error", onStreamError);
 }
 
-function onFrame(message) {
-  let payload;
+function parse(message) {
   try {
-    payload = JSON.parse(message.data);
+    return JSON.parse(message.data);
   } catch {
-    return;
+    return null;
   }
-  if (typeof payload.sequence !== "number") {
-    // The synthetic terminal frame of a stopped session carries no sequence.
-    if (message.type === "session_stopped") endStream("ended");
-    return;
-  }
-  receive(payload);
-  if (payload.type === "session_stopped") endStream("ended");
 }
 
 function onStreamError(message) {
   if (message.data) {
-    // `event: error` from the daemon (stored error events arrive with a sequence and render as banners).
-    let payload = {};
-    try {
-      payload = JSON.parse(message.data);
-    } catch {
-      payload = { error: message.data };
-    }
-    if (typeof payload.sequence === "number") {
-      receive(payload);
-      return;
-    }
+    // `event: error` from the daemon ends the stream.
+    const payload = parse(message) || { error: message.data };
     endStream("error", payload.error || "stream error");
     return;
   }
   if (streamEnded) return;
+  view.setLive(false);
   if (source && source.readyState === EventSource.CLOSED) {
-    // The browser gave up (an HTTP error status): reopen ourselves, after the cursor.
+    // The browser gave up (an HTTP error status): reopen ourselves, after the cursor, with the fences.
     const delay = STREAM_RETRY_MS[Math.min(retries, STREAM_RETRY_MS.length - 1)];
     retries += 1;
     setIndicator("reconnecting", `reconnecting in ${Math.round(delay / 1000)}s`);
-    setTimeout(openStream, delay);
+    setTimeout(() => openStream(true), delay);
     refreshSessionSoon(); // a removed session (404) ends the retries
+    if (snapshots === 0) ready();
   } else {
     setIndicator("reconnecting");
   }
 }
 
 function endStream(state, text) {
+  flush();
   streamEnded = true;
   if (source) source.close();
+  view.setLive(false);
   setIndicator(state === "error" ? "error" : "ended", text || "stream ended");
+  if (snapshots === 0) ready();
   refreshSessionSoon();
+}
+
+// A stream that ended (a stopped session) is reopened after the cursor, e.g. to show what a repair appended.
+function resumeStream() {
+  if (!streamEnded) return;
+  streamEnded = false;
+  openStream(true);
 }
 
 // ---- older history ---------------------------------------------------------------------------------
@@ -219,32 +269,33 @@ let loadingOlder = false;
 let pinned = true; // the reader is at the bottom (updated on scroll)
 let autoOlder = 0;
 
-function hasOlder() {
-  return transcript.firstSeq !== null && transcript.firstSeq > 1;
-}
-
 function updateOlder() {
   const button = $("load-older");
   const status = $("older-status");
-  button.hidden = !hasOlder();
-  status.textContent = hasOlder() ? `${transcript.firstSeq - 1} older events` : (transcript.empty ? "" : "Beginning of the session");
+  const more = hasOlder && nextBefore !== null && Boolean(features.transcript);
+  button.hidden = !more;
+  status.textContent = more ? `before #${nextBefore}` : (view.empty ? "" : "Beginning of the session");
 }
 
 async function loadOlder() {
-  if (loadingOlder || !hasOlder()) return;
+  if (loadingOlder || !hasOlder || nextBefore === null || !features.transcript) return;
   loadingOlder = true;
   $("load-older").disabled = true;
   $("older-status").textContent = "loading…";
   try {
-    // Sequences are gap-free from 1, so the page before `first` is (first-1-PAGE, first).
-    const first = transcript.firstSeq;
-    const after = Math.max(0, first - 1 - OLDER_PAGE);
-    const { data: page } = await api("GET", `${scoped}/events?after_sequence=${after}&limit=${first - 1 - after}`);
+    const { data: page } = await api("GET", `${scoped}/transcript?limit=${OLDER_PAGE}&before_sequence=${nextBefore}`);
+    if (page.epoch !== fences.epoch || page.generation !== fences.generation) {
+      // The transcript was reset or reassembled since the snapshot: start over from a fresh one.
+      if (!streamEnded) openStream(false);
+      return;
+    }
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
-    transcript.prepend(page.events || []);
+    view.prepend(page.entries || []);
     scroller.scrollTop = scroller.scrollHeight - fromBottom; // keep what the reader was looking at
+    hasOlder = Boolean(page.has_older);
+    nextBefore = page.next_before_sequence ?? null;
   } catch (err) {
-    $("older-status").textContent = `could not load older events: ${errorText(err)}`;
+    $("older-status").textContent = `could not load older entries: ${errorText(err)}`;
     return;
   } finally {
     loadingOlder = false;
@@ -259,8 +310,8 @@ async function loadOlder() {
 
 function olderVisible() {
   const box = $("older").getBoundingClientRect();
-  const view = scroller.getBoundingClientRect();
-  return box.bottom >= view.top && box.top <= view.bottom;
+  const area = scroller.getBoundingClientRect();
+  return box.bottom >= area.top && box.top <= area.bottom;
 }
 
 function watchOlder() {
@@ -329,7 +380,12 @@ function renderHead() {
   state.className = `state state-${s.state}`;
   state.textContent = s.state;
   $("s-agent").textContent = s.agent_name;
-  $("s-provider").textContent = [s.provider, s.model].filter(Boolean).join(" · ");
+  // The model the agent reports it runs; the configured one when it reports none.
+  const running = (s.agent_model && s.agent_model.id) || s.model;
+  const resolution = s.model_resolution || {};
+  $("s-provider").textContent = [s.provider, running].filter(Boolean).join(" · ");
+  $("s-provider").title = resolution.status && resolution.status !== "applied"
+    ? `configured model ${resolution.requested}: ${resolution.status} (${resolution.reason || ""})` : "";
   const lastActivity = s.last_activity_at || s.updated_at;
   $("s-activity").textContent = relTime(lastActivity);
   $("s-activity").title = absTime(lastActivity);
@@ -360,7 +416,7 @@ function renderHead() {
     else if (lastState !== "active") setComposerStatus("");
   }
   if (s.state === "stopped" && lastState !== "stopped") {
-    transcript.refreshPermissions(new Set());
+    view.refreshPermissions(new Set());
     renderPermissions([]);
   }
   lastState = s.state;
@@ -434,10 +490,9 @@ function addQueued(entry) {
 }
 
 // Markers are how entries come and go when no queue route lists them; true when the queue changed.
-function applyQueueMarker(ev) {
-  const c = ev.content || {};
-  const kind = String(c.title || "");
-  const evidence = (c.raw && c.raw.evidence) || {};
+function applyQueueMarker(d) {
+  const kind = String(d.title || "");
+  const evidence = (d.marker && d.marker.evidence) || {};
   const id = evidence.queue_entry_id;
   if (kind === "prompt_queued" && id) {
     if (!queue.has(id)) addQueued({ queue_entry_id: id, queue_position: evidence.queue_position,
@@ -570,7 +625,7 @@ async function refreshPermissions() {
     const { data: body } = await api("GET", `${scoped}/permissions`);
     const items = body.permissions || [];
     renderPermissions(items);
-    transcript.refreshPermissions(new Set(items.map((p) => p.request_id)));
+    view.refreshPermissions(new Set(items.map((p) => p.request_id)));
   } catch {
     // Cards in the transcript still carry their own buttons.
   }
@@ -767,28 +822,24 @@ function setupRepair() {
   });
 }
 
-// Events appended while no stream is open (a repair of a stopped session) are fetched directly.
+// Rows appended while no stream is open (a repair of a stopped session) arrive by reopening it after the cursor.
 async function catchUp() {
-  for (;;) {
-    const { data: page } = await api("GET", `${scoped}/events?after_sequence=${cursor}&limit=1000`);
-    const events = page.events || [];
-    for (const ev of events) receive(ev);
-    if (events.length < 1000) break;
-  }
-  flush();
-  updateOlder();
+  resumeStream();
 }
 
 // ---- start -----------------------------------------------------------------------------------------
 
-function start() {
-  transcript.append(data.tail || []);
-  cursor = transcript.lastSeq;
-  document.documentElement.dataset.cursor = String(cursor);
-  updateEmpty();
-  updateOlder();
-  scrollToBottom();
+// Interactive: the first snapshot is on screen and the composer takes input.
+let isReady = false;
+function ready() {
+  if (isReady) return;
+  isReady = true;
+  document.documentElement.dataset.ready = "true";
+  window.compozyReadyAt = performance.now();
+}
 
+function start() {
+  updateOlder();
   for (const entry of data.queue || []) addQueued(entry);
   renderQueue();
   setupModes();
@@ -799,12 +850,9 @@ function start() {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) composer.requestSubmit();
   });
 
-  // Interactive from here on: the tail is on screen and the composer takes input.
-  document.documentElement.dataset.ready = "true";
-  window.compozyReadyAt = performance.now();
-
-  if (session.state !== "stopped") openStream();
-  else indicator.hidden = true; // nothing live to show
+  // Stopped sessions too: the snapshot is their transcript, then the stream ends at once.
+  if (session.state === "stopped") indicator.hidden = true; // nothing live to show
+  openStream();
   watchOlder();
   pollSession();
   setInterval(tickTimers, 1_000);
