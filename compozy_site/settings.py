@@ -34,6 +34,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so every non-JSON error answer under /api/ is rewritten into the common error shape.
+    "compozy_site.api.json_error_middleware",
     "django.middleware.security.SecurityMiddleware",
     "compozy_site.middleware.OriginGuardMiddleware",
     "django.middleware.common.CommonMiddleware",

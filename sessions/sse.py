@@ -31,6 +31,7 @@ from sessions import services, transcript
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest
 from sessions.runtime.signals import CATALOG_GROUP
+from sessions.schemas import MAX_SEQUENCE
 from sessions.store import events as event_store
 from sessions.store import folder
 
@@ -192,8 +193,8 @@ def _non_negative(value: str | None, what: str) -> int | None:
         number = int(value)
     except ValueError:
         number = -1
-    if number < 0:
-        raise InvalidRequest(f"{what} must be a non-negative integer", code="invalid_cursor")
+    if not 0 <= number <= MAX_SEQUENCE:  # SQLite integers are signed 64-bit
+        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code="invalid_cursor")
     return number
 
 
