@@ -60,7 +60,12 @@ class Daemon:
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.http = httpx.Client(base_url=self.base_url, timeout=30.0)
+        self.http = httpx.Client(base_url=self.base_url, timeout=30.0, headers=self.headers)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers every HTTP client of the tests sends (the one place to add credentials)."""
+        return {}
 
     @property
     def base_url(self) -> str:
