@@ -46,7 +46,36 @@ class StrictJsonParser(Parser):
         return body
 
 
-api = NinjaAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(),
+# OpenAPI links: an answer that names a session or workspace feeds the requests that take it (clients and
+# schemathesis's stateful phase follow them). (path, method, status) → path parameter → where it comes from.
+LINK_SOURCES: dict[tuple[str, str, int], dict[str, str]] = {
+    ("/api/sessions", "get", 200): {"workspace": "$response.body#/sessions/0/workspace_id",
+                                      "session_id": "$response.body#/sessions/0/id"},
+    ("/api/sessions", "post", 201): {"workspace": "$response.body#/session/workspace_id",
+                                       "session_id": "$response.body#/session/id"},
+    ("/api/workspaces", "post", 201): {"ref": "$response.body#/workspace/id"},
+    ("/api/workspaces/resolve", "post", 200): {"ref": "$response.body#/workspace/id"},
+}
+
+
+def add_links(schema: dict[str, Any]) -> None:
+    targets = [(op["operationId"], {p["name"] for p in op.get("parameters", []) if p["in"] == "path"})
+               for item in schema["paths"].values() for op in item.values()]
+    for (path, method, status), sources in LINK_SOURCES.items():
+        response = schema["paths"][path][method]["responses"][status]
+        links = {operation_id: {"operationId": operation_id, "parameters": {name: sources[name] for name in names}}
+                 for operation_id, names in targets if names and names <= set(sources)}
+        response["links"] = links
+
+
+class CompozyAPI(NinjaAPI):
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        add_links(schema)
+        return schema
+
+
+api = CompozyAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(),
                description="Durable, diagnosable ACP agent sessions. Every error answers "
                            "`{error, code, diagnostic}`; `code` is stable.")
 api.add_router("/", sessions_router)

@@ -79,6 +79,7 @@ def test_generated_requests_never_get_a_5xx_and_every_error_has_a_code(daemon: D
                             str(SPAWNING_MAX_EXAMPLES), "--include-path-regex", SPAWNING, "--mode", "negative")
 
     assert main["operations"]["tested"] + spawning["operations"]["tested"] == main["operations"]["total"]
+    assert main["phases"]["stateful"]["status"] == "success"  # sequences along the schema's links ran
     generated = main["test_cases"]["generated"] + spawning["test_cases"]["generated"]
     assert generated >= MIN_CASES, f"only {generated} cases generated"
     # The daemon is still whole: it lists, and reads the sessions it started with.
