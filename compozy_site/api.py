@@ -50,9 +50,9 @@ class StrictJsonParser(Parser):
 # schemathesis's stateful phase follow them). (path, method, status) → path parameter → where it comes from.
 LINK_SOURCES: dict[tuple[str, str, int], dict[str, str]] = {
     ("/api/sessions", "get", 200): {"workspace": "$response.body#/sessions/0/workspace_id",
-                                      "session_id": "$response.body#/sessions/0/id"},
+                                    "session_id": "$response.body#/sessions/0/id"},
     ("/api/sessions", "post", 201): {"workspace": "$response.body#/session/workspace_id",
-                                       "session_id": "$response.body#/session/id"},
+                                     "session_id": "$response.body#/session/id"},
     ("/api/workspaces", "post", 201): {"ref": "$response.body#/workspace/id"},
     ("/api/workspaces/resolve", "post", 200): {"ref": "$response.body#/workspace/id"},
 }
@@ -76,8 +76,8 @@ class CompozyAPI(NinjaAPI):
 
 
 api = CompozyAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(),
-               description="Durable, diagnosable ACP agent sessions. Every error answers "
-                           "`{error, code, diagnostic}`; `code` is stable.")
+                 description="Durable, diagnosable ACP agent sessions. Every error answers "
+                             "`{error, code, diagnostic}`; `code` is stable.")
 api.add_router("/", sessions_router)
 api.add_router("/", health_router)
 api.add_router("/", workspaces_router)
@@ -116,8 +116,8 @@ MISSING_CODES = {"decision": "invalid_decision"}
 def validation_code(error: dict[str, Any]) -> str:
     """The stable code of one pydantic error, from its kind and the field (`loc` = source, [param], field…)."""
     kind, loc = error.get("type", ""), [str(part) for part in error.get("loc", [])]
-    if loc and loc[0] == "body" and len(loc) <= 2:
-        return "malformed_json"  # the body as a whole is not an object of the right shape
+    if loc and loc[0] == "body" and len(loc) <= 2:  # the body as a whole: absent, or not an object
+        return "body_required" if kind == "missing" else "malformed_json"
     fields = [part for part in loc[1:] if part not in ("payload", "filters") and not part.isdigit()]
     field = fields[0] if fields else ""
     if kind in ("unreadable_text", "string_unicode"):  # NUL, or a lone surrogate pydantic caught first

@@ -237,3 +237,11 @@ def test_a_malformed_multipart_body_gets_a_json_error(daemon: Daemon, session: d
                                 headers={"Content-Type": "multipart/form-data"})
     error(response, 409, "prompt_not_in_progress")
     assert snapshot(daemon, session["id"]) == before
+
+
+def test_a_missing_body_is_body_required(daemon: Daemon, session: dict[str, Any]) -> None:
+    before = snapshot(daemon, session["id"])
+    error(daemon.http.post(daemon.scoped(session["id"], "/steer")), 400, "body_required")
+    error(daemon.http.post("/api/workspaces"), 400, "body_required")
+    error(daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={}), 400, "message_required")
+    assert snapshot(daemon, session["id"]) == before
