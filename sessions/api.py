@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Header, Query, Router
 
 from sessions import services
@@ -45,6 +45,7 @@ from sessions.schemas import (
     WorkspaceIn,
     WorkspaceInfoOut,
     WorkspacesOut,
+    render,
     responses,
 )
 
@@ -192,24 +193,29 @@ async def detach(request: HttpRequest, workspace: Workspace, session_id: Session
 
 @router.get(WS + "/events", response=responses({200: EventsOut}), exclude_unset=True)
 async def events(request: HttpRequest, workspace: Workspace, session_id: SessionId, filters: Query[EventsQuery],
-                 last_event_id: LastEventId = None) -> dict[str, Any]:
+                 last_event_id: LastEventId = None) -> HttpResponse:
     if "before_sequence" in request.GET:
         raise InvalidRequest("before_sequence is not supported on events; use after_sequence", code="invalid_parameter")
     after = filters.after_sequence if filters.after_sequence is not None else last_event_id
-    rows = await sync_to_async(services.list_events)(
-        session_id, workspace_ref=workspace, after=after, limit=filters.limit, types=filters.type,
-        turn_id=filters.turn_id, agent_name=filters.agent_name, since=filters.since,
-    )
-    return {"events": rows}
+
+    def page() -> HttpResponse:
+        rows = services.list_events(session_id, workspace_ref=workspace, after=after, limit=filters.limit,
+                                    types=filters.type, turn_id=filters.turn_id, agent_name=filters.agent_name,
+                                    since=filters.since)
+        return render(EventsOut, {"events": rows})
+
+    return await sync_to_async(page)()
 
 
 @router.get(WS + "/history", response=responses({200: HistoryOut}), exclude_unset=True)
 async def history(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                  filters: Query[HistoryQuery]) -> dict[str, Any]:
-    turns = await sync_to_async(services.history)(
-        session_id, workspace_ref=workspace, last=filters.limit or filters.last, after=filters.after_sequence,
-    )
-    return {"history": turns}
+                  filters: Query[HistoryQuery]) -> HttpResponse:
+    def turns() -> HttpResponse:
+        found = services.history(session_id, workspace_ref=workspace, last=filters.limit or filters.last,
+                                 after=filters.after_sequence)
+        return render(HistoryOut, {"history": found})
+
+    return await sync_to_async(turns)()
 
 
 @router.get("/status", tags=["daemon"], response=responses({200: StatusOut}), exclude_unset=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from sessions import recap, services, transcript
-from sessions.schemas import Ident, RecapOut, RecapQuery, Ref, TranscriptPageOut, TranscriptQuery, responses
+from sessions.schemas import Ident, RecapOut, RecapQuery, Ref, TranscriptPageOut, TranscriptQuery, render, responses
 from sessions.store import folder
 
 router = Router(tags=["sessions"])
@@ -17,16 +17,16 @@ router = Router(tags=["sessions"])
 WS = "/workspaces/{workspace}/sessions/{session_id}"
 
 
-def transcript_page(session_id: str, workspace: str, limit: int | None, before: int | None) -> dict[str, Any]:
+def transcript_page(session_id: str, workspace: str, limit: int | None, before: int | None) -> HttpResponse:
     meta = services.scoped_meta(session_id, workspace)
     limit = limit or transcript.DEFAULT_LIMIT
     page = transcript.read_page(folder.events_path(session_id), limit=limit, before=before)
-    return transcript.page_payload(page, epoch=transcript.session_epoch(meta), limit=limit)
+    return render(TranscriptPageOut, transcript.page_payload(page, epoch=transcript.session_epoch(meta), limit=limit))
 
 
 @router.get(WS + "/transcript", response=responses({200: TranscriptPageOut}), exclude_unset=True)
 async def get_transcript(request: HttpRequest, workspace: Ref, session_id: Ident,
-                         filters: Query[TranscriptQuery]) -> dict[str, Any]:
+                         filters: Query[TranscriptQuery]) -> HttpResponse:
     """Backward pages of assembled UI messages: `limit` (default 200, max 1000), `before_sequence`."""
     return await sync_to_async(transcript_page)(session_id, workspace, filters.limit, filters.before_sequence)
 
