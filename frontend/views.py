@@ -12,12 +12,20 @@ import itertools
 import json
 import logging
 import mimetypes
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotModified,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.views.decorators.http import require_safe
@@ -125,6 +133,13 @@ def _queue(session_id: str) -> list[dict[str, Any]]:
 def _session_context(session_id: str) -> dict[str, Any]:
     session = services.get_session(session_id)
     meta = services.read_session_meta(session_id)
+    store_error = None
+    try:
+        event_store.max_sequence(folder.events_path(session_id))
+    except sqlite3.DatabaseError as exc:
+        # A corrupt events.db: the page still shows the session's metadata and says what is wrong.
+        logger.warning("event store of %s unreadable: %s", session_id, exc)
+        store_error = str(exc)[:200]
     config = get_config()
     supervision = config.supervision
     return {
@@ -132,6 +147,7 @@ def _session_context(session_id: str) -> dict[str, Any]:
         # The transcript itself comes over the stream; the fences let its first URL resume with deltas.
         "transcript": {"epoch": transcript.session_epoch(meta), "generation": transcript.TRANSCRIPT_GENERATION,
                        "limit": SNAPSHOT_ENTRIES},
+        "store_error": store_error,
         "queue": _queue(session_id),
         "supervision": {
             "activity_heartbeat_interval": supervision.activity_heartbeat_interval,
@@ -154,7 +170,8 @@ async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
         return _secure(response)
     session = context["session"]
     page = {**context, "features": features()}
-    return _secure(render(request, "frontend/session.html", {"session": session, "page": page}))
+    return _secure(render(request, "frontend/session.html", {"session": session, "page": page,
+                                                             "store_error": context["store_error"]}))
 
 
 def _take(rows: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
@@ -188,7 +205,14 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
         return _secure(render(request, "frontend/not_found.html", {"session_id": session_id, "error": exc.message},
                               status=404))
     path = folder.events_path(session_id)
-    ceiling = await asyncio.to_thread(event_store.max_sequence, path)
+    try:
+        ceiling = await asyncio.to_thread(event_store.max_sequence, path)
+    except sqlite3.DatabaseError as exc:
+        from compozy_site.api import error_body
+
+        body = error_body("the session's event store cannot be read", "event_store_unreadable", 409,
+                          {"detail": str(exc)[:200]})
+        return JsonResponse(body, status=409)
     response = StreamingHttpResponse(_jsonl(meta, path, ceiling), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{session_id}-events.jsonl"'
     response["Cache-Control"] = "no-store"

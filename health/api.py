@@ -6,16 +6,17 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from health.doctor import run_doctor
+from sessions.schemas import DoctorOut, DoctorQuery, responses
 
 router = Router(tags=["health"])
 
 
-@router.get("/doctor")
-async def doctor(request: HttpRequest) -> dict[str, Any]:
-    q = request.GET
-    split = lambda key: [v for raw in q.getlist(key) for v in raw.split(",") if v]  # noqa: E731
-    return await sync_to_async(run_doctor)(split("only") or None, split("exclude") or None,
-                                           q.get("quiet", "").lower() in {"1", "true"})
+@router.get("/doctor", response=responses({200: DoctorOut}), exclude_unset=True)
+async def doctor(request: HttpRequest, filters: Query[DoctorQuery]) -> dict[str, Any]:
+    def split(values: list[str] | None) -> list[str] | None:
+        return [v for raw in values or [] for v in raw.split(",") if v] or None
+
+    return await sync_to_async(run_doctor)(split(filters.only), split(filters.exclude), filters.quiet)

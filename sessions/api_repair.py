@@ -6,12 +6,13 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from sessions import services
 from sessions.api import truthy
 from sessions.errors import Conflict
 from sessions.repair import IssueCode, repair_transcript
+from sessions.schemas import Ident, Ref, RepairOut, RepairQuery, responses
 
 router = Router(tags=["sessions"])
 
@@ -26,9 +27,12 @@ def repair_in_workspace(workspace_ref: str, session_id: str, *, dry_run: bool, f
     return report
 
 
-@router.post("/workspaces/{workspace}/sessions/{session_id}/repair")
-async def repair_session(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
-    dry_run = truthy(request.GET.get("dry_run")) or truthy(request.GET.get("dry-run"))
-    force = truthy(request.GET.get("force"))
+@router.post("/workspaces/{workspace}/sessions/{session_id}/repair", response=responses({200: RepairOut}),
+             exclude_unset=True)
+async def repair_session(request: HttpRequest, workspace: Ref, session_id: Ident,
+                         filters: Query[RepairQuery]) -> dict[str, Any]:
+    # `dry-run` is the CLI flag's spelling, accepted as an alias of `dry_run`.
+    dry_run = filters.dry_run or truthy(request.GET.get("dry-run"))
+    force = filters.force
     report = await sync_to_async(repair_in_workspace)(workspace, session_id, dry_run=dry_run, force=force)
     return {"repair": report}

@@ -11,3 +11,6 @@ class SessionsConfig(AppConfig):
         # Register the huey jobs wherever Django runs: djhuey's `run_huey` autodiscovers only `tasks` modules,
         # and the daemon's consumer must never see a message for a task it has not registered yet.
         from sessions import jobs  # noqa: F401
+        from compozy_site.raw_bodies import keep_request_bodies_raw
+
+        keep_request_bodies_raw()

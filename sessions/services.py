@@ -594,7 +594,10 @@ async def rename_session(session_id: str, name: str, workspace_ref: str | None =
         await runtime.rename(name)
     else:
         meta.update({"name": name, "name_source": "user", "updated_at": folder.isoformat(folder.utcnow())})
-        await sync_to_async(catalog.save_meta)(meta)
+        try:
+            await sync_to_async(catalog.save_meta)(meta)
+        except FileNotFoundError:  # removed while we renamed it
+            raise NotFound("session not found", code="session_not_found", data={"session_id": session_id}) from None
     return await sync_to_async(get_session)(session_id)
 
 
@@ -859,12 +862,3 @@ def runtime_status() -> dict[str, Any]:
                          "by_kind": by_kind, "recent": failures},
         },
     }
-
-
-
-def check_create_fields(body: dict[str, Any]) -> None:
-    allowed = {"agent_name", "name", "workspace", "workspace_path", "provider", "model", "reasoning_effort",
-               "speed", "prompt"}
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidRequest(f"unknown field(s): {', '.join(unknown)}", code="unknown_field")

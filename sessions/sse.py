@@ -32,6 +32,7 @@ from sessions import services, transcript
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest
 from sessions.runtime.signals import CATALOG_GROUP
+from sessions.schemas import MAX_SEQUENCE, rfc3339
 from sessions.store import events as event_store
 from sessions.store import folder
 
@@ -204,8 +205,8 @@ def _non_negative(value: str | None, what: str) -> int | None:
         number = int(value)
     except ValueError:
         number = -1
-    if number < 0:
-        raise InvalidRequest(f"{what} must be a non-negative integer", code="invalid_cursor")
+    if not 0 <= number <= MAX_SEQUENCE:  # SQLite integers are signed 64-bit
+        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code="invalid_cursor")
     return number
 
 
@@ -369,6 +370,26 @@ class TranscriptTail:
         return out, False
 
 
+def _event_types(values: list[str]) -> list[str] | None:
+    """The same rule as `GET …/events`: repeated and comma-separated, each a known event type."""
+    types = [t for v in values for t in v.split(",") if t]
+    unknown = sorted(set(types) - set(EventType))
+    if unknown:
+        raise InvalidRequest(f"unknown event type(s): {', '.join(unknown)[:200]}", code="invalid_type")
+    return types or None
+
+
+def _since(value: str | None) -> str | None:
+    """RFC 3339, normalised to the store's UTC text form (as on `GET …/events`)."""
+    if not value:
+        return None
+    try:
+        return rfc3339(value)
+    except ValueError as exc:  # pydantic-core's PydanticCustomError is a ValueError
+        raise InvalidRequest(f"since must be an RFC 3339 timestamp with a time zone: {exc}",
+                             code="invalid_since") from None
+
+
 TRANSCRIPT_REJECTS = ("type", "agent_name", "turn_id", "since")
 
 
@@ -397,9 +418,9 @@ class SessionStreamConsumer(StreamingConsumer):
         meta = await sync_to_async(services.scoped_meta)(self.session_id, kwargs["workspace"])
         path = folder.events_path(self.session_id)
         if frames == "raw":
-            filters = {"types": [t for v in q.get("type", []) for t in v.split(",") if t] or None,
+            filters = {"types": _event_types(q.get("type", [])),
                        "turn_id": (q.get("turn_id") or [None])[0], "agent_name": (q.get("agent_name") or [None])[0],
-                       "since": (q.get("since") or [None])[0]}
+                       "since": _since((q.get("since") or [None])[0])}
             self.tail = RawTail(meta, path, cursor, limit, filters)
         else:
             self.tail = TranscriptTail(meta, path, cursor, limit,

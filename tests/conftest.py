@@ -64,6 +64,11 @@ class Daemon:
         self.http = self.client(timeout=30.0)
 
     @property
+    def headers(self) -> dict[str, str]:
+        """Headers every HTTP client of the tests sends (the one place credentials come from)."""
+        return self.auth
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 

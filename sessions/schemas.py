@@ -1,0 +1,537 @@
+"""The API's contract: a ninja `Schema` for every request body, query and response.
+
+Requests are strict (unknown body fields refused, closed sets are enums, numbers bounded), so a bad input is
+a 400 with a stable code before any service runs (`compozy_site.api` maps a validation error to the code of
+the field that failed). Responses declare the fields clients read and allow the rest: nested free-form parts
+(event `content`, recap markers, doctor items) stay plain objects.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from django.http import HttpResponse
+from ninja import Schema
+from ninja.responses import NinjaJSONEncoder
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
+
+from sessions import recap, transcript
+from sessions.enums import EventType, PermissionMode, SessionState, SessionType
+from sessions.lineage import MAX_TTL_SECONDS
+from sessions.store.events import MAX_PAGE
+
+# SQLite integers (sequences, offsets) are signed 64-bit: a larger cursor is a bad request, not an overflow.
+MAX_SEQUENCE = 2**63 - 1
+# PATH_MAX on Linux; a longer path cannot name a file, so it is refused before it reaches the filesystem.
+MAX_PATH = 4096
+# Free text in bodies (prompts are further bounded by `busy_input.max_text_bytes`).
+MAX_TEXT = 1024 * 1024
+MAX_NAME = 300
+# Query strings and path segments share Twisted's 16 KiB request line (a longer one is dropped unanswered), so
+# what goes in a URL is bounded well under it: an id or name 128, a workspace reference (it may be a path) 1024,
+# a repeated parameter 16 values.
+MAX_IDENT = 128
+MAX_REF = 1024
+MAX_QUERY_TEXT = 256
+MAX_REPEAT = 16
+
+
+def readable(value: str) -> str:
+    """A string we can store and read back: UTF-8 encodable (no lone surrogates) and without NUL.
+
+    A lone surrogate survives JSON decoding but not a UTF-8 write, and NUL ends a C string (paths, SQLite
+    text in some tools); refusing both here means a write that cannot be read back is never attempted.
+    """
+    if "\x00" in value:
+        raise PydanticCustomError("unreadable_text", "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError("unreadable_text", "must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(readable)]
+Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(readable)]
+Ref = Annotated[str, Field(max_length=MAX_REF), AfterValidator(readable)]
+Ident = Annotated[str, Field(max_length=MAX_IDENT), AfterValidator(readable)]
+QueryText = Annotated[str, Field(max_length=MAX_QUERY_TEXT), AfterValidator(readable)]
+PathText = Annotated[str, Field(max_length=MAX_PATH), AfterValidator(readable)]
+Sequence = Annotated[int, Field(ge=0, le=MAX_SEQUENCE)]
+
+
+def rfc3339(value: str) -> str:
+    """RFC 3339 with an offset, normalised to the store's own UTC form so the text comparison is a time one."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise PydanticCustomError("invalid_since", "since must be an RFC 3339 timestamp") from None
+    if moment.tzinfo is None:
+        raise PydanticCustomError("invalid_since", "since needs a time zone (e.g. Z)")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def split_commas(values: Any) -> Any:
+    """`type` may repeat and hold commas (`type=done,error&type=plan`); each value is then checked on its own."""
+    if isinstance(values, list) and all(isinstance(v, str) for v in values):
+        return [t for v in values for t in v.split(",") if t] or None
+    return values
+
+
+class StrictIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+class DiagnosticOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    code: str
+    severity: str
+    message: str
+    data_freshness: str | None = None
+    evidence: dict[str, Any] | None = None
+
+
+class ErrorOut(Schema):
+    """Every 4xx/5xx answer: a message, a stable machine code and a diagnostic (surfaces reference §1)."""
+
+    error: str
+    code: str
+    diagnostic: DiagnosticOut
+
+
+ERROR_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 500, 503})
+
+
+def responses(ok: dict[int, Any]) -> dict[Any, Any]:
+    """A route's declared responses: its successes plus the common error schema."""
+    return {**ok, ERROR_STATUSES: ErrorOut}
+
+
+# ---- sessions: requests -------------------------------------------------------------------------
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class CreateSessionIn(StrictIn):
+    """sessions reference §3: exactly one of `workspace` and `workspace_path`."""
+
+    agent_name: Ref | None = None
+    name: Name | None = None
+    workspace: Ref | None = None
+    workspace_path: PathText | None = None
+    provider: Ref | None = None
+    model: Ref | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    speed: Literal["normal", "fast"] | None = None
+    prompt: Text | None = None
+
+
+class RenameIn(StrictIn):
+    name: Name
+
+
+class UIPartIn(Schema):
+    model_config = ConfigDict(extra="allow")
+    type: Ref
+    text: Text | None = None
+
+
+class UIMessageIn(Schema):
+    """An AI-SDK UI message; only the user's text parts are read."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Ref
+    content: Text | None = None
+    parts: list[UIPartIn] | None = None
+
+
+class PromptIn(Schema):
+    """`{message, mode?, messageId?}` or the AI-SDK `{messages: [...]}` (other AI-SDK keys are ignored)."""
+
+    message: Text | None = None
+    mode: Literal["queue", "interrupt", "steer"] | None = None
+    messageId: Ref | None = None  # the AI-SDK's own name
+    expected_turn_id: Ref | None = None
+    messages: list[UIMessageIn] | None = None
+
+    def text(self) -> str | None:
+        if self.message is not None or not self.messages:
+            return self.message
+        for item in reversed(self.messages):
+            if item.role == "user":
+                if item.content is not None:
+                    return item.content
+                return "".join(p.text or "" for p in item.parts or [] if p.type == "text")
+        return None
+
+
+class SteerIn(Schema):
+    text: Text
+
+
+class InterruptIn(Schema):
+    expected_turn_id: Ref | None = None
+
+
+class StopIn(Schema):
+    detail: Text | None = None
+
+
+class PermissionDecisionIn(Schema):
+    decision: Literal["approve", "deny"]
+    option_id: Ref | None = None
+
+
+class SpawnChildIn(StrictIn):
+    role: Name
+    ttl_seconds: Annotated[StrictInt, Field(ge=1, le=MAX_TTL_SECONDS)]
+    agent_name: Ref | None = None
+    prompt: Text | None = None
+    permissions: PermissionMode | None = None
+    name: Name | None = None
+
+
+class AttachIn(Schema):
+    attached_to: Ref | None = None
+    ttl_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 900
+
+
+# ---- sessions: queries --------------------------------------------------------------------------
+
+class ListSessionsQuery(Schema):
+    workspace: Ref | None = None
+    state: SessionState | None = None
+    type: SessionType | None = None
+    agent: Ident | None = None
+    q: QueryText | None = None
+    resumable: bool = False
+    all: bool = False
+    cursor: Annotated[str, Field(pattern=r"^[0-9]{1,18}$")] | None = None
+    limit: Annotated[int, Field(ge=1, le=100)] = 50
+
+
+class EventsQuery(Schema):
+    """events reference §5; `Last-Event-ID` is the header form of `after_sequence`."""
+
+    type: list[EventType] | None = Field(None, max_length=MAX_REPEAT)
+    agent_name: Ident | None = None
+    turn_id: Ident | None = None
+    since: Ident | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
+    after_sequence: Sequence | None = None
+
+    _types = field_validator("type", mode="before")(split_commas)
+    _since = field_validator("since")(lambda value: None if value is None else rfc3339(value))
+
+
+class HistoryQuery(Schema):
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
+    last: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
+    after_sequence: Sequence | None = None
+
+
+class TranscriptQuery(Schema):
+    limit: Annotated[int, Field(ge=1, le=transcript.MAX_LIMIT)] | None = None
+    before_sequence: Annotated[int, Field(ge=1, le=MAX_SEQUENCE)] | None = None
+
+
+class RecapQuery(Schema):
+    limit: Annotated[int, Field(ge=1, le=recap.MAX_LIMIT)] | None = None
+
+
+class RepairQuery(Schema):
+    dry_run: bool = False
+    force: bool = False
+
+
+class DetachQuery(Schema):
+    attached_to: QueryText = ""
+
+
+class HookRunsQuery(Schema):
+    session: Ident
+    event: Ident | None = None
+    outcome: Ident | None = None
+    last: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
+
+
+class WorkspaceIn(StrictIn):
+    root_dir: PathText
+    name: Name | None = None
+    add_dirs: list[PathText] | None = None
+    default_agent: Ref | None = None
+    sandbox_ref: Ref | None = None
+
+
+class ResolveWorkspaceIn(Schema):
+    path: PathText
+
+
+class DoctorQuery(Schema):
+    only: list[Ident] | None = Field(None, max_length=MAX_REPEAT)
+    exclude: list[Ident] | None = Field(None, max_length=MAX_REPEAT)
+    quiet: bool = False
+
+
+# ---- responses ----------------------------------------------------------------------------------
+
+def render(schema: type[BaseModel], data: Any, status: int = 200) -> HttpResponse:
+    """`data` validated against its response schema and serialised, as ninja would, for a caller that does it in
+    a worker thread: a 1,000-event page costs ~15 ms of pydantic, too long for the loop every stream shares."""
+    body = schema.model_validate(data).model_dump(exclude_unset=True)
+    return HttpResponse(json.dumps(body, cls=NinjaJSONEncoder), status=status, content_type="application/json")
+
+
+class Open(BaseModel):
+    """A response part whose known fields are declared; others pass through unchanged (a plain pydantic model:
+    ninja's `Schema` reads its input by attribute and would drop the undeclared keys)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class FailureOut(Open):
+    kind: str
+    summary: str | None = None
+    crash_bundle_path: str | None = None
+
+
+class SessionOut(Open):
+    """SessionPayload (surfaces reference §4.1)."""
+
+    id: str
+    name: str | None = None
+    name_source: str | None = None
+    agent_name: str
+    provider: str | None = None
+    model: str | None = None
+    reasoning_effort: str | None = None
+    speed: str | None = None
+    speed_resolution: dict[str, Any] | None = None
+    workspace_id: str
+    workspace_path: str | None = None
+    cwd: str | None = None
+    type: str
+    state: str
+    badge: str
+    attachable: bool
+    prompt_state: str | None = None
+    current_turn_id: str | None = None
+    stop_reason: str | None = None
+    stop_detail: str | None = None
+    failure: FailureOut | None = None
+    acp_session_id: str | None = None
+    acp_caps: dict[str, Any] | None = None
+    effective_permissions: str | None = None
+    activity: dict[str, Any] | None = None
+    last_activity_at: str | None = None
+    lineage: dict[str, Any] | None = None
+    created_at: str
+    updated_at: str
+
+
+class SessionEnvelope(Schema):
+    session: SessionOut
+
+
+class PageOut(Schema):
+    total: int
+    limit: int
+    has_more: bool
+    next_cursor: str | None = None
+
+
+class SessionListOut(Schema):
+    sessions: list[SessionOut]
+    page: PageOut
+
+
+class EventOut(Open):
+    """SessionEventPayload (events reference §3); `content` is the stored JSON object."""
+
+    id: str
+    session_id: str
+    workspace_id: str | None = None
+    sequence: int
+    turn_id: str
+    type: str
+    agent_name: str
+    content: dict[str, Any]
+    timestamp: str
+    archived: bool | None = None
+
+
+class EventsOut(Schema):
+    events: list[EventOut]
+
+
+class TurnOut(Schema):
+    turn_id: str
+    events: list[EventOut]
+    truncated: bool | None = None
+    omitted_events: int | None = None
+
+
+class HistoryOut(Schema):
+    history: list[TurnOut]
+
+
+class PromptResultOut(Open):
+    """Prompt result (surfaces reference §4.3)."""
+
+    status: str
+    mode: str | None = None
+    turn_id: str | None = None
+    session_id: str | None = None
+    queued: bool | None = None
+    staged: bool | None = None
+    interrupted: bool | None = None
+    queue_entry_id: str | None = None
+    queue_position: int | None = None
+    queue_generation: int | None = None
+    previous_turn_id: str | None = None
+    new_turn_id: str | None = None
+    fallback_mode_if_no_tool_result: str | None = None
+
+
+class PromptOut(Schema):
+    prompt: PromptResultOut
+
+
+class QueueEntryOut(Open):
+    queue_entry_id: str
+    text: str
+    mode: str
+    status: str
+    queue_position: int
+    queue_generation: int
+    source: str | None = None
+    created_at: str | None = None
+
+
+class QueueOut(Schema):
+    queue: list[QueueEntryOut]
+    queue_generation: int
+
+
+class PermissionOut(Open):
+    request_id: str
+    turn_id: str | None = None
+    tool_call_id: str | None = None
+    title: str | None = None
+    kind: str | None = None
+    options: list[dict[str, Any]] = []
+    created_at: str | None = None
+    decision: str | None = None
+
+
+class PermissionsOut(Schema):
+    permissions: list[PermissionOut]
+
+
+class PermissionDecisionOut(Schema):
+    permission: PermissionOut
+
+
+class AttachLeaseOut(Schema):
+    session_id: str
+    attached_to: str
+    attached_at: str | None = None
+    attach_expires_at: str | None = None
+
+
+class AttachOut(Schema):
+    session: SessionOut
+    attach: AttachLeaseOut
+
+
+class WorkspaceOut(Open):
+    id: str
+    name: str | None = None
+    root_dir: str
+    add_dirs: list[str] = []
+    default_agent: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class WorkspaceEnvelope(Schema):
+    workspace: WorkspaceOut
+
+
+class WorkspacesOut(Schema):
+    workspaces: list[WorkspaceOut]
+
+
+class WorkspaceInfoOut(Open):
+    workspace: WorkspaceOut
+    sessions: list[SessionOut]
+    agents: list[dict[str, Any]]
+    skills: list[Any]
+    providers: list[dict[str, Any]]
+
+
+class HookRunsOut(Schema):
+    runs: list[dict[str, Any]]
+
+
+class StatusOut(Open):
+    """`compozy status` (surfaces reference §4.9)."""
+
+    schema_version: int
+    generated_at: str
+    daemon: dict[str, Any]
+    sessions: dict[str, Any]
+    health: dict[str, Any]
+
+
+class DoctorOut(Open):
+    schema_version: int
+    generated_at: str
+    duration_ms: float | None = None
+    status: str
+    summary: dict[str, Any]
+    items: list[dict[str, Any]]
+
+
+class TranscriptPageOut(Open):
+    """Backward transcript page (events reference §5)."""
+
+    entries: list[dict[str, Any]]
+    epoch: Any = None
+    generation: Any = None
+    max_sequence: int
+    has_older: bool
+    next_before_sequence: int | None = None
+    limit: int
+
+
+class RecapBodyOut(Open):
+    """Recap (surfaces reference §4.7)."""
+
+    session: dict[str, Any]
+    active_run: dict[str, Any] | None = None
+    recent_markers: list[dict[str, Any]]
+    recent_messages: list[dict[str, Any]]
+    snapshot: dict[str, Any]
+
+
+class RecapOut(Schema):
+    recap: RecapBodyOut
+
+
+class RepairReportOut(Open):
+    """Repair report (surfaces reference §4.6)."""
+
+    session_id: str
+    issues: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    persisted: bool
+
+
+class RepairOut(Schema):
+    repair: RepairReportOut
