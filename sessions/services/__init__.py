@@ -1,0 +1,68 @@
+"""The one service layer: the ninja API, SSE consumers, CLI (over HTTP) and manage.py all call this.
+
+Sync functions touch only durable state (catalog, meta.json, events.db); async ones also talk to the live
+SessionManager on the daemon's loop. One module per concern; this package is their one front door.
+"""
+
+from __future__ import annotations
+
+from sessions.services.control import delete_session_files, remove_session, rename_session, stop_session
+from sessions.services.create import REASONING_EFFORTS, SPEEDS, create_session, reap_candidates, spawn_child
+from sessions.services.lookup import check_workspace_scope, get_session, read_session_meta, resolve_agent, scoped_meta
+from sessions.services.payloads import envelope, session_payload
+from sessions.services.prompts import (
+    cancel_queued,
+    cancel_turn,
+    decide_permission,
+    interrupt_session,
+    list_permissions,
+    pending_inputs,
+    prompt_session,
+    steer_session,
+)
+from sessions.services.reactivation import REACTIVATION_HINT, attach, detach, reactivate
+from sessions.services.reads import history, hook_runs, list_events, list_sessions
+from sessions.services.status import runtime_status
+from sessions.services.workspaces import add_workspace, list_workspaces, remove_workspace, workspace_info
+from sessions.store.folder import load_meta
+
+__all__ = [
+    "REACTIVATION_HINT",
+    "REASONING_EFFORTS",
+    "SPEEDS",
+    "add_workspace",
+    "attach",
+    "cancel_queued",
+    "cancel_turn",
+    "check_workspace_scope",
+    "create_session",
+    "decide_permission",
+    "delete_session_files",
+    "detach",
+    "envelope",
+    "get_session",
+    "history",
+    "hook_runs",
+    "interrupt_session",
+    "list_events",
+    "list_permissions",
+    "list_sessions",
+    "list_workspaces",
+    "load_meta",
+    "pending_inputs",
+    "prompt_session",
+    "reactivate",
+    "read_session_meta",
+    "reap_candidates",
+    "remove_session",
+    "remove_workspace",
+    "rename_session",
+    "resolve_agent",
+    "runtime_status",
+    "scoped_meta",
+    "session_payload",
+    "spawn_child",
+    "steer_session",
+    "stop_session",
+    "workspace_info",
+]

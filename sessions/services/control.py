@@ -1,0 +1,71 @@
+"""Renaming, stopping and removing sessions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from sessions import catalog
+from sessions.errors import InvalidRequest, NotFound
+from sessions.runtime import lifecycle, signals
+from sessions.runtime.manager import get_manager
+from sessions.services.lookup import _runtime_for, get_session
+from sessions.store import folder
+
+
+async def rename_session(session_id: str, name: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    name = (name or "").strip()
+    if not name or len(name) > 300:
+        raise InvalidRequest("name must be 1 to 300 characters", code="invalid_name")
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.rename(name)
+    else:
+        meta.update({"name": name, "name_source": "user", "updated_at": folder.isoformat(folder.utcnow())})
+        try:
+            await sync_to_async(catalog.save_meta)(meta)
+        except FileNotFoundError:  # removed while we renamed it
+            raise NotFound("session not found", code="session_not_found", data={"session_id": session_id}) from None
+    return await sync_to_async(get_session)(session_id)
+
+
+async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.stop(lifecycle.user_stop_reason(detail), detail or "stopped by user")
+    return await sync_to_async(get_session)(session_id)
+
+
+async def remove_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    """Stop first, then tombstone-rename the folder, delete the row, and delete the tombstone."""
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is not None:
+        await runtime.stop(lifecycle.user_stop_reason(""), "session deleted")
+    before = await sync_to_async(get_session)(session_id)
+    await sync_to_async(delete_session_files)(session_id, meta["workspace_id"])
+    return before
+
+
+def delete_session_files(session_id: str, workspace_id: str) -> None:
+    directory = folder.session_dir(session_id)
+    tombstone = directory.parent / f".compozy-delete-{session_id}-{time.time_ns()}"
+    os.rename(directory, tombstone)
+    try:
+        catalog.delete_session_row(session_id)
+    except Exception:
+        os.rename(tombstone, directory)  # keep catalog truth: the session still exists
+        raise
+    shutil.rmtree(tombstone, ignore_errors=True)
+    with contextlib.suppress(Exception):
+        _ring_catalog_threadsafe("deleted", workspace_id, session_id)
+
+
+def _ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> None:
+    manager = get_manager()
+    if manager.loop is not None:
+        manager.loop.call_soon_threadsafe(signals.ring_catalog, kind, workspace_id, session_id)

@@ -1,0 +1,196 @@
+"""Creating sessions (sessions reference §3): durable admission before 201, and spawned children."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from sessions import catalog, lineage
+from sessions.config import ProviderConfig, get_config
+from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest, StorageError
+from sessions.models import Session
+from sessions.runtime import signals
+from sessions.runtime.manager import get_manager
+from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
+from sessions.services.payloads import session_payload
+from sessions.store import events as event_store
+from sessions.store import folder
+from sessions.store.failures import classify, has_free_space
+from sessions.store.ids import is_session_id, new_session_id
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+SPEEDS = ("normal", "fast")
+
+
+def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
+                    parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+                    ) -> tuple[dict[str, Any], ProviderConfig, list[Path], str]:
+    """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
+    config = get_config()
+    workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
+    if workspace and workspace_path:
+        raise InvalidRequest("workspace and workspace_path are mutually exclusive", code="workspace_conflict")
+    if not workspace and not workspace_path:
+        raise InvalidRequest("workspace or workspace_path is required", code="workspace_required")
+    if workspace_path and not os.path.isabs(workspace_path):
+        raise InvalidRequest("workspace_path must be an absolute path", code="workspace_path_not_absolute")
+    effort = body.get("reasoning_effort") or ""
+    if effort and effort not in REASONING_EFFORTS:
+        raise InvalidRequest(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}",
+                             code="invalid_reasoning_effort")
+    speed = body.get("speed") or "normal"
+    if speed not in SPEEDS:
+        raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
+    if body.get("agent_name"):
+        _agent(config, body["agent_name"])  # before resolve-or-register: a refused create registers nothing
+    ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
+    catalog.check_root(ws)
+    agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
+    if body.get("provider"):
+        provider = _provider(config, body["provider"])
+    permissions = lineage.effective_permissions(
+        session_type, agent.permissions or config.permissions_mode.value,
+        parent.get("effective_permissions") if parent else None, body.get("permissions"))
+    now = folder.isoformat(folder.utcnow())
+    session_id = new_session_id()
+    meta: dict[str, Any] = {
+        "id": session_id, "name": (body.get("name") or "").strip(), "agent_name": agent_name,
+        "provider": provider.name, "model": body.get("model") or agent.model or provider.default_model,
+        "model_explicit": bool(body.get("model") or agent.model),
+        "reasoning_effort": effort or agent.reasoning_effort, "speed": speed,
+        "workspace_id": ws.id, "workspace_path": ws.root_dir, "cwd": ws.root_dir,
+        "session_type": session_type.value, "effective_permissions": permissions,
+        "state": SessionState.STARTING.value, "stop_reason": "", "stop_detail": "", "failure": None,
+        "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
+        "created_at": now, "updated_at": now,
+    }
+    if parent is not None:
+        meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
+    prompt = (body.get("prompt") or "").strip()
+    manager = get_manager()
+    if prompt:
+        manager.inputs.check_text(prompt)
+    directory = folder.session_dir(session_id)
+    if not has_free_space(directory):
+        raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})
+    manager.reserved.add(session_id)
+    try:
+        directory.mkdir(parents=True, exist_ok=False)
+        event_store.init_store(folder.events_path(session_id))
+        folder.write_meta(meta)
+        with transaction.atomic():
+            catalog.upsert_session_row(meta)
+            if prompt:
+                manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
+    except BaseException as exc:
+        # Durable admission: a rejected staged prompt (or a full disk) leaves no session behind.
+        with contextlib.suppress(Exception):
+            Session.objects.filter(id=session_id).delete()
+        shutil.rmtree(directory, ignore_errors=True)
+        manager.reserved.discard(session_id)
+        if isinstance(exc, Exception) and classify(exc, directory) is not None:
+            raise StorageError.from_exception(exc) from exc
+        raise
+    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
+    return meta, provider, roots, prompt
+
+
+async def create_session(body: dict[str, Any], session_type: SessionType = SessionType.USER,
+                         parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+                         ) -> dict[str, Any]:
+    manager = get_manager()
+    if manager.draining:
+        from sessions.errors import Unavailable
+
+        raise Unavailable("the daemon is shutting down", code="daemon_draining")
+    body = await _pre_create_hook(manager, body, session_type)
+    with manager.admission():
+        meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
+            body, session_type, parent, role, ttl_seconds)
+        runtime = manager.launch(meta, provider=provider, roots=roots)
+    if prompt:
+        runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
+    signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
+    return session_payload(meta)
+
+
+async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: SessionType) -> dict[str, Any]:
+    """session.pre_create runs before anything exists: a denial creates nothing; a patch may rename the
+    session, pick another agent or another workspace. Its runs have no session store to be recorded in."""
+    runner = manager.hooks
+    if runner is None or not runner.has_hooks("session.pre_create"):
+        return body
+    payload = {"session_name": body.get("name") or "", "session_type": session_type.value,
+               "agent_name": body.get("agent_name") or "", "workspace_id": body.get("workspace") or "",
+               "workspace": body.get("workspace_path") or "", "state": "starting"}
+    outcome = await runner.dispatch("session.pre_create", payload, record_run=lambda row: None)
+    if not outcome.ok:
+        from sessions.errors import HookDenied
+
+        raise HookDenied(outcome.error, data={"hook": outcome.hook_name})
+    patched = dict(body)
+    result = outcome.payload
+    if result.get("session_name") != payload["session_name"]:
+        patched["name"] = result.get("session_name") or ""
+    if result.get("agent_name") and result["agent_name"] != payload["agent_name"]:
+        patched["agent_name"] = result["agent_name"]
+    if result.get("workspace_id") and result["workspace_id"] != payload["workspace_id"]:
+        patched.pop("workspace_path", None)
+        patched["workspace"] = result["workspace_id"]
+    elif result.get("workspace") and result["workspace"] != payload["workspace"]:
+        patched.pop("workspace", None)
+        patched["workspace_path"] = result["workspace"]
+    return patched
+
+
+async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str | None = None) -> dict[str, Any]:
+    """A `spawned` child of a live session: same workspace, lineage recorded, permissions no wider than
+    the parent's, reaped when its TTL expires or its parent stops (a huey job)."""
+    runtime, parent = await _runtime_for(parent_id, workspace_ref)
+    if runtime is None or parent["state"] != SessionState.ACTIVE:
+        raise InvalidRequest("only an active session can spawn children", code="session_not_active")
+    depth = int((parent.get("lineage") or {}).get("spawn_depth") or 0) + 1
+    if depth > lineage.MAX_SPAWN_DEPTH:
+        raise Conflict(f"spawn depth {depth} exceeds {lineage.MAX_SPAWN_DEPTH}", code="spawn_depth_exceeded")
+    role, ttl = body.get("role"), body.get("ttl_seconds")
+    if not isinstance(role, str) or not role.strip():
+        raise InvalidRequest("role is required", code="role_required")
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= lineage.MAX_TTL_SECONDS:
+        raise InvalidRequest(f"ttl_seconds must be between 1 and {lineage.MAX_TTL_SECONDS}", code="invalid_ttl")
+    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name"}
+    if unknown:
+        raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}", code="unknown_field")
+    permissions = body.get("permissions")
+    if permissions is not None and permissions not in set(PermissionMode):
+        raise InvalidRequest("permissions must be deny-all, approve-reads or approve-all", code="invalid_field")
+    child_body = {"workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
+                  "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
+    return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
+
+
+def reap_candidates(live: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(session id, reason) for live spawned children whose TTL expired or whose parent stopped. `live` maps
+    session id → meta.json already read; a parent outside it is read from its folder."""
+    now = folder.utcnow()
+    found = []
+    for session_id, meta in live.items():
+        if not meta.get("lineage"):
+            continue
+        parent_id = meta["lineage"].get("parent_session_id") or ""
+        parent = live.get(parent_id)
+        if parent is None:
+            try:
+                parent = folder.read_meta(parent_id) if is_session_id(parent_id) else None
+            except ValueError:
+                parent = None
+        reason = lineage.reap_reason(meta, parent, now)
+        if reason:
+            found.append((session_id, reason))
+    return found

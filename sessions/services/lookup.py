@@ -1,0 +1,114 @@
+"""Finding a session, its agent and provider: meta.json with stale live states repaired (§13), scoped to a
+workspace, and the live runtime if this daemon owns it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from sessions import catalog
+from sessions.config import AgentConfig, Config, ProviderConfig
+from sessions.enums import LIVE_STATES, SessionState
+from sessions.errors import InvalidRequest, NotFound
+from sessions.models import Workspace
+from sessions.runtime.manager import get_manager
+from sessions.services.payloads import _live_runtime, session_payload
+from sessions.store.folder import load_meta
+
+
+def resolve_agent(config: Config, agent_name: str, ws: Workspace) -> tuple[AgentConfig, ProviderConfig, str]:
+    name = agent_name or ws.default_agent or config.default_agent
+    agent = _agent(config, name)
+    return agent, _provider(config, agent.provider or config.default_provider), name
+
+
+def _agent(config: Config, name: str) -> AgentConfig:
+    if not name:
+        raise InvalidRequest("agent name is required", code="agent_required")
+    agent = config.agents.get(name)
+    if agent is None:
+        raise NotFound(f"agent {name!r} is not defined", code="agent_not_found",
+                       data={"agent": name, "known": sorted(config.agents)})
+    return agent
+
+
+def _provider(config: Config, name: str) -> ProviderConfig:
+    if not name:
+        raise InvalidRequest("agent provider is required", code="provider_required")
+    provider = config.providers.get(name)
+    if provider is None:
+        raise NotFound(f"provider {name!r} is not defined", code="provider_not_found",
+                       data={"provider": name, "known": sorted(config.providers)})
+    return provider
+
+
+def read_session_meta(session_id: str) -> dict[str, Any]:
+    """meta.json of a session, stale live states repaired when no runtime owns them (§13). A snapshot
+    the daemon could not write yet (a full disk) is newer than the file, so it wins."""
+    unsaved = _unsaved_meta(session_id)
+    if unsaved is not None:
+        return unsaved
+    meta = load_meta(session_id)
+    if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
+        from sessions.repair import repair_stale_meta
+
+        meta = repair_stale_meta(meta)
+    return meta
+
+
+def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
+    try:
+        meta = get_manager().unsaved_meta.get(session_id)
+    except Exception:
+        return None
+    return copy.deepcopy(meta) if meta is not None else None
+
+
+def _daemon_may_own(session_id: str) -> bool:
+    """Outside the daemon (manage.py, tests) a live state may belong to a running daemon: leave it."""
+    try:
+        manager = get_manager()
+    except Exception:
+        from compozy_site.daemon_record import daemon_running
+
+        return daemon_running()
+    return manager.owns(session_id)
+
+
+def scoped_meta(session_id: str, workspace_ref: str | None) -> dict[str, Any]:
+    """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404)."""
+    meta = read_session_meta(session_id)
+    check_workspace_scope(workspace_ref, meta)
+    return meta
+
+
+def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
+    if workspace_ref is None:
+        return
+    try:
+        ws = catalog.find_workspace(workspace_ref)
+    except NotFound:
+        raise NotFound("session not found", code="session_not_found") from None
+    if ws.id != meta["workspace_id"]:
+        raise NotFound("session not found in this workspace", code="session_not_found")
+
+
+def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    meta = scoped_meta(session_id, workspace_ref)
+    return session_payload(meta)
+
+
+async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
+    meta = await sync_to_async(read_session_meta)(session_id)
+    await sync_to_async(check_workspace_scope)(workspace_ref, meta)
+    return get_manager().get(session_id), meta
+
+
+async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
+        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
+                             data={"state": meta["state"]})
+    return runtime

@@ -1,0 +1,68 @@
+"""Session payloads (surfaces reference §4.1): meta.json plus live runtime facts, as every surface shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.enums import FailureKind, SessionState
+from sessions.runtime import lifecycle
+from sessions.runtime.manager import get_manager
+
+
+def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
+    """SessionPayload (surfaces reference §4.1), computed from meta.json plus live runtime facts."""
+    runtime = _live_runtime(meta["id"])
+    prompting = bool(runtime and runtime.busy)
+    stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
+    badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
+    activity = dict((meta.get("liveness") or {}).get("activity") or {})
+    payload: dict[str, Any] = {
+        "id": meta["id"],
+        "name": meta.get("name") or None,
+        "name_source": meta.get("name_source") or ("user" if meta.get("name") else None),
+        "agent_name": meta["agent_name"],
+        "provider": meta.get("provider") or "",
+        "model": meta.get("model") or None,
+        # What the agent reports it runs, and whether the configured model was applied, not offered or refused.
+        "agent_model": meta.get("agent_model"),
+        "model_resolution": (meta.get("option_resolutions") or {}).get("model"),
+        "reasoning_effort": meta.get("reasoning_effort") or None,
+        "speed": meta.get("speed") or "normal",
+        "speed_resolution": meta.get("speed_resolution"),
+        "workspace_id": meta["workspace_id"],
+        "workspace_path": meta.get("workspace_path"),
+        "cwd": meta.get("cwd"),
+        "type": meta.get("session_type") or "user",
+        "state": meta["state"],
+        "badge": badge.value,
+        # A failed turn leaves the session able to take the next prompt; any other failure does not.
+        "attachable": meta["state"] == SessionState.ACTIVE and badge.value in ("idle", "running")
+        and (meta.get("failure") or {}).get("kind") in (None, FailureKind.PROMPT_FAILURE) and not stalled,
+        "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
+        "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
+        "stop_reason": meta.get("stop_reason") or None,
+        "stop_detail": meta.get("stop_detail") or None,
+        "failure": meta.get("failure"),
+        "acp_session_id": meta.get("acp_session_id") or None,
+        "acp_caps": meta.get("acp_caps"),
+        "effective_permissions": meta.get("effective_permissions"),
+        "activity": activity or None,
+        "last_activity_at": activity.get("last_activity_at"),
+        "lineage": meta.get("lineage"),
+        "created_at": meta["created_at"],
+        "activated_at": meta.get("activated_at"),  # first reached `active`: `session new` tells start from turn
+        "updated_at": meta["updated_at"],
+    }
+    return payload
+
+
+def _live_runtime(session_id: str) -> Any:
+    try:
+        return get_manager().get(session_id)
+    except Exception:
+        return None
+
+
+def envelope(meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """SessionEventPayload: the stored row plus the Compozy session and workspace ids."""
+    return {"session_id": meta["id"], "workspace_id": meta["workspace_id"], **row}

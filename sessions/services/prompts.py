@@ -1,0 +1,134 @@
+"""Prompts, busy input, the queue and permission decisions: what reaches a live session's turn."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from sessions.enums import BusyMode, MarkerKind, SessionState
+from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
+from sessions.runtime.manager import get_manager
+from sessions.services.lookup import _active_runtime, _runtime_for, scoped_meta
+from sessions.services.reactivation import reactivate
+from sessions.store import folder
+from sessions.store.failures import has_free_space
+
+
+async def prompt_session(session_id: str, message: str, *, mode: str | None = None,
+                         workspace_ref: str | None = None, expected_turn_id: str | None = None,
+                         ) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, {"prompt": result}). Idle → accepted turn; busy → the busy-input mode."""
+    runtime, meta = await _runtime_for(session_id, workspace_ref)
+    manager = get_manager()
+    text = manager.inputs.check_text(message)
+    if runtime is None and meta["state"] == SessionState.STOPPED:
+        # A prompt to a stopped, eligible session reactivates it under the same id (§15).
+        await reactivate(session_id, workspace_ref)
+        runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
+        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
+                             data={"state": meta["state"]})
+    if mode is not None and mode not in set(BusyMode):
+        raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
+    if not await asyncio.to_thread(has_free_space, folder.session_dir(session_id)):
+        # Refused before anything is recorded: the prompt either lands whole or not at all.
+        raise StorageError("not enough disk space for a new prompt", data={"reason": "disk_full"})
+    if not runtime.busy and not runtime.handover:
+        try:
+            turn = await runtime.start_turn(text)
+            return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
+        except Conflict as exc:
+            if exc.code != "prompt_in_progress":
+                raise
+            # Another turn started in the meantime: the prompt takes the busy-input path instead.
+    mode = mode or manager.config.busy_input.default_mode.value
+    if mode == BusyMode.QUEUE:
+        try:
+            entry, position = await sync_to_async(manager.inputs.enqueue)(
+                session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+        except QueueFull as exc:
+            # A refused prompt is visible in the transcript too, not only to the caller.
+            runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
+                           {"reason": "queue_full", "queue_cap": manager.config.busy_input.queue_cap})
+            await runtime.recorder.flush()
+            raise exc
+        runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
+                       {"queue_entry_id": entry.id, "queue_position": position,
+                        "queue_generation": entry.generation})
+        await runtime.recorder.flush()
+        if not runtime.busy:
+            await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
+        return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
+                                "queue_position": position, "queue_generation": entry.generation}}
+    if mode == BusyMode.INTERRUPT:
+        return 200, {"prompt": await runtime.interrupt(replacement=text, expected_turn_id=expected_turn_id)}
+    result = await runtime.stage_steer(text)
+    return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def interrupt_session(session_id: str, workspace_ref: str | None = None,
+                            expected_turn_id: str | None = None) -> dict[str, Any]:
+    """The dedicated interrupt: cancel the turn, no replacement; its text is kept for one steer."""
+    runtime = await _active_runtime(session_id, workspace_ref)
+    return {"prompt": await runtime.interrupt(replacement=None, expected_turn_id=expected_turn_id)}
+
+
+async def steer_session(session_id: str, text: str, workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
+    runtime = await _active_runtime(session_id, workspace_ref)
+    result = await runtime.stage_steer(get_manager().inputs.check_text(text))
+    return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def list_permissions(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    items = [] if runtime is None else [p.public() for p in runtime.permissions.pending.values()
+                                        if not p.answer.done()]
+    return {"permissions": items}
+
+
+async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
+                            workspace_ref: str | None = None) -> dict[str, Any]:
+    if decision not in ("approve", "deny"):
+        raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    pending = runtime.permissions.pending.get(request_id) if runtime else None
+    if pending is None or pending.answer.done():
+        raise NotFound("no pending permission request with that id", code="permission_not_found",
+                       data={"request_id": request_id})
+    if option_id and not any(o.get("optionId") == option_id for o in pending.options):
+        raise InvalidRequest("option_id is not one of the offered options", code="invalid_option")
+    runtime.decide_permission(request_id, decision, option_id)
+    return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
+
+
+def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    meta = scoped_meta(session_id, workspace_ref)
+    from sessions.models import PENDING_INPUT, InputEntry
+
+    rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
+    return {"queue": [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status,
+                       "queue_position": i + 1, "queue_generation": e.generation, "source": e.source,
+                       "created_at": folder.isoformat(e.created_at)} for i, e in enumerate(rows)],
+            "queue_generation": int(meta.get("input_generation") or 0)}
+
+
+async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    entry = await sync_to_async(get_manager().inputs.cancel)(session_id, entry_id)
+    if runtime is not None:
+        runtime.marker(MarkerKind.PROMPT_DROPPED, "Queued prompt canceled.",
+                       {"queue_entry_id": entry.id, "reason": "canceled"})
+        await runtime.recorder.flush()
+    return {"prompt": {"status": "canceled", "queue_entry_id": entry.id, "queue_generation": entry.generation,
+                       "mode": entry.mode}}
+
+
+async def cancel_turn(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    cancelled = False
+    if runtime is not None and runtime.busy:
+        runtime.marker(MarkerKind.PROMPT_CANCEL, "Current turn canceled by request.")
+        cancelled = await runtime.cancel_turn()
+    return {"prompt": {"status": "canceled" if cancelled else "idle"}}

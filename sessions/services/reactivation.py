@@ -1,0 +1,117 @@
+"""Reactivation under the same id and resume attach with holder leases (sessions reference §14-15)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from sessions.config import ProviderConfig, get_config
+from sessions.enums import FailureKind, SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest
+from sessions.models import Session, Workspace
+from sessions.runtime.manager import get_manager
+from sessions.services.lookup import check_workspace_scope, get_session, read_session_meta
+from sessions.store import events as event_store
+from sessions.store import folder
+
+REACTIVATION_HINT = "inspect `compozy session recap|history ID` and `compozy session repair ID --dry-run`"
+
+
+def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig, list[Path]]:
+    """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
+    meta = read_session_meta(session_id)
+    if meta["state"] != SessionState.STOPPED:
+        raise Conflict(f"session is {meta['state']}, not stopped", code="session_not_stopped")
+
+    def refuse(message: str, code: str) -> Conflict:
+        return Conflict(f"session cannot be reactivated: {message}; {REACTIVATION_HINT}", code=code,
+                        data={"session_id": session_id, "reason": code})
+
+    if (meta.get("session_type") or "user") != SessionType.USER:
+        raise refuse("daemon-managed sessions are reactivated only by the daemon", "session_not_reactivatable")
+    ws = Workspace.objects.filter(id=meta["workspace_id"]).first()
+    if ws is None:
+        raise refuse("its workspace is no longer registered", "workspace_not_found")
+    if not Path(ws.root_dir).is_dir():
+        raise refuse(f"the workspace root {ws.root_dir} no longer exists", "workspace_root_missing")
+    config = get_config()
+    agent = config.agents.get(meta["agent_name"])
+    if agent is None:
+        raise refuse(f"agent {meta['agent_name']!r} is no longer defined", "agent_not_found")
+    provider = config.providers.get(meta.get("provider") or agent.provider or config.default_provider)
+    if provider is None:
+        raise refuse(f"provider {meta.get('provider')!r} is no longer defined", "provider_not_found")
+    path = folder.events_path(session_id)
+    try:
+        event_store.max_sequence(path)
+    except Exception as exc:
+        raise refuse(f"its event store is unreadable ({exc})", "event_store_unreadable") from exc
+    if (meta.get("failure") or {}).get("kind") == FailureKind.STORAGE_FAILURE:
+        # Its last turn could not be closed while the disk was full: close it now, append-only, so the
+        # transcript never reads as if that turn were still running.
+        from sessions.repair import repair_transcript
+
+        repair_transcript(session_id, dry_run=False, force=False)
+    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
+    return meta, provider, roots
+
+
+async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> dict[str, Any]:
+    """stopped → starting → active under the same Compozy id (daemon-managed; used by prompt and resume)."""
+    manager = get_manager()
+    runtime = manager.get(session_id)
+    if runtime is None:
+        with manager.admission():
+            meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
+            await sync_to_async(check_workspace_scope)(workspace_ref, meta)
+            runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
+    done = asyncio.ensure_future(runtime.active.wait())
+    stopped = asyncio.ensure_future(runtime.stopped.wait())
+    try:
+        await asyncio.wait({done, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        done.cancel()
+        stopped.cancel()
+    payload = await sync_to_async(get_session)(session_id)
+    if payload["state"] != SessionState.ACTIVE:
+        failure = payload.get("failure") or {}
+        raise Conflict(f"reactivation failed: {failure.get('summary') or payload.get('stop_detail') or 'timed out'}; "
+                       f"{REACTIVATION_HINT}", code="session_reactivation_failed",
+                       data={"session": payload})
+    return payload
+
+
+def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_seconds: int) -> dict[str, Any]:
+    """Take the holder lease of an attachable live session (compare-and-set on the catalog row)."""
+    from datetime import timedelta
+
+    if not 1 <= ttl_seconds <= 86400:
+        raise InvalidRequest("ttl_seconds must be between 1 and 86400", code="invalid_ttl")
+    payload = get_session(session_id, workspace_ref)
+    if not payload["attachable"]:
+        raise Conflict(f"session is not attachable (state {payload['state']}, badge {payload['badge']}); "
+                       f"{REACTIVATION_HINT}", code="session_not_attachable", data={"session": payload})
+    now = folder.utcnow()
+    expires = now + timedelta(seconds=ttl_seconds)
+    from django.db.models import Q
+
+    free = Q(attached_to="") | Q(attach_expires_at__lt=now) | Q(attached_to=attached_to)
+    changed = Session.objects.filter(Q(id=session_id) & free).update(attached_to=attached_to,
+                                                                      attach_expires_at=expires)
+    if changed != 1:
+        row = Session.objects.get(id=session_id)
+        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}",
+                       code="session_attach_locked", data={"attached_to": row.attached_to})
+    # The lease lives in catalog columns the session payload does not show: the payload read above stands.
+    return {"session": payload, "attach": {
+        "session_id": session_id, "attached_to": attached_to, "attached_at": folder.isoformat(now),
+        "attach_expires_at": folder.isoformat(expires)}}
+
+
+def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> dict[str, Any]:
+    payload = get_session(session_id, workspace_ref)
+    Session.objects.filter(id=session_id, attached_to=attached_to).update(attached_to="", attach_expires_at=None)
+    return {"session": payload}

@@ -1,0 +1,143 @@
+"""Listing sessions and reading their events and history: bounded pages from the catalog and events.db."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions import catalog
+from sessions.enums import SessionState, SessionType
+from sessions.errors import Conflict, InvalidRequest, NotFound
+from sessions.models import Session
+from sessions.services.lookup import read_session_meta, scoped_meta
+from sessions.services.payloads import envelope, session_payload
+from sessions.store import events as event_store
+from sessions.store import folder
+from sessions.store.events import MAX_PAGE
+
+
+def list_sessions(*, workspace: str | None = None, state: str | None = None, resumable: bool = False,
+                  all_states: bool = False, agent: str | None = None, query: str | None = None,
+                  limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
+    qs = Session.objects.all().order_by("-updated_at", "id")
+    if workspace:
+        qs = qs.filter(workspace_id=catalog.find_workspace(workspace).id)
+    if state:
+        if state not in set(SessionState):
+            raise InvalidRequest("state must be starting, active, stopping or stopped", code="invalid_state")
+        qs = qs.filter(state=state)
+    elif resumable or not all_states:
+        qs = qs.filter(state=SessionState.ACTIVE)
+    if agent:
+        qs = qs.filter(agent_name=agent)
+    # Dream sessions are daemon-internal and hidden unless asked for by type.
+    qs = qs.filter(session_type=session_type) if session_type else qs.exclude(session_type=SessionType.DREAM)
+    if query:
+        qs = qs.filter(name__icontains=query) | qs.filter(id__icontains=query)
+    offset = 0
+    if cursor:
+        try:
+            offset = max(int(cursor), 0)
+        except ValueError as exc:
+            raise InvalidRequest("invalid cursor", code="invalid_cursor") from exc
+    total = qs.count()
+    rows = list(qs[offset:offset + limit])
+    sessions = []
+    for row in rows:
+        try:
+            payload = session_payload(read_session_meta(row.id))
+        except (NotFound, Conflict):
+            continue
+        lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
+        if resumable and (not payload["attachable"] or lease_held):
+            continue
+        sessions.append(payload)
+    has_more = offset + limit < total
+    page: dict[str, Any] = {"total": total, "limit": limit, "has_more": has_more}
+    if has_more:
+        page["next_cursor"] = str(offset + limit)
+    return {"sessions": sessions, "page": page}
+
+
+# History keeps at most the newest MAX_TURN_EVENTS events of a turn and MAX_HISTORY_EVENTS in all (memory stays
+# bounded whatever the turn sizes; the rest is counted as omitted).
+MAX_TURN_EVENTS = 1000
+MAX_HISTORY_EVENTS = 5000
+
+
+def _limit(value: int | None, default: int = 200) -> int:
+    if value is None:
+        return default
+    if not 1 <= value <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}", code="invalid_limit")
+    return value
+
+
+def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
+                limit: int | None = None, types: list[str] | None = None, turn_id: str | None = None,
+                agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    meta = scoped_meta(session_id, workspace_ref)
+    if after is not None and after < 0:
+        raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
+    rows = event_store.read_events(
+        folder.events_path(session_id), after=after or 0, limit=_limit(limit),
+        newest=after is None, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
+    )
+    return [envelope(meta, r) for r in rows]
+
+
+def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,
+            after: int | None = None) -> list[dict[str, Any]]:
+    """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk.
+
+    Memory is bounded whatever the turn sizes: a turn keeps at most its newest MAX_TURN_EVENTS events
+    (`truncated`, `omitted_events`) and a response at most MAX_HISTORY_EVENTS; `session events --after`
+    pages through a huge turn in full.
+    """
+    meta = scoped_meta(session_id, workspace_ref)
+    want = _limit(last)
+    path = folder.events_path(session_id)
+    turns: dict[str, list[dict[str, Any]]] = {}
+    omitted: dict[str, int] = {}
+    first_seq: dict[str, int] = {}
+    kept = 0
+    before: int | None = None
+    floor = after or 0
+    done = False
+    while not done:
+        page = event_store.read_events(path, after=floor, limit=MAX_PAGE, newest=True, before=before)
+        if not page:
+            break
+        for row in reversed(page):  # newest first
+            key = row["turn_id"]
+            if key not in turns:
+                if len(turns) >= want or kept >= MAX_HISTORY_EVENTS:
+                    done = True
+                    break
+                turns[key] = []
+            first_seq[key] = row["sequence"]
+            if len(turns[key]) >= MAX_TURN_EVENTS or kept >= MAX_HISTORY_EVENTS:
+                omitted[key] = omitted.get(key, 0) + 1
+                continue
+            turns[key].append(envelope(meta, row))
+            kept += 1
+        if len(page) < MAX_PAGE:
+            break
+        before = page[0]["sequence"]
+    ordered = sorted(turns, key=lambda k: first_seq[k])
+    result = []
+    for key in ordered:
+        item: dict[str, Any] = {"turn_id": key, "events": list(reversed(turns[key]))}
+        if omitted.get(key):
+            item.update({"truncated": True, "omitted_events": omitted[key]})
+        result.append(item)
+    return result
+
+
+def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
+              last: int | None = None) -> list[dict[str, Any]]:
+    """hook_runs rows of one session, oldest first (`last` keeps the newest N)."""
+    scoped_meta(session_id, workspace_ref)  # 404 outside the workspace
+    return event_store.read_hook_runs(folder.events_path(session_id), event=event, outcome=outcome,
+                                      last=_limit(last, 1000))
