@@ -104,7 +104,8 @@ class ErrorOut(Schema):
     diagnostic: DiagnosticOut
 
 
-ERROR_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 500, 503})
+# 429: max_concurrent_agents reached; 507: the disk is full (storage_full).
+ERROR_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 429, 500, 503, 507})
 
 
 def responses(ok: dict[int, Any]) -> dict[Any, Any]:
