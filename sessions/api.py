@@ -65,11 +65,16 @@ async def create_session(request: HttpRequest) -> tuple[int, dict[str, Any]]:
 @router.get("/sessions")
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     q = request.GET
-    return await sync_to_async(services.list_sessions)(
+    result = await sync_to_async(services.list_sessions)(
         workspace=q.get("workspace"), state=q.get("state"), resumable=truthy(q.get("resumable")),
         all_states=truthy(q.get("all")), agent=q.get("agent"), query=q.get("q"),
         limit=_int(q.get("limit"), "limit") or 50, cursor=q.get("cursor"), session_type=q.get("type"),
     )
+    if truthy(q.get("include_health")):
+        from health.services import decorate_list
+
+        result = await sync_to_async(decorate_list)(result)
+    return result
 
 
 @router.get("/sessions/{session_id}")
@@ -95,7 +100,9 @@ async def rename_session(request: HttpRequest, workspace: str, session_id: str) 
 
 @router.get(WS + "/status")
 async def session_status(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
-    return {"session": await sync_to_async(services.get_session)(session_id, workspace)}
+    from health.services import status_dto
+
+    return await sync_to_async(status_dto)(session_id, workspace)
 
 
 @router.delete(WS, response={204: None})

@@ -227,16 +227,23 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
 @output_option
 @json_flag
 def session_status(session_id: str, fmt: str, as_json: bool) -> None:
-    """The current session record: state, agent, workspace, stop reason, failure, prompt state, times.
+    """The current session record (state, agent, workspace, stop reason, failure, prompt state, times) and its
+    health.
 
-    JSON is `{"session": {...}}`, so `jq '.session.failure'` reads the failure object.
+    JSON is `{"session": {...}, "health": {...}, "wake_state": ...}`, so `jq '.session.failure'` reads the failure.
     """
+    from compozy_site.cli.app import session_call
+    from compozy_site.cli.health import health_pairs
+
     fmt = _fmt(fmt, as_json)
-    try:
-        s = _client().request("GET", f"/api/sessions/{session_id}")["session"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit({"session": s}, fmt, lambda: _render_session(s))
+    data = session_call(fmt, session_id, "GET", "/status")
+    s = data["session"]
+
+    def human() -> None:
+        _render_session(s)
+        kv("Health", health_pairs(data["health"]))
+
+    emit(data, fmt, human)
 
 
 @session.command("list")

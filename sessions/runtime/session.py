@@ -555,7 +555,9 @@ class SessionRuntime:
                 turn.authored = authored
             if turn.sent:
                 content["context_replay"] = True
-            self.record(EventType.USER_MESSAGE, content, turn_id=turn.id)
+            # A daemon-originated prompt (a heartbeat wake) is stored as such, never as something a user typed.
+            kind = EventType.SYNTHETIC_REENTRY if source == "synthetic" else EventType.USER_MESSAGE
+            self.record(kind, content, turn_id=turn.id)
             try:
                 await self.recorder.flush()
             except StoreFailure as exc:
