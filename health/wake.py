@@ -79,9 +79,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
         return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_INVALID)
     if snap.status != PolicyStatus.VALID:
         return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_NO_POLICY)
-    # 3. policy checks
-    if snap.config_digest != heartbeat.config_digest(cfg):
-        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_INVALID)
+    # 3. policy checks (`resolve` re-resolved the snapshot if the config digest changed)
     if not snap.policy.get("enabled", True):
         return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_DISABLED)
     if not heartbeat.allowed_at(snap.policy, now):
