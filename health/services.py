@@ -166,9 +166,21 @@ def sweep_stale(now: datetime | None = None) -> int:
         if meta is None:
             continue
         # Re-derived from meta under the row lock, so a prompt that began since the read is never aged.
-        if _upsert(meta, live_facts(row.session_id), now) is not None:
+        updated = _upsert(meta, live_facts(row.session_id), now)
+        if updated is not None and updated.health != row.health:
             changed += 1
+            _ring_catalog(updated)
     return changed
+
+
+def _ring_catalog(row: SessionHealth) -> None:
+    """A session aged into `stale` changed no meta.json: ring the catalog doorbell so lists refetch."""
+    from sessions.services import _ring_catalog_threadsafe
+
+    try:
+        _ring_catalog_threadsafe("upserted", row.workspace_id, row.session_id)
+    except Exception:
+        logger.debug("catalog doorbell not rung for %s", row.session_id, exc_info=True)
 
 
 def _idle_since(row: SessionHealth) -> datetime | None:
