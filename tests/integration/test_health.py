@@ -187,3 +187,28 @@ def _sent_wake(d: Daemon, session_id: str) -> dict[str, Any] | None:
     status = d.http.get("/api/agents/scripted/heartbeat/status",
                         params={"session_id": session_id, "include_recent_wake_events": "true"}).json()
     return status if any(e["result"] == "sent" for e in status.get("wake_events") or []) else None
+
+
+def test_doctor_reports_health_rows_the_wake_service_and_invalid_policies(hd: Daemon, workspace: Path) -> None:
+    hd.create(workspace)
+    write_policy(hd.home, agent="reader", text="---\nversion: 1\ncron: '* * * * *'\n---\n")
+    try:
+        items = wait_for(lambda: _doctor_items(hd, lambda i: i["wake_service"]["severity"] == "ok"), timeout=20,
+                         what="a wake cycle")
+        assert items["session_health_rows"]["severity"] in ("ok", "info")
+        assert items["session_health_rows"]["evidence"]["missing"] == 0
+        policies = items["heartbeat_policies"]
+        assert policies["severity"] == "warn" and "heartbeat_forbidden_field" in policies["message"]
+        assert policies["suggested_command"] == "compozy agent heartbeat status reader"
+        status = hd.cli_json("agent", "heartbeat", "status", "reader")
+        assert (status["validation_status"], status["active"]) == ("invalid", False)
+        assert status["diagnostics"][0]["code"] == "heartbeat_forbidden_field"
+    finally:
+        (hd.home / "agents" / "reader" / "HEARTBEAT.md").unlink()
+    assert _doctor_items(hd, lambda i: True)["heartbeat_policies"]["severity"] == "ok"
+
+
+def _doctor_items(d: Daemon, ready: Any) -> dict[str, dict[str, Any]] | None:
+    body = d.cli_json("doctor")
+    items = {i["id"]: i for i in body["items"]}
+    return items if ready(items) else None
