@@ -611,7 +611,8 @@ class SessionRuntime:
                 self.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
             turn.terminal = True
-            if turn.reply and self._title_eligible():
+            # A heartbeat wake is the daemon talking, not the user: it never names the session.
+            if turn.reply and turn.source != "synthetic" and self._title_eligible():
                 self.meta["auto_title"] = {"status": "pending"}
                 spawn(self._auto_title(turn))
         except AgentRequestError as exc:

@@ -98,6 +98,8 @@ def test_a_stopped_session_reads_stopped_and_not_attachable_on_every_surface(hd:
 
     body = json.loads(status.stdout)
     assert body["session"]["state"] == "stopped" and body["health"]["state"] == "stopped"
+    listed = hd.cli_json("session", "list", "--all", "--include-health")["sessions"]
+    assert next(x["health"] for x in listed if x["id"] == s["id"])["state"] == "stopped"
     inspect = hd.cli_json("session", "inspect", s["id"])
     assert inspect["health"]["attachable"] is False and inspect["policy_digest"].startswith("sha256:")
     assert inspect["policy"]["validation_status"] == "valid"
@@ -148,6 +150,8 @@ def test_two_concurrent_wakes_of_one_session_give_one_synthetic_prompt_and_one_c
     assert content["synthetic"]["reason"] == "agent_heartbeat_wake"
     assert content["text"].startswith("Agent Heartbeat requested a reorientation for this existing session.")
     assert of_type(hd.all_events(s["id"]), "user_message") == []
+    assert wait_for(lambda: hd.session(s["id"])["state"] == "active" and hd.meta(s["id"]), timeout=10)
+    assert hd.meta(s["id"]).get("auto_title") is None  # the daemon's prompt never names the session
     inspect = hd.cli_json("session", "inspect", s["id"])
     assert inspect["wake_state"]["last_result"] in ("sent", "coalesced")
     assert inspect["wake_state"]["last_wake_at"] is not None
