@@ -25,6 +25,7 @@ from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
 from sessions import config as config_module  # noqa: E402
 from sessions.config import AgentConfig, Config  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
+from sessions.store import folder  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -198,3 +199,32 @@ def test_a_dry_run_writes_nothing(home: Path) -> None:
     d = wake.wake("general", sid, now=NOW, dry_run=True)
     assert (d["result"], d["wake_event_id"], d["synthetic_prompt_id"]) == ("sent", None, None)
     assert not WakeEvent.objects.exists() and not WakeState.objects.filter(last_result__gt="").exists()
+
+
+def test_wakes_refuse_to_run_until_this_daemon_starts_health_was_recomputed(home: Path) -> None:
+    """The order the seed asks for: after a restart, no wake consumer acts before the boot recompute finished."""
+    import json
+
+    from health.agents import manual_wake
+    from sessions.errors import Unavailable
+
+    policy_file(home)
+    sid = session()
+    run = isoformat(NOW)
+    (home / "daemon.json").write_text(json.dumps({"started_at": run, "pid": 1}))
+    with pytest.raises(Unavailable) as refused:
+        manual_wake("general", sid)
+    assert refused.value.code == "health_recomputing"
+    assert not WakeEvent.objects.exists()
+    WakeState.objects.create(session_id=sid, workspace_id="ws_00000000000000a1", agent_name="general",
+                             in_flight=True, updated_at=NOW)  # a wake the dead daemon never finished
+    folder.session_dir(sid).mkdir(parents=True)
+    folder.write_meta({"id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general", "state": "active",
+                       "cwd": "/nonexistent-ws", "created_at": isoformat(NOW), "updated_at": isoformat(NOW)})
+    counts = services.boot_recompute(run)
+    assert counts["recomputed"] == 1 and services.recomputed_at(run) is not None
+    assert not WakeState.objects.get(session_id=sid).in_flight
+    # Recomputed from meta.json and this process's runtimes (none): `active` without an owner is not wakeable.
+    row = SessionHealth.objects.get(session_id=sid)
+    assert (row.state, row.health) == ("detached", "unknown")
+    assert manual_wake("general", sid)["reason"] == WakeReason.SESSION_UNHEALTHY
