@@ -286,7 +286,7 @@ def inspect_dto(session_id: str, workspace_ref: str | None = None, recent: int =
     from health import policy, wake
 
     row = health_row(session_id, workspace_ref)
-    snap = policy.latest_snapshot(row.agent_name, row.workspace_id)
+    snap = policy.resolve(row.agent_name, row.workspace_id)  # the snapshot a wake would use now
     events = wake.recent_events(session_id=session_id, limit=recent)
     return {
         "session_id": session_id, "health": row_dict(row), "wake_state": wake.wake_state_dto(session_id),

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
+from health.schemas import StatusDTO
 from sessions import services
 from sessions.errors import InvalidRequest
 
@@ -98,7 +99,7 @@ async def rename_session(request: HttpRequest, workspace: str, session_id: str) 
     return {"session": await services.rename_session(session_id, body["name"], workspace)}
 
 
-@router.get(WS + "/status")
+@router.get(WS + "/status", response=StatusDTO)
 async def session_status(request: HttpRequest, workspace: str, session_id: str) -> dict[str, Any]:
     from health.services import status_dto
 
