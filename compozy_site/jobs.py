@@ -29,6 +29,7 @@ class InProcessConsumer(Consumer):
 
         # The task modules must be registered before the consumer takes its first message, or huey logs
         # "not found in TaskRegistry" and drops it. `SessionsConfig.ready` imports them too (for run_huey).
+        import health.jobs  # noqa: F401
         import sessions.jobs  # noqa: F401
 
         # Periodic crontab tasks are minute-grained; the Ticker sends our periodic jobs instead.
@@ -68,12 +69,15 @@ class Ticker:
     def _loop(self) -> None:
         from huey.contrib.djhuey import close_db
 
+        from health import jobs as health_jobs
         from sessions import jobs
 
         sends: dict[str, tuple[Any, tuple[Any, ...], Callable[[], float]]] = {
             "boot": (jobs.boot_repair, (self.run,), lambda: BOOT_RETRY_SECONDS),
             "sweep": (jobs.supervision_sweep, (), self.sweep_every),
             "tombstones": (jobs.remove_tombstones, (), lambda: jobs.TOMBSTONE_EVERY),
+            "health_sweep": (health_jobs.health_sweep, (), health_jobs.sweep_every),
+            "wake": (health_jobs.wake_cycle, (self.run,), health_jobs.wake_every),
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)

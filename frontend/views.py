@@ -30,6 +30,7 @@ from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.views.decorators.http import require_safe
 
+from health.services import decorate_list
 from sessions import services, transcript
 from sessions.config import get_config
 from sessions.enums import Badge, SessionState
@@ -109,7 +110,7 @@ def _dashboard_context() -> dict[str, Any]:
         "agents": _agents(),
         "default_agent": config.default_agent,
         "workspaces": services.list_workspaces(),
-        "sessions": services.list_sessions(all_states=True, limit=100),
+        "sessions": decorate_list(services.list_sessions(all_states=True, limit=100)),
         "states": [s.value for s in SessionState],
         "badges": [b.value for b in Badge],
     }

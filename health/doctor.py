@@ -163,10 +163,87 @@ def check_live_streams() -> dict[str, Any]:
                 f"{viewers} viewer(s) on {len(streams)} session(s)", evidence={"sessions": streams})
 
 
+# The wake cycle is late when no tick was claimed for this many cycle intervals (a stuck or dead consumer).
+WAKE_LATE_CYCLES = 4
+
+
+def check_health_rows() -> dict[str, Any]:
+    """Every session has a health row, and an unstopped one was written since the daemon started."""
+    from health.models import SessionHealth
+    from health.services import current_run
+    from sessions.models import Session
+    from sessions.store.folder import parse_time
+
+    missing = Session.objects.filter(health__isnull=True).count()
+    started = parse_time(current_run() or None)
+    outdated = SessionHealth.objects.exclude(state="stopped").filter(updated_at__lt=started).count() if started else 0
+    stale = SessionHealth.objects.filter(health="stale").count()
+    evidence = {"missing": missing, "outdated": outdated, "stale": stale}
+    if missing or outdated:
+        return item("session_health_rows", "sessions", "warn", "Session health rows missing or outdated",
+                    f"{missing} session(s) without a health row, {outdated} live row(s) not written since the daemon "
+                    "started", "compozy daemon stop && compozy daemon start", evidence)
+    if stale:
+        return item("session_health_rows", "sessions", "info", "Stale sessions",
+                    f"{stale} idle session(s) past [agents.heartbeat].session_health_stale_after; a prompt makes "
+                    "them healthy", "compozy session list --all -o json", evidence)
+    return item("session_health_rows", "sessions", "ok", "Session health", "every session has a current row",
+                evidence=evidence)
+
+
+def check_wake_service() -> dict[str, Any]:
+    """Health recomputed for this daemon start, and the wake cycle claiming its ticks."""
+    from health.agents import service_state
+    from health.config import heartbeat_config
+    from health.jobs import wake_every
+    from health.services import current_run
+    from sessions.store.folder import parse_time
+
+    if not heartbeat_config().enabled:
+        return item("wake_service", "daemon", "info", "Wake service", "disabled ([agents.heartbeat].enabled = false)")
+    if not current_run():
+        return item("wake_service", "daemon", "info", "Wake service", "the daemon is not running")
+    state = service_state()
+    if state["health_recomputed_at"] is None:
+        return item("wake_service", "daemon", "warn", "Wake service waiting",
+                    "session health is not recomputed yet for this daemon start; wakes wait for it", evidence=state)
+    last = parse_time(state["last_cycle_at"])
+    late = WAKE_LATE_CYCLES * wake_every()
+    if last is None or (utcnow() - last).total_seconds() > late:
+        return item("wake_service", "daemon", "warn", "Wake service not cycling",
+                    f"no wake cycle in the last {int(late)} s", "compozy doctor --only job_queue", evidence=state)
+    return item("wake_service", "daemon", "ok", "Wake service", f"last cycle {state['last_cycle_at']}",
+                evidence=state)
+
+
+def check_heartbeat_policies() -> dict[str, Any]:
+    """Each agent's newest HEARTBEAT.md snapshot (home-level re-resolved now): an invalid file pauses its wakes."""
+    from health import policy
+    from health.enums import PolicyStatus
+    from health.models import HeartbeatSnapshot
+    from sessions.config import get_config
+
+    for name in get_config().agents:
+        policy.resolve(name, "")
+    invalid = []
+    for agent, ws in HeartbeatSnapshot.objects.values_list("agent_name", "workspace_id").distinct():
+        snap = policy.latest_snapshot(agent, ws)
+        if snap is not None and snap.status == PolicyStatus.INVALID:
+            invalid.append({"agent": agent, "workspace_id": ws or None, "source_path": snap.source_path,
+                            "codes": sorted({d["code"] for d in snap.diagnostics})})
+    if invalid:
+        first = invalid[0]
+        return item("heartbeat_policies", "agents", "warn", "Invalid HEARTBEAT.md",
+                    f"{len(invalid)} policy file(s) invalid, wakes paused (heartbeat_invalid); e.g. "
+                    f"{first['source_path']}: {', '.join(first['codes'])}",
+                    f"compozy agent heartbeat status {first['agent']}", {"invalid": invalid})
+    return item("heartbeat_policies", "agents", "ok", "HEARTBEAT.md policies", "no invalid policy file")
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
     check_failures,
-    check_live_streams, check_providers,
+    check_live_streams, check_providers, check_health_rows, check_wake_service, check_heartbeat_policies,
 ]
 
 

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from ninja import Header, Query, Router
 
+from health.schemas import StatusDTO
 from sessions import services
 from sessions.errors import InvalidRequest
 from sessions.schemas import (
@@ -72,10 +73,15 @@ async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tupl
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
 async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery]) -> dict[str, Any]:
-    return await sync_to_async(services.list_sessions)(
+    result = await sync_to_async(services.list_sessions)(
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
     )
+    if filters.include_health:
+        from health.services import decorate_list
+
+        result = await sync_to_async(decorate_list)(result)
+    return result
 
 
 @router.get("/sessions/{session_id}", response=responses({200: SessionEnvelope}), exclude_unset=True)
@@ -97,9 +103,12 @@ async def rename_session(request: HttpRequest, workspace: Workspace, session_id:
     return {"session": await services.rename_session(session_id, payload.name, workspace)}
 
 
-@router.get(WS + "/status", response=responses({200: SessionEnvelope}), exclude_unset=True)
+@router.get(WS + "/status", response=responses({200: StatusDTO}), exclude_unset=True)
 async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
-    return {"session": await sync_to_async(services.get_session)(session_id, workspace)}
+    """The session record with its health (one DTO for CLI, HTTP and UDS)."""
+    from health.services import status_dto
+
+    return await sync_to_async(status_dto)(session_id, workspace)
 
 
 @router.delete(WS, response=responses({204: None}))

@@ -123,12 +123,17 @@ def save_meta(meta: dict[str, Any]) -> None:
 
     When meta.json cannot be written (a full disk under the sessions folder) the catalog row is still
     updated, so listings show the change, and the error is raised for the caller to retry."""
+    from health.services import on_meta_saved
+
     try:
         write_meta(meta)
     except OSError:
         upsert_session_row(meta)
+        on_meta_saved(meta)
         raise
     upsert_session_row(meta)
+    # Health is derived where every lifecycle change and turn heartbeat lands, off the event loop.
+    on_meta_saved(meta)
 
 
 def upsert_session_row(meta: dict[str, Any]) -> None:

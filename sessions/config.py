@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import compozy_home
+from health.config import HeartbeatConfig, parse_heartbeat
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
 from sessions.hooks.spec import HOOK_SOURCE_PRIORITY, HookDeclaration, validate_declarations
@@ -135,6 +136,7 @@ class Config:
     auto_title_enabled: bool = True
     auto_title_provider: str = ""
     hooks: tuple[HookDeclaration, ...] = ()
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     source: str = "built-in defaults"
 
 
@@ -436,7 +438,10 @@ def load_config(home: Path | None = None) -> Config:
         raise ConfigError("session.busy_input.max_text_bytes: must be between 512 and 1048576")
 
     agents = builtin_agents()
-    for name, body in _table(data, "agents").items():
+    agents_table = dict(_table(data, "agents"))
+    # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
+    heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
+    for name, body in agents_table.items():
         if not isinstance(body, dict):
             raise ConfigError(f"[agents.{name}] must be a table")
         agents[name] = AgentConfig(
@@ -473,6 +478,7 @@ def load_config(home: Path | None = None) -> Config:
         auto_title_enabled=bool(auto_title.get("enabled", True)),
         auto_title_provider=str(auto_title.get("provider") or ""),
         hooks=_hooks(hooks_table.get("declarations")),
+        heartbeat=heartbeat,
         source=str(path) if path.exists() else "built-in defaults",
     )
 

@@ -81,7 +81,13 @@ def boot_repair(run: str) -> dict[str, int] | None:
         _boot_runs.add(run)  # this start's repair was claimed already (a duplicate message)
         return None
     _boot_runs.add(run)
-    return boot_repair_all()
+    from health.services import boot_recompute
+
+    try:
+        return boot_repair_all()
+    finally:
+        # Health is recomputed from the repaired metadata, and before any wake consumer (they wait for it).
+        boot_recompute(run)
 
 
 @db_task()

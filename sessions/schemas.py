@@ -212,6 +212,7 @@ class ListSessionsQuery(Schema):
     q: QueryText | None = None
     resumable: bool = False
     all: bool = False
+    include_health: bool = False
     cursor: Annotated[str, Field(pattern=r"^[0-9]{1,18}$")] | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 50
 

@@ -256,16 +256,23 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
 @output_option
 @json_flag
 def session_status(session_id: str, fmt: str, as_json: bool) -> None:
-    """The current session record: state, agent, workspace, stop reason, failure, prompt state, times.
+    """The current session record (state, agent, workspace, stop reason, failure, prompt state, times) and its
+    health.
 
-    JSON is `{"session": {...}}`, so `jq '.session.failure'` reads the failure object.
+    JSON is `{"session": {...}, "health": {...}, "wake_state": ...}`, so `jq '.session.failure'` reads the failure.
     """
+    from compozy_site.cli.app import session_call
+    from compozy_site.cli.health import health_pairs
+
     fmt = _fmt(fmt, as_json)
-    try:
-        s = _client().request("GET", f"/api/sessions/{session_id}")["session"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit({"session": s}, fmt, lambda: _render_session(s))
+    data = session_call(fmt, session_id, "GET", "/status")
+    s = data["session"]
+
+    def human() -> None:
+        _render_session(s)
+        kv("Health", health_pairs(data["health"]))
+
+    emit(data, fmt, human)
 
 
 @session.command("list")
@@ -278,10 +285,12 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 @click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
 @click.option("--cursor", default=None, help="`page.next_cursor` from the previous page.")
 @click.option("--wide", is_flag=True, help="More columns (badge, provider, stop reason, failure, workspace, created).")
+@click.option("--include-health", is_flag=True, help="Attach each session's health DTO (`.health` in JSON).")
 @output_option
 @json_flag
 def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
-                 query: str | None, limit: int, cursor: str | None, wide: bool, fmt: str, as_json: bool) -> None:
+                 query: str | None, limit: int, cursor: str | None, wide: bool, include_health: bool, fmt: str,
+                 as_json: bool) -> None:
     """List sessions (active ones by default). JSON: `{sessions: [...], page: {...}}`."""
     from compozy_site.cli.events_view import session_rows
 
@@ -289,7 +298,8 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
     try:
         data = _client().request("GET", "/api/sessions", query={
             "all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
-            "workspace": workspace, "agent": agent, "q": query, "limit": limit, "cursor": cursor})
+            "workspace": workspace, "agent": agent, "q": query, "limit": limit, "cursor": cursor,
+            "include_health": "true" if include_health else None})
     except ApiError as exc:
         fail_api(exc, fmt)
 

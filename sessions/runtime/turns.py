@@ -86,7 +86,9 @@ class TurnsMixin:
                 turn.authored = authored
             if turn.sent:
                 content["context_replay"] = True
-            self.record(EventType.USER_MESSAGE, content, turn_id=turn.id)
+            # A daemon-originated prompt (a heartbeat wake) is stored as such, never as something a user typed.
+            kind = EventType.SYNTHETIC_REENTRY if source == "synthetic" else EventType.USER_MESSAGE
+            self.record(kind, content, turn_id=turn.id)
             try:
                 await self.recorder.flush()
             except StoreFailure as exc:
@@ -140,7 +142,8 @@ class TurnsMixin:
                 self.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
             turn.terminal = True
-            if turn.reply and self._title_eligible():
+            # A heartbeat wake is the daemon talking, not the user: it never names the session.
+            if turn.reply and turn.source != "synthetic" and self._title_eligible():
                 self.meta["auto_title"] = {"status": "pending"}
                 spawn(self._auto_title(turn))
         except AgentRequestError as exc:

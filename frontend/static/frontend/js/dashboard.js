@@ -23,6 +23,8 @@ const REFETCH_DEBOUNCE_MS = 250;
 const RELATIVE_REPAINT_MS = 15_000;
 // After the catalog stream drops, wait this long before opening a new one (EventSource retries too).
 const CATALOG_RETRY_MS = 3_000;
+// Health ages on the daemon's sweep (a stale session rings the catalog too); a slow poll is the fallback.
+const HEALTH_REFRESH_MS = 30_000;
 
 let sessions = [];
 let nextCursor = null;
@@ -33,6 +35,7 @@ const filterInputs = {
   workspace: document.getElementById("f-workspace"),
   state: document.getElementById("f-state"),
   resumable: document.getElementById("f-resumable"),
+  unhealthy: document.getElementById("f-unhealthy"),
   q: document.getElementById("f-q"),
 };
 
@@ -41,6 +44,7 @@ function readFiltersFromUrl() {
   filterInputs.workspace.value = params.get("workspace") || "";
   filterInputs.state.value = params.get("state") || "";
   filterInputs.resumable.checked = params.get("resumable") === "true";
+  filterInputs.unhealthy.checked = params.get("unhealthy") === "true";
   filterInputs.q.value = params.get("q") || "";
 }
 
@@ -49,17 +53,18 @@ function currentFilters() {
     workspace: filterInputs.workspace.value,
     state: filterInputs.state.value,
     resumable: filterInputs.resumable.checked,
+    unhealthy: filterInputs.unhealthy.checked,
     q: filterInputs.q.value.trim(),
   };
 }
 
 function filtersActive(f) {
-  return Boolean(f.workspace || f.state || f.resumable || f.q);
+  return Boolean(f.workspace || f.state || f.resumable || f.unhealthy || f.q);
 }
 
 function listUrl(cursor) {
   const f = currentFilters();
-  const params = new URLSearchParams({ all: "true", limit: String(PAGE_LIMIT) });
+  const params = new URLSearchParams({ all: "true", limit: String(PAGE_LIMIT), include_health: "true" });
   if (f.workspace) params.set("workspace", f.workspace);
   if (f.state) params.set("state", f.state);
   if (f.resumable) params.set("resumable", "true");
@@ -74,6 +79,7 @@ function syncUrl() {
   if (f.workspace) params.set("workspace", f.workspace);
   if (f.state) params.set("state", f.state);
   if (f.resumable) params.set("resumable", "true");
+  if (f.unhealthy) params.set("unhealthy", "true");
   if (f.q) params.set("q", f.q);
   const query = params.toString();
   history.replaceState(null, "", query ? `?${query}` : location.pathname);
@@ -106,7 +112,7 @@ function row(s) {
         el("span", { class: "failure-kind" }, failure.kind || "failure"),
         failure.summary ? el("span", { class: "failure-summary", title: failure.summary }, failure.summary) : null)
       : el("span", { class: "muted" }, "–")),
-    el("td", { class: "col-health", hidden: true }),
+    healthCell(s.health),
   );
   tr.addEventListener("click", (event) => {
     if (event.target.closest("a, button")) return;
@@ -115,12 +121,29 @@ function row(s) {
   return tr;
 }
 
+// Health and wake eligibility (health reference §1): the pill is the health value, the line under it says whether
+// the wake service may target the session, or the closed reason it may not.
+function healthCell(h) {
+  if (!h) return el("td", { class: "col-health" }, el("span", { class: "muted" }, "–"));
+  const wake = h.eligible_for_wake ? "wake ok" : h.ineligibility_reason || "no wake";
+  return el("td", { class: "col-health", dataset: { health: h.health } },
+    el("span", { class: `health-pill health-${h.health}`, title: `state ${h.state}${h.attachable ? ", attachable" : ""}` },
+      h.health),
+    el("span", { class: "muted small wake-state", title: "wake eligibility" }, wake));
+}
+
+function visible() {
+  if (!currentFilters().unhealthy) return sessions;
+  return sessions.filter((s) => s.health && s.health.health !== "healthy");
+}
+
 function render(page) {
   clear(body);
   const fragment = document.createDocumentFragment();
-  for (const s of sessions) fragment.append(row(s));
+  const shown = visible();
+  for (const s of shown) fragment.append(row(s));
   body.append(fragment);
-  const none = sessions.length === 0;
+  const none = shown.length === 0;
   table.hidden = none;
   empty.hidden = !none;
   if (none) {
@@ -129,7 +152,7 @@ function render(page) {
     empty.querySelector(".empty-text").hidden = filtered;
   }
   const total = page ? page.total : sessions.length;
-  count.textContent = none ? "" : `Showing ${sessions.length} of ${total}`;
+  count.textContent = none ? "" : `Showing ${shown.length} of ${total}`;
   loadMore.hidden = !nextCursor;
 }
 
@@ -252,7 +275,7 @@ form.addEventListener("submit", async (event) => {
 // ---- wiring --------------------------------------------------------------------------------------
 
 readFiltersFromUrl();
-for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.resumable]) {
+for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.resumable, filterInputs.unhealthy]) {
   input.addEventListener("change", () => {
     syncUrl();
     reload();
@@ -275,4 +298,5 @@ if (!filtersActive(currentFilters()) && data.initial) {
 }
 openCatalogStream();
 setInterval(repaintTimes, RELATIVE_REPAINT_MS);
+setInterval(() => reload(), HEALTH_REFRESH_MS);
 document.documentElement.dataset.ready = "true";

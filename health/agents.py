@@ -1,0 +1,72 @@
+"""Agent-level heartbeat surfaces: status (policy + wake service + optional session context) and manual wake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from health import policy, services, wake
+from health.enums import WakeSource
+from sessions.errors import InvalidRequest, NotFound
+from sessions.store.folder import isoformat
+
+
+def _check_agent(name: str) -> None:
+    from sessions.config import get_config
+
+    if name not in get_config().agents:
+        raise NotFound(f"agent {name!r} is not defined", code="agent_not_found", data={"agent": name})
+
+
+def _workspace_id(ref: str | None) -> str:
+    from sessions.catalog import find_workspace
+
+    return find_workspace(ref).id if ref else ""
+
+
+def service_state() -> dict[str, Any]:
+    """When this daemon start's health recompute finished, and when the wake cycle last claimed a tick."""
+    from sessions.claims import owner_id
+    from sessions.models import SweepClaim
+
+    claim = SweepClaim.objects.filter(name=f"wake_cycle:{owner_id()}").first()
+    run = services.current_run()
+    return {"health_recomputed_at": services.recomputed_at(run) if run else None,
+            "last_cycle_at": isoformat(claim.claimed_at) if claim else None}
+
+
+def agent_status(name: str, *, workspace: str | None = None, session_id: str | None = None,
+                 include_session_health: bool = False, include_wake_events: bool = False) -> dict[str, Any]:
+    _check_agent(name)
+    workspace_id = _workspace_id(workspace)
+    row = None
+    if session_id:
+        row = services.health_row(session_id, workspace, touch=False)
+        workspace_id = workspace_id or row.workspace_id
+    out = policy.status(name, workspace_id)
+    out["service"] = service_state()
+    if session_id:
+        out["wake_state"] = wake.wake_state_dto(session_id)
+    if include_session_health and row is not None:
+        out["session_health"] = services.row_dict(row)
+    if include_wake_events:
+        out["wake_events"] = wake.recent_events(agent_name=name, session_id=session_id, limit=20)
+    return out
+
+
+def all_statuses() -> list[dict[str, Any]]:
+    """The home-level policy of every configured agent (the dashboard's HEARTBEAT.md panel)."""
+    from sessions.config import get_config
+
+    service = service_state()
+    return [{**policy.status(name, ""), "service": service} for name in sorted(get_config().agents)]
+
+
+def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
+                workspace: str | None = None) -> dict[str, Any]:
+    _check_agent(name)
+    if not session_id:
+        raise InvalidRequest("session_id is required", code="session_id_required")
+    wake.require_recomputed()
+    if workspace:
+        _workspace_id(workspace)  # an unknown workspace is a 404, as for every workspace-scoped call
+    return wake.wake(name, session_id, source=source, dry_run=dry_run)

@@ -1,0 +1,111 @@
+"""Pure health derivation (health reference §2): from a meta.json snapshot and live runtime facts to the
+fields of a health row. No I/O, so the rules are testable on their own and identical at boot and at runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from health.enums import HealthState, HealthValue, WakeReason
+from sessions.enums import FailureKind, SessionState
+from sessions.store.folder import parse_time
+from sessions.store.redact import bound_text, redact_text
+
+LAST_ERROR_BYTES = 2048
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """What the owning daemon knows that meta.json does not: is there a runtime, and is its process up."""
+
+    runtime: bool = False
+    process_running: bool = False
+    stopping: bool = False
+
+
+def attachable(meta: dict[str, Any], live: LiveFacts) -> bool:
+    """The attach rules of the session payload, and the agent's subprocess still running."""
+    failure_kind = (meta.get("failure") or {}).get("kind")
+    stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
+    return (meta["state"] == SessionState.ACTIVE and live.runtime and live.process_running and not live.stopping
+            and failure_kind in (None, FailureKind.PROMPT_FAILURE) and not stalled)
+
+
+def prompt_active(meta: dict[str, Any]) -> bool:
+    return bool(((meta.get("liveness") or {}).get("activity") or {}).get("prompt_active"))
+
+
+def state_of(meta: dict[str, Any], live: LiveFacts) -> HealthState:
+    if meta["state"] == SessionState.STOPPED:
+        return HealthState.STOPPED
+    if meta["state"] == SessionState.ACTIVE and live.runtime and prompt_active(meta):
+        return HealthState.PROMPTING
+    if attachable(meta, live):
+        return HealthState.IDLE
+    return HealthState.DETACHED
+
+
+def health_of(meta: dict[str, Any], live: LiveFacts) -> HealthValue:
+    if meta["state"] == SessionState.STOPPED:
+        return HealthValue.DEAD
+    if (meta.get("liveness") or {}).get("stall_state") == "stalled":
+        return HealthValue.DEGRADED
+    if meta["state"] != SessionState.ACTIVE or not live.runtime:
+        return HealthValue.UNKNOWN
+    return HealthValue.HEALTHY
+
+
+def idle_since(meta: dict[str, Any]) -> datetime | None:
+    """Last real activity, else the moment the session became active: the idle clock's start."""
+    activity = (meta.get("liveness") or {}).get("activity") or {}
+    return parse_time(activity.get("last_activity_at")) or parse_time(meta.get("activated_at")) \
+        or parse_time(meta.get("created_at"))
+
+
+def is_stale(state: str, health: str, active: bool, since: datetime | None, presence: datetime | None,
+             now: datetime, stale_after: float) -> bool:
+    """Idle, no prompt, healthy so far, and neither activity nor a presence touch within `stale_after`."""
+    if state != HealthState.IDLE or active or health != HealthValue.HEALTHY:
+        return False
+    latest = max((t for t in (since, presence) if t is not None), default=None)
+    return latest is None or now - latest > timedelta(seconds=stale_after)
+
+
+def eligibility(state: str, health: str, active: bool, attachable_now: bool) -> tuple[bool, str]:
+    """First match wins (health reference §2); health-level reasons collapse to `session_unhealthy`."""
+    if health != HealthValue.HEALTHY:
+        return False, WakeReason.SESSION_UNHEALTHY.value
+    if active or state == HealthState.PROMPTING:
+        return False, WakeReason.SESSION_PROMPT_ACTIVE.value
+    if not attachable_now or state == HealthState.DETACHED:
+        return False, WakeReason.SESSION_NOT_ATTACHABLE.value
+    if state != HealthState.IDLE:
+        return False, WakeReason.SESSION_UNHEALTHY.value
+    return True, ""
+
+
+def last_error(meta: dict[str, Any]) -> str:
+    failure = meta.get("failure") or {}
+    text = failure.get("summary") or ""
+    if not text:
+        return ""
+    return bound_text(redact_text(f"{failure.get('kind') or 'error'}: {text}"), LAST_ERROR_BYTES)
+
+
+def derive(meta: dict[str, Any], live: LiveFacts, *, presence: datetime | None, now: datetime,
+           stale_after: float) -> dict[str, Any]:
+    """Every derived field of a health row (identity and timestamps of writing excluded)."""
+    state = state_of(meta, live)
+    health = health_of(meta, live)
+    active = state == HealthState.PROMPTING
+    can_attach = attachable(meta, live)
+    activity = (meta.get("liveness") or {}).get("activity") or {}
+    if is_stale(state, health, active, idle_since(meta), presence, now, stale_after):
+        health = HealthValue.STALE
+    eligible, reason = eligibility(state, health, active, can_attach)
+    return {
+        "state": state.value, "health": health.value, "active_prompt": active, "attachable": can_attach,
+        "eligible_for_wake": eligible, "ineligibility_reason": reason,
+        "last_activity_at": parse_time(activity.get("last_activity_at")), "last_error": last_error(meta),
+    }

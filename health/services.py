@@ -1,0 +1,315 @@
+"""The health service layer: keep each session's health row, serve the health DTO to every surface.
+
+Rows are written from three places only, all off the event loop:
+1. `on_meta_saved`, called by `catalog.save_meta` on the runtime's DB thread after every lifecycle change, turn
+   end and turn heartbeat (so supervision feeds health through activity and never writes it);
+2. `sweep_stale`, the claimed periodic job that ages idle sessions into `stale`;
+3. `boot_recompute`, once per daemon start, before any wake consumer runs.
+Presence touches (`touch_presence`) only move `last_presence_at`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from health.config import heartbeat_config
+from health.derive import LiveFacts, derive, eligibility, is_stale
+from health.enums import HealthState, HealthValue, WakeReason
+from health.models import SessionHealth
+from sessions.models import Session
+from sessions.store.folder import isoformat, utcnow
+
+logger = logging.getLogger(__name__)
+
+HOOK_EVENT = "session.health.update.after"
+# Fields whose change is a transition (hooks reference §7); presence and activity touches alone never fire.
+TRANSITION_FIELDS = ("state", "health", "eligible_for_wake", "ineligibility_reason")
+
+_recomputed: dict[str, str] = {}  # daemon start (`started_at`) → when its boot recompute finished
+_recompute_lock = threading.Lock()
+
+
+def _manager() -> Any:
+    from sessions.runtime.manager import get_manager
+
+    try:
+        return get_manager()
+    except Exception:
+        return None
+
+
+def live_facts(session_id: str) -> LiveFacts:
+    """Read from the owner's runtime (any thread: attribute reads only)."""
+    manager = _manager()
+    runtime = manager.get(session_id) if manager is not None else None
+    if runtime is None:
+        return LiveFacts()
+    agent = runtime.agent
+    return LiveFacts(runtime=True, process_running=agent is not None and agent.returncode is None,
+                     stopping=bool(runtime.stopping))
+
+
+def row_dict(row: SessionHealth) -> dict[str, Any]:
+    """The health DTO (health reference §1; surfaces §4.8): the same for CLI, HTTP and UDS."""
+    return {
+        "session_id": row.session_id, "workspace_id": row.workspace_id, "agent_name": row.agent_name,
+        "state": row.state, "health": row.health, "active_prompt": row.active_prompt, "attachable": row.attachable,
+        "eligible_for_wake": row.eligible_for_wake, "ineligibility_reason": row.ineligibility_reason or None,
+        "last_activity_at": isoformat(row.last_activity_at), "last_presence_at": isoformat(row.last_presence_at),
+        "last_error": row.last_error or None, "updated_at": isoformat(row.updated_at),
+    }
+
+
+# ---- writing -----------------------------------------------------------------------------------------
+
+def on_meta_saved(meta: dict[str, Any], live: LiveFacts | None = None) -> SessionHealth | None:
+    """Derive and store the health row of a session whose meta.json was just written. Never raises: a health
+    write must not fail the lifecycle write it follows (the next save or the sweep catches up)."""
+    try:
+        return _upsert(meta, live if live is not None else live_facts(meta["id"]))
+    except Exception:
+        logger.exception("session %s: health row not updated", meta.get("id"))
+        return None
+
+
+def _upsert(meta: dict[str, Any], live: LiveFacts, now: datetime | None = None,
+            force_stale: bool = False) -> SessionHealth | None:
+    now = now or utcnow()
+    cfg = heartbeat_config()
+    with transaction.atomic():
+        row = SessionHealth.objects.select_for_update().filter(session_id=meta["id"]).first()
+        before = _transition_key(row) if row is not None else None
+        fields = derive(meta, live, presence=row.last_presence_at if row else None, now=now,
+                        stale_after=cfg.session_health_stale_after)
+        if force_stale:
+            fields.update(health=HealthValue.STALE.value, eligible_for_wake=False,
+                          ineligibility_reason=WakeReason.SESSION_UNHEALTHY.value)
+        if row is None:
+            if not Session.objects.filter(id=meta["id"]).exists():
+                return None  # the catalog row is gone (a removal raced this write)
+            row = SessionHealth(session_id=meta["id"])
+        row.workspace_id = meta["workspace_id"]
+        row.agent_name = meta["agent_name"]
+        for key, value in fields.items():
+            setattr(row, key, value)
+        row.updated_at = now
+        fire = before != _transition_key(row) and _hook_due(row, now, cfg.session_health_hook_min_interval)
+        if fire:
+            row.hook_fired_at = now
+        try:
+            row.save()
+        except IntegrityError:
+            return None  # the session row was deleted between our check and the insert
+    if fire:
+        _fire_hook(row, meta)
+    return row
+
+
+def _transition_key(row: SessionHealth) -> tuple[Any, ...]:
+    return tuple(getattr(row, f) for f in TRANSITION_FIELDS)
+
+
+def _hook_due(row: SessionHealth, now: datetime, min_interval: float) -> bool:
+    return row.hook_fired_at is None or now - row.hook_fired_at >= timedelta(seconds=min_interval)
+
+
+def _fire_hook(row: SessionHealth, meta: dict[str, Any]) -> None:
+    """Hand `session.health.update.after` to the daemon's loop (async-only event: nobody waits for it)."""
+    manager = _manager()
+    if manager is None or manager.loop is None or manager.hooks is None or not manager.hooks.has_hooks(HOOK_EVENT):
+        return
+    payload = {k: v for k, v in row_dict(row).items() if k not in ("session_id", "workspace_id", "agent_name")}
+
+    def start() -> None:
+        from sessions.runtime.tasks import spawn
+
+        runtime = manager.get(row.session_id)
+        if runtime is not None:
+            spawn(runtime.hook(HOOK_EVENT, **payload))
+            return
+        spawn(manager.hooks.dispatch(HOOK_EVENT, {
+            "event": HOOK_EVENT, "session_id": row.session_id, "session_name": meta.get("name") or "",
+            "session_type": meta.get("session_type") or "user", "agent_name": row.agent_name,
+            "workspace_id": row.workspace_id, "acp_session_id": meta.get("acp_session_id") or "", **payload}))
+
+    try:
+        manager.loop.call_soon_threadsafe(start)
+    except RuntimeError:
+        pass  # the loop closed: the daemon is going away
+
+
+def touch_presence(session_id: str) -> None:
+    """A health/status/inspect read of a live session: metadata only, never a transition."""
+    if not live_facts(session_id).runtime:
+        return
+    now = utcnow()
+    SessionHealth.objects.filter(session_id=session_id).exclude(state=HealthState.STOPPED).update(
+        last_presence_at=now, updated_at=now)
+
+
+def sweep_stale(now: datetime | None = None) -> int:
+    """Age idle sessions whose last activity and presence are older than `session_health_stale_after`."""
+    now = now or utcnow()
+    cfg = heartbeat_config()
+    changed = 0
+    for row in SessionHealth.objects.filter(state=HealthState.IDLE, health=HealthValue.HEALTHY, active_prompt=False):
+        since = _idle_since(row)
+        if not is_stale(row.state, row.health, row.active_prompt, since, row.last_presence_at, now,
+                        cfg.session_health_stale_after):
+            continue
+        meta = _meta(row.session_id)
+        if meta is None:
+            continue
+        # Re-derived from meta under the row lock, so a prompt that began since the read is never aged.
+        updated = _upsert(meta, live_facts(row.session_id), now)
+        if updated is not None and updated.health != row.health:
+            changed += 1
+            _ring_catalog(updated)
+    return changed
+
+
+def _ring_catalog(row: SessionHealth) -> None:
+    """A session aged into `stale` changed no meta.json: ring the catalog doorbell so lists refetch."""
+    from sessions.services import _ring_catalog_threadsafe
+
+    try:
+        _ring_catalog_threadsafe("upserted", row.workspace_id, row.session_id)
+    except Exception:
+        logger.debug("catalog doorbell not rung for %s", row.session_id, exc_info=True)
+
+
+def _idle_since(row: SessionHealth) -> datetime | None:
+    if row.last_activity_at is not None:
+        return row.last_activity_at
+    session = Session.objects.filter(id=row.session_id).only("created_at", "last_activity_at").first()
+    return session.created_at if session else None
+
+
+def _meta(session_id: str) -> dict[str, Any] | None:
+    from sessions.store.folder import load_meta
+
+    try:
+        return load_meta(session_id)
+    except Exception:
+        return None
+
+
+def boot_recompute(run: str) -> dict[str, int]:
+    """Once per daemon start, after boot repair and before any wake consumer (health reference §3):
+    1. recompute every stored row from its meta.json and the runtime facts of this daemon;
+    2. a session whose meta.json is gone reads `detached` + `stale`;
+    3. run the stale sweep; then record completion, which the wake service waits for."""
+    counts = {"recomputed": 0, "missing_meta": 0, "stale": 0}
+    with _recompute_lock:
+        if run in _recomputed:
+            return counts
+        for session in Session.objects.all().iterator():
+            meta = _meta(session.id)
+            if meta is None:
+                _mark_missing(session)
+                counts["missing_meta"] += 1
+                continue
+            if _upsert(meta, live_facts(session.id)) is not None:
+                counts["recomputed"] += 1
+        counts["stale"] = sweep_stale()
+        from health.models import WakeState
+
+        # A wake in flight when the last daemon died never finished: release its gate.
+        WakeState.objects.filter(in_flight=True).update(in_flight=False)
+        _recomputed[run] = isoformat(utcnow()) or ""
+    logger.info("health recomputed at boot: %s", counts)
+    return counts
+
+
+def _mark_missing(session: Session) -> None:
+    now = utcnow()
+    eligible, reason = eligibility(HealthState.DETACHED, HealthValue.STALE, False, False)
+    SessionHealth.objects.update_or_create(session_id=session.id, defaults={
+        "workspace_id": session.workspace_id, "agent_name": session.agent_name, "state": HealthState.DETACHED,
+        "health": HealthValue.STALE, "active_prompt": False, "attachable": False, "eligible_for_wake": eligible,
+        "ineligibility_reason": reason, "last_error": "session metadata missing", "updated_at": now})
+
+
+def recomputed_at(run: str) -> str | None:
+    """When this daemon start's boot recompute finished (None: not yet; wakes must wait)."""
+    return _recomputed.get(run)
+
+
+def current_run() -> str:
+    from compozy_site.daemon_record import read_daemon_record
+
+    record = read_daemon_record() or {}
+    return str(record.get("started_at") or "")
+
+
+# ---- reading -----------------------------------------------------------------------------------------
+
+def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool = True) -> SessionHealth:
+    """The stored row of a session (the session must exist, and belong to `workspace_ref` when given). A
+    session with no row yet gets one derived now, so health is always present."""
+    from sessions import services
+
+    meta = services.scoped_meta(session_id, workspace_ref)
+    if touch:
+        touch_presence(session_id)
+    row = SessionHealth.objects.filter(session_id=session_id).first()
+    if row is None:
+        row = _upsert(meta, live_facts(session_id))
+    if row is None:
+        from sessions.errors import Unavailable
+
+        raise Unavailable("session health is unavailable", code="health_unavailable")
+    return row
+
+
+def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    return {"health": row_dict(health_row(session_id, workspace_ref))}
+
+
+def status_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    """`session status`: the session record (unchanged, so `.session.failure` still reads) plus health."""
+    from health import wake
+    from sessions import services
+
+    row = health_row(session_id, workspace_ref)
+    return {"session": services.get_session(session_id, workspace_ref), "health": row_dict(row),
+            "wake_state": wake.wake_state_dto(session_id)}
+
+
+def inspect_dto(session_id: str, workspace_ref: str | None = None, recent: int = 5) -> dict[str, Any]:
+    """Health, wake state, the HEARTBEAT.md policy the session's agent would be woken under, the last audit."""
+    from health import policy, wake
+
+    row = health_row(session_id, workspace_ref)
+    snap = policy.resolve(row.agent_name, row.workspace_id)  # the snapshot a wake would use now
+    events = wake.recent_events(session_id=session_id, limit=recent)
+    return {
+        "session_id": session_id, "health": row_dict(row), "wake_state": wake.wake_state_dto(session_id),
+        "policy": policy.snapshot_summary(snap), "policy_snapshot_id": snap.id if snap else None,
+        "policy_digest": snap.digest if snap and snap.digest else None,
+        "config_digest": snap.config_digest if snap else None, "last_wake_event": events[0] if events else None,
+        "wake_events": events, "last_error": row.last_error or None,
+        "diagnostics": list(snap.diagnostics) if snap else [],
+    }
+
+
+def decorate_list(result: dict[str, Any]) -> dict[str, Any]:
+    """`GET /api/sessions?include_health=true`: each payload gains `health` (one query, no presence touch)."""
+    ids = [s["id"] for s in result["sessions"]]
+    sweep_stale()  # the list is where an operator looks for stale sessions: age them before answering
+    rows = {r.session_id: r for r in SessionHealth.objects.filter(session_id__in=ids)}
+    for payload in result["sessions"]:
+        row = rows.get(payload["id"])
+        payload["health"] = row_dict(row) if row is not None else None
+    return result
+
+
+def unhealthy_filter(result: dict[str, Any]) -> dict[str, Any]:
+    result["sessions"] = [s for s in result["sessions"]
+                          if s.get("health") and s["health"]["health"] != HealthValue.HEALTHY]
+    return result

@@ -1,0 +1,289 @@
+"""The wake service (health reference §4): decide whether HEARTBEAT.md policy may re-orient a session, and send
+the synthetic prompt when it may. Every decision returns one reason of the closed `WakeReason` set.
+
+The gate is race-safe without locks:
+- a compare-and-set on the session's `WakeState.version` lets one of several concurrent wakes through; the
+  others are `wake_coalesced` (a wake in flight or cooling down), or `cooldown_active` for a manual wake;
+- the synthetic prompt is sent with "skip if busy" under the runtime's prompt lock: a prompt that started
+  after health was read makes it `session_prompt_active_race`, never a second turn.
+Wake never touches task runs, claims or leases, and never writes health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import F
+
+from health import heartbeat, policy, services
+from health.config import HeartbeatConfig, heartbeat_config
+from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
+from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
+from sessions.errors import Conflict, Unavailable
+from sessions.store.folder import isoformat, utcnow
+
+logger = logging.getLogger(__name__)
+
+SEND_TIMEOUT = 30.0  # the synthetic prompt is recorded before it reaches the agent: this bounds hooks + flush
+PROMPT_HEAD = "Agent Heartbeat requested a reorientation for this existing session."
+PROMPT_TAIL = ("This wake assigns no work and transfers no ownership. Before acting, inspect /agent/context, the "
+               "session state, your inbox and the task APIs; claim only what those say is yours. If there is "
+               "nothing to do, stay idle and end your turn.")
+
+
+@dataclass
+class Cycle:
+    """One scheduler cycle: `max_wakes_per_cycle` counts the wakes sent in it."""
+
+    sent: int = 0
+
+
+def _recorded_decision(result: WakeResult, reason: WakeReason, **extra: Any) -> dict[str, Any]:
+    return {"wake_event_id": None, "result": result.value, "reason": reason.value, "policy_snapshot_id": None,
+            "policy_digest": None, "config_digest": None, "synthetic_prompt_id": None, "diagnostics": [], **extra}
+
+
+def require_recomputed() -> str:
+    """Wakes wait until this daemon start's boot recompute finished (health reference §3)."""
+    run = services.current_run()
+    at = services.recomputed_at(run) if run else None
+    if at is None:
+        raise Unavailable("session health is being recomputed after a daemon start; retry shortly",
+                          code="health_recomputing")
+    return at
+
+
+def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
+         cycle: Cycle | None = None, now: datetime | None = None, audit_repeats: bool = True) -> dict[str, Any]:
+    """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline."""
+    now = now or utcnow()
+    cfg = heartbeat_config()
+    row = SessionHealth.objects.filter(session_id=session_id).first()
+    workspace_id = row.workspace_id if row else ""
+    ctx = _Ctx(agent_name, session_id, workspace_id, source, now, cfg, dry_run, audit_repeats)
+    # 1. config
+    if not cfg.enabled:
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_DISABLED)
+    if row is not None and row.agent_name != agent_name:
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_NO_ELIGIBLE_SESSION)
+    # 2. the latest snapshot of the policy
+    snap = policy.resolve(agent_name, workspace_id, cfg)
+    ctx.snap = snap
+    if snap.status == PolicyStatus.INVALID:
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_INVALID)
+    if snap.status != PolicyStatus.VALID:
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_NO_POLICY)
+    # 3. policy checks (`resolve` re-resolved the snapshot if the config digest changed)
+    if not snap.policy.get("enabled", True):
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_DISABLED)
+    if not heartbeat.allowed_at(snap.policy, now):
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.QUIET_WINDOW)
+    # 4. cooldown and wakes in flight
+    state = _state(session_id, workspace_id, agent_name, now) if row is not None else None
+    if state is not None and state.in_flight:
+        return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
+    if state is not None and state.next_allowed_at is not None and state.next_allowed_at > now:
+        if source == WakeSource.MANUAL:
+            return ctx.decide(WakeResult.RATE_LIMITED, WakeReason.COOLDOWN_ACTIVE)
+        return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
+    # 5. session health
+    if row is None or state is None:
+        return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_NOT_FOUND)
+    if not row.eligible_for_wake:
+        return ctx.decide(WakeResult.SKIPPED, _mapped(row))
+    if cycle is not None and cycle.sent >= cfg.max_wakes_per_cycle:
+        return ctx.decide(WakeResult.RATE_LIMITED, WakeReason.HEARTBEAT_RATE_LIMITED)
+    # 6. dry run: the decision a real wake would reach here, without ids or side effects
+    if dry_run:
+        return ctx.decide(WakeResult.SENT, WakeReason.WAKE_SENT)
+    # 7. claim the gate, record the decision's id, send with "skip if busy"
+    claimed = WakeState.objects.filter(session_id=session_id, version=state.version, in_flight=False).update(
+        in_flight=True, version=F("version") + 1, updated_at=now)
+    if claimed != 1:
+        return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
+    event_id = "wke_" + secrets.token_hex(8)
+    try:
+        turn_id = send_synthetic(session_id, _prompt_text(snap), {
+            "reason": "agent_heartbeat_wake", "summary": snap.policy.get("summary") or "",
+            "wake_event_id": event_id, "policy_snapshot_id": snap.id, "policy_digest": snap.digest,
+            "config_digest": snap.config_digest, "source": source.value})
+    except Conflict as exc:
+        if exc.code == "prompt_in_progress":
+            return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_PROMPT_ACTIVE_RACE, event_id=event_id,
+                              release=True)
+        return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
+    except Exception as exc:
+        logger.warning("wake of %s: synthetic prompt failed: %s", session_id, exc)
+        return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
+    if cycle is not None:
+        cycle.sent += 1
+    return ctx.decide(WakeResult.SENT, WakeReason.WAKE_SENT, event_id=event_id, release=True, turn_id=turn_id)
+
+
+def _mapped(row: SessionHealth) -> WakeReason:
+    try:
+        return WakeReason(row.ineligibility_reason)
+    except ValueError:
+        return WakeReason.HEARTBEAT_NO_ELIGIBLE_SESSION
+
+
+def _prompt_text(snap: HeartbeatSnapshot) -> str:
+    summary = snap.policy.get("summary") or "(none)"
+    guidance = snap.body.strip() or "(none)"
+    return f"{PROMPT_HEAD}\n\nPolicy summary: {summary}\n\nPolicy guidance:\n{guidance}\n\n{PROMPT_TAIL}"
+
+
+def _state(session_id: str, workspace_id: str, agent_name: str, now: datetime) -> WakeState:
+    try:
+        state, _ = WakeState.objects.get_or_create(session_id=session_id, defaults={
+            "workspace_id": workspace_id, "agent_name": agent_name, "updated_at": now})
+    except IntegrityError:  # created by a concurrent wake between our read and insert
+        state = WakeState.objects.get(session_id=session_id)
+    return state
+
+
+def send_synthetic(session_id: str, text: str, synthetic: dict[str, Any]) -> str:
+    """Run the synthetic turn on the daemon's loop from this (worker) thread; its turn id is returned."""
+    from sessions.runtime.manager import get_manager
+
+    manager = get_manager()
+    if manager.loop is None:
+        raise Unavailable("the daemon loop is not running")
+    future = asyncio.run_coroutine_threadsafe(_start(manager, session_id, text, synthetic), manager.loop)
+    return future.result(SEND_TIMEOUT)
+
+
+async def _start(manager: Any, session_id: str, text: str, synthetic: dict[str, Any]) -> str:
+    runtime = manager.get(session_id)
+    if runtime is None or runtime.stopping or runtime.state != "active":
+        raise Conflict("session is not active", code="session_not_active")
+    if runtime.busy or runtime.handover:
+        raise Conflict("a prompt is already in progress", code="prompt_in_progress")  # skip if busy: never queue
+    turn = await runtime.start_turn(text, source="synthetic", extra={"synthetic": synthetic})
+    return str(turn.id)
+
+
+class _Ctx:
+    """One decision's context: writes its audit row and wake state, then shapes the decision DTO."""
+
+    def __init__(self, agent_name: str, session_id: str, workspace_id: str, source: WakeSource, now: datetime,
+                 cfg: HeartbeatConfig, dry_run: bool, audit_repeats: bool) -> None:
+        self.agent_name, self.session_id, self.workspace_id = agent_name, session_id, workspace_id
+        self.source, self.now, self.cfg, self.dry_run, self.audit_repeats = source, now, cfg, dry_run, audit_repeats
+        self.snap: HeartbeatSnapshot | None = None
+
+    def decide(self, result: WakeResult, reason: WakeReason, *, event_id: str | None = None, coalesce: bool = False,
+               release: bool = False, turn_id: str | None = None) -> dict[str, Any]:
+        snap = self.snap
+        out = _recorded_decision(result, reason, policy_snapshot_id=snap.id if snap else None,
+                                 policy_digest=(snap.digest or None) if snap else None,
+                                 config_digest=snap.config_digest if snap else None,
+                                 diagnostics=list(snap.diagnostics) if snap else [])
+        out.update(session_id=self.session_id, agent_name=self.agent_name, source=self.source.value,
+                   dry_run=self.dry_run)
+        if self.dry_run:
+            out.update(wake_event_id=None, policy_snapshot_id=None)
+            return out
+        exists = SessionHealth.objects.filter(session_id=self.session_id).exists()
+        previous = WakeState.objects.filter(session_id=self.session_id).first() if exists else None
+        repeat = previous is not None and previous.last_reason == reason.value and result != WakeResult.SENT
+        if exists:
+            self._update_state(result, reason, coalesce=coalesce, release=release)
+        if repeat and not self.audit_repeats:
+            return out  # the scheduler does not audit the same skip every cycle
+        event_id = event_id or "wke_" + secrets.token_hex(8)
+        WakeEvent.objects.create(
+            id=event_id, workspace_id=self.workspace_id, agent_name=self.agent_name, session_id=self.session_id,
+            policy_snapshot_id=snap.id if snap else "", source=self.source, result=result, reason=reason,
+            synthetic_prompt_id=turn_id or "", created_at=self.now,
+            expires_at=self.now + timedelta(seconds=self.cfg.wake_event_retention))
+        out.update(wake_event_id=event_id, synthetic_prompt_id=turn_id)
+        return out
+
+    def _update_state(self, result: WakeResult, reason: WakeReason, *, coalesce: bool, release: bool) -> None:
+        fields: dict[str, Any] = {"last_result": result.value, "last_reason": reason.value, "updated_at": utcnow(),
+                                  "policy_snapshot_id": self.snap.id if self.snap else ""}
+        if coalesce:
+            fields["coalesced_count"] = F("coalesced_count") + 1
+        if release:
+            fields["in_flight"] = False
+        if result == WakeResult.SENT:
+            fields.update(last_wake_at=self.now, coalesced_count=0,
+                          next_allowed_at=self.now + timedelta(seconds=self.cfg.wake_cooldown))
+        if not WakeState.objects.filter(session_id=self.session_id).update(**fields):
+            _state(self.session_id, self.workspace_id, self.agent_name, self.now)
+            WakeState.objects.filter(session_id=self.session_id).update(**fields)
+
+
+# ---- the scheduler cycle -------------------------------------------------------------------------------
+
+def run_cycle(now: datetime | None = None) -> dict[str, int]:
+    """One scheduler cycle: wake each live session whose agent's policy interval has passed since its last wake
+    (or last activity), at most `max_wakes_per_cycle` sent; then drop audit rows past retention."""
+    now = now or utcnow()
+    cfg = heartbeat_config()
+    counts = {"considered": 0, "sent": 0}
+    WakeEvent.objects.filter(expires_at__lt=now).delete()
+    if not cfg.enabled:
+        return counts
+    cycle = Cycle()
+    snaps: dict[tuple[str, str], HeartbeatSnapshot] = {}
+    states = {s.session_id: s for s in WakeState.objects.all()}
+    for row in SessionHealth.objects.exclude(state=HealthState.STOPPED).select_related("session").order_by(
+            "updated_at"):
+        key = (row.agent_name, row.workspace_id)
+        if key not in snaps:
+            snaps[key] = policy.resolve(row.agent_name, row.workspace_id, cfg)
+        snap = snaps[key]
+        if snap.status == PolicyStatus.MISSING:
+            continue  # no HEARTBEAT.md: wake policy is off for the agent, and nothing to audit
+        state = states.get(row.session_id)
+        # The interval runs from the last wake, the last activity, or the session's creation: a new session is
+        # not woken the moment it starts.
+        since = max(t for t in (state.last_wake_at if state else None, row.last_activity_at, row.session.created_at)
+                    if t is not None)
+        interval = heartbeat.interval_of(snap.policy) if snap.policy else timedelta(seconds=cfg.default_interval)
+        if now - since < interval:
+            continue
+        counts["considered"] += 1
+        decision = wake(row.agent_name, row.session_id, source=WakeSource.SCHEDULER, cycle=cycle, now=now,
+                        audit_repeats=False)
+        counts["sent"] += decision["result"] == WakeResult.SENT
+    return counts
+
+
+# ---- reads ---------------------------------------------------------------------------------------------
+
+def wake_state_dto(session_id: str) -> dict[str, Any] | None:
+    state = WakeState.objects.filter(session_id=session_id).first()
+    if state is None:
+        return None
+    return {"workspace_id": state.workspace_id, "agent_name": state.agent_name, "session_id": state.session_id,
+            "policy_snapshot_id": state.policy_snapshot_id or None, "last_wake_at": isoformat(state.last_wake_at),
+            "next_allowed_at": isoformat(state.next_allowed_at), "coalesced_count": state.coalesced_count,
+            "last_result": state.last_result or None, "last_reason": state.last_reason or None,
+            "in_flight": state.in_flight, "updated_at": isoformat(state.updated_at)}
+
+
+def event_dto(ev: WakeEvent) -> dict[str, Any]:
+    return {"id": ev.id, "workspace_id": ev.workspace_id or None, "agent_name": ev.agent_name,
+            "session_id": ev.session_id or None, "policy_snapshot_id": ev.policy_snapshot_id or None,
+            "source": ev.source, "result": ev.result, "reason": ev.reason,
+            "synthetic_prompt_id": ev.synthetic_prompt_id or None, "created_at": isoformat(ev.created_at),
+            "expires_at": isoformat(ev.expires_at)}
+
+
+def recent_events(*, session_id: str | None = None, agent_name: str | None = None,
+                  limit: int = 10) -> list[dict[str, Any]]:
+    qs = WakeEvent.objects.all()
+    if session_id:
+        qs = qs.filter(session_id=session_id)
+    if agent_name:
+        qs = qs.filter(agent_name=agent_name)
+    return [event_dto(ev) for ev in qs.order_by("-created_at", "-id")[:limit]]

@@ -1,0 +1,92 @@
+"""Health and wake through lifecycle hooks, on the real daemon: `session.health.update.after` fires on transitions
+only and at most once per `session_health_hook_min_interval`; a hook refusing the synthetic prompt makes the wake
+`synthetic_prompt_failed`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.integration.test_health import HEARTBEAT, write_policy
+
+RECORD = "import sys, json; p = json.load(sys.stdin); open(sys.argv[1], 'a').write(json.dumps(p) + chr(10))"
+DENY_SYNTHETIC = "import json; print(json.dumps({'deny': True, 'deny_reason': 'no wakes here'}))"
+
+
+def hooks_config(log: Path) -> str:
+    return f"""
+[agents.heartbeat]
+session_health_hook_min_interval = "3s"
+min_interval = "1s"
+default_interval = "1h"
+
+[[hooks.declarations]]
+name = "health-log"
+event = "session.health.update.after"
+mode = "async"
+command = "{sys.executable}"
+args = ["-c", {json.dumps(RECORD)}, {json.dumps(str(log))}]
+
+[[hooks.declarations]]
+name = "no-synthetic"
+event = "input.pre_submit"
+mode = "sync"
+command = "{sys.executable}"
+args = ["-c", {json.dumps(DENY_SYNTHETIC)}]
+[hooks.declarations.matcher]
+input_class = "synthetic_reentry"
+"""
+
+
+@pytest.fixture(scope="module")
+def hk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    home = tmp_path_factory.mktemp("health-hooks")
+    write_policy(home, text=HEARTBEAT.replace("  min_interval: 1s\n", ""))
+    d = start_daemon(home, hooks_config(home / "health-hook.jsonl"))
+    yield d
+    d.stop()
+
+
+def fired(d: Daemon, session_id: str) -> list[dict[str, object]]:
+    path = d.home / "health-hook.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [r for r in rows if r.get("session_id") == session_id]
+
+
+def test_the_health_hook_fires_on_transitions_only_and_at_most_once_per_interval(hk: Daemon,
+                                                                                 workspace: Path) -> None:
+    s = hk.create(workspace)
+    first = wait_for(lambda: fired(hk, s["id"]), timeout=15, what="the first health hook")
+    assert len(first) == 1 and first[0]["event"] == "session.health.update.after"
+    assert {"state", "health", "attachable", "eligible_for_wake", "ineligibility_reason"} <= set(first[0])
+    # Presence touches and turn activity inside the interval: no transition fires again.
+    for _ in range(3):
+        assert hk.http.get(hk.scoped(s["id"], "/health")).status_code == 200
+    hk.run_turn(s["id"], "hello")
+    time.sleep(3.5)  # past the per-session interval
+    assert len(fired(hk, s["id"])) == 1
+    assert hk.http.post(hk.scoped(s["id"], "/stop")).status_code == 204
+    rows = wait_for(lambda: len(fired(hk, s["id"])) == 2 and fired(hk, s["id"]), timeout=15,
+                    what="the stop transition's hook")
+    # The stop path's first transition (`stopping` reads detached) fires; `stopped` follows within the interval
+    # and is rate-limited, although the row itself says stopped at once.
+    assert (rows[1]["state"], rows[1]["health"]) == ("detached", "unknown")
+    assert hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]["state"] == "stopped"
+    time.sleep(3.5)
+    hk.http.get(hk.scoped(s["id"], "/health"))
+    assert len(fired(hk, s["id"])) == 2
+
+
+def test_a_synthetic_prompt_refused_by_a_hook_is_synthetic_prompt_failed(hk: Daemon, workspace: Path) -> None:
+    s = hk.create(workspace)
+    decision = hk.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": s["id"]}).json()["decision"]
+    assert (decision["result"], decision["reason"]) == ("failed", "synthetic_prompt_failed")
+    assert of_type(hk.all_events(s["id"]), "synthetic_reentry") == []
+    health = hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]
+    assert health["state"] == "idle"  # a refused wake leaves the session as it was
