@@ -107,7 +107,7 @@ def test_a_locked_store_is_retried_and_loses_nothing(tmp_path: Path) -> None:
 
     async def main() -> float:
         rec = make(path, sink)
-        holder = hold_write_lock(path, 1.5, ready)
+        holder = hold_write_lock(path, 2.5, ready)
         ready.wait(5)
         loop = asyncio.get_running_loop()
         for i in range(50):
@@ -126,7 +126,8 @@ def test_a_locked_store_is_retried_and_loses_nothing(tmp_path: Path) -> None:
         return worst
 
     worst = asyncio.run(main())
-    assert worst < 0.5, f"the event loop stalled {worst:.2f}s behind a locked store"
+    # Held 2.5 s: a commit on the loop would stall it that long. The bound leaves room for a loaded machine.
+    assert worst < 1.0, f"the event loop stalled {worst:.2f}s behind a locked store"
     rows = read_events(path, limit=100)
     assert [e["sequence"] for e in rows] == [1, 2]
     assert rows[0]["content"]["text"] == "".join(f"c{i} " for i in range(50)) and rows[1]["type"] == "done"
