@@ -74,6 +74,7 @@ class Ticker:
             "boot": (jobs.boot_repair, (self.run,), lambda: BOOT_RETRY_SECONDS),
             "sweep": (jobs.supervision_sweep, (), self.sweep_every),
             "tombstones": (jobs.remove_tombstones, (), lambda: jobs.TOMBSTONE_EVERY),
+            "tasks": (jobs.task_cycle, (), jobs.task_every),
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)

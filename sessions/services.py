@@ -78,6 +78,8 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "activity": activity or None,
         "last_activity_at": activity.get("last_activity_at"),
         "lineage": meta.get("lineage"),
+        "task_id": meta.get("task_id"),  # correlation keys of a task run's session (sessions/work)
+        "run_id": meta.get("run_id"),
         "created_at": meta["created_at"],
         "activated_at": meta.get("activated_at"),  # first reached `active`: `session new` tells start from turn
         "updated_at": meta["updated_at"],
@@ -220,6 +222,9 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
         "created_at": now, "updated_at": now,
     }
+    binding = body.get("task_binding")  # internal only (sessions/work): never in check_create_fields' set
+    if binding:
+        meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
     prompt = (body.get("prompt") or "").strip()
