@@ -110,10 +110,11 @@ def task_every() -> float:
 def task_cycle() -> dict[str, int] | None:
     """Task runs (`sessions/work/runner.py`): recover lapsed leases, renew and settle ours, dispatch queued ones."""
     from sessions.claims import claim_tick, owner_id
-    from sessions.work.runner import cycle
+    from sessions.work.runner import cycle, has_work
 
     manager = _arrive("tasks")
-    if manager is None or manager.loop is None or manager.draining:
+    # No queued or running run, nothing to do: an idle daemon writes nothing to the catalog.
+    if manager is None or manager.loop is None or manager.draining or not has_work():
         return None
     if not claim_tick(f"tasks:{owner_id()}", task_every() * SWEEP_CLAIM_SHARE):
         return None

@@ -41,6 +41,10 @@ def tick_seconds(config: Config) -> float:
     return max(MIN_TICK_SECONDS, min(MAX_TICK_SECONDS, config.task_lease_ttl / 4))
 
 
+def has_work() -> bool:
+    return TaskRun.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists()
+
+
 def cycle(manager: Any) -> dict[str, int]:
     owner = lease_owner()
     ttl = manager.config.task_lease_ttl
