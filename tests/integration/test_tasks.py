@@ -224,3 +224,22 @@ def test_a_killed_daemon_leaves_a_lapsed_lease_that_is_recovered_after_restart(t
         d.cli_json("task", "cancel", task["id"])
     finally:
         d.stop()
+
+
+def test_dispatch_stays_within_max_concurrent_agents(tmp_path: Path, workspace: Path) -> None:
+    config = '[limits]\nmax_concurrent_agents = 1\n[tasks]\nlease_ttl = "4s"\n' + NO_TITLE
+    d = start_daemon(tmp_path / "home", extra_config=config, timeout=START_TIMEOUT)
+    try:
+        tasks = [create(d, workspace, "slow 6 0.5")["id"] for _ in range(2)]
+        most = 0
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            live = d.http.get("/api/sessions").json()["sessions"]  # active sessions
+            most = max(most, len(live))
+            if all(show(d, t)["task"]["status"] == "succeeded" for t in tasks):
+                break
+            time.sleep(0.1)
+        assert [show(d, t)["task"]["status"] for t in tasks] == ["succeeded", "succeeded"]
+        assert most == 1
+    finally:
+        d.stop()
