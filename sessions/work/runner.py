@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any
 
 from django.db import transaction
 
 from sessions.config import Config
 from sessions.enums import LIVE_STATES, StopReason
-from sessions.errors import AgentLimitReached, CompozyError
+from sessions.errors import AgentLimitReached, CompozyError, Unavailable
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.supervision import SILENCE_DETAIL, process_start_time
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 MIN_TICK_SECONDS = 0.5
 MAX_TICK_SECONDS = 2.0  # a queued task waits at most this long for a free slot to be noticed
+RENEW_AT_SHARE = 2 / 3  # renew when less than this share of the lease is left
 _starting: set[str] = set()  # runs whose session is being created on the loop: they hold a slot already
 
 
@@ -48,7 +50,7 @@ def has_work() -> bool:
 def cycle(manager: Any) -> dict[str, int]:
     owner = lease_owner()
     ttl = manager.config.task_lease_ttl
-    counts = {"recovered": 0, "renewed": 0, "settled": 0, "dispatched": 0}
+    counts: Counter[str] = Counter()
     for run in expired_runs():
         try:
             recover_lapsed(run)
@@ -58,22 +60,27 @@ def cycle(manager: Any) -> dict[str, int]:
     for run in TaskRun.objects.filter(status=RunStatus.RUNNING, lease_owner=owner).select_related("task"):
         try:
             counts[_keep(manager, run, owner, ttl)] += 1
-        except KeyError:
-            pass
         except Exception:
             logger.exception("task run %s skipped this tick", run.id)
     counts["dispatched"] = _dispatch(manager, owner, ttl)
-    return counts
+    return dict(counts)
+
+
+def _renew(run: TaskRun, owner: str, ttl: float) -> bool:
+    """HeartbeatRunLease once a third of the lease is used: a write per run every few ticks, not every tick,
+    and still two renewals missed before the lease lapses."""
+    left = (run.lease_expires_at - folder.utcnow()).total_seconds() if run.lease_expires_at else 0.0
+    return left > ttl * RENEW_AT_SHARE or heartbeat_run_lease(run.id, owner, ttl)
 
 
 # ---- runs this daemon holds ------------------------------------------------------------------------------
 
 def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
     if not run.session_id:
-        return "renewed" if run.id in _starting and heartbeat_run_lease(run.id, owner, ttl) else "waiting"
+        return "renewed" if run.id in _starting and _renew(run, owner, ttl) else "waiting"
     runtime = manager.get(run.session_id)
     if runtime is not None and not runtime.stopped.is_set():
-        if not heartbeat_run_lease(run.id, owner, ttl):
+        if not _renew(run, owner, ttl):
             manager.hand_off_stop(run.session_id, StopReason.USER_CANCELED, "task run lease lost")
             return "lost"
         agent = runtime.agent
@@ -88,7 +95,7 @@ def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
         return "renewed"
     meta = folder.read_meta(run.session_id)
     if meta is not None and meta["state"] in LIVE_STATES and manager.owns(run.session_id):
-        return "renewed" if heartbeat_run_lease(run.id, owner, ttl) else "lost"
+        return "renewed" if _renew(run, owner, ttl) else "lost"
     if manager.draining or meta is None or meta.get("stop_detail") == SILENCE_DETAIL \
             or meta.get("stop_reason") == StopReason.SHUTDOWN:
         # The verified-stop path settles a silence stop; a shutdown's runs lapse and are recovered after restart.
@@ -171,8 +178,9 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
     try:
         try:
             payload = await services.create_session(body)
-        except AgentLimitReached:
-            await db(release_run, run.id, owner)  # another create took the slot: the run waits in the queue
+        except (AgentLimitReached, Unavailable):
+            # Another create took the slot, or the daemon is draining: the run waits in the queue.
+            await db(release_run, run.id, owner)
             return
         except Exception as exc:
             message = exc.message if isinstance(exc, CompozyError) else str(exc)

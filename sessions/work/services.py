@@ -84,6 +84,8 @@ def create_task(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest("workspace_path must be an absolute path", code="workspace_path_not_absolute")
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
     catalog.check_root(ws)
+    if body.get("cwd") and not os.path.isabs(body["cwd"]):
+        raise InvalidRequest("cwd must be an absolute path", code="invalid_cwd")
     cwd = body.get("cwd") or (str(Path(workspace_path).resolve()) if workspace_path else ws.root_dir)
     resolved = Path(cwd).resolve()
     if not resolved.is_dir() or not resolved.is_relative_to(Path(ws.root_dir).resolve()):
