@@ -69,8 +69,10 @@ def create_task(body: dict[str, Any]) -> dict[str, Any]:
     title = (body.get("title") or "").strip() or prompt.splitlines()[0][:80]
     if len(title) > 300:
         raise InvalidRequest("title must be at most 300 characters", code="invalid_title")
-    max_attempts = body.get("max_attempts") or DEFAULT_MAX_ATTEMPTS
-    if not 1 <= max_attempts <= MAX_ATTEMPTS_CEILING:
+    max_attempts = body.get("max_attempts")
+    max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_CEILING:
         raise InvalidRequest(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}",
                              code="invalid_max_attempts")
     agent_name = (body.get("agent_name") or "").strip()

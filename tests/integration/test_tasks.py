@@ -243,3 +243,20 @@ def test_dispatch_stays_within_max_concurrent_agents(tmp_path: Path, workspace: 
         assert most == 1
     finally:
         d.stop()
+
+
+def test_the_task_api_refuses_bad_bodies_with_stable_codes(daemon: Daemon, workspace: Path) -> None:
+    def refused(body: dict[str, Any]) -> tuple[int, str]:
+        response = daemon.http.post("/api/tasks", json=body)
+        return response.status_code, response.json()["code"]
+
+    assert refused({"prompt": "x", "workspace_path": str(workspace), "bogus": 1}) == (400, "invalid_request")
+    assert refused({"prompt": "x"}) == (400, "workspace_required")
+    assert refused({"prompt": " ", "workspace_path": str(workspace)}) == (400, "prompt_required")
+    assert refused({"prompt": "x", "workspace_path": str(workspace), "max_attempts": 0}) == (400,
+                                                                                            "invalid_max_attempts")
+    assert refused({"prompt": "x", "workspace_path": str(workspace), "cwd": "/"}) == (400, "invalid_cwd")
+    assert refused({"prompt": "x", "workspace_path": str(workspace), "agent_name": "nobody"}) == (404,
+                                                                                                 "agent_not_found")
+    assert daemon.http.get("/api/tasks/task_0000000000000000").json()["code"] == "task_not_found"
+    assert daemon.cli("task", "show", "task_0000000000000000").returncode == 69
