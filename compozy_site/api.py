@@ -84,6 +84,7 @@ api.add_router("/", workspaces_router)
 api.add_router("/", reads_router)
 api.add_router("/", "sessions.api_repair.router")
 api.add_router("/", "sessions.api_evidence.router")
+api.add_router("/", "sessions.work.api.router")
 
 
 def error_body(message: str, code: str, status: int, data: dict[str, object] | None = None) -> dict[str, object]:

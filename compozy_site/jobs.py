@@ -78,6 +78,7 @@ class Ticker:
             "tombstones": (jobs.remove_tombstones, (), lambda: jobs.TOMBSTONE_EVERY),
             "health_sweep": (health_jobs.health_sweep, (), health_jobs.sweep_every),
             "wake": (health_jobs.wake_cycle, (self.run,), health_jobs.wake_every),
+            "tasks": (jobs.task_cycle, (), jobs.task_every),
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "channels",
     "huey.contrib.djhuey",
     "sessions.apps.SessionsConfig",
+    "sessions.work.apps.WorkConfig",
     "health.apps.HealthConfig",
     "frontend.apps.FrontendConfig",
 ]

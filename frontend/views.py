@@ -126,6 +126,15 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
     return _secure(render(request, "frontend/dashboard.html", {**context, "page": page}))
 
 
+async def tasks_page(request: HttpRequest) -> HttpResponse:
+    """Supervised work: tasks with their attempts and linked sessions, needs-attention first."""
+    from sessions.work.services import list_tasks
+
+    tasks = await sync_to_async(list_tasks)()
+    page = {"initial": tasks, "features": features()}
+    return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
+
+
 def _queue(session_id: str) -> list[dict[str, Any]]:
     """Pending input entries, exactly as the queue route gives them (the page refreshes from it later)."""
     return list(services.pending_inputs(session_id)["queue"])

@@ -91,6 +91,10 @@ class SupervisionConfig:
     inactivity_warning_after: float = 900.0
     inactivity_timeout: float = 1800.0
     timeout_cancel_grace: float = 30.0
+    # Supervised silence (health reference §6): warn after `quiet_after` without fresh work evidence, then a
+    # verified process-tree stop once `stop_grace` more has passed (0 turns the stop off, the warning stays).
+    quiet_after: float = 1800.0
+    stop_grace: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,9 @@ class Config:
     busy_input: BusyInputConfig = field(default_factory=BusyInputConfig)
     limits_timeout: float = 0.0
     max_concurrent_agents: int = 20
+    # A task run's lease (`[tasks] lease_ttl`): the owning daemon renews it every third of this; a daemon that
+    # died lets it lapse, and the run is recovered. A minute outlasts any loop stall we measured by far.
+    task_lease_ttl: float = 60.0
     redact_enabled: bool = True
     auto_title_enabled: bool = True
     auto_title_provider: str = ""
@@ -418,7 +425,15 @@ def load_config(home: Path | None = None) -> Config:
         inactivity_warning_after=sup_duration("inactivity_warning_after"),
         inactivity_timeout=sup_duration("inactivity_timeout"),
         timeout_cancel_grace=sup_duration("timeout_cancel_grace", positive=True),
+        quiet_after=sup_duration("quiet_after"),
+        stop_grace=sup_duration("stop_grace"),
     )
+    if supervision.quiet_after < 0 or supervision.stop_grace < 0:
+        raise ConfigError("session.supervision.quiet_after and stop_grace must not be negative")
+    tasks = _table(data, "tasks")
+    lease_ttl = parse_duration(tasks.get("lease_ttl", "60s"), "tasks.lease_ttl")
+    if lease_ttl < 1:
+        raise ConfigError("tasks.lease_ttl: must be at least 1s")
     if (
         supervision.inactivity_warning_after > 0
         and supervision.inactivity_timeout > 0
@@ -474,6 +489,7 @@ def load_config(home: Path | None = None) -> Config:
         busy_input=BusyInputConfig(busy_mode, queue_cap, max_text),
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
         max_concurrent_agents=max_agents,
+        task_lease_ttl=lease_ttl,
         redact_enabled=bool(redact.get("enabled", True)),
         auto_title_enabled=bool(auto_title.get("enabled", True)),
         auto_title_provider=str(auto_title.get("provider") or ""),

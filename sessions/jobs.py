@@ -1,4 +1,4 @@
-"""huey jobs: boot repair, tombstone clean-up, and the supervision and reaping sweep.
+"""huey jobs: boot repair, tombstone clean-up, the supervision and reaping sweep, and the task-run cycle.
 
 How they are scheduled, and why it survives lost messages and extra consumers:
 1. The daemon's `Ticker` thread (`compozy_site/jobs.py`) enqueues each job when it falls due: the sweep
@@ -105,6 +105,28 @@ def supervision_sweep() -> dict[str, int] | None:
     return sweep(manager)
 
 
+def task_every() -> float:
+    from sessions.config import get_config
+    from sessions.work.runner import tick_seconds
+
+    return tick_seconds(get_config())
+
+
+@db_task()
+def task_cycle() -> dict[str, int] | None:
+    """Task runs (`sessions/work/runner.py`): recover lapsed leases, renew and settle ours, dispatch queued ones."""
+    from sessions.claims import claim_tick, owner_id
+    from sessions.work.runner import cycle, has_work
+
+    manager = _arrive("tasks")
+    # No queued or running run, nothing to do: an idle daemon writes nothing to the catalog.
+    if manager is None or manager.loop is None or manager.draining or not has_work():
+        return None
+    if not claim_tick(f"tasks:{owner_id()}", task_every() * SWEEP_CLAIM_SHARE):
+        return None
+    return cycle(manager)
+
+
 @db_task()
 def remove_tombstones() -> int | None:
     """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
@@ -124,4 +146,4 @@ def remove_tombstones() -> int | None:
     return removed
 
 
-__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep"]
+__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep", "task_cycle"]

@@ -46,7 +46,8 @@ def status_cmd(fmt: str, as_json: bool) -> None:
         kv("Compozy daemon", [("status", d["status"]), ("pid", str(d["pid"])), ("started", d.get("started_at")),
                               ("http", f"http://{d['http_host']}:{d['http_port']}"), ("socket", d["socket"]),
                               ("home", d.get("home")), ("config", d.get("config")),
-                              ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total")])
+                              ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total"),
+                              ("tasks", _task_line(data.get("tasks")))])
         failures = data["health"]["failures"]
         if failures["recent"]:
             table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],
@@ -54,6 +55,14 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                     f.get("crash_bundle_path")) for f in failures["recent"]])
 
     emit(data, fmt, human)
+
+
+def _task_line(tasks: dict[str, Any] | None) -> str | None:
+    if not tasks or not tasks.get("total"):
+        return None
+    by = tasks.get("by_status") or {}
+    return (f"{tasks['needs_attention']} need attention, {by.get('running', 0)} running, {by.get('queued', 0)} "
+            f"queued / {tasks['total']} total; {tasks['requeued']} requeued (compozy task list)")
 
 
 @cli.command("doctor")

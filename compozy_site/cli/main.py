@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compozy_site.cli import commands, evidence, health, live, reads, repair  # noqa: F401  (register the commands)
+from compozy_site.cli import commands, evidence, health, live, reads, repair, tasks  # noqa: F401  (register the commands)
 from compozy_site.cli.app import cli
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from sessions import supervision
 from sessions.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.runtime import lifecycle
+from sessions.runtime.tasks import db
 from sessions.runtime.turns import Turn
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
@@ -23,14 +26,21 @@ class ActivityMixin:
     """SessionRuntime's activity: touches, heartbeats, and the supervision actions it verifies."""
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None,
-                       tool_call_id: str | None = None) -> None:
+                       tool_call_id: str | None = None, tool_done: bool = False) -> None:
         """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
         activity["last_activity_kind"] = kind
         activity["last_activity_detail"] = detail[:200]
+        in_flight: set[str] = self.__dict__.setdefault("_tools_in_flight", set())
+        if kind == "prompt_started":
+            in_flight.clear()
         if tool is not None:
             activity["current_tool"] = tool
             activity["tool_call_id"] = tool_call_id
+        if tool_call_id:
+            # A tool call without its result is work in flight (a long build): supervised silence never stops it.
+            (in_flight.discard if tool_done else in_flight.add)(tool_call_id)
+        activity["tools_in_flight"] = len(in_flight)
         self._activity_at = time.time()
         if self.turn is not None:
             self.turn.last_activity_mono = time.monotonic()
@@ -113,7 +123,49 @@ class ActivityMixin:
                                     f"within timeout_cancel_grace"))
                 return "stopped"
             return "canceled"
+        if action in ("quiet", "silence_stop"):
+            return await self._supervise_silence(action, turn, idle, runtime)
         return "unknown"
+
+    async def _supervise_silence(self, action: str, turn: Turn, idle: float, runtime: dict[str, Any]) -> str:
+        """Supervised silence (health reference §6), verified against live state: one `runtime_warning` after
+        `quiet_after`, then after `stop_grace` more a stop of the agent's process tree, verified gone, recorded
+        in meta.json (`supervision.silence_stop`) and handed to task recovery."""
+        sup = self.config.supervision
+        blocker = supervision.silence_blocker(runtime, permission_waiting=self.permissions.waiting)
+        if sup.quiet_after <= 0 or idle < sup.quiet_after or blocker not in (None, "unknown_source"):
+            return "skipped"
+        if action == "quiet":
+            if self.__dict__.get("_quiet_turn") == turn.id:
+                return "skipped"
+            self._quiet_turn = turn.id
+            then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
+            self.record(EventType.RUNTIME_WARNING, {
+                "text": f"No work evidence for {int(idle)} seconds (quiet_after){then}.", "runtime": runtime,
+                "supervision": {"rule": "quiet_after", "quiet_after": sup.quiet_after, "stop_grace": sup.stop_grace,
+                                "blocker": blocker}})
+            return "recorded"
+        if (blocker is not None or sup.stop_grace <= 0 or idle < sup.quiet_after + sup.stop_grace
+                or self.__dict__.get("_quiet_turn") != turn.id or self.agent is None):
+            return "skipped"
+        pgid = self.agent.pid
+        self.marker(MarkerKind.PROMPT_TIMEOUT, f"No work evidence for {int(idle)} seconds; stopping the agent's "
+                    "process tree (supervised silence).", {"idle_seconds": round(idle, 3), "turn_id": turn.id,
+                                                             "pgid": pgid})
+        with contextlib.suppress(StoreFailure):
+            await self.recorder.flush()
+        await self.stop(StopReason.TIMEOUT, supervision.SILENCE_DETAIL, failure=lifecycle.failure_object(
+            FailureKind.TIMEOUT, f"no work evidence for {int(idle)} s (quiet_after + stop_grace)"))
+        verification = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
+            "pgid": None, "verified": True, "note": "the agent never started"}
+        verification["idle_seconds"] = round(idle, 3)
+        self.meta.setdefault("supervision", {})["silence_stop"] = verification
+        await self.persist()
+        logger.info("session %s: silence stop, process tree %s", self.id,
+                    "verified gone" if verification["verified"] else f"NOT gone: {verification.get('survivors')}")
+        await db(supervision.verified_stop.send, sender=type(self), session_id=self.id,
+                 meta=copy.deepcopy(self.meta), verification=verification)
+        return "stopped"
 
     def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
         self._stamp_activity()

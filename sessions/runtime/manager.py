@@ -113,6 +113,10 @@ class SessionManager:
         return self._hand_off(f"reap:{session_id}", session_id,
                               lambda runtime: runtime.stop(StopReason.USER_CANCELED, reason))
 
+    def hand_off_stop(self, session_id: str, reason: StopReason, detail: str) -> bool:
+        """Stop a session for its task run (settled, canceled, or its lease lost), without waiting."""
+        return self._hand_off(f"stop:{session_id}", session_id, lambda runtime: runtime.stop(reason, detail))
+
     def _hand_off(self, key: str, session_id: str,
                   work: Callable[[SessionRuntime], Coroutine[Any, Any, Any]]) -> bool:
         loop = self.loop

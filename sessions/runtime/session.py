@@ -175,7 +175,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
         self.touch_activity(str(update.get("sessionUpdate", type_)), tool=tool,
-                            tool_call_id=content.get("tool_call_id"))
+                            tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
         if type_ == EventType.TOOL_RESULT and self.manager.hooks is not None:
             event = "tool.post_error" if content.get("tool_error") else "tool.post_call"
             if self.manager.hooks.has_hooks(event):

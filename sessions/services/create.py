@@ -71,6 +71,9 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
         "created_at": now, "updated_at": now,
     }
+    binding = body.get("task_binding")  # internal only (sessions/work): the API's create schema refuses it
+    if binding:
+        meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
     prompt = (body.get("prompt") or "").strip()

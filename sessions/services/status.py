@@ -53,6 +53,7 @@ def runtime_status() -> dict[str, Any]:
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
         "event_loop": {"lag": MONITOR.report()},
+        "tasks": _task_totals(),
         "health": {
             "status": "ok" if not by_kind else "warn",
             "persistence": {"status": "ok" if free > 100 * 1024 * 1024 else "warn", "free_bytes": free},
@@ -60,3 +61,9 @@ def runtime_status() -> dict[str, Any]:
                          "by_kind": by_kind, "recent": failures},
         },
     }
+
+
+def _task_totals() -> dict[str, Any]:
+    from sessions.work.services import totals
+
+    return totals()

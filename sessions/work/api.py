@@ -1,0 +1,120 @@
+"""REST routes for tasks (`/api/tasks…`). Thin: schemas are the contract; sessions.work.services does the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+from pydantic import ConfigDict
+
+from sessions.work import services
+from sessions.work.enums import TaskStatus
+
+router = Router(tags=["tasks"])
+
+
+class TaskCreateIn(Schema):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, never silently dropped
+
+    prompt: str = Field(..., description="What the agent should do; staged as the session's first prompt.")
+    title: str | None = Field(None, description="Defaults to the prompt's first line.")
+    agent_name: str | None = Field(None, description="Defaults to the workspace's, then the config's agent.")
+    workspace: str | None = Field(None, description="A registered workspace id, name or path.")
+    workspace_path: str | None = Field(None, description="An absolute path; registered when new.")
+    cwd: str | None = Field(None, description="Where the agent works, inside the workspace; defaults to its root.")
+    max_attempts: int = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
+
+
+class RunOut(Schema):
+    id: str
+    attempt: int
+    status: str
+    outcome: str | None
+    reason: str | None
+    detail: str | None
+    session_id: str | None
+    lease_owner: str | None
+    lease_expires_at: str | None
+    heartbeat_at: str | None
+    recovers_run_id: str | None
+    created_at: str | None
+    claimed_at: str | None
+    finished_at: str | None
+
+
+class TaskOut(Schema):
+    id: str
+    title: str
+    prompt: str
+    agent_name: str | None
+    workspace_id: str
+    cwd: str
+    max_attempts: int
+    status: TaskStatus
+    reason: str | None
+    detail: str | None
+    requeued: int
+    attempts: int
+    runs: list[RunOut]
+    session_ids: list[str]
+    created_at: str | None
+    updated_at: str | None
+
+
+class TaskEventOut(Schema):
+    kind: str
+    task_id: str
+    run_id: str | None
+    reason: str | None
+    action: str | None
+    detail: dict[str, Any]
+    created_at: str
+
+
+class TotalsOut(Schema):
+    total: int
+    by_status: dict[str, int]
+    requeued: int
+    needs_attention: int
+    running_runs: int
+
+
+class TaskEnvelope(Schema):
+    task: TaskOut
+
+
+class TaskDetailOut(Schema):
+    task: TaskOut
+    history: list[TaskEventOut]
+
+
+class TaskListOut(Schema):
+    tasks: list[TaskOut]
+    totals: TotalsOut
+
+
+@router.post("/tasks", response={201: TaskEnvelope})
+async def create_task(request: HttpRequest, body: TaskCreateIn) -> tuple[int, dict[str, Any]]:
+    return 201, await sync_to_async(services.create_task)(body.model_dump())
+
+
+@router.get("/tasks", response=TaskListOut)
+async def list_tasks(request: HttpRequest, status: str | None = None, limit: int = 100) -> dict[str, Any]:
+    return await sync_to_async(services.list_tasks)(status=status, limit=limit)
+
+
+@router.get("/tasks/{task_id}", response=TaskDetailOut)
+async def get_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+    return await sync_to_async(services.get_task)(task_id)
+
+
+@router.post("/tasks/{task_id}/cancel", response=TaskEnvelope)
+async def cancel_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+    return await services.cancel_task(task_id)
+
+
+@router.post("/tasks/{task_id}/retry", response=TaskEnvelope)
+async def retry_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+    return await sync_to_async(services.retry_task)(task_id)
