@@ -175,10 +175,10 @@ def sweep_stale(now: datetime | None = None) -> int:
 
 def _ring_catalog(row: SessionHealth) -> None:
     """A session aged into `stale` changed no meta.json: ring the catalog doorbell so lists refetch."""
-    from sessions.services import _ring_catalog_threadsafe
+    from sessions.services import ring_catalog_threadsafe
 
     try:
-        _ring_catalog_threadsafe("upserted", row.workspace_id, row.session_id)
+        ring_catalog_threadsafe("upserted", row.workspace_id, row.session_id)
     except Exception:
         logger.debug("catalog doorbell not rung for %s", row.session_id, exc_info=True)
 

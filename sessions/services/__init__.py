@@ -6,7 +6,13 @@ SessionManager on the daemon's loop. One module per concern; this package is the
 
 from __future__ import annotations
 
-from sessions.services.control import delete_session_files, remove_session, rename_session, stop_session
+from sessions.services.control import (
+    delete_session_files,
+    remove_session,
+    rename_session,
+    ring_catalog_threadsafe,
+    stop_session,
+)
 from sessions.services.create import REASONING_EFFORTS, SPEEDS, create_session, reap_candidates, spawn_child
 from sessions.services.lookup import check_workspace_scope, get_session, read_session_meta, resolve_agent, scoped_meta
 from sessions.services.payloads import envelope, session_payload
@@ -58,6 +64,7 @@ __all__ = [
     "remove_workspace",
     "rename_session",
     "resolve_agent",
+    "ring_catalog_threadsafe",
     "runtime_status",
     "scoped_meta",
     "session_payload",

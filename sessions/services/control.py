@@ -62,10 +62,11 @@ def delete_session_files(session_id: str, workspace_id: str) -> None:
         raise
     shutil.rmtree(tombstone, ignore_errors=True)
     with contextlib.suppress(Exception):
-        _ring_catalog_threadsafe("deleted", workspace_id, session_id)
+        ring_catalog_threadsafe("deleted", workspace_id, session_id)
 
 
-def _ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> None:
+def ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> None:
+    """Ring the catalog doorbell from a worker thread (the doorbell lives on the daemon's loop)."""
     manager = get_manager()
     if manager.loop is not None:
         manager.loop.call_soon_threadsafe(signals.ring_catalog, kind, workspace_id, session_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, chunk_count, markers, of_type, start_daemon
+from tests.conftest import Daemon, chunk_count, markers, of_type, start_daemon, wait_for
 from tests.sse import Frame, frames, open_stream
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
@@ -248,7 +248,8 @@ def test_a_prompt_the_agent_refuses_is_a_prompt_failure_and_the_session_lives_on
     assert session["state"] == "active" and session["failure"]["kind"] == "prompt_failure"
     assert session["attachable"] is True and session["badge"] == "idle"
     assert of_type(daemon.run_turn(sid, "hello again"), "done")
-    assert daemon.session(sid)["failure"] is None, "a turn that succeeds clears the turn's failure"
+    # The turn's end is persisted just after its `done` event is committed.
+    wait_for(lambda: daemon.session(sid)["failure"] is None, 10, "a turn that succeeds to clear the turn's failure")
 
 
 def test_an_agent_that_needs_authentication_shows_waiting_for_auth_and_the_cli_exits_non_zero(
