@@ -6,9 +6,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict
 
+from sessions.schemas import Ident, responses
 from sessions.work import services
 from sessions.work.enums import TaskStatus
 
@@ -95,26 +96,32 @@ class TaskListOut(Schema):
     totals: TotalsOut
 
 
-@router.post("/tasks", response={201: TaskEnvelope})
+class TaskListQuery(Schema):
+    status: TaskStatus | None = None
+    limit: int = Field(100, ge=1, le=500)
+
+
+@router.post("/tasks", response=responses({201: TaskEnvelope}))
 async def create_task(request: HttpRequest, body: TaskCreateIn) -> tuple[int, dict[str, Any]]:
     return 201, await sync_to_async(services.create_task)(body.model_dump())
 
 
-@router.get("/tasks", response=TaskListOut)
-async def list_tasks(request: HttpRequest, status: str | None = None, limit: int = 100) -> dict[str, Any]:
-    return await sync_to_async(services.list_tasks)(status=status, limit=limit)
+@router.get("/tasks", response=responses({200: TaskListOut}))
+async def list_tasks(request: HttpRequest, filters: Query[TaskListQuery]) -> dict[str, Any]:
+    status = filters.status.value if filters.status else None
+    return await sync_to_async(services.list_tasks)(status=status, limit=filters.limit)
 
 
-@router.get("/tasks/{task_id}", response=TaskDetailOut)
-async def get_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+@router.get("/tasks/{task_id}", response=responses({200: TaskDetailOut}))
+async def get_task(request: HttpRequest, task_id: Ident) -> dict[str, Any]:
     return await sync_to_async(services.get_task)(task_id)
 
 
-@router.post("/tasks/{task_id}/cancel", response=TaskEnvelope)
-async def cancel_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+@router.post("/tasks/{task_id}/cancel", response=responses({200: TaskEnvelope}))
+async def cancel_task(request: HttpRequest, task_id: Ident) -> dict[str, Any]:
     return await services.cancel_task(task_id)
 
 
-@router.post("/tasks/{task_id}/retry", response=TaskEnvelope)
-async def retry_task(request: HttpRequest, task_id: str) -> dict[str, Any]:
+@router.post("/tasks/{task_id}/retry", response=responses({200: TaskEnvelope}))
+async def retry_task(request: HttpRequest, task_id: Ident) -> dict[str, Any]:
     return await sync_to_async(services.retry_task)(task_id)

@@ -2,7 +2,7 @@
 schema's boundaries, random fuzzing, stateful sequences along inferred links), none may answer 5xx and every
 error must carry the common `{error, code, diagnostic}` shape with a code (tests/integration/schemathesis_hooks.py).
 
-Operations that start agent processes (create, spawn a child, reactivate) are fuzzed with invalid inputs only,
+Operations that start agent processes (create, spawn a child, reactivate, a task and its retry, a wake) are fuzzed with invalid inputs only,
 so the run cannot start hundreds of agents; their valid paths are covered by the other integration tests.
 """
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 MAX_EXAMPLES = 150
 SPAWNING_MAX_EXAMPLES = 100
 MIN_CASES = 5000
-SPAWNING = r"^/api/sessions$|/children$|/reactivate$"
+SPAWNING = r"^/api/sessions$|/children$|/reactivate$|^/api/tasks$|/retry$|/heartbeat/wake$"
 # A hard bound for each run on 2 cores; a healthy run takes a fraction of it.
 RUN_TIMEOUT = 300
 

@@ -250,7 +250,7 @@ def test_the_task_api_refuses_bad_bodies_with_stable_codes(daemon: Daemon, works
         response = daemon.http.post("/api/tasks", json=body)
         return response.status_code, response.json()["code"]
 
-    assert refused({"prompt": "x", "workspace_path": str(workspace), "bogus": 1}) == (400, "invalid_request")
+    assert refused({"prompt": "x", "workspace_path": str(workspace), "bogus": 1}) == (400, "unknown_field")
     assert refused({"prompt": "x"}) == (400, "workspace_required")
     assert refused({"prompt": " ", "workspace_path": str(workspace)}) == (400, "prompt_required")
     assert refused({"prompt": "x", "workspace_path": str(workspace), "max_attempts": 0}) == (400,
