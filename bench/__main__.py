@@ -27,7 +27,8 @@ from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
 BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
-    "throughput": ("agent → events.db → SSE, against raw sqlite and bare daphne", throughput.run),
+    "throughput": ("agent → events.db → SSE, against bare ACP SDK clients, raw sqlite and bare daphne",
+                   throughput.run),
     "latency": ("agent → viewer latency, 20 sessions x 3 viewers (10 with --quick)", latency.run),
     "firstturn": ("the latency run measured while the auto-title agents of the first turns start",
                   latency.run_first_turn),
