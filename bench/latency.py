@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.harness import BenchDaemon, cpu_seconds, environment_note
+from bench.harness import BenchDaemon, cpu_times, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
 from sessions.store.folder import parse_time
@@ -113,6 +113,7 @@ class Phase:
     viewers: list[Viewer]
     wall: float
     daemon_cpu: float
+    daemon_system: float  # of which in the kernel (socket sends, wake-ups, WAL writes)
     client_cpu: float
     lag_reads: list[dict[str, Any]]  # each: the 10 s window read at `at_s` seconds into the phase
     lag_final: dict[str, Any]  # the whole `event_loop.lag` block read right after the phase
@@ -189,7 +190,7 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
     turns: list[tuple[dict[str, Any], str]] = []
     async with httpx.AsyncClient(base_url=f"http://{daemon.host}:{daemon.port}", timeout=30) as client:
         started = time.monotonic()
-        cpu0, client0 = cpu_seconds(daemon.pid), time.process_time()
+        (user0, system0), client0 = cpu_times(daemon.pid), time.process_time()
         poller = asyncio.create_task(poll_lag(client, started, lag_reads))
         for session in sessions:
             response = await client.post(daemon.scoped(session, "/prompt"),
@@ -214,7 +215,9 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
                 task.cancel()
             for task in done:
                 task.result()
-        daemon_cpu, client_cpu = cpu_seconds(daemon.pid) - cpu0, time.process_time() - client0
+        user1, system1 = cpu_times(daemon.pid)
+        daemon_cpu, daemon_system = user1 + system1 - user0 - system0, system1 - system0
+        client_cpu = time.process_time() - client0
         wall = time.monotonic() - started
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -223,7 +226,7 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
     lag_reads.append({"at_s": wall, **lag_final["windows"][0]})
     for session, turn_id in turns:
         await asyncio.to_thread(daemon.wait_done, session, turn_id, timeout)
-    return Phase(viewers, wall, daemon_cpu, client_cpu, lag_reads, lag_final, beside)
+    return Phase(viewers, wall, daemon_cpu, daemon_system, client_cpu, lag_reads, lag_final, beside)
 
 
 def store_stamps(db: Path, after: int) -> dict[int, float]:
@@ -347,7 +350,8 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
                        f"(p99s {p99s}); max {lag_max:.1f} ms")
     rate = p.sessions * p.ticks / (p.ticks * p.interval_ms / 1000)
     result.metric(f"{name}.daemon_cpu", "daemon CPU during the phase", cpu_daemon / wall * 100, "% of a core",
-                  note=f"{rate:.0f} ticks/s in, {rate * p.viewers:.0f} tick frames/s out"
+                  note=f"{phase.daemon_system / cpu_daemon if cpu_daemon else 0:.0%} in the kernel; "
+                       f"{rate:.0f} ticks/s in, {rate * p.viewers:.0f} tick frames/s out"
                        + (f", plus the {p.beside:,}-chunk turn" if beside else ""))
     events_in = p.sessions * p.ticks + p.beside
     result.metric(f"{name}.cpu_per_event", "daemon CPU per chunk in", cpu_daemon / events_in * 1e6, "µs",
@@ -360,6 +364,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
                   phase.client_cpu / wall * 100, "% of a core")
     result.details.update({"params": p.__dict__, "samples": len(samples), "expected": expected,
                            "boot_seconds": boot_s, "wall_seconds": wall, "frames": frames,
+                           "daemon_cpu_s": cpu_daemon, "daemon_system_s": phase.daemon_system,
                            "loop_lag_reads": phase.lag_reads, "loop_lag_final": phase.lag_final,
                            "histogram_ms": histogram(samples), "burst_histogram_ms": histogram(burst)})
     result.notes.append(environment_note())
