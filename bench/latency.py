@@ -30,6 +30,7 @@ import httpx
 from bench.harness import BenchDaemon, cpu_times, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
+from sessions.store.events import EventLog, NewEvent
 from sessions.store.folder import parse_time
 
 # Issue 10's acceptance, at 20 sessions x 3 viewers with one 20k-chunk turn streaming beside them.
@@ -39,6 +40,8 @@ TARGET_CPU_PER_FRAME_US = 100.0
 STAMP = re.compile(rb"t(\d{16,20});")
 STAMP_TEXT = re.compile(r"t(\d{16,20});")
 LAG_WINDOW_S = 10  # the daemon's shortest lag window (sessions/runtime/loop_lag.py)
+IDLE_SECONDS = 3.0  # daemon CPU with every session open and no turn running, measured before the phase
+RAW_REPEATS = 2000
 
 
 @dataclass
@@ -287,6 +290,9 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
             for s, _ in warm:
                 daemon.wait_title_settled(s)
         warm_after = {s["id"]: daemon.newest_sequence(s) for s in sessions}
+        idle0 = sum(cpu_times(daemon.pid))
+        time.sleep(IDLE_SECONDS)
+        idle_rate = (sum(cpu_times(daemon.pid)) - idle0) / IDLE_SECONDS
         with daemon.profiling(name):
             phase = asyncio.run(drive(daemon, sessions, p, streamer))
         committed: dict[int, float] = {}
@@ -295,6 +301,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
     finally:
         daemon.stop()
 
+    commit_us, handoff_us = raw_commit_us(root / f"{name}-raw.db"), asyncio.run(raw_handoff_us())
     viewers, wall, cpu_daemon = phase.viewers, phase.wall, phase.daemon_cpu
     expected = p.sessions * p.viewers * p.ticks
     samples = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples)
@@ -360,11 +367,21 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
     result.metric(f"{name}.cpu_per_frame", "daemon CPU per live frame delivered", cpu_daemon / frames * 1e6 if frames
                   else 0.0, "µs", summary=True, target=Target(Op.AT_MOST, TARGET_CPU_PER_FRAME_US) if target else None,
                   note=f"{cpu_daemon:.2f} s CPU (/proc, the phase) ÷ {frames:,} frames received by all viewers")
+    idle_cpu = idle_rate * wall
+    result.metric(f"{name}.cpu_per_frame_net", "  net of the idle daemon's CPU",
+                  (cpu_daemon - idle_cpu) / frames * 1e6 if frames else 0.0, "µs",
+                  note=f"idle: {idle_rate:.1%} of a core with {len(viewers)} streams open and no turn "
+                       f"({IDLE_SECONDS:g} s before the phase)")
+    result.metric(f"{name}.raw_commit", "raw: one event, one EventLog.commit (CPU)", commit_us, "µs",
+                  note="what a tick costs the store when every event commits alone")
+    result.metric(f"{name}.raw_handoff", "raw: loop → thread → loop round trip (CPU)", handoff_us, "µs",
+                  note="run_in_executor of a no-op on a 1-thread pool, both threads' CPU")
     result.metric(f"{name}.client_cpu", f"bench client CPU ({p.sessions * p.viewers} viewers + prompts)",
                   phase.client_cpu / wall * 100, "% of a core")
     result.details.update({"params": p.__dict__, "samples": len(samples), "expected": expected,
                            "boot_seconds": boot_s, "wall_seconds": wall, "frames": frames,
                            "daemon_cpu_s": cpu_daemon, "daemon_system_s": phase.daemon_system,
+                           "idle_cpu_per_s": idle_rate,
                            "loop_lag_reads": phase.lag_reads, "loop_lag_final": phase.lag_final,
                            "histogram_ms": histogram(samples), "burst_histogram_ms": histogram(burst)})
     result.notes.append(environment_note())
@@ -374,6 +391,33 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         result.notes.append(f"the `stream {p.beside:,}` turn starts a third of the way into the phase, in a session "
                             "of its own with one raw-frames viewer.")
     return result
+
+
+def raw_commit_us(path: Path) -> float:
+    """CPU per single-event commit through the store layer (a tick arrives alone, so it commits alone)."""
+    log = EventLog(path, "ticker")
+    try:
+        log.commit([NewEvent("agent_message", "turn_warm", {"session_id": "t", "text": "t0;"})])
+        start = time.process_time()
+        for _ in range(RAW_REPEATS):
+            log.commit([NewEvent("agent_message", "turn_0123456789abcdef",
+                                 {"session_id": "ticker-" + "0" * 32, "text": f"t{time.time_ns()};"})])
+        return (time.process_time() - start) / RAW_REPEATS * 1e6
+    finally:
+        log.close()
+
+
+async def raw_handoff_us() -> float:
+    """CPU per loop → worker thread → loop round trip, the recorder's hand-off of each batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        await loop.run_in_executor(pool, int)
+        start = time.process_time()
+        for _ in range(RAW_REPEATS):
+            await loop.run_in_executor(pool, int)
+        return (time.process_time() - start) / RAW_REPEATS * 1e6
 
 
 def histogram(samples: list[float]) -> dict[str, int]:
