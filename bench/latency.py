@@ -315,6 +315,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
                  f"{len(samples):,} samples of {expected:,}")
     beside = phase.beside
     burst: list[float] = []
+    outside: list[float] = []
     if beside is not None:
         checker = beside.checker
         result.check("turn beside: reached done, no gap or duplicate",
@@ -325,6 +326,8 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         # The samples the agents sent while the turn beside streamed (prompt → its done frame at its viewer).
         burst = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples
                        if beside.prompt_ns <= sent <= beside.done_ns)
+        outside = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples
+                         if not beside.prompt_ns <= sent <= beside.done_ns)
 
     n = f"n={len(samples):,}"
     result.metric(f"{name}.p50", "agent → viewer p50", percentile(samples, 0.50), "ms", note=n)
@@ -339,6 +342,8 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         result.metric(f"{name}.burst_p99", "  p99 while the turn beside streamed", percentile(burst, 0.99), "ms",
                       summary=True, note=f"n={len(burst):,} sent in its {burst_s:.2f} s (prompt → done frame); "
                                          f"max {burst[-1] if burst else 0.0:.1f} ms")
+        result.metric(f"{name}.calm_p99", "  p99 of the other ticks", percentile(outside, 0.99), "ms",
+                      summary=True, note=f"n={len(outside):,}: the same run without the samples of the burst")
         result.metric(f"{name}.beside_rate", "  turn beside, prompt → done frame at its viewer",
                       p.beside / burst_s if burst_s > 0 else 0.0, "chunks/s")
     result.metric(f"{name}.store_p50", "  agent → recorded (row timestamp) p50", percentile(store_ms, 0.5), "ms",

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -360,17 +361,31 @@ def run(root: Path, quick: bool) -> BenchResult:
     finally:
         daemon.stop()
 
-    for i, (run_, fact) in enumerate(zip(rounds.daemon, facts, strict=True), 1):
-        tag = f" (round {i})" if len(rounds.daemon) > 1 else ""
-        result.check(f"stream reached done{tag}", run_.terminal_error is None,
-                     run_.terminal_error or f"done frame at sequence {run_.done_sequence}")
-        result.check(f"no gap or duplicate, client{tag}", run_.checker.ok, run_.checker.describe())
-        result.check(f"every chunk delivered in order, client{tag}", run_.chunks.ok(p.chunks),
-                     f"{run_.chunks.describe(p.chunks)} in {run_.frames:,} frames")
-        result.check(f"no gap, store{tag}", fact.consecutive, f"{fact.rows} rows after sequence {run_.after}")
-        result.check(f"every chunk stored in order{tag}", fact.text_ok, fact.text_detail)
-        result.check(f"client saw every stored row{tag}", run_.checker.count == fact.rows,
-                     f"{run_.checker.count} framed rows vs {fact.rows} stored")
+    # One check per property over every round; the detail names the first round that failed it.
+    pairs_ = list(enumerate(zip(rounds.daemon, facts, strict=True), 1))
+
+    def over_rounds(name: str, ok: Callable[[StreamRun, StoreFacts], bool],
+                    detail: Callable[[StreamRun, StoreFacts], str]) -> None:
+        if not pairs_:
+            result.check(name, False, "no round ran")
+            return
+        failed = [(i, r, f) for i, (r, f) in pairs_ if not ok(r, f)]
+        if failed:
+            i, r, f = failed[0]
+            result.check(name, False, f"round {i} of {len(pairs_)}: {detail(r, f)}")
+        else:
+            r, f = pairs_[-1][1]
+            result.check(name, True, f"{len(pairs_)} rounds; last: {detail(r, f)}")
+
+    over_rounds("stream reached done", lambda r, f: r.terminal_error is None,
+                lambda r, f: r.terminal_error or f"done frame at sequence {r.done_sequence}")
+    over_rounds("no gap or duplicate (client)", lambda r, f: r.checker.ok, lambda r, f: r.checker.describe())
+    over_rounds("every chunk delivered in order (client)", lambda r, f: r.chunks.ok(p.chunks),
+                lambda r, f: f"{r.chunks.describe(p.chunks)} in {r.frames:,} frames")
+    over_rounds("no gap (store)", lambda r, f: f.consecutive, lambda r, f: f"{f.rows} rows after sequence {r.after}")
+    over_rounds("every chunk stored in order", lambda r, f: f.text_ok, lambda r, f: f.text_detail)
+    over_rounds("client saw every stored row", lambda r, f: r.checker.count == f.rows,
+                lambda r, f: f"{r.checker.count} framed rows vs {f.rows} stored")
     for name, runs in (("SDK transport", rounds.ceiling), ("typed SDK", rounds.typed)):
         bad = [r.checker.describe(p.chunks) for r in runs if not r.checker.ok(p.chunks) or r.stop_reason != "end_turn"]
         result.check(f"bare ACP client ({name}) got every chunk", not bad and len(runs) == p.rounds,
