@@ -342,6 +342,15 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         result.metric(f"{name}.burst_p99", "  p99 while the turn beside streamed", percentile(burst, 0.99), "ms",
                       summary=True, note=f"n={len(burst):,} sent in its {burst_s:.2f} s (prompt → done frame); "
                                          f"max {burst[-1] if burst else 0.0:.1f} ms")
+        # Where the burst's extra delay sits: before the row is committed (ingest, store threads) or after.
+        window = range(beside.prompt_ns, beside.done_ns + 1)
+        burst_store = sorted(ms - sent / 1e6 for sent, ms in committed.items() if sent in window)
+        burst_sse = sorted(recv / 1e6 - committed[sent] for v in viewers for sent, recv in v.samples
+                           if sent in window and sent in committed)
+        result.metric(f"{name}.burst_store_p99", "    of which agent → recorded p99", percentile(burst_store, 0.99),
+                      "ms", note=f"n={len(burst_store):,}")
+        result.metric(f"{name}.burst_sse_p99", "    of which recorded → viewer p99", percentile(burst_sse, 0.99),
+                      "ms")
         result.metric(f"{name}.calm_p99", "  p99 of the other ticks", percentile(outside, 0.99), "ms",
                       summary=True, note=f"n={len(outside):,}: the same run without the samples of the burst")
         result.metric(f"{name}.beside_rate", "  turn beside, prompt → done frame at its viewer",
