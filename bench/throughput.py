@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,7 @@ class StreamRun:
 
     @property
     def seconds(self) -> float:
-        return (self.done_ns - self.prompt_ns) / 1e9
+        return (self.done_ns - self.prompt_ns) / 1e9 if self.done_ns else 0.0
 
     @property
     def rate(self) -> float:
@@ -311,6 +311,12 @@ async def bare_daphne(frames: int) -> tuple[float, SequenceChecker]:
 
 # ---- the benchmark -------------------------------------------------------------------------------
 
+def median(values: Iterable[float]) -> float:
+    """0 for no values: a failed round must end as a failed check, not as a StatisticsError."""
+    items = list(values)
+    return statistics.median(items) if items else 0.0
+
+
 @dataclass
 class Rounds:
     daemon: list[StreamRun]
@@ -392,20 +398,20 @@ def run(root: Path, quick: bool) -> BenchResult:
                      "; ".join(bad[:2]) or f"{len(runs)} turns of {p.chunks:,} chunks, in order")
 
     # The median round of each; per-round ratios show how much the machine moved under the pairs.
-    e2e = statistics.median(r.rate for r in rounds.daemon)
-    ceiling = statistics.median(r.rate for r in rounds.ceiling) if rounds.ceiling else 0.0
-    typed = statistics.median(r.rate for r in rounds.typed) if rounds.typed else 0.0
+    e2e = median(r.rate for r in rounds.daemon)
+    ceiling = median(r.rate for r in rounds.ceiling)
+    typed = median(r.rate for r in rounds.typed)
     pairs = ", ".join(f"{d.rate / c.rate:.2f}x" for d, c in zip(rounds.daemon, rounds.ceiling, strict=False)
                       if c.rate)
     chunks_total = sum(r.chunks.count for r in rounds.daemon)
     daemon_cpu = sum(r.daemon_cpu for r in rounds.daemon)
-    e2e_s = sum(r.seconds for r in rounds.daemon)
-    delivered = statistics.median(r.chunks.count / ((r.done_ns - r.first_ns) / 1e9) for r in rounds.daemon
-                                  if r.done_ns > r.first_ns)
-    persisted = statistics.median((p.chunks - f.first_commit_chunks) / (f.last_ts - f.first_ts) for f in facts
-                                  if f.last_ts > f.first_ts) if any(f.last_ts > f.first_ts for f in facts) else 0.0
-    tail_lag_ms = statistics.median((r.done_ns / 1e9 - f.done_ts) * 1000 for r, f in
-                                    zip(rounds.daemon, facts, strict=True) if f.done_ts)
+    e2e_s = max(sum(r.seconds for r in rounds.daemon), 1e-9)
+    delivered = median(r.chunks.count / ((r.done_ns - r.first_ns) / 1e9) for r in rounds.daemon
+                       if r.done_ns > r.first_ns)
+    persisted = median((p.chunks - f.first_commit_chunks) / (f.last_ts - f.first_ts) for f in facts
+                       if f.last_ts > f.first_ts)
+    tail_lag_ms = median((r.done_ns / 1e9 - f.done_ts) * 1000 for r, f in zip(rounds.daemon, facts, strict=True)
+                         if f.done_ts and r.done_ns)
     commits = sum(f.commits for f in facts)
     agent_rows = sum(f.agent_rows for f in facts)
     chunks_per_commit = chunks_total / commits if commits else 1.0
@@ -413,7 +419,7 @@ def run(root: Path, quick: bool) -> BenchResult:
     # Raw limits without the daemon, so they get the machine to themselves.
     scratch = root / "raw-sqlite"
     scratch.mkdir(parents=True, exist_ok=True)
-    stored_s = statistics.median(raw_stored(scratch / f"stored-{i}.db", f.stored) for i, f in enumerate(facts))
+    stored_s = median(raw_stored(scratch / f"stored-{i}.db", f.stored) for i, f in enumerate(facts))
     stored_rate = p.chunks / stored_s if stored_s > 0 else 0.0
     layer = store_layer(scratch / "store-layer.db", p.chunks, max(1, round(chunks_per_commit)))
     rows = synth_rows(p.chunks)
@@ -422,7 +428,7 @@ def run(root: Path, quick: bool) -> BenchResult:
     bare, bare_checker = asyncio.run(bare_daphne(p.chunks))
     result.check("bare daphne frames consecutive", bare_checker.ok, bare_checker.describe())
 
-    seconds = statistics.median(r.seconds for r in rounds.daemon)
+    seconds = median(r.seconds for r in rounds.daemon)
     result.metric("throughput.e2e", "end to end: prompt sent → done frame at the SSE client", e2e, "chunks/s",
                   raw_limit=ceiling, raw_label="bare ACP, SDK transport", summary=True,
                   target=Target(Op.AT_LEAST, TARGET_VS_BARE_ACP, of_ratio=True),
@@ -432,7 +438,7 @@ def run(root: Path, quick: bool) -> BenchResult:
                   raw_limit=typed, raw_label="bare ACP, typed SDK", summary=True)
     result.metric("throughput.bare_acp", "bare ACP client, SDK transport (the ceiling)", ceiling, "chunks/s",
                   summary=True, note="Connection + NDJSON transport, updates as dicts: "
-                  f"client CPU {statistics.median(r.client_cpu / r.seconds for r in rounds.ceiling):.0%} of a core"
+                  f"client CPU {median(r.client_cpu / r.seconds for r in rounds.ceiling):.0%} of a core"
                   if rounds.ceiling else "")
     result.metric("throughput.bare_acp_typed", "bare ACP client, typed SDK (ClientSideConnection)", typed,
                   "chunks/s", note="pydantic models and a task per notification" if rounds.typed else "")
