@@ -27,9 +27,11 @@ from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
 BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
-    "throughput": ("agent → events.db → SSE, against raw sqlite and bare daphne", throughput.run),
-    "latency": ("agent → viewer latency, 20 sessions x 3 viewers (10 with --quick)", latency.run),
-    "firstturn": ("the latency run measured while the auto-title agents of the first turns start",
+    "throughput": ("agent → events.db → SSE, against bare ACP SDK clients, raw sqlite and bare daphne",
+                   throughput.run),
+    "latency": ("agent → viewer latency, loop lag and CPU per frame, 20 sessions x 3 viewers with a 20k-chunk "
+                "turn beside (10 and 5k with --quick)", latency.run),
+    "firstturn": ("20 x 3 without the turn beside, measured while the auto-title agents of the first turns start",
                   latency.run_first_turn),
     "fanout": ("agent → viewer latency and CPU, 4 sessions x 25 viewers (2 with --quick)", latency.run_fanout),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
@@ -41,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     epilog = "benchmarks:\n" + "\n".join(f"  {name:<11} {text}" for name, (text, _) in BENCHMARKS.items())
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller runs (~1-2 minutes): a smoke test")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (~2 minutes): a smoke test")
     parser.add_argument("--only", action="append", metavar="NAME", default=[],
                         help=f"run only these (repeatable or comma-separated): {', '.join(BENCHMARKS)}")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",

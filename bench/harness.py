@@ -196,17 +196,22 @@ def environment_note() -> str:
             "client CPU time competes with the daemon, so figures are a lower bound on the daemon alone.")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (its own threads, not children) from /proc/<pid>/stat; 0 if gone."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (its own threads, not children) from /proc/<pid>/stat; 0 if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text() if pid > 0 else ""
     except OSError:
         stat = ""
     if not stat:
-        return 0.0
+        return 0.0, 0.0
     fields = stat[stat.rindex(")") + 2:].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (its own threads, not children); 0 if gone."""
+    return sum(cpu_times(pid))
 
 
 def cpu_probe(seconds: float = 0.5) -> float:

@@ -29,14 +29,17 @@ class Op(StrEnum):
 class Target:
     op: Op
     value: float
+    of_ratio: bool = False  # the target applies to value / raw limit, not to the value
 
-    def check(self, measured: float) -> Verdict:
+    def check(self, measured: float | None) -> Verdict:
+        if measured is None:
+            return Verdict.MISSES
         ok = measured >= self.value if self.op is Op.AT_LEAST else measured <= self.value
         return Verdict.MEETS if ok else Verdict.MISSES
 
     def __str__(self) -> str:
         sign = "≥" if self.op is Op.AT_LEAST else "≤"
-        return f"{sign} {fmt(self.value)}"
+        return f"{sign} {self.value:g}x" if self.of_ratio else f"{sign} {fmt(self.value)}"
 
 
 @dataclass
@@ -59,7 +62,9 @@ class Metric:
 
     @property
     def verdict(self) -> Verdict:
-        return self.target.check(self.value) if self.target else Verdict.INFO
+        if self.target is None:
+            return Verdict.INFO
+        return self.target.check(self.ratio if self.target.of_ratio else self.value)
 
     def as_json(self) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "value": self.value, "unit": self.unit,
@@ -118,7 +123,7 @@ def fmt(value: float | None, unit: str = "") -> str:
 def fmt_ratio(ratio: float | None) -> str:
     if ratio is None:
         return ""
-    return f"{ratio:.1%}" if ratio < 2 else f"{ratio:.1f}x"
+    return f"{ratio:.1%}" if ratio < 0.1 else f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.1f}x"
 
 
 VERDICT_STYLE = {Verdict.MEETS: "green", Verdict.MISSES: "bold red", Verdict.INFO: "dim"}

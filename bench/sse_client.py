@@ -177,3 +177,31 @@ class SequenceChecker:
             return f"{self.count} frames, consecutive"
         return f"gaps {self.gaps[:5]} (total {len(self.gaps)}), duplicates {self.duplicates[:5]} " \
                f"(total {len(self.duplicates)})"
+
+
+class ChunkChecker:
+    """The scripted agent's `stream` chunks (`c0 c1 …`) arrive complete and in order. Count chunk texts, not
+    rows or frames: the store merges the adjacent chunks of one write batch into one row."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.error: str | None = None
+
+    def feed(self, text: str) -> None:
+        if self.error is not None:
+            return
+        pieces = text.count(" ")
+        expected = "".join(f"c{i} " for i in range(self.count, self.count + pieces))
+        if text != expected:
+            at = next((i for i, (a, b) in enumerate(zip(text, expected, strict=False)) if a != b),
+                      min(len(text), len(expected)))
+            self.error = (f"after {self.count} chunks, text differs at char {at}: got {text[at:at + 40]!r}, "
+                          f"want {expected[at:at + 40]!r}")
+            return
+        self.count += pieces
+
+    def ok(self, total: int) -> bool:
+        return self.error is None and self.count == total
+
+    def describe(self, total: int) -> str:
+        return self.error or f"{self.count:,} of {total:,} chunks, in order"

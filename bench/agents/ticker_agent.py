@@ -2,8 +2,10 @@
 """Latency-benchmark ACP agent on the `agent-client-protocol` SDK.
 
 Prompt `tick N INTERVAL_MS`: N agent_message chunks, INTERVAL_MS apart on an absolute schedule (no drift),
-each chunk's text being this process's `time.time_ns()` taken just before the SDK sends it. The benchmark
-client subtracts that from its own receive time: agent → daemon → events.db → SSE → viewer.
+each chunk's text being `t<ns>;` with this process's `time.time_ns()` taken just before the SDK sends it. The
+benchmark client subtracts that from its own receive time: agent → daemon → events.db → SSE → viewer. The
+store merges the adjacent chunks of one write batch into one row, so a row may carry several stamps: the
+`t…;` delimiters keep them apart.
 Any other prompt is echoed. Imports are the stdlib and `acp` only, so the file runs as a plain script.
 """
 
@@ -103,7 +105,7 @@ class TickerAgent:
         for i in range(count):
             if cancel.is_set():
                 return "cancelled"
-            await self._say(session_id, str(time.time_ns()))
+            await self._say(session_id, f"t{time.time_ns()};")
             if i < count - 1:
                 delay = start + (i + 1) * interval - loop.time()
                 with contextlib.suppress(TimeoutError):
