@@ -95,6 +95,12 @@ class StderrTail:
         return b"".join(self._chunks).decode("utf-8", errors="replace")
 
 
+# Updates handled between hand-backs to the loop. Measured: a burst held the shared loop for 17 ms p99 (others'
+# ticks waited 37 ms); yielding every 256 lines cost the bare client no measurable rate, and 64 keeps one
+# stretch under half a millisecond at ~7 µs an update.
+YIELD_EVERY_UPDATES = 64
+
+
 class RecordingTransport(NdjsonTransport):
     """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder."""
 
@@ -104,6 +110,7 @@ class RecordingTransport(NdjsonTransport):
         self._on_update = on_update
 
     async def receive(self) -> dict[str, Any] | None:
+        handled = 0
         while True:
             message = await super().receive()
             if message is None:
@@ -115,6 +122,11 @@ class RecordingTransport(NdjsonTransport):
                         self._on_update(params)
                     except Exception:
                         logger.exception("recording a session/update failed")
+                handled += 1
+                if handled % YIELD_EVERY_UPDATES == 0:
+                    # A full pipe read returns without waiting, so a fast agent's burst (~600 lines a read) would
+                    # otherwise hold the loop every session and stream shares: let the others run.
+                    await asyncio.sleep(0)
                 continue
             return message
 

@@ -26,9 +26,13 @@ def spawn(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
 async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a synchronous ORM call on the runtime's DB thread."""
     def call() -> T:
-        from django.db import close_old_connections
+        from django.db import connection
 
-        close_old_connections()
+        # One thread, one connection, kept: closing it after every call (Django's request-cycle habit) reopened
+        # SQLite and re-ran its PRAGMAs on each turn start, turn end and heartbeat. A server database's
+        # connection can die under us, so it is checked first there.
+        if connection.vendor != "sqlite" and connection.connection is not None and not connection.is_usable():
+            connection.close()
         return fn(*args, **kwargs)
 
     return await asyncio.get_running_loop().run_in_executor(_DB, call)
