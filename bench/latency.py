@@ -181,7 +181,8 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
     if beside_session is not None:
         after = await asyncio.to_thread(daemon.newest_sequence, beside_session)
         beside = Beside(beside_session, after)
-        beside_stream = SSEStream(daemon.host, daemon.port, daemon.stream_path(beside_session), last_event_id=after)
+        beside_stream = SSEStream(daemon.host, daemon.port, daemon.stream_path(beside_session), last_event_id=after,
+                                  token=daemon.d.token)
         await beside_stream.connect()
     await asyncio.gather(*(s.connect() for s, _ in streams))
     tasks = [asyncio.create_task(watch(s, v)) for s, v in streams]
