@@ -237,11 +237,25 @@ def _daemon_holds(session_id: str, state: str) -> bool:
     """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
     (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""
     manager = _local_manager()
+    if manager is not None and manager.owns(session_id):
+        return True
     if manager is None:
         from compozy_site.daemon_record import daemon_running
 
-        return state in LIVE_STATES and daemon_running()
-    return bool(manager.owns(session_id))
+        if state in LIVE_STATES and daemon_running():
+            return True
+    return state in LIVE_STATES and _leased_elsewhere(session_id)
+
+
+def _leased_elsewhere(session_id: str) -> bool:
+    """Another node holds the session's unexpired lease: it runs the agent and writes events.db."""
+    from sessions import cluster
+
+    try:
+        return cluster.holder_elsewhere(session_id) is not None
+    except Exception:  # a catalog without the lease table (a store opened before migrate): nobody holds it
+        logger.debug("lease of %s not readable", session_id, exc_info=True)
+        return False
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:
@@ -549,6 +563,8 @@ def boot_repair_all() -> dict[str, int]:
             continue
         if meta is None:
             continue
+        if meta["state"] in LIVE_STATES and _leased_elsewhere(session_id):
+            continue  # another node of the cluster runs it (a shared sessions folder)
         try:
             updated = folder.parse_time(meta.get("updated_at"))
             fresh = started is not None and updated is not None and updated >= started

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from compozy_site.home import compozy_home
-from sessions import catalog, lineage
+from sessions import catalog, cluster, lineage
 from sessions.config import AgentConfig, Config, ProviderConfig, get_config
 from sessions.enums import LIVE_STATES, BusyMode, FailureKind, MarkerKind, PermissionMode, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
@@ -143,14 +143,24 @@ def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
 
 
 def _daemon_may_own(session_id: str) -> bool:
-    """Outside the daemon (manage.py, tests) a live state may belong to a running daemon: leave it."""
+    """A live state is live while this daemon runs (or is creating) the session, or while another node holds its
+    unexpired lease. Outside a daemon (manage.py, tests) a running daemon of this home may own it too: leave it."""
     try:
         manager = get_manager()
     except Exception:
         from compozy_site.daemon_record import daemon_running
 
-        return daemon_running()
-    return manager.owns(session_id)
+        return daemon_running() or cluster.holder_elsewhere(session_id) is not None
+    return manager.owns(session_id) or cluster.holder_elsewhere(session_id) is not None
+
+
+class SessionOwnedElsewhere(Conflict):
+    """Work that must touch a live runtime reached a node that does not run it."""
+
+    def __init__(self, session_id: str, holder: cluster.Holder) -> None:
+        super().__init__(f"session {session_id} runs on node {holder.node_id} ({holder.address}); send this "
+                         "request there", code="session_owned_elsewhere",
+                         data={"session_id": session_id, "owner": holder.public()})
 
 
 def scoped_meta(session_id: str, workspace_ref: str | None) -> dict[str, Any]:
@@ -236,6 +246,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         folder.write_meta(meta)
         with transaction.atomic():
             catalog.upsert_session_row(meta)
+            cluster.take(session_id)  # a new id: nobody else can hold it
             if prompt:
                 manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
     except BaseException as exc:
@@ -350,7 +361,12 @@ def reap_candidates(live: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
 async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     meta = await sync_to_async(read_session_meta)(session_id)
     await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-    return get_manager().get(session_id), meta
+    runtime = get_manager().get(session_id)
+    if runtime is None and meta["state"] in LIVE_STATES:
+        holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
+        if holder is not None:
+            raise SessionOwnedElsewhere(session_id, holder)
+    return runtime, meta
 
 
 # ---- reactivation and attach (sessions reference §14-15) --------------------------------------
@@ -405,7 +421,15 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
         with manager.admission():
             meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
             await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-            runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
+            # On the runtime's DB thread, after any release queued by this session's last stop; two nodes
+            # reactivating one session at once: one takes the lease, the other answers 409.
+            from sessions.runtime.tasks import db
+
+            holder = await db(cluster.take, session_id)
+            if holder is not None:
+                raise SessionOwnedElsewhere(session_id, holder)
+            runtime = manager.get(session_id) or manager.launch(meta, provider=provider, roots=roots,
+                                                                reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())
     try:

@@ -39,6 +39,11 @@ def set_manager(manager: SessionManager | None) -> None:
     _manager = manager
 
 
+def _log_release_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a session lease was not released (it expires instead): %s", task.exception())
+
+
 class SessionManager:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -151,7 +156,12 @@ class SessionManager:
                 return
 
     def forget(self, session_id: str) -> None:
-        self.runtimes.pop(session_id, None)
+        """The runtime stopped: its lease goes too, after the final metadata (same DB thread, in order)."""
+        if self.runtimes.pop(session_id, None) is not None:
+            from sessions import cluster
+            from sessions.runtime.tasks import db
+
+            spawn(db(cluster.release, session_id)).add_done_callback(_log_release_failure)
 
     # ---- metadata that could not be written ---------------------------------------------------
 
