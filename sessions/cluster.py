@@ -295,3 +295,65 @@ def _repair_row_only(session_id: str) -> dict[str, Any] | None:
         state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
         failure=fixed["failure"], updated_at=folder.utcnow())
     return fixed
+
+
+# ---- shared services (status, doctor) --------------------------------------------------------
+
+def database_health() -> dict[str, Any]:
+    """The catalog's engine and whether it answers (PostgreSQL in a cluster, SQLite embedded)."""
+    import time
+
+    from django.db import connection
+
+    started = time.monotonic()
+    info: dict[str, Any] = {"engine": connection.vendor, "name": str(connection.settings_dict.get("NAME") or "")}
+    if connection.vendor == "postgresql":
+        info["host"] = connection.settings_dict.get("HOST") or ""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+    except Exception as exc:
+        info.update(status="error", error=str(exc))
+    return info
+
+
+def redis_health() -> dict[str, Any]:
+    """Redis behind huey and the doorbells, when REDIS_URL is set (embedded: not used)."""
+    import time
+
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        return {"status": "not_used"}
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    info: dict[str, Any] = {"host": parsed.hostname or "", "port": parsed.port or 6379, "db": parsed.path.lstrip("/")}
+    started = time.monotonic()
+    try:
+        import redis
+
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+    except Exception as exc:
+        info.update(status="error", error=str(exc))
+    return info
+
+
+def status() -> dict[str, Any]:
+    """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
+    me = _identity
+    return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
+            "lease_ttl": me.lease_ttl if me else None, "sessions_dir": _sessions_dir(),
+            "nodes": nodes(), "leases": leases(limit=50), "lease_count": SessionLease.objects.count(),
+            "services": {"database": database_health(), "redis": redis_health()}}
+
+
+def _sessions_dir() -> str:
+    from compozy_site.home import sessions_dir
+
+    return str(sessions_dir())

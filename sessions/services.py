@@ -873,6 +873,7 @@ def runtime_status() -> dict[str, Any]:
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
         "event_loop": {"lag": MONITOR.report()},
+        "cluster": cluster.status(),
         "health": {
             "status": "ok" if not by_kind else "warn",
             "persistence": {"status": "ok" if free > 100 * 1024 * 1024 else "warn", "free_bytes": free},

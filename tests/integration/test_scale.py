@@ -144,6 +144,28 @@ def test_work_for_a_live_session_reaching_the_other_node_is_refused_with_its_own
     assert session_on(a, sid)["state"] == "active"  # B touched nothing
 
 
+def test_status_and_doctor_show_the_nodes_their_leases_and_the_shared_services(
+        cluster: Cluster, workspace: Path) -> None:
+    a, b = cluster.a, cluster.b
+    sid = a.create(workspace)["id"]
+    status = b.cli_json("status")["cluster"]
+    assert status["node_id"] == "node-b" and status["clustered"] is True
+    nodes = {n["id"]: n for n in status["nodes"]}
+    assert nodes["node-a"]["status"] == nodes["node-b"]["status"] == "up"
+    assert nodes["node-a"]["address"] == f"http://127.0.0.1:{a.port}" and nodes["node-b"]["this_node"]
+    assert nodes["node-a"]["leases"] >= 1
+    assert any(lease["session_id"] == sid and lease["node_id"] == "node-a" for lease in status["leases"])
+    assert status["services"]["database"]["engine"] == "postgresql"
+    assert status["services"]["database"]["status"] == status["services"]["redis"]["status"] == "ok"
+    human = b.cli("status")
+    assert human.returncode == 0 and "node-a" in human.stdout and "* node-b" in human.stdout
+    doctor = {i["id"]: i for i in b.cli_json("doctor", "--only", "cluster")["items"]}
+    assert doctor["shared_database"]["severity"] == doctor["shared_redis"]["severity"] == "ok"
+    assert doctor["cluster_nodes"]["severity"] == "ok"
+    assert a.http.post(a.scoped(sid, "/stop")).status_code == 204
+    assert not any(lease["session_id"] == sid for lease in b.cli_json("status")["cluster"]["leases"])
+
+
 def test_two_nodes_reactivating_one_session_at_once_run_it_once(cluster: Cluster, workspace: Path) -> None:
     a, b = cluster.a, cluster.b
     sid = a.create(workspace)["id"]
@@ -209,6 +231,12 @@ def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_unde
     turn = b.turn_events(ids[0], accepted.json()["prompt"]["turn_id"], timeout=60)
     assert any(e["type"] == "done" for e in turn)
     assert session_on(b, ids[0])["id"] == ids[0] and session_on(b, ids[0])["state"] == "active"
+    def nodes() -> dict[str, Any]:
+        return {n["id"]: n for n in b.http.get("/api/status").json()["cluster"]["nodes"]}
+
+    wait_for(lambda: nodes()["node-a"]["status"] == "down", timeout=30, what="node A shown down")
+    assert nodes()["node-a"]["leases"] == 0
+    assert nodes()["node-b"]["leases"] >= 1  # the continued session
     after = b.all_events(ids[0])
     assert [e["sequence"] for e in after] == list(range(1, len(after) + 1))  # one gap-free log, continued
     assert after[: len(before)] == before
