@@ -142,8 +142,9 @@ class LeaseKeeper:
                 continue  # a create still writing its catalog row
             holder = cluster.take(session_id, me)  # gone without a taker: ours again
             if holder is not None:
-                logger.error("session %s: lease taken by node %s; stopping it here", session_id, holder.node_id)
-                self.manager.hand_off_reap(session_id, f"session lease lost to node {holder.node_id}")
+                logger.error("session %s: lease taken by node %s; stopping its agent here", session_id,
+                             holder.node_id)
+                self.manager.hand_off_fence(session_id, holder.node_id)
         cluster.recover_expired()
 
     def _loop(self) -> None:

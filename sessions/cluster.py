@@ -231,7 +231,17 @@ def expired(now: datetime | None = None, limit: int = 200) -> list[SessionLease]
     dead = Q(expires_at__lt=now)
     if _identity is not None:
         dead |= Q(node_id=_identity.node_id) & ~Q(run=_identity.run)
+        # Ours, late (a suspended laptop, a stalled catalog): renewed by our next tick, never repaired by us.
+        dead &= ~(Q(node_id=_identity.node_id) & Q(run=_identity.run))
     return list(SessionLease.objects.filter(dead).order_by("expires_at")[:limit])
+
+
+def holds(session_id: str, me: Identity | None = None) -> bool:
+    """This daemon start still holds the session's lease (expired or not: nobody took it)."""
+    me = me or _identity
+    if me is None:
+        return True
+    return SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).exists()
 
 
 def claim_expired(row: SessionLease) -> bool:

@@ -118,6 +118,15 @@ class SessionManager:
         return self._hand_off(f"reap:{session_id}", session_id,
                               lambda runtime: runtime.stop(StopReason.USER_CANCELED, reason))
 
+    def hand_off_fence(self, session_id: str, holder: str) -> bool:
+        """Another node holds this session's lease now: stop the agent here without writing anything more."""
+        def fence(runtime: SessionRuntime) -> Coroutine[Any, Any, Any]:
+            runtime.fenced = True
+            runtime.recorder.closed = True  # records are dropped (and logged), never written to its events.db
+            return runtime.stop(StopReason.AGENT_CRASHED, f"session lease lost to node {holder}")
+
+        return self._hand_off(f"fence:{session_id}", session_id, fence)
+
     def _hand_off(self, key: str, session_id: str,
                   work: Callable[[SessionRuntime], Coroutine[Any, Any, Any]]) -> bool:
         loop = self.loop

@@ -8,6 +8,7 @@ afterwards); skipped with the reason where either is missing. Timing bounds are 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import threading
@@ -233,6 +234,32 @@ def test_two_nodes_reactivating_one_session_at_once_run_it_once(cluster: Cluster
                  and e["content"].get("title") == "session_recovered"]
     assert len(recovered) == 1, recovered
     assert winner.http.post(winner.scoped(sid, "/stop")).status_code == 204
+
+
+def test_a_node_cut_off_past_its_lease_stops_its_agent_without_writing_over_the_new_owner(
+        cluster: Cluster, workspace: Path) -> None:
+    a, b = cluster.a, cluster.b
+    sid = a.create(workspace)["id"]
+    assert a.run_turn(sid, "stream 2")
+    os.kill(a.proc.pid, signal.SIGSTOP)  # a long pause: no renewals, but the process comes back
+    try:
+        wait_for(lambda: meta(cluster, sid)["state"] == "stopped", timeout=60, what="failover on node B")
+        continued = b.prompt(sid, "stream 3")
+        assert continued.status_code == 200, continued.text
+        b.turn_events(sid, continued.json()["prompt"]["turn_id"], timeout=60)
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    # A wakes up: its agent is gone (B ended the orphan), its renewals find B's lease; nothing of A's lands.
+    wait_for(lambda: "lease is held elsewhere" in a.log() or "lease taken by node node-b" in a.log(), timeout=30,
+             what="node A noticing it lost the lease")
+    time.sleep(LEASE_TTL)
+    assert meta(cluster, sid)["state"] == "active" and _runs(b, sid) and not _runs(a, sid)
+    assert b.run_turn(sid, "stream 2")
+    events = b.all_events(sid)
+    assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+    assert not [e for e in events if e["type"] == "session_stopped"], "node A wrote into node B's store"
+    assert session_on(a, sid)["state"] == "active"  # A serves the new owner's truth
+    assert b.http.post(b.scoped(sid, "/stop")).status_code == 204
 
 
 def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_under_the_same_id(
