@@ -16,7 +16,6 @@ The embedded default runs the same code on SQLite with one node; nothing here ne
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 from dataclasses import dataclass
@@ -71,32 +70,13 @@ def clustered() -> bool:
     return bool(os.environ.get("DATABASE_URL") or os.environ.get("COMPOZY_NODE_ID"))
 
 
-def shared_token() -> str:
-    """The token every node of a cluster accepts from the others (routing a request to a session's owner)."""
-    return os.environ.get("COMPOZY_CLUSTER_TOKEN", "")
-
-
-def is_cluster_token(presented: str) -> bool:
-    token = shared_token()
-    return bool(token) and hmac.compare_digest(presented.encode(), token.encode())
-
-
 # ---- nodes -----------------------------------------------------------------------------------
 
 def heartbeat_node(me: Identity, now: datetime | None = None) -> None:
     now = now or folder.utcnow()
-    changed = Node.objects.filter(id=me.node_id).update(address=me.address, run=me.run, pid=os.getpid(),
-                                                        last_seen=now)
-    if not changed:
-        try:
-            with transaction.atomic():
-                Node.objects.create(id=me.node_id, address=me.address, run=me.run, pid=os.getpid(),
-                                    started_at=now, last_seen=now)
-        except IntegrityError:  # created meanwhile by our own earlier heartbeat on another thread
-            heartbeat_node(me, now)
-            return
-    elif Node.objects.filter(id=me.node_id).exclude(run=me.run).exists():  # pragma: no cover - defensive
-        logger.warning("node id %s is heartbeated by another daemon start too", me.node_id)
+    fields = {"address": me.address, "run": me.run, "pid": os.getpid(), "last_seen": now}
+    if not Node.objects.filter(id=me.node_id).update(**fields):
+        Node.objects.update_or_create(id=me.node_id, defaults={**fields, "started_at": now})
 
 
 def register_node(me: Identity) -> None:
