@@ -241,6 +241,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
         if not claim_expired(row):
             continue
         session_id = row.session_id
+        in_folder = True
         try:
             if _runs_here(session_id):
                 continue  # reactivated here meanwhile
@@ -250,12 +251,28 @@ def recover_expired(now: datetime | None = None) -> list[str]:
             # The folder is not shared with the dead node: the catalog row is all there is to correct.
             logger.warning("failover: %s has no readable meta.json here; correcting its catalog row", session_id,
                            exc_info=True)
+            in_folder = False
             fixed = _repair_row_only(session_id)
         if fixed is not None:
             logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
                         fixed.get("stop_reason"))
             repaired.append(session_id)
+            if in_folder:
+                _close_interrupted_turn(session_id, fixed)
     return repaired
+
+
+def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
+    """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
+    transcript repair), not at some node's next boot."""
+    from sessions.repair import check_transcript_once
+
+    try:
+        if SessionLease.objects.filter(session_id=session_id).exists():
+            return  # reactivated by some node meanwhile: its store is that node's to write
+        check_transcript_once(session_id, meta, None)
+    except Exception:
+        logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
 
 
 def _runs_here(session_id: str) -> bool:

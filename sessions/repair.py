@@ -534,6 +534,25 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
     folder.write_meta(meta)
 
 
+# A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or
+# fail over together, and two appended repairs would close one turn twice. The claim never falls due again.
+TRANSCRIPT_CLAIM_EVERY = 10 * 365 * 86400.0
+
+
+def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
+    """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
+    or another node claimed it."""
+    if not _needs_transcript_check(meta):
+        return None
+    from sessions.claims import claim_tick
+
+    if not claim_tick(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_EVERY):
+        return None
+    outcome = _boot_transcript_repair(session_id)
+    _mark_checked(session_id, outcome, manager)
+    return outcome
+
+
 def boot_repair_all() -> dict[str, int]:
     """Every session folder, each on its own (one bad folder never stops the others):
 
@@ -572,11 +591,10 @@ def boot_repair_all() -> dict[str, int]:
                 meta = repair_stale_meta(meta)
                 counts["repaired"] += 1
             # Not limited to state older than our start: a read may already have repaired the stale meta.
-            if _needs_transcript_check(meta):
+            outcome = check_transcript_once(session_id, meta, manager)
+            if outcome is not None:
                 counts["transcripts_checked"] += 1
-                outcome = _boot_transcript_repair(session_id)
                 counts["transcripts_repaired"] += outcome == "repaired"
-                _mark_checked(session_id, outcome, manager)
         except Exception:
             counts["failed"] += 1
             logger.exception("boot repair of %s failed", session_id)

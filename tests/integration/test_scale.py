@@ -268,16 +268,30 @@ def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_unde
     ids = [a.create(workspace)["id"] for _ in range(2)]
     assert a.run_turn(ids[0], "stream 3")
     before = a.all_events(ids[0])
-    agent_pids = [int(meta(cluster, sid)["liveness"]["subprocess_pid"]) for sid in ids]
+    # A third is mid-way through a tool call when its node dies.
+    hung = a.create(workspace)["id"]
+    accepted = a.prompt(hung, "toolhang")
+    assert accepted.status_code == 200, accepted.text
+    hung_turn = accepted.json()["prompt"]["turn_id"]
+    call_id = a.wait_event(hung, "tool_call")["content"]["tool_call_id"]
+    crash_sequence = a.all_events(hung)[-1]["sequence"]
+    ids_with_hung = [*ids, hung]
+    agent_pids = [int(meta(cluster, sid)["liveness"]["subprocess_pid"]) for sid in ids_with_hung]
 
     a.stop(signal.SIGKILL)
     killed_at = time.monotonic()
     # Nobody reads these sessions through B meanwhile: B's lease keeper finds the expired leases on its own.
-    for sid in ids:
+    for sid in ids_with_hung:
         wait_for(lambda sid=sid: meta(cluster, sid)["state"] == "stopped", timeout=60,
                  what=f"{sid} stopped by node B's failover")
     took = time.monotonic() - killed_at
-    for sid in ids:
+    # Its interrupted turn is closed once, by the survivor that claimed the lease (sessions reference §13).
+    wait_for(lambda: len([e for e in b.all_events(hung) if e["sequence"] > crash_sequence]) >= 2, timeout=30,
+             what="both repair events")
+    appended = [e for e in b.all_events(hung) if e["sequence"] > crash_sequence]
+    assert [(e["type"], e["turn_id"]) for e in appended] == [("tool_result", hung_turn), ("error", hung_turn)]
+    assert appended[0]["content"]["tool_call_id"] == call_id
+    for sid in ids_with_hung:
         stopped = session_on(b, sid)
         assert stopped["state"] == "stopped"
         assert stopped["stop_reason"] == "agent_crashed"
