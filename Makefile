@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test system-deps lint bench venv clean
+.PHONY: run test system-deps lint bench bench-catalog venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ lint: $(STAMP)
 ## Benchmarks: one command, prints a table with ratios against the raw limits.
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## Catalog list latency at 10k sessions on SQLite and on PostgreSQL (skipped, with the reason, without one).
+bench-catalog: $(STAMP)
+	$(BIN)/python -m bench.catalog_list $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

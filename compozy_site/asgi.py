@@ -13,14 +13,16 @@ from django.urls import path, re_path
 django_app = get_asgi_application()
 
 from compozy_site.guard import Guard  # noqa: E402
+from compozy_site.routing import OwnerRouter  # noqa: E402
 from sessions.sse import CatalogStreamConsumer, SessionStreamConsumer  # noqa: E402
 
 # Host, Origin, token and body cap are checked here, once, for every route: Django's ALLOWED_HOSTS and middleware
 # never see the channels consumers.
-application = Guard(ProtocolTypeRouter({
+# Then work on a session another node runs is routed to that node (compozy_site/routing.py).
+application = Guard(OwnerRouter(ProtocolTypeRouter({
     "http": URLRouter([
         path("api/sessions/catalog-stream", CatalogStreamConsumer.as_asgi()),
         path("api/workspaces/<str:workspace>/sessions/<str:session_id>/stream", SessionStreamConsumer.as_asgi()),
         re_path(r"", django_app),
     ]),
-}))
+})))

@@ -39,6 +39,17 @@ def ensure_token(home: Path) -> str:
     return token
 
 
+# Nodes of one cluster route work to a session's owner with this shared secret (env, never on disk here); each
+# node still has its own token for its users. Shorter values are refused: it opens every node's API.
+CLUSTER_TOKEN_ENV = "COMPOZY_CLUSTER_TOKEN"
+MIN_CLUSTER_TOKEN_CHARS = 32
+
+
+def cluster_token() -> str:
+    token = os.environ.get(CLUSTER_TOKEN_ENV, "").strip()
+    return token if len(token) >= MIN_CLUSTER_TOKEN_CHARS else ""
+
+
 def cookie_value(token: str) -> str:
     return hmac.new(token.encode(), b"compozy dashboard cookie", hashlib.sha256).hexdigest()
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
-from compozy_site.auth import COOKIE_NAME, Tickets, cookie_value, ensure_token, same_secret
+from compozy_site.auth import COOKIE_NAME, Tickets, cluster_token, cookie_value, ensure_token, same_secret
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -85,6 +85,7 @@ class GuardPolicy:
     hosts: frozenset[str]
     max_body_bytes: int
     owner_uid: int
+    cluster_token: str = ""  # COMPOZY_CLUSTER_TOKEN: accepted from the cluster's other nodes
 
     @classmethod
     def for_daemon(cls) -> GuardPolicy:
@@ -95,7 +96,8 @@ class GuardPolicy:
         home = compozy_home()
         bound = config.http_host.lower()
         hosts = LOOPBACK_HOSTS | {f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound}
-        return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid())
+        return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(),
+                   cluster_token())
 
 
 class Refusal(Exception):
@@ -184,6 +186,8 @@ class Guard:
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and same_secret(given.strip(), policy.token):
             return
+        if scheme.lower() == "bearer" and policy.cluster_token and same_secret(given.strip(), policy.cluster_token):
+            return  # another node of the cluster routing work to the session this node owns
         cookie = _cookie(headers.get("cookie", ""), COOKIE_NAME)
         if cookie and same_secret(cookie, cookie_value(policy.token)):
             # Cookies ignore ports, so a page on another loopback port is "same-site" and its sub-resource GETs

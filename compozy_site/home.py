@@ -15,6 +15,11 @@ def compozy_home() -> Path:
 
 
 def sessions_dir(home: Path | None = None) -> Path:
+    """`COMPOZY_HOME/sessions`, or `COMPOZY_SESSIONS_DIR`: the folder the nodes of a cluster share, so any node
+    reads any session's store and a survivor can continue a session whose owner died."""
+    shared = os.environ.get("COMPOZY_SESSIONS_DIR")
+    if shared and home is None:
+        return Path(shared).expanduser().resolve()
     return (home or compozy_home()) / "sessions"
 
 

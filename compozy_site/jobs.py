@@ -3,6 +3,7 @@ enqueues the periodic jobs (`sessions/jobs.py` says why they are not self-resche
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -99,3 +100,77 @@ class Ticker:
                     logger.exception("could not send %s; trying again next tick", name)
                 due[name] = now + every()
             self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))
+
+
+class LeaseKeeper:
+    """A daemon thread that keeps this node's session leases (sessions/cluster.py), apart from the huey queue: a
+    lost or delayed message must never cost a live session its lease.
+
+    Every third of `[cluster] lease_ttl`:
+    1. heartbeat this node's `Node` row (clustered only: an idle embedded daemon writes nothing to its catalog);
+    2. renew the leases of the sessions this daemon runs; one another node took (we were cut off longer than the
+       TTL) is stopped here, because its new owner runs the agent and writes events.db now;
+    3. failover: sessions whose owner stopped renewing are claimed and repaired to `stopped` (stale-state rules).
+    """
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="compozy-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _live_ids(self) -> list[str]:
+        for _ in range(5):
+            try:  # the loop thread adds and removes runtimes meanwhile
+                return list({*self.manager.runtimes, *self.manager.reserved})
+            except RuntimeError:
+                continue
+        return []
+
+    def tick(self) -> None:
+        from sessions import cluster
+
+        me = cluster.identity()
+        if me is None:
+            return
+        if cluster.clustered():
+            cluster.heartbeat_node(me)
+        lost = cluster.renew(self._live_ids(), me)
+        for session_id in lost:
+            if session_id not in self.manager.runtimes:
+                continue  # a create still writing its catalog row
+            holder = cluster.take(session_id, me)  # gone without a taker: ours again
+            if holder is not None:
+                logger.error("session %s: lease taken by node %s; stopping its agent here", session_id,
+                             holder.node_id)
+                self.manager.hand_off_fence(session_id, holder.node_id)
+        cluster.recover_expired()
+
+    def _loop(self) -> None:
+        from django.db import close_old_connections
+
+        from sessions import cluster
+
+        me = cluster.identity()
+        every = (me.lease_ttl if me else 15.0) / 3
+        try:
+            if me is not None:
+                cluster.register_node(me)
+        except Exception:
+            logger.exception("could not register this node in the catalog")
+        while not self._stop.wait(every):
+            try:
+                close_old_connections()
+                self.tick()
+            except Exception:
+                logger.exception("lease renewal failed; trying again in %.1fs", every)
+                from django.db import connection
+
+                with contextlib.suppress(Exception):
+                    connection.close()  # a broken server connection is replaced on the next tick

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -33,10 +34,24 @@ def _prepare_django() -> None:
     django.setup()
 
 
+# Any constant: the key of the PostgreSQL advisory lock under which the nodes of a cluster migrate one at a time.
+MIGRATE_LOCK_KEY = 0x636F6D706F7A79
+
+
 def migrate() -> None:
     from django.core.management import call_command
+    from django.db import connection
 
-    call_command("migrate", interactive=False, verbosity=0)
+    if connection.vendor != "postgresql":
+        call_command("migrate", interactive=False, verbosity=0)
+        return
+    # Two nodes starting together would both create the same tables; the second waits, then finds nothing to do.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])
 
 
 def _bind_socket_path(path: Path) -> None:
@@ -68,7 +83,8 @@ def run_foreground(port: int | None = None) -> int:
     from compozy_site.asgi import application
     from compozy_site.auth import ensure_token
     from compozy_site.http_server import GuardedServer
-    from compozy_site.jobs import InProcessConsumer, Ticker
+    from compozy_site.jobs import InProcessConsumer, LeaseKeeper, Ticker
+    from sessions import cluster
     from sessions.config import ConfigError, get_config
     from sessions.runtime.manager import SessionManager, set_manager
 
@@ -91,6 +107,16 @@ def run_foreground(port: int | None = None) -> int:
 
     loop.call_soon(MONITOR.start)  # lag of the loop every session shares: `compozy status`, the benchmarks
     set_manager(manager)
+    from sessions.store.folder import isoformat, utcnow
+
+    started_at = isoformat(utcnow())  # this daemon start: the run of its leases and of boot repair
+
+    def advertised(actual_port: int) -> str:
+        return config.cluster.advertise_url or f"http://{config.http_host}:{actual_port}"
+
+    # Set before the first request can arrive: a create takes its session's lease under this identity.
+    cluster.set_identity(cluster.Identity(cluster.node_id(), started_at, advertised(http_port),
+                                          config.cluster.lease_ttl))
 
     endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}",
                  f"unix:{_endpoint_escape(str(sock))}"]
@@ -103,10 +129,14 @@ def run_foreground(port: int | None = None) -> int:
             os.chmod(sock, 0o600)
         # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
         actual_port = next((port for _, port in server.listening_addresses if port), http_port)
-        from sessions.store.folder import isoformat, utcnow, write_json_atomic
+        from sessions.store.folder import write_json_atomic
 
+        identity = cluster.identity()
+        if identity is not None:
+            cluster.set_identity(dataclasses.replace(identity, address=advertised(actual_port)))
         record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
-                  "started_at": isoformat(utcnow()), "home": str(home), "status": "running", "version": "0.1.0"}
+                  "started_at": started_at, "home": str(home), "status": "running", "version": "0.1.0",
+                  "node_id": cluster.node_id()}
 
         write_json_atomic(daemon_record_path(home), record, mode=0o600)
         # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
@@ -118,6 +148,8 @@ def run_foreground(port: int | None = None) -> int:
 
         state["ticker"] = Ticker(record["started_at"], lambda: sweep_interval(manager.config))
         state["ticker"].start()
+        state["leases"] = LeaseKeeper(manager)
+        state["leases"].start()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
         print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
@@ -138,6 +170,8 @@ def run_foreground(port: int | None = None) -> int:
         finally:
             if "ticker" in state:
                 state["ticker"].stop()
+            if "leases" in state:
+                state["leases"].stop()
             consumer.stop()
             with contextlib.suppress(Exception):
                 reactor.stop()
@@ -154,6 +188,7 @@ def run_foreground(port: int | None = None) -> int:
             raise DaemonError(f"could not listen on {config.http_host}:{http_port} or {sock} (see the log above)")
     finally:
         set_manager(None)
+        cluster.set_identity(None)
         with contextlib.suppress(OSError):
             sock.unlink()
         record = read_daemon_record()

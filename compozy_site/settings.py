@@ -1,14 +1,15 @@
 """Django settings: embedded defaults for one machine, scale-out engines switched on by environment.
 
 Embedded: SQLite catalog in COMPOZY_HOME, huey on SQLite, in-memory channel layer.
-Scale-out: DATABASE_URL (postgres://...) for the catalog, REDIS_URL for huey and the channel layer.
+Scale-out: DATABASE_URL (postgres://..., parsed by dj-database-url) for the catalog, REDIS_URL for huey and the
+channel layer, COMPOZY_NODE_ID naming this daemon among the cluster's nodes (sessions/cluster.py).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from typing import Any
 
 from compozy_site.home import compozy_home
 
@@ -57,18 +58,13 @@ TEMPLATES = [
 ]
 
 
-def _database_from_env() -> dict[str, object]:
+def _database_from_env() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://")):
-        parsed = urlparse(url)
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": parsed.path.lstrip("/"),
-            "USER": unquote(parsed.username or ""),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
-        }
+    if url:
+        import dj_database_url  # only scale-out needs it; the embedded default never imports it
+
+        # dj-database-url keeps ?sslmode=…, options and the rest of the query string in OPTIONS.
+        return dj_database_url.parse(url)
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": COMPOZY_HOME / "catalog.sqlite3",

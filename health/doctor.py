@@ -238,12 +238,35 @@ def check_heartbeat_policies() -> dict[str, Any]:
                     f"{first['source_path']}: {', '.join(first['codes'])}",
                     f"compozy agent heartbeat status {first['agent']}", {"invalid": invalid})
     return item("heartbeat_policies", "agents", "ok", "HEARTBEAT.md policies", "no invalid policy file")
+def check_cluster() -> list[dict[str, Any]]:
+    """Nodes of the cluster and the shared services (PostgreSQL, Redis); one node on SQLite is the embedded default."""
+    from sessions import cluster
+
+    report = cluster.status()
+    db, redis = report["services"]["database"], report["services"]["redis"]
+    items = [item("shared_database", "cluster", "ok" if db["status"] == "ok" else "error",
+                  f"Catalog database ({db['engine']})",
+                  f"reachable in {db.get('latency_ms')} ms" if db["status"] == "ok" else db.get("error", ""),
+                  evidence=db)]
+    if redis["status"] != "not_used":
+        items.append(item("shared_redis", "cluster", "ok" if redis["status"] == "ok" else "error", "Redis",
+                          f"reachable in {redis.get('latency_ms')} ms" if redis["status"] == "ok"
+                          else redis.get("error", ""), evidence=redis))
+    down = [n for n in report["nodes"] if n["status"] != "up"]
+    expired = [lease for lease in report["leases"] if lease["expired"]]
+    severity = "warn" if down or expired else "ok"
+    message = (f"{len(report['nodes'])} node(s), {len(down)} down; {report['lease_count']} lease(s), "
+               f"{len(expired)} expired")
+    items.append(item("cluster_nodes", "cluster", severity, f"Node {report['node_id']}", message,
+                      evidence={"nodes": report["nodes"], "expired_leases": expired[:10]}))
+    return items
 
 
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
     check_failures,
     check_live_streams, check_providers, check_health_rows, check_wake_service, check_heartbeat_policies,
+    check_cluster,
 ]
 
 

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 
 from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
-from sessions.store.folder import parse_time, utcnow, write_meta
+from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
@@ -162,3 +162,14 @@ def upsert_session_row(meta: dict[str, Any]) -> None:
 
 def delete_session_row(session_id: str) -> None:
     Session.objects.filter(id=session_id).delete()
+
+
+def row_meta(row: Session) -> dict[str, Any]:
+    """The metadata a catalog row mirrors, for a session whose meta.json is on another node's disk."""
+    return {"id": row.id, "name": row.name, "agent_name": row.agent_name, "provider": row.provider,
+            "model": row.model, "workspace_id": row.workspace_id, "session_type": row.session_type,
+            "state": row.state, "stop_reason": row.stop_reason, "stop_detail": row.stop_detail,
+            "failure": row.failure, "acp_session_id": row.acp_session_id,
+            "liveness": {"activity": {"last_activity_at": isoformat(row.last_activity_at)}
+                         if row.last_activity_at else {}},
+            "created_at": isoformat(row.created_at), "updated_at": isoformat(row.updated_at)}

@@ -104,6 +104,19 @@ class BusyInputConfig:
     max_text_bytes: int = 65536
 
 
+# A node that stops renewing loses its sessions after this long. Renewal runs every third of it, so two missed
+# renewals (a GC pause, a slow catalog) never cost a live session; 15 s keeps failover well under a minute.
+DEFAULT_LEASE_TTL = 15.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    node_id: str = ""  # COMPOZY_NODE_ID wins; empty: `hostname:COMPOZY_HOME` (sessions/claims.owner_id)
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    # How other nodes reach this one (routing work to a session's owner); empty: http://<http host>:<port>.
+    advertise_url: str = ""
+
+
 # Request bodies are small JSON (a prompt is at most 64 KiB); 1 MiB leaves room and bounds what a client can
 # make the daemon hold. The ceiling keeps a typo from lifting the guard altogether.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -144,6 +157,7 @@ class Config:
     auto_title_provider: str = ""
     hooks: tuple[HookDeclaration, ...] = ()
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     source: str = "built-in defaults"
 
 
@@ -472,6 +486,11 @@ def load_config(home: Path | None = None) -> Config:
         if agent.permissions and agent.permissions not in set(PermissionMode):
             raise ConfigError(f"agents.{agent.name}.permissions: must be one of {', '.join(PermissionMode)}")
 
+    cluster = _table(data, "cluster")
+    lease_ttl = parse_duration(cluster.get("lease_ttl", DEFAULT_LEASE_TTL), "cluster.lease_ttl")
+    if not 1.0 <= lease_ttl <= 600.0:
+        raise ConfigError("cluster.lease_ttl: must be between 1s and 10m")
+
     auto_title = roles.get("auto_title", {}) if isinstance(roles.get("auto_title"), dict) else {}
     hooks_table = _table(data, "hooks")
     return Config(
@@ -495,6 +514,8 @@ def load_config(home: Path | None = None) -> Config:
         auto_title_provider=str(auto_title.get("provider") or ""),
         hooks=_hooks(hooks_table.get("declarations")),
         heartbeat=heartbeat,
+        cluster=ClusterConfig(node_id=str(os.environ.get("COMPOZY_NODE_ID") or cluster.get("node_id") or ""),
+                              lease_ttl=lease_ttl, advertise_url=str(cluster.get("advertise_url") or "")),
         source=str(path) if path.exists() else "built-in defaults",
     )
 

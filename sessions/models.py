@@ -86,3 +86,27 @@ class SweepClaim(models.Model):
     claimed_by = models.CharField(max_length=200, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
     claims = models.PositiveBigIntegerField(default=0)  # ticks claimed so far: shows a tick never ran twice
+
+
+class Node(models.Model):
+    """One daemon of a cluster (one per COMPOZY_HOME), heartbeated by its ticker: `compozy status` lists them and
+    work that must touch a session's runtime is routed to `address` (sessions/cluster.py)."""
+
+    id = models.CharField(primary_key=True, max_length=200)
+    address = models.CharField(max_length=300, blank=True, default="")
+    run = models.CharField(max_length=64, blank=True, default="")  # the daemon start (daemon.json started_at)
+    pid = models.IntegerField(default=0)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+
+
+class SessionLease(models.Model):
+    """Which node runs a live session: taken with a compare-and-set at launch, renewed by the owner's ticker,
+    deleted at stop. Only the holder runs the agent and writes events.db; an expired lease means a dead owner."""
+
+    session = models.OneToOneField(Session, primary_key=True, on_delete=models.CASCADE, related_name="lease")
+    node_id = models.CharField(max_length=200)
+    run = models.CharField(max_length=64)  # the holder's daemon start: a restarted node's old leases are dead
+    address = models.CharField(max_length=300, blank=True, default="")
+    acquired_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)

@@ -240,11 +240,25 @@ def _daemon_holds(session_id: str, state: str) -> bool:
     """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
     (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""
     manager = _local_manager()
+    if manager is not None and manager.owns(session_id):
+        return True
     if manager is None:
         from compozy_site.daemon_record import daemon_running
 
-        return state in LIVE_STATES and daemon_running()
-    return bool(manager.owns(session_id))
+        if state in LIVE_STATES and daemon_running():
+            return True
+    return state in LIVE_STATES and _leased_elsewhere(session_id)
+
+
+def _leased_elsewhere(session_id: str) -> bool:
+    """Another node holds the session's unexpired lease: it runs the agent and writes events.db."""
+    from sessions import cluster
+
+    try:
+        return cluster.holder_elsewhere(session_id) is not None
+    except Exception:  # a catalog without the lease table (a store opened before migrate): nobody holds it
+        logger.debug("lease of %s not readable", session_id, exc_info=True)
+        return False
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:
@@ -523,6 +537,25 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
     folder.write_meta(meta)
 
 
+# A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or
+# fail over together, and two appended repairs would close one turn twice. The claim never falls due again.
+TRANSCRIPT_CLAIM_EVERY = 10 * 365 * 86400.0
+
+
+def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
+    """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
+    or another node claimed it."""
+    if not _needs_transcript_check(meta):
+        return None
+    from sessions.claims import claim_tick
+
+    if not claim_tick(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_EVERY):
+        return None
+    outcome = _boot_transcript_repair(session_id)
+    _mark_checked(session_id, outcome, manager)
+    return outcome
+
+
 def boot_repair_all() -> dict[str, int]:
     """Every session folder, each on its own (one bad folder never stops the others):
 
@@ -552,6 +585,8 @@ def boot_repair_all() -> dict[str, int]:
             continue
         if meta is None:
             continue
+        if meta["state"] in LIVE_STATES and _leased_elsewhere(session_id):
+            continue  # another node of the cluster runs it (a shared sessions folder)
         try:
             updated = folder.parse_time(meta.get("updated_at"))
             fresh = started is not None and updated is not None and updated >= started
@@ -559,11 +594,10 @@ def boot_repair_all() -> dict[str, int]:
                 meta = repair_stale_meta(meta)
                 counts["repaired"] += 1
             # Not limited to state older than our start: a read may already have repaired the stale meta.
-            if _needs_transcript_check(meta):
+            outcome = check_transcript_once(session_id, meta, manager)
+            if outcome is not None:
                 counts["transcripts_checked"] += 1
-                outcome = _boot_transcript_repair(session_id)
                 counts["transcripts_repaired"] += outcome == "repaired"
-                _mark_checked(session_id, outcome, manager)
         except Exception:
             counts["failed"] += 1
             logger.exception("boot repair of %s failed", session_id)

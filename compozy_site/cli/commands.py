@@ -48,6 +48,13 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                               ("home", d.get("home")), ("config", d.get("config")),
                               ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total"),
                               ("tasks", _task_line(data.get("tasks")))])
+        cluster = data.get("cluster") or {}
+        services = cluster.get("services") or {}
+        if cluster.get("clustered") or len(cluster.get("nodes") or []) > 1:
+            table("Cluster nodes", ["Node", "Status", "Address", "Leases"],
+                  [(("* " if n["this_node"] else "") + n["id"], n["status"], n["address"], str(n["leases"]))
+                   for n in cluster["nodes"]])
+            kv("Services", [(name, svc.get("status", "")) for name, svc in services.items()])
         failures = data["health"]["failures"]
         if failures["recent"]:
             table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],

@@ -39,6 +39,11 @@ def set_manager(manager: SessionManager | None) -> None:
     _manager = manager
 
 
+def _log_release_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a session lease was not released (it expires instead): %s", task.exception())
+
+
 class SessionManager:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -117,6 +122,15 @@ class SessionManager:
         """Stop a session for its task run (settled, canceled, or its lease lost), without waiting."""
         return self._hand_off(f"stop:{session_id}", session_id, lambda runtime: runtime.stop(reason, detail))
 
+    def hand_off_fence(self, session_id: str, holder: str) -> bool:
+        """Another node holds this session's lease now: stop the agent here without writing anything more."""
+        def fence(runtime: SessionRuntime) -> Coroutine[Any, Any, Any]:
+            runtime.fenced = True
+            runtime.recorder.closed = True  # records are dropped (and logged), never written to its events.db
+            return runtime.stop(StopReason.AGENT_CRASHED, f"session lease lost to node {holder}")
+
+        return self._hand_off(f"fence:{session_id}", session_id, fence)
+
     def _hand_off(self, key: str, session_id: str,
                   work: Callable[[SessionRuntime], Coroutine[Any, Any, Any]]) -> bool:
         loop = self.loop
@@ -155,7 +169,12 @@ class SessionManager:
                 return
 
     def forget(self, session_id: str) -> None:
-        self.runtimes.pop(session_id, None)
+        """The runtime stopped: its lease goes too, after the final metadata (same DB thread, in order)."""
+        if self.runtimes.pop(session_id, None) is not None:
+            from sessions import cluster
+            from sessions.runtime.tasks import db
+
+            spawn(db(cluster.release, session_id)).add_done_callback(_log_release_failure)
 
     # ---- metadata that could not be written ---------------------------------------------------
 

@@ -70,6 +70,9 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.tool_titles: dict[str, str] = {}
         self.prompt_lock = asyncio.Lock()
         self.stopping = False
+        # Set when another node took this session's lease (we were cut off past its TTL): the agent is stopped
+        # here, but meta.json, the catalog row and events.db are the new owner's, so nothing more is written.
+        self.fenced = False
         self.stopped = asyncio.Event()
         self.active = asyncio.Event()
         self._exit_watch: asyncio.Task[None] | None = None
@@ -100,6 +103,8 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         Both writes run on the runtime's one DB thread: meta.json's two fsyncs on the event loop stalled
         every other session's stream (20-60 ms under load), and one FIFO thread still lands a session's
         snapshots in the order they were taken."""
+        if self.fenced:
+            return
         self._stamp_activity()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
         snapshot = copy.deepcopy(self.meta)

@@ -52,6 +52,11 @@ class StopPathMixin:
     async def _stop(self, reason: StopReason, detail: str, failure: dict[str, Any] | None,
                     process_gone: bool) -> None:
         self.stopping = True
+        if not self.fenced and not await self._lease_held():
+            # Another node took the session while we were cut off: its meta.json and events.db are not ours.
+            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording", self.id)
+            self.fenced = True
+            self.recorder.closed = True
         with contextlib.suppress(Exception):
             await self.hook("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
         if self.state == SessionState.ACTIVE:
@@ -120,6 +125,16 @@ class StopPathMixin:
         self.stopped.set()
         self.active.clear()
         self.manager.forget(self.id)
+
+    async def _lease_held(self) -> bool:
+        from sessions import cluster
+        from sessions.runtime.tasks import db
+
+        try:
+            return await db(cluster.holds, self.id)
+        except Exception:  # the catalog is unreachable: writing our own stop beats leaving it unrecorded
+            logger.warning("session %s: lease not readable at stop", self.id, exc_info=True)
+            return True
 
     def _stderr_excerpt(self) -> str:
         if not self.agent:

@@ -14,7 +14,14 @@ from sessions.services.control import (
     stop_session,
 )
 from sessions.services.create import REASONING_EFFORTS, SPEEDS, create_session, reap_candidates, spawn_child
-from sessions.services.lookup import check_workspace_scope, get_session, read_session_meta, resolve_agent, scoped_meta
+from sessions.services.lookup import (
+    SessionOwnedElsewhere,
+    check_workspace_scope,
+    get_session,
+    read_session_meta,
+    resolve_agent,
+    scoped_meta,
+)
 from sessions.services.payloads import envelope, session_payload
 from sessions.services.prompts import (
     cancel_queued,
@@ -36,6 +43,7 @@ __all__ = [
     "REACTIVATION_HINT",
     "REASONING_EFFORTS",
     "SPEEDS",
+    "SessionOwnedElsewhere",
     "add_workspace",
     "attach",
     "cancel_queued",

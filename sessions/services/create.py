@@ -11,7 +11,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from sessions import catalog, lineage
+from sessions import catalog, cluster, lineage
 from sessions.config import ProviderConfig, get_config
 from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, StorageError
@@ -87,11 +87,14 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     try:
         directory.mkdir(parents=True, exist_ok=False)
         event_store.init_store(folder.events_path(session_id))
-        folder.write_meta(meta)
         with transaction.atomic():
             catalog.upsert_session_row(meta)
+            cluster.take(session_id)  # a new id: nobody else can hold it
             if prompt:
                 manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
+        # After the lease: a node reading the shared folder never finds a `starting` meta.json without a holder
+        # (it would repair the create as stale); until this write it finds no session at all.
+        folder.write_meta(meta)
     except BaseException as exc:
         # Durable admission: a rejected staged prompt (or a full disk) leaves no session behind.
         with contextlib.suppress(Exception):

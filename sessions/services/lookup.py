@@ -8,10 +8,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from sessions import catalog
+from sessions import catalog, cluster
 from sessions.config import AgentConfig, Config, ProviderConfig
 from sessions.enums import LIVE_STATES, SessionState
-from sessions.errors import InvalidRequest, NotFound
+from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Workspace
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import _live_runtime, session_payload
@@ -67,14 +67,24 @@ def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
 
 
 def _daemon_may_own(session_id: str) -> bool:
-    """Outside the daemon (manage.py, tests) a live state may belong to a running daemon: leave it."""
+    """A live state is live while this daemon runs (or is creating) the session, or while another node holds its
+    unexpired lease. Outside a daemon (manage.py, tests) a running daemon of this home may own it too: leave it."""
     try:
         manager = get_manager()
     except Exception:
         from compozy_site.daemon_record import daemon_running
 
-        return daemon_running()
-    return manager.owns(session_id)
+        return daemon_running() or cluster.holder_elsewhere(session_id) is not None
+    return manager.owns(session_id) or cluster.holder_elsewhere(session_id) is not None
+
+
+class SessionOwnedElsewhere(Conflict):
+    """Work that must touch a live runtime reached a node that does not run it."""
+
+    def __init__(self, session_id: str, holder: cluster.Holder) -> None:
+        super().__init__(f"session {session_id} runs on node {holder.node_id} ({holder.address}); send this "
+                         "request there", code="session_owned_elsewhere",
+                         data={"session_id": session_id, "owner": holder.public()})
 
 
 def scoped_meta(session_id: str, workspace_ref: str | None) -> dict[str, Any]:
@@ -103,7 +113,12 @@ def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, 
 async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     meta = await sync_to_async(read_session_meta)(session_id)
     await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-    return get_manager().get(session_id), meta
+    runtime = get_manager().get(session_id)
+    if runtime is None and meta["state"] in LIVE_STATES:
+        holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
+        if holder is not None:
+            raise SessionOwnedElsewhere(session_id, holder)
+    return runtime, meta
 
 
 async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:

@@ -23,8 +23,10 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     manager = get_manager()
     text = manager.inputs.check_text(message)
-    if runtime is None and meta["state"] == SessionState.STOPPED:
-        # A prompt to a stopped, eligible session reactivates it under the same id (§15).
+    if (runtime is None and meta["state"] == SessionState.STOPPED) or (
+            runtime is not None and meta["state"] == SessionState.STARTING):
+        # A prompt to a stopped, eligible session reactivates it under the same id (§15); one that is starting
+        # here (a reactivation under way, perhaps won against a prompt another node routed to us) waits for it.
         await reactivate(session_id, workspace_ref)
         runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:

@@ -8,12 +8,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from sessions import cluster
 from sessions.config import ProviderConfig, get_config
 from sessions.enums import FailureKind, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest
 from sessions.models import Session, Workspace
 from sessions.runtime.manager import get_manager
-from sessions.services.lookup import check_workspace_scope, get_session, read_session_meta
+from sessions.runtime.tasks import db
+from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
 from sessions.store import events as event_store
 from sessions.store import folder
 
@@ -67,7 +69,13 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
         with manager.admission():
             meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
             await sync_to_async(check_workspace_scope)(workspace_ref, meta)
-            runtime = manager.launch(meta, provider=provider, roots=roots, reactivate=True)
+            # On the runtime's DB thread, after any release queued by this session's last stop; two nodes
+            # reactivating one session at once: one takes the lease, the other answers 409.
+            holder = await db(cluster.take, session_id)
+            if holder is not None:
+                raise SessionOwnedElsewhere(session_id, holder)
+            runtime = manager.get(session_id) or manager.launch(meta, provider=provider, roots=roots,
+                                                                reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())
     try:

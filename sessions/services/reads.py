@@ -47,7 +47,12 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     for row in rows:
         try:
             payload = session_payload(read_session_meta(row.id))
-        except (NotFound, Conflict):
+        except NotFound:
+            if folder.session_dir(row.id).exists():
+                continue
+            # Another node's session and no shared sessions folder: the catalog row is what this node knows.
+            payload = session_payload(catalog.row_meta(row))
+        except Conflict:
             continue
         lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
         if resumable and (not payload["attachable"] or lease_held):

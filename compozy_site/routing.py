@@ -1,0 +1,198 @@
+"""Work that must touch a live runtime goes to the node that runs it.
+
+Inside the guard (the caller is authenticated), before Django: a request that acts on a session's runtime (prompt,
+stop, interrupt, steer, cancel, queue, permissions, remove, children) for a session whose unexpired lease another
+node holds is sent to that node's recorded address with the cluster's shared token (`COMPOZY_CLUSTER_TOKEN`), and
+its answer is returned as is. Reads of a live session (events, history, recap, transcript, status, the SSE tail)
+are routed the same way when its folder is not on this node (no shared sessions folder); the tail is relayed as it
+streams, with the caller's Last-Event-ID, so the owner's resume guarantee holds. Without a cluster token, when the
+owner cannot be reached, or for a request that was already routed once (no loops while a lease moves), the request
+runs here and the service layer answers 409 `session_owned_elsewhere` with the owner. With a shared sessions folder
+reads are never routed: the catalog and the folder serve them on any node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+logger = logging.getLogger(__name__)
+
+ROUTED_HEADER = b"x-compozy-routed"  # set on a routed request: the owner answers it itself
+NODE_HEADER = b"x-compozy-node"  # on a routed answer: which node ran it
+# A routed prompt may reactivate the session on its owner first (up to 90 s there); a stop waits for the agent.
+ROUTE_TIMEOUT_SECONDS = 120.0
+RUNTIME_PATH = re.compile(
+    r"^/api/workspaces/[^/]+/sessions/(sess_[0-9a-f]{16})"
+    r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|permissions(?:/[^/]+)?|children))?$")
+READ_PATH = re.compile(
+    r"^/api/(?:workspaces/[^/]+/)?sessions/(sess_[0-9a-f]{16})(?:/(?:events|history|recap|transcript|status|stream))?$")
+PASSED_HEADERS = {b"content-type", b"accept", b"last-event-id"}
+RELAYED_HEADERS = ("content-type", "cache-control", "x-accel-buffering")
+
+
+class OwnerRouter:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        from compozy_site.auth import cluster_token
+
+        token = cluster_token()
+        session_id = _runtime_session(scope) if token else None
+        read_id = _remote_read_session(scope) if token and session_id is None else None
+        if session_id is None and read_id is None:
+            await self.app(scope, receive, send)
+            return
+        from sessions import cluster
+
+        holder = await sync_to_async(cluster.holder_elsewhere)(session_id or read_id)
+        if holder is None or not holder.address:
+            await self.app(scope, receive, send)
+            return
+        if read_id is not None and scope["path"].endswith("/stream"):
+            _, messages = await _read_body(receive)
+            if not await _relay_stream(scope, receive, send, holder, token):
+                await self.app(scope, _replay(messages, then=receive), send)
+            return
+        body, messages = await _read_body(receive)
+        if messages[-1]["type"] != "http.request":  # client gone, or over the body cap: the guard answers that
+            await self.app(scope, _replay(messages), send)
+            return
+        answer = await _send_to_owner(scope, body, holder.address, token)
+        if answer is None:  # owner unreachable: answered here (409 with the owner, or repaired once expired)
+            await self.app(scope, _replay(messages), send)
+            return
+        status, headers, content = answer
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (NODE_HEADER, holder.node_id.encode())]})
+        await send({"type": "http.response.body", "body": content})
+
+
+def _runtime_session(scope: dict[str, Any]) -> str | None:
+    """The session id of a request that acts on a live runtime and was not routed here already."""
+    if scope["type"] != "http" or any(name == ROUTED_HEADER for name, _ in scope.get("headers", [])):
+        return None
+    match = RUNTIME_PATH.match(scope.get("path", ""))
+    if match is None:
+        return None
+    # Reads come from the catalog and the shared store, except pending permissions: those live in the owner.
+    if scope["method"] in ("GET", "HEAD") and not scope["path"].endswith("/permissions"):
+        return None
+    return match.group(1)
+
+
+def _remote_read_session(scope: dict[str, Any]) -> str | None:
+    """The session id of a read whose session folder is not on this node (sessions not shared)."""
+    if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or any(
+            name == ROUTED_HEADER for name, _ in scope.get("headers", [])):
+        return None
+    match = READ_PATH.match(scope.get("path", ""))
+    if match is None:
+        return None
+    from compozy_site.home import sessions_dir
+
+    return None if (sessions_dir() / match.group(1)).is_dir() else match.group(1)
+
+
+def _owner_request(scope: dict[str, Any], address: str, token: str) -> tuple[str, dict[str, str]]:
+    from sessions import cluster
+
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])
+               if name in PASSED_HEADERS}
+    headers.update({"authorization": f"Bearer {token}", ROUTED_HEADER.decode(): cluster.node_id()})
+    url = address.rstrip("/") + scope["path"]
+    if scope.get("query_string"):
+        url += "?" + scope["query_string"].decode("latin-1")
+    return url, headers
+
+
+async def _relay_stream(scope: dict[str, Any], receive: Any, send: Any, holder: Any, token: str) -> bool:
+    """Relay the owner's SSE tail until either side ends it. False: the owner could not be reached."""
+    import asyncio
+
+    try:
+        import httpx
+    except ImportError:
+        return False
+    url, headers = _owner_request(scope, holder.address, token)
+    started = False
+
+    async def pump() -> None:
+        nonlocal started
+        # No read timeout: a quiet tail sends keep-alive comments, and the caller decides when to leave.
+        async with httpx.AsyncClient(timeout=httpx.Timeout(ROUTE_TIMEOUT_SECONDS, read=None)) as client, \
+                client.stream("GET", url, headers=headers) as response:
+            kept = [(k.encode(), response.headers[k].encode()) for k in RELAYED_HEADERS if k in response.headers]
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [*kept, (NODE_HEADER, holder.node_id.encode())]})
+            started = True
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def caller_gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            continue
+
+    relay, gone = asyncio.ensure_future(pump()), asyncio.ensure_future(caller_gone())
+    try:
+        await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (relay, gone):
+            task.cancel()
+        await asyncio.gather(relay, gone, return_exceptions=True)
+    if relay.done() and not relay.cancelled() and relay.exception() is not None:
+        if not started:
+            logger.warning("could not relay the tail of %s from %s: %s", scope["path"], holder.address,
+                           relay.exception())
+            return False
+        with contextlib.suppress(Exception):  # the owner went away mid-stream: end ours; the client resumes
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return True
+
+
+async def _read_body(receive: Any) -> tuple[bytes, list[dict[str, Any]]]:
+    messages, chunks = [], []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks), messages
+
+
+def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
+    """The request messages already read, then the caller's own receive (or a disconnect)."""
+    pending = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        return await then() if then is not None else {"type": "http.disconnect"}
+
+    return receive
+
+
+async def _send_to_owner(scope: dict[str, Any], body: bytes, address: str,
+                         token: str) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    try:
+        import httpx
+    except ImportError:  # the scale extra is not installed: no routing
+        return None
+    url, headers = _owner_request(scope, address, token)
+    try:
+        async with httpx.AsyncClient(timeout=ROUTE_TIMEOUT_SECONDS) as client:
+            response = await client.request(scope["method"], url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        logger.warning("could not route %s %s to %s: %s", scope["method"], scope["path"], address, exc)
+        return None
+    kept = [(b"content-type", response.headers["content-type"].encode())] if "content-type" in response.headers else []
+    return response.status_code, kept, response.content

@@ -1,0 +1,366 @@
+"""Nodes and session ownership leases: several daemons on one catalog, each live session run by exactly one.
+
+A lease is a `SessionLease` row (node id, the node's daemon start, address, expiry). The rules:
+1. A node takes the lease before it launches a runtime (create or reactivation), with a compare-and-set: insert
+   when there is no row, else move the row from the exact values read (an expired holder, or this node's own dead
+   predecessor) to us. Exactly one changed row means ours; two nodes racing for one session cannot both win.
+2. The owner's ticker renews its leases every third of `[cluster] lease_ttl`; the lease is deleted at stop.
+3. "Is it live?" reads the lease: a session this process runs is live, so is one whose unexpired lease another
+   node holds. A lease held under this node's id by an earlier daemon start is dead at once (one daemon per
+   home): a restart never waits out its own leases.
+4. When a lease expires, a survivor claims it (compare-and-set delete) and applies the stale-state rules to that
+   session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck `active`.
+
+The embedded default runs the same code on SQLite with one node; nothing here needs PostgreSQL or Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from sessions.models import Node, Session, SessionLease
+from sessions.store import folder
+
+logger = logging.getLogger(__name__)
+
+# A node counts as up while it heartbeated within this many lease TTLs (status and doctor only).
+NODE_STALE_TTLS = 2.0
+
+
+@dataclass(frozen=True)
+class Identity:
+    node_id: str
+    run: str  # the daemon start (daemon.json `started_at`)
+    address: str
+    lease_ttl: float
+
+
+_identity: Identity | None = None
+
+
+def node_id() -> str:
+    """`COMPOZY_NODE_ID`, else `[cluster] node_id`, else `hostname:COMPOZY_HOME` (one daemon per home)."""
+    if _identity is not None:
+        return _identity.node_id
+    from sessions.claims import owner_id
+    from sessions.config import get_config
+
+    return os.environ.get("COMPOZY_NODE_ID") or get_config().cluster.node_id or owner_id()
+
+
+def set_identity(identity: Identity | None) -> None:
+    global _identity
+    _identity = identity
+
+
+def identity() -> Identity | None:
+    """This daemon's identity; None outside a daemon (manage.py, a test process)."""
+    return _identity
+
+
+def clustered() -> bool:
+    """Several nodes may share this catalog: a database server, or an explicit node id."""
+    return bool(os.environ.get("DATABASE_URL") or os.environ.get("COMPOZY_NODE_ID"))
+
+
+# ---- nodes -----------------------------------------------------------------------------------
+
+def heartbeat_node(me: Identity, now: datetime | None = None) -> None:
+    now = now or folder.utcnow()
+    fields = {"address": me.address, "run": me.run, "pid": os.getpid(), "last_seen": now}
+    if not Node.objects.filter(id=me.node_id).update(**fields):
+        Node.objects.update_or_create(id=me.node_id, defaults={**fields, "started_at": now})
+
+
+def register_node(me: Identity) -> None:
+    """At daemon start: the node row with a fresh `started_at`."""
+    now = folder.utcnow()
+    Node.objects.update_or_create(id=me.node_id, defaults={"address": me.address, "run": me.run,
+                                                           "pid": os.getpid(), "started_at": now,
+                                                           "last_seen": now})
+
+
+def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every node the catalog knows, with its leases and whether it is up (heartbeated recently)."""
+    now = now or folder.utcnow()
+    me = _identity
+    ttl = me.lease_ttl if me else 15.0
+    counts: dict[str, int] = {}
+    for holder in SessionLease.objects.filter(expires_at__gte=now).values_list("node_id", flat=True):
+        counts[holder] = counts.get(holder, 0) + 1
+    out = []
+    for node in Node.objects.order_by("id"):
+        this = me is not None and node.id == me.node_id
+        up = this or (now - node.last_seen).total_seconds() <= ttl * NODE_STALE_TTLS
+        out.append({"id": node.id, "address": node.address, "pid": node.pid, "this_node": this,
+                    "status": "up" if up else "down", "started_at": folder.isoformat(node.started_at),
+                    "last_seen": folder.isoformat(node.last_seen), "leases": counts.get(node.id, 0)})
+    return out
+
+
+def leases(limit: int = 100) -> list[dict[str, Any]]:
+    now = folder.utcnow()
+    return [{"session_id": row.session_id, "node_id": row.node_id, "address": row.address,
+             "acquired_at": folder.isoformat(row.acquired_at), "expires_at": folder.isoformat(row.expires_at),
+             "expired": row.expires_at < now}
+            for row in SessionLease.objects.order_by("expires_at")[:limit]]
+
+
+# ---- leases ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Holder:
+    node_id: str
+    address: str
+    expires_at: datetime
+
+    def public(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "address": self.address, "expires_at": folder.isoformat(self.expires_at)}
+
+
+def _dead(row: SessionLease, now: datetime, me: Identity | None) -> bool:
+    if row.expires_at < now:
+        return True
+    # Our own node id under another daemon start: our predecessor, which no longer runs anything.
+    return me is not None and row.node_id == me.node_id and row.run != me.run
+
+
+def take(session_id: str, me: Identity | None = None, now: datetime | None = None) -> Holder | None:
+    """Take the lease of `session_id` for this node. None: taken (ours now, or already ours); else the live holder
+    that keeps it. The session's catalog row must exist."""
+    me = me or _identity
+    if me is None:
+        return None  # not a daemon (manage.py): it runs no agents
+    now = now or folder.utcnow()
+    expires = now + timedelta(seconds=me.lease_ttl)
+    fields = {"node_id": me.node_id, "run": me.run, "address": me.address, "acquired_at": now,
+              "expires_at": expires}
+    row = SessionLease.objects.filter(session_id=session_id).first()
+    if row is None:
+        try:
+            with transaction.atomic():
+                SessionLease.objects.create(session_id=session_id, **fields)
+            return None
+        except IntegrityError:  # another node inserted first: read what it wrote
+            row = SessionLease.objects.filter(session_id=session_id).first()
+            if row is None:
+                return take(session_id, me, now)
+    if row.node_id == me.node_id and row.run == me.run:
+        SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).update(
+            expires_at=expires)
+        return None
+    if not _dead(row, now, me):
+        return Holder(row.node_id, row.address, row.expires_at)
+    # Compare-and-set from the exact values read: of two nodes that both saw the lease dead, one moves it.
+    changed = SessionLease.objects.filter(session_id=session_id, node_id=row.node_id, run=row.run,
+                                          expires_at=row.expires_at).update(**fields)
+    if changed == 1:
+        return None
+    row = SessionLease.objects.filter(session_id=session_id).first()
+    if row is None:
+        return take(session_id, me, now)
+    return None if (row.node_id, row.run) == (me.node_id, me.run) else Holder(row.node_id, row.address,
+                                                                             row.expires_at)
+
+
+def release(session_id: str, me: Identity | None = None) -> None:
+    me = me or _identity
+    if me is None:
+        return
+    SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).delete()
+
+
+def renew(session_ids: list[str], me: Identity | None = None, now: datetime | None = None) -> set[str]:
+    """Move the expiry of our leases forward; returns the ids whose lease is no longer ours."""
+    me = me or _identity
+    if me is None or not session_ids:
+        return set()
+    now = now or folder.utcnow()
+    ours = SessionLease.objects.filter(session_id__in=session_ids, node_id=me.node_id, run=me.run)
+    ours.update(expires_at=now + timedelta(seconds=me.lease_ttl))
+    held = set(ours.values_list("session_id", flat=True))
+    return set(session_ids) - held
+
+
+def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | None:
+    """The live holder of the session's lease when it is another node (a daemon start) than this process."""
+    now = now or folder.utcnow()
+    row = SessionLease.objects.filter(session_id=session_id).first()
+    if row is None or _dead(row, now, _identity):
+        return None
+    if _identity is not None and (row.node_id, row.run) == (_identity.node_id, _identity.run):
+        return None
+    if _identity is None and row.node_id == node_id():
+        from compozy_site.daemon_record import daemon_running
+
+        if not daemon_running():
+            return None  # manage.py after this home's daemon died: its leases died with it
+    return Holder(row.node_id, row.address, row.expires_at)
+
+
+def expired(now: datetime | None = None, limit: int = 200) -> list[SessionLease]:
+    """Leases whose holder stopped renewing (or this node's dead predecessor's), oldest first."""
+    now = now or folder.utcnow()
+    dead = Q(expires_at__lt=now)
+    if _identity is not None:
+        dead |= Q(node_id=_identity.node_id) & ~Q(run=_identity.run)
+        # Ours, late (a suspended laptop, a stalled catalog): renewed by our next tick, never repaired by us.
+        dead &= ~(Q(node_id=_identity.node_id) & Q(run=_identity.run))
+    return list(SessionLease.objects.filter(dead).order_by("expires_at")[:limit])
+
+
+def holds(session_id: str, me: Identity | None = None) -> bool:
+    """This daemon start still holds the session's lease (expired or not: nobody took it)."""
+    me = me or _identity
+    if me is None:
+        return True
+    return SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).exists()
+
+
+def claim_expired(row: SessionLease) -> bool:
+    """Compare-and-set delete of a dead lease: the one survivor that deletes it repairs the session."""
+    deleted, _ = SessionLease.objects.filter(session_id=row.session_id, node_id=row.node_id, run=row.run,
+                                             expires_at=row.expires_at).delete()
+    return deleted >= 1
+
+
+def recover_expired(now: datetime | None = None) -> list[str]:
+    """Failover: apply the stale-state rules to each session whose owner stopped renewing (rule 4)."""
+    from sessions.repair import repair_stale_meta
+    from sessions.store.folder import load_meta
+
+    repaired = []
+    for row in expired(now):
+        if not claim_expired(row):
+            continue
+        session_id = row.session_id
+        in_folder = True
+        try:
+            if _runs_here(session_id):
+                continue  # reactivated here meanwhile
+            meta = load_meta(session_id)
+            fixed = repair_stale_meta(meta)
+        except Exception:
+            # The folder is not shared with the dead node: the catalog row is all there is to correct.
+            logger.warning("failover: %s has no readable meta.json here; correcting its catalog row", session_id,
+                           exc_info=True)
+            in_folder = False
+            fixed = _repair_row_only(session_id)
+        if fixed is not None:
+            logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
+                        fixed.get("stop_reason"))
+            repaired.append(session_id)
+            if in_folder:
+                _close_interrupted_turn(session_id, fixed)
+    return repaired
+
+
+def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
+    """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
+    transcript repair), not at some node's next boot."""
+    from sessions.repair import check_transcript_once
+
+    try:
+        if SessionLease.objects.filter(session_id=session_id).exists():
+            return  # reactivated by some node meanwhile: its store is that node's to write
+        check_transcript_once(session_id, meta, None)
+    except Exception:
+        logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
+
+
+def _runs_here(session_id: str) -> bool:
+    import sys
+
+    module = sys.modules.get("sessions.runtime.manager")
+    if module is None:
+        return False
+    try:
+        return bool(module.get_manager().owns(session_id))
+    except Exception:
+        return False
+
+
+def _repair_row_only(session_id: str) -> dict[str, Any] | None:
+    from sessions.repair import stale_fix
+
+    row = Session.objects.filter(id=session_id).first()
+    if row is None:
+        return None
+    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
+                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
+                       "liveness": {}})
+    if fixed is None:
+        return None
+    Session.objects.filter(id=session_id, state=row.state).update(
+        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
+        failure=fixed["failure"], updated_at=folder.utcnow())
+    return fixed
+
+
+# ---- shared services (status, doctor) --------------------------------------------------------
+
+def database_health() -> dict[str, Any]:
+    """The catalog's engine and whether it answers (PostgreSQL in a cluster, SQLite embedded)."""
+    import time
+
+    from django.db import connection
+
+    started = time.monotonic()
+    info: dict[str, Any] = {"engine": connection.vendor, "name": str(connection.settings_dict.get("NAME") or "")}
+    if connection.vendor == "postgresql":
+        info["host"] = connection.settings_dict.get("HOST") or ""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+    except Exception as exc:
+        info.update(status="error", error=str(exc))
+    return info
+
+
+def redis_health() -> dict[str, Any]:
+    """Redis behind huey and the doorbells, when REDIS_URL is set (embedded: not used)."""
+    import time
+
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        return {"status": "not_used"}
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    info: dict[str, Any] = {"host": parsed.hostname or "", "port": parsed.port or 6379, "db": parsed.path.lstrip("/")}
+    started = time.monotonic()
+    try:
+        import redis
+
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+    except Exception as exc:
+        info.update(status="error", error=str(exc))
+    return info
+
+
+def status() -> dict[str, Any]:
+    """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
+    me = _identity
+    return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
+            "lease_ttl": me.lease_ttl if me else None, "sessions_dir": _sessions_dir(),
+            "nodes": nodes(), "leases": leases(limit=50), "lease_count": SessionLease.objects.count(),
+            "services": {"database": database_health(), "redis": redis_health()}}
+
+
+def _sessions_dir() -> str:
+    from compozy_site.home import sessions_dir
+
+    return str(sessions_dir())

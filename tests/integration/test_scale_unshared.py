@@ -1,0 +1,98 @@
+"""Two daemons on one PostgreSQL and Redis with sessions folders of their own (nothing shared on disk): the other
+node lists a session from the catalog, and reads its events, history, recap and live tail from the owner (routed with
+the cluster token, the tail relayed with Last-Event-ID); when the owner dies, the survivor corrects the catalog row
+(`stopped`, `agent_crashed`), the only record of that session it has."""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Daemon, start_daemon, wait_for
+from tests.integration.test_scale import CLUSTER_CONFIG, follow
+from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
+from tests.sse import Frame
+
+CHUNKS = 30
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Daemon]]:
+    require_postgres()
+    require_redis()
+    root = tmp_path_factory.mktemp("unshared")
+    token = secrets.token_hex(24)
+    with fresh_database() as db_url, fresh_redis() as redis_url:
+        def env(node: str) -> dict[str, str]:
+            return {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "COMPOZY_NODE_ID": node,
+                    "COMPOZY_CLUSTER_TOKEN": token}
+
+        a = start_daemon(root / "home-a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
+        try:
+            b = start_daemon(root / "home-b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
+        except BaseException:
+            a.stop()
+            raise
+        try:
+            yield a, b
+        finally:
+            b.stop()
+            a.stop()
+
+
+def test_reads_and_the_live_tail_of_a_session_on_the_other_node_come_from_its_owner(
+        nodes: tuple[Daemon, Daemon], workspace: Path) -> None:
+    a, b = nodes
+    sid = a.create(workspace)["id"]
+    assert not (b.home / "sessions" / sid).exists()
+    listed = {s["id"]: s for s in b.http.get("/api/sessions").json()["sessions"]}
+    assert listed[sid]["state"] == "active" and listed[sid]["agent_name"] == "scripted"
+    seen = b.http.get(f"/api/sessions/{sid}")
+    assert seen.status_code == 200 and seen.headers["x-compozy-node"] == "node-a"
+    path = a.scoped(sid, "/stream")
+    assert a.run_turn(sid, "stream 2")
+    routed = b.http.get(a.scoped(sid, "/events"), params={"limit": 1000})
+    assert routed.status_code == 200 and routed.json()["events"] == a.events(sid)
+    for suffix in ("/history", "/recap", "/status"):
+        assert b.http.get(a.scoped(sid, suffix)).status_code == 200
+
+    head = a.events(sid, limit=1)[-1]["sequence"]
+    tail: list[Frame] = []
+    connected = threading.Event()
+    watcher = threading.Thread(target=follow, args=(b, path, head, tail, connected), daemon=True)
+    watcher.start()
+    assert connected.wait(30)
+    assert a.prompt(sid, f"slow {CHUNKS} 0.02").status_code == 200
+    watcher.join(60)
+    assert not watcher.is_alive(), "the relayed tail stopped before the turn's done"
+    stored = [e for e in a.all_events(sid) if e["sequence"] > head]
+    upto = next(e["sequence"] for e in stored if e["type"] == "done")
+    expected = [e["sequence"] for e in stored if e["sequence"] <= upto]
+    assert [int(f.id or 0) for f in tail] == expected
+    middle = expected[len(expected) // 2]
+    resumed: list[Frame] = []
+    follow(b, path, middle, resumed, threading.Event())
+    assert [int(f.id or 0) for f in resumed] == [s for s in expected if s > middle]
+
+
+def test_when_the_owner_dies_the_survivor_corrects_the_catalog_row(
+        nodes: tuple[Daemon, Daemon], workspace: Path) -> None:
+    a, b = nodes
+    sid = a.create(workspace)["id"]
+    a.stop(signal.SIGKILL)
+
+    def listed() -> dict[str, object] | None:
+        rows = b.http.get("/api/sessions", params={"all": "true", "limit": 100}).json()["sessions"]
+        return next((s for s in rows if s["id"] == sid and s["state"] == "stopped"), None)
+
+    row = wait_for(listed, timeout=60, what="the dead node's session stopped in the catalog")
+    assert row["stop_reason"] == "agent_crashed" and row["failure"]["kind"] == "process_exit"
+    recent = b.http.get("/api/status").json()["health"]["failures"]["recent"]
+    assert any(f["session_id"] == sid and f["failure_kind"] == "process_exit" for f in recent)
