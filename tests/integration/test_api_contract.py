@@ -2,8 +2,9 @@
 schema's boundaries, random fuzzing, stateful sequences along inferred links), none may answer 5xx and every
 error must carry the common `{error, code, diagnostic}` shape with a code (tests/integration/schemathesis_hooks.py).
 
-Operations that start agent processes (create, spawn a child, reactivate, a task and its retry, a wake) are fuzzed with invalid inputs only,
-so the run cannot start hundreds of agents; their valid paths are covered by the other integration tests.
+Operations that start agent processes (create, spawn a child, reactivate, a task and its retry, a wake) are
+fuzzed with invalid inputs only, so the run cannot start hundreds of agents; their valid paths are covered by
+the other integration tests.
 """
 
 from __future__ import annotations
