@@ -200,7 +200,8 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
         poller = asyncio.create_task(poll_lag(client, started, lag_reads))
         for session in sessions:
             response = await client.post(daemon.scoped(session, "/prompt"),
-                                         json={"message": f"tick {p.ticks} {p.interval_ms}"})
+                                         json={"message": f"tick {p.ticks} {p.interval_ms}"},
+                                         headers={"Accept": "application/json"})
             if response.status_code not in (200, 202):
                 raise RuntimeError(f"prompt failed: {response.status_code} {response.text}")
             turns.append((session, response.json()["prompt"]["turn_id"]))

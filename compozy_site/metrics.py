@@ -41,7 +41,7 @@ EVENTS_APPENDED = Counter("compozy_events_appended", "Events committed to live s
 STORE_COMMIT_SECONDS = Histogram(
     "compozy_store_commit_seconds", "Time to commit one group of events to a session's events.db.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=REGISTRY)
-SSE_CLIENTS = Gauge("compozy_sse_clients", "Open SSE streams, by stream (session, catalog).", ["stream"],
+SSE_CLIENTS = Gauge("compozy_sse_clients", "Open SSE streams, by stream (session, catalog, prompt).", ["stream"],
                     registry=REGISTRY)
 # Turns run from a second (a quick answer) to an hour (a long tool-using task).
 TURN_SECONDS = Histogram(

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Header, Query, Router
 
 from health.schemas import StatusDTO
-from sessions import services
+from sessions import prompt_stream, services
 from sessions.errors import InvalidRequest
 from sessions.schemas import (
     AttachIn,
@@ -31,6 +31,7 @@ from sessions.schemas import (
     PermissionsOut,
     PromptIn,
     PromptOut,
+    PromptQuery,
     QueueOut,
     Ref,
     RenameIn,
@@ -124,14 +125,30 @@ async def stop_session(request: HttpRequest, workspace: Workspace, session_id: S
     return 204, None
 
 
-@router.post(WS + "/prompt", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
-async def prompt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                 payload: PromptIn) -> tuple[int, dict[str, Any]]:
+# The 200 of a prompt that starts a turn is a stream (events reference §6.2); ninja declares only JSON bodies,
+# so the stream's media type is added to the same 200 here. Queued and staged prompts answer 202 JSON.
+PROMPT_STREAM_OPENAPI = {"responses": {200: {
+    "description": "The turn started: the AI SDK's UI message stream v1 (header x-vercel-ai-ui-message-stream: v1; "
+                   "`data: {chunk}` frames, then `data: [DONE]`), or with ?format=raw `event: <type>` frames. A "
+                   "client whose Accept asks for application/json (and not text/event-stream) gets the JSON "
+                   "prompt result instead.",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}}}
+
+
+@router.post(WS + "/prompt", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True,
+             openapi_extra=PROMPT_STREAM_OPENAPI)
+async def prompt(request: HttpRequest, workspace: Workspace, session_id: SessionId, payload: PromptIn,
+                 filters: Query[PromptQuery]) -> tuple[int, dict[str, Any]] | StreamingHttpResponse:
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
-    return await services.prompt_session(session_id, message, mode=payload.mode, workspace_ref=workspace,
-                                         expected_turn_id=payload.expected_turn_id)
+    status, result = await services.prompt_session(session_id, message, mode=payload.mode, workspace_ref=workspace,
+                                                   expected_turn_id=payload.expected_turn_id)
+    started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
+    if status != 200 or not started or prompt_stream.wants_json(request.headers.get("Accept")):
+        return status, result
+    return prompt_stream.response_for_turn(session_id, started, raw=filters.format == "raw")
 
 
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)

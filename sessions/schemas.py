@@ -171,6 +171,13 @@ class PromptIn(Schema):
         return None
 
 
+class PromptQuery(Schema):
+    """`?format=raw`: the raw prompt stream for the CLI (events reference §6.2); the default is the AI SDK's
+    UI message stream."""
+
+    format: Literal["ui", "raw"] | None = None
+
+
 class SteerIn(Schema):
     text: Text
 

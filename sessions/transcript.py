@@ -151,7 +151,7 @@ class _Entry:
         return self
 
 
-def _event_data(row: dict[str, Any]) -> dict[str, Any]:
+def event_data(row: dict[str, Any]) -> dict[str, Any]:
     content = row["content"] if isinstance(row["content"], dict) else {}
     data: dict[str, Any] = {"event_type": row["type"], "sequence": row["sequence"], "turn_id": row["turn_id"],
                             "timestamp": row["timestamp"]}
@@ -162,6 +162,18 @@ def _event_data(row: dict[str, Any]) -> dict[str, Any]:
     if str(row["type"]).startswith("transcript_marker.") and isinstance(raw, dict):
         data["marker"] = {k: raw[k] for k in ("kind", "occurred_at", "summary", "evidence", "diagnostic") if k in raw}
     return data
+
+
+def permission_data(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A permission row as a `data-compozy-permission` part's id and data: what a UI needs to offer the
+    choice (the request id it answers on `POST …/permissions/{request_id}`, and the agent's options)."""
+    content = row["content"] if isinstance(row["content"], dict) else {}
+    request_id = str(content.get("request_id") or content.get("tool_call_id") or row["id"])
+    data = event_data(row)
+    raw = content.get("raw") if isinstance(content.get("raw"), dict) else {}
+    data["options"] = [{"option_id": o.get("optionId"), "kind": o.get("kind"), "label": o.get("name")}
+                       for o in raw.get("options") or [] if isinstance(o, dict)]
+    return request_id, data
 
 
 def _tool_part(content: dict[str, Any]) -> dict[str, Any]:
@@ -281,16 +293,12 @@ class Assembler:
             elif self.open is not None and row["turn_id"] == self.open.metadata["turn_id"]:
                 self.open = None
             if type_ == EventType.PLAN:
-                self._event_part(row, {"type": "data-compozy-event", "data": _event_data(row)})
+                self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
         elif type_ in CLOSE_WITH_ENTRY:
             self.open = None
-            self._standalone(row, {"type": "data-compozy-event", "data": _event_data(row)})
+            self._standalone(row, {"type": "data-compozy-event", "data": event_data(row)})
         elif type_ == EventType.PERMISSION and str(content.get("decision") or "") in PENDING_DECISIONS:
-            request_id = str(content.get("request_id") or content.get("tool_call_id") or row["id"])
-            data = _event_data(row)
-            raw = content.get("raw") if isinstance(content.get("raw"), dict) else {}
-            data["options"] = [{"option_id": o.get("optionId"), "kind": o.get("kind"), "label": o.get("name")}
-                               for o in raw.get("options") or [] if isinstance(o, dict)]
+            request_id, data = permission_data(row)
             part = {"type": "data-compozy-permission", "id": request_id, "data": data}
             if self.open is None:
                 self._standalone(row, part)
@@ -305,7 +313,7 @@ class Assembler:
                 if index is not None:  # the decision settles the request shown earlier
                     request = entry.parts[index]
                     entry.parts[index] = {**request, "data": {**request["data"], "decision": content.get("decision")}}
-            self._event_part(row, {"type": "data-compozy-event", "data": _event_data(row)})
+            self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
 
     def _event_part(self, row: dict[str, Any], part: dict[str, Any]) -> None:
         """A part of the open assistant message, else a `system` message of its own."""

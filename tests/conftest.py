@@ -20,6 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
+# Asks `POST …/prompt` for its JSON result rather than the stream a started turn answers by default.
+JSON_ONLY = {"Accept": "application/json"}
 
 
 def toml_list(items: list[str]) -> str:
@@ -178,7 +180,9 @@ class Daemon:
         return session
 
     def prompt(self, session_id: str, message: str, **extra: Any) -> httpx.Response:
-        return self.http.post(self.scoped(session_id, "/prompt"), json={"message": message, **extra})
+        """The JSON prompt result (`{"prompt": {…}}`): a started turn otherwise answers with a stream."""
+        return self.http.post(self.scoped(session_id, "/prompt"), json={"message": message, **extra},
+                              headers=JSON_ONLY)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

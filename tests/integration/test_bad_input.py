@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, start_daemon
+from tests.conftest import JSON_ONLY, Daemon, start_daemon
 
 TOO_BIG = str(2**63)
 
@@ -160,7 +160,7 @@ def test_well_formed_ai_sdk_parts_still_prompt(daemon: Daemon, session: dict[str
     body = {"id": "chat-1", "trigger": "submit-message", "messages": [
         {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello "}, {"type": "file", "url": "x"},
                                                {"type": "text", "text": "there"}]}]}
-    response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json=body)
+    response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json=body, headers=JSON_ONLY)
     assert response.status_code == 200, response.text
     turn = daemon.turn_events(session["id"], response.json()["prompt"]["turn_id"])
     assert [e["content"]["text"] for e in turn if e["type"] == "user_message"] == ["hello there"]
