@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,15 +36,21 @@ from sessions.work.recovery import recover  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def clean() -> Workspace:
+def clear_tasks() -> None:
     TaskEvent.objects.all().delete()
     TaskRun.objects.all().delete()
     Task.objects.all().delete()
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[Workspace]:
+    clear_tasks()
     root = tempfile.mkdtemp(prefix="compozy-task-ws-")
     now = folder.utcnow()
-    return Workspace.objects.create(id=f"ws_{os.urandom(8).hex()}", name=root, root_dir=root, created_at=now,
-                                    updated_at=now)
+    yield Workspace.objects.create(id=f"ws_{os.urandom(8).hex()}", name=root, root_dir=root, created_at=now,
+                                   updated_at=now)
+    # Tasks hold their workspace (a protected key): leave the shared test catalog as other modules expect it.
+    clear_tasks()
 
 
 def make_tasks(ws: Workspace, count: int, max_attempts: int = 2) -> list[str]:
