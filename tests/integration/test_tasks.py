@@ -6,8 +6,10 @@ daemon killed while a run holds its lease recovers that run after restart under 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -192,6 +194,13 @@ def test_a_failed_turn_fails_the_task_without_a_retry_and_a_person_can_retry_it(
     assert wait_task(daemon, task["id"], {"failed"})["attempts"] == 2
 
 
+def recorded_pgid(home: Path, task_id: str) -> int | None:
+    with contextlib.closing(sqlite3.connect(f"file:{home / 'catalog.sqlite3'}?mode=ro", uri=True)) as conn:
+        row = conn.execute("SELECT agent_pgid FROM work_taskrun WHERE task_id = ? AND attempt = 1",
+                           (task_id,)).fetchone()
+    return row[0] if row else None
+
+
 def test_a_killed_daemon_leaves_a_lapsed_lease_that_is_recovered_after_restart(tmp_path: Path,
                                                                                 workspace: Path) -> None:
     # No silence rules here (quiet_after off): only the lapsed lease can move the run.
@@ -205,7 +214,8 @@ def test_a_killed_daemon_leaves_a_lapsed_lease_that_is_recovered_after_restart(t
         first = run_session(d, task["id"], 1)
         pgid = agent_pid(d, first)
         wait_for(lambda: [e for e in d.all_events(first) if e["type"] == "agent_message"], 30, "the agent working")
-        time.sleep(1.5)  # a lease renewal recorded the agent's group
+        # The daemon's task cycle records the agent's group with the run (the catalog is the evidence to wait on).
+        wait_for(lambda: recorded_pgid(home, task["id"]) == pgid, 30, "the run's agent group to be recorded")
     finally:
         d.stop(signal.SIGKILL)
     d = start_daemon(home, extra_config=config, timeout=START_TIMEOUT)
