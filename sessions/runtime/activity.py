@@ -29,6 +29,7 @@ class ActivityMixin:
                        tool_call_id: str | None = None, tool_done: bool = False) -> None:
         """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+        self.__dict__.pop("_chunk_kind", None)  # this touch is newer than any chunk's
         activity["last_activity_kind"] = kind
         activity["last_activity_detail"] = detail[:200]
         in_flight: set[str] = self.__dict__.setdefault("_tools_in_flight", set())
@@ -45,11 +46,24 @@ class ActivityMixin:
         if self.turn is not None:
             self.turn.last_activity_mono = time.monotonic()
 
+    def touch_chunk(self, kind: str) -> None:
+        """touch_activity for a streamed text chunk (thousands a second): a kind and a time, written to meta only
+        when meta is written."""
+        self._chunk_kind = kind
+        self._activity_at = time.time()
+        if self.turn is not None:
+            self.turn.last_activity_mono = time.monotonic()
+
     def _stamp_activity(self) -> None:
         if self._activity_at is None:
             return
+        activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+        kind = self.__dict__.pop("_chunk_kind", None)
+        if kind is not None:
+            activity["last_activity_kind"] = kind
+            activity["last_activity_detail"] = ""
         stamp = folder.isoformat(datetime.fromtimestamp(self._activity_at, UTC))
-        self.meta.setdefault("liveness", {}).setdefault("activity", {})["last_activity_at"] = stamp
+        activity["last_activity_at"] = stamp
         self.meta["liveness"]["last_update_at"] = stamp
 
     async def _heartbeat_loop(self) -> None:

@@ -143,12 +143,12 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
 
     def _on_commit(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
         """After each commit: hand the rows to this process's live feed (no read-back), then ring the
-        doorbell for everyone else (other processes' feeds, the fallback poll's early wake)."""
+        doorbell for other processes' feeds (a Redis layer; on the embedded layer every feed is here)."""
         from sessions.feed import offer_rows
 
         metrics.EVENTS_APPENDED.inc(len(stored))
         offer_rows(self.id, rows)
-        signals.ring_events(self.id, stored[-1]["sequence"])
+        signals.ring_events_elsewhere(self.id, stored[-1]["sequence"])
 
     def _on_store_failure(self, failure: StoreFailure) -> None:
         """The store stayed unwritable: stop the session with a visible failure, never keep going as if
@@ -172,10 +172,15 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             return
         type_, content = mapped
         self.record(type_, content)
-        if self.turn is not None:
-            self.turn.outputs += 1
-        if type_ == EventType.AGENT_MESSAGE and self.turn is not None and len(self.turn.reply) < 600:
-            self.turn.reply += content.get("text", "")
+        turn = self.turn
+        if turn is not None:
+            turn.outputs += 1
+        if type_ == EventType.AGENT_MESSAGE or type_ == EventType.THOUGHT:
+            # The hot path (a streamed text chunk): no tool, no hook, no usage; activity is only a time and a kind.
+            if type_ == EventType.AGENT_MESSAGE and turn is not None and len(turn.reply) < 600:
+                turn.reply += content.get("text", "")
+            self.touch_chunk(str(update.get("sessionUpdate", type_)))
+            return
         if type_ == EventType.USAGE and self.turn:
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 logger = logging.getLogger(__name__)
 # Strong references: the loop keeps only weak ones, and a collected task would drop its doorbell.
@@ -45,6 +45,14 @@ def _fire(group: str, message: dict[str, Any]) -> None:
 
 def ring_events(session_id: str, sequence: int) -> None:
     _fire(session_group(session_id), {"type": "events.appended", "sequence": sequence})
+
+
+def ring_events_elsewhere(session_id: str, sequence: int) -> None:
+    """The doorbell for feeds in other processes. The writer hands committed rows to this process's feed
+    directly, and on a process-local layer (the embedded default) there is no other process: a ring there
+    would only wake our own feed to find it already has the rows (a send, a receive and a check per commit)."""
+    if not isinstance(get_channel_layer(), InMemoryChannelLayer):
+        ring_events(session_id, sequence)
 
 
 def ring_catalog(kind: str, workspace_id: str, session_id: str) -> None:
