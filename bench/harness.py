@@ -27,8 +27,9 @@ PROFILES: list[tuple[str, str]] = []
 def bench_config() -> str:
     """Appended to the test suite's config (which already has the scripted agent as `scripted`)."""
     command = toml_list([sys.executable, str(TICKER)])
+    # 20 ticker sessions, the turn beside them and their auto-title passes: above the default agent limit (20).
     return "\n".join(["[providers.ticker]", f"command = {command}", "", "[agents.ticker]",
-                      'provider = "ticker"', ""])
+                      'provider = "ticker"', "", "[limits]", "max_concurrent_agents = 64", ""])
 
 
 @dataclass

@@ -211,7 +211,8 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
             await asyncio.sleep(max(0.0, started + ticking_s / 3 - time.monotonic()))
             beside.prompt_ns = time.time_ns()
             response = await client.post(daemon.scoped(beside.session, "/prompt"),
-                                         json={"message": f"stream {p.beside}"})
+                                         json={"message": f"stream {p.beside}"},
+                                         headers={"Accept": "application/json"})
             if response.status_code not in (200, 202):
                 raise RuntimeError(f"prompt failed: {response.status_code} {response.text}")
             turns.append((beside.session, response.json()["prompt"]["turn_id"]))
