@@ -265,7 +265,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
 def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
     """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
     transcript repair), not at some node's next boot."""
-    from sessions.repair import check_transcript_once
+    from sessions.boot_repair import check_transcript_once
 
     try:
         if SessionLease.objects.filter(session_id=session_id).exists():

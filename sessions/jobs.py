@@ -71,8 +71,8 @@ def _arrive(name: str) -> Any:
 @db_task()
 def boot_repair(run: str) -> dict[str, int] | None:
     """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
+    from sessions.boot_repair import boot_repair_all
     from sessions.claims import claim_tick, owner_id
-    from sessions.repair import boot_repair_all
     from sessions.store.folder import parse_time
 
     if _arrive("boot") is None or run in _boot_runs:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from sessions import catalog
@@ -225,7 +224,7 @@ class RepairReport:
                 "actions": actions, "persisted": persisted}
 
 
-def _local_manager() -> Any:
+def local_manager() -> Any:
     """This process's SessionManager, or None (manage.py, a huey consumer of its own)."""
     # A manager exists only where its module was loaded; manage.py need not import the ACP stack to know.
     module = sys.modules.get("sessions.runtime.manager")
@@ -239,7 +238,7 @@ def _local_manager() -> Any:
 def _daemon_holds(session_id: str, state: str) -> bool:
     """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
     (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""
-    manager = _local_manager()
+    manager = local_manager()
     if manager is not None and manager.owns(session_id):
         return True
     if manager is None:
@@ -247,10 +246,10 @@ def _daemon_holds(session_id: str, state: str) -> bool:
 
         if state in LIVE_STATES and daemon_running():
             return True
-    return state in LIVE_STATES and _leased_elsewhere(session_id)
+    return state in LIVE_STATES and leased_elsewhere(session_id)
 
 
-def _leased_elsewhere(session_id: str) -> bool:
+def leased_elsewhere(session_id: str) -> bool:
     """Another node holds the session's unexpired lease: it runs the agent and writes events.db."""
     from sessions import cluster
 
@@ -470,138 +469,3 @@ def repair_transcript(session_id: str, *, dry_run: bool, force: bool) -> dict[st
         action["persisted"] = True
     logger.info("repaired transcript of %s turn %s: %d event(s) appended", session_id, report.turn_id, len(stored))
     return report.payload(actions, persisted=True)
-
-
-def _interrupted(path: Path) -> bool:
-    """Cheap boot pre-check: does the last turn lack a terminal event? (The full inspection decides.)"""
-    if not path.exists():
-        return False
-    conn = event_store.connect(path, readonly=True)
-    try:
-        row = conn.execute("SELECT turn_id FROM events WHERE type != ? ORDER BY rowid DESC LIMIT 1",
-                           (EventType.SESSION_STOPPED.value,)).fetchone()
-        if row is None or row[0] in NO_TURN_IDS:
-            return False
-        terminal = conn.execute("SELECT 1 FROM events WHERE turn_id = ? AND type IN (?, ?) LIMIT 1",
-                                (row[0], EventType.DONE.value, EventType.ERROR.value)).fetchone()
-        return terminal is None
-    except sqlite3.DatabaseError:
-        return True  # let the full inspection report what is wrong
-    finally:
-        conn.close()
-
-
-# meta.json key holding boot repair's verdict on one run of a session: later boots skip that run's events.db
-# (reopening every store that ever crashed made each boot slower as history grew: 1.3 s at 10k sessions).
-TRANSCRIPT_MARK = "transcript_repair"
-
-
-def _run_key(meta: dict[str, Any]) -> str:
-    """One run of a session: a reactivation sets a new `activated_at`, so a later crash is checked again."""
-    return str(meta.get("activated_at") or meta.get("created_at") or "")
-
-
-def transcript_checked(meta: dict[str, Any]) -> bool:
-    mark = meta.get(TRANSCRIPT_MARK)
-    return isinstance(mark, dict) and mark.get("run") == _run_key(meta)
-
-
-def _needs_transcript_check(meta: dict[str, Any]) -> bool:
-    return (meta["state"] == SessionState.STOPPED and meta.get("stop_reason") in REPAIRABLE_STOP_REASONS
-            and not transcript_checked(meta))
-
-
-def _boot_transcript_repair(session_id: str) -> str:
-    """`repaired`, `clean` (nothing interrupted) or `blocked` (error issues: left to a person)."""
-    if not _interrupted(folder.events_path(session_id)):
-        return "clean"
-    result = repair_transcript(session_id, dry_run=False, force=False)
-    if result["persisted"]:
-        return "repaired"
-    codes = sorted({i["code"] for i in result["issues"] if i["severity"] == Severity.ERROR})
-    if codes:
-        logger.warning("boot repair: transcript of %s not repaired: %s", session_id, ", ".join(codes))
-        return "blocked"
-    return "clean"
-
-
-def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
-    """Record the verdict in meta.json (not `updated_at`: nothing about the session changed)."""
-    if manager is not None and manager.owns(session_id):
-        return  # reactivated meanwhile: the runtime owns meta.json now
-    meta = folder.read_meta(session_id)
-    if meta is None:
-        return
-    meta[TRANSCRIPT_MARK] = {"run": _run_key(meta), "outcome": outcome,
-                             "checked_at": folder.isoformat(folder.utcnow())}
-    folder.write_meta(meta)
-
-
-# A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or
-# fail over together, and two appended repairs would close one turn twice. The claim never falls due again.
-TRANSCRIPT_CLAIM_EVERY = 10 * 365 * 86400.0
-
-
-def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
-    """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
-    or another node claimed it."""
-    if not _needs_transcript_check(meta):
-        return None
-    from sessions.claims import claim_tick
-
-    if not claim_tick(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_EVERY):
-        return None
-    outcome = _boot_transcript_repair(session_id)
-    _mark_checked(session_id, outcome, manager)
-    return outcome
-
-
-def boot_repair_all() -> dict[str, int]:
-    """Every session folder, each on its own (one bad folder never stops the others):
-
-    1. unreadable or invalid meta.json → reported with `session_meta_invalid`, left alone;
-    2. a stale live state → stopped (no daemon owns it after a restart);
-    3. a stopped `agent_crashed`/`error` session not yet checked for this run → transcript repair of an
-       interrupted last turn, then the verdict is recorded in meta.json so no later boot opens that store again.
-
-    Sessions the new daemon owns are skipped: they are in the manager, and their events.db is its to write.
-    """
-    from compozy_site.daemon_record import read_daemon_record
-
-    manager = _local_manager()
-    # Sessions this daemon created are never stale; only state older than our start can be.
-    started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None
-    counts = dict.fromkeys(("scanned", "repaired", "transcripts_checked", "transcripts_repaired", "invalid",
-                            "failed"), 0)
-    for session_id in folder.list_session_dirs():
-        if manager is not None and manager.owns(session_id):
-            continue
-        counts["scanned"] += 1
-        try:
-            meta = folder.read_meta(session_id)
-        except ValueError as exc:
-            counts["invalid"] += 1
-            logger.warning("boot repair: %s %s: %s", IssueCode.SESSION_META_INVALID.value, session_id, exc)
-            continue
-        if meta is None:
-            continue
-        if meta["state"] in LIVE_STATES and _leased_elsewhere(session_id):
-            continue  # another node of the cluster runs it (a shared sessions folder)
-        try:
-            updated = folder.parse_time(meta.get("updated_at"))
-            fresh = started is not None and updated is not None and updated >= started
-            if not fresh and stale_fix(meta) is not None:
-                meta = repair_stale_meta(meta)
-                counts["repaired"] += 1
-            # Not limited to state older than our start: a read may already have repaired the stale meta.
-            outcome = check_transcript_once(session_id, meta, manager)
-            if outcome is not None:
-                counts["transcripts_checked"] += 1
-                counts["transcripts_repaired"] += outcome == "repaired"
-        except Exception:
-            counts["failed"] += 1
-            logger.exception("boot repair of %s failed", session_id)
-    logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s) "
-                "(%d store(s) opened); %d invalid meta.json, %d failed", counts["scanned"], counts["repaired"],
-                counts["transcripts_repaired"], counts["transcripts_checked"], counts["invalid"], counts["failed"])
-    return counts

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from compozy_site.cli import commands, evidence, health, live, reads, repair, tasks  # noqa: F401  (register the commands)
+# Importing a module registers its commands.
+from compozy_site.cli import commands, evidence, health, live, reads, repair, system, tasks  # noqa: F401
 from compozy_site.cli.app import cli
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import user_umask
+from sessions.hooks.patches import PatchError, decode_patch, guard_patch
 from sessions.hooks.spec import (
     _DENY_KEYS,
     _SOURCE_ORDER,
@@ -79,10 +80,6 @@ _ERROR_LIMIT = STDERR_LIMIT + 1024
 _ENV_ALLOW = frozenset({"HOME", "PATH", "LANG", "LOGNAME", "SHELL", "TERM", "TEMP", "USER"})
 _ENV_ALLOW_PREFIXES = ("LC_", "TMP")
 
-_ALLOW_DECISIONS = frozenset({"approved", "approve", "allow", "allowed", "allow_once", "allow_always"})
-_DENY_DECISIONS = frozenset({"denied", "deny", "blocked", "block", "rejected", "reject", "reject_once",
-                             "reject_always", "cancelled"})
-_PINNED_SESSION_TYPES = frozenset({"coordinator", "spawned"})
 
 # Depth of the dispatch running in this context; 0 = none. Tasks copy it, so nesting is tracked in-process.
 _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("compozy_hook_depth", default=0)
@@ -120,99 +117,6 @@ def _matches(decl: HookDeclaration, payload: Mapping[str, Any]) -> bool:
         if not isinstance(value, str) or not fnmatch.fnmatchcase(value, pattern):
             return False
     return True
-
-
-# ---- patches -----------------------------------------------------------------------------------
-
-
-class _PatchError(ValueError):
-    """The hook's stdout is not a valid patch for the event (outcome `failed`)."""
-
-
-def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _is_context_blocks(value: Any) -> bool:
-    if not isinstance(value, list):
-        return False
-    for block in value:
-        if not isinstance(block, dict) or set(block) - {"kind", "text", "metadata"}:
-            return False
-        if not isinstance(block.get("kind", ""), str) or not isinstance(block.get("text", ""), str):
-            return False
-        if not isinstance(block.get("metadata", {}), dict):
-            return False
-    return True
-
-
-def _any_json(_: Any) -> bool:
-    return True
-
-
-_PATCH_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "args": ("a list of strings", _is_str_list),
-    "context_blocks": ("a list of {kind, text, metadata} objects", _is_context_blocks),
-    "labels": ("an object of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
-    "read_only": ("a boolean", lambda v: isinstance(v, bool)),
-    "tool_input": ("any JSON value", _any_json),
-    "tool_result": ("any JSON value", _any_json),
-    "deny": ("a boolean", lambda v: isinstance(v, bool)),
-}
-_STRING_TYPE: tuple[str, Callable[[Any], bool]] = ("a string", lambda v: isinstance(v, str))
-
-
-def _reject_constant(name: str) -> Any:
-    raise _PatchError(f"hook patch: invalid JSON value {name}")
-
-
-def _decode_patch(event: HookEvent, text: str) -> dict[str, Any]:
-    """Strict decoding: one JSON object, only the event's keys, typed values. Empty output = empty patch."""
-    text = text.strip()
-    if not text:
-        return {}
-    decoder = json.JSONDecoder(parse_constant=_reject_constant)
-    try:
-        value, end = decoder.raw_decode(text)
-    except json.JSONDecodeError as exc:
-        raise _PatchError(f"hook patch: invalid JSON: {exc}") from None
-    if text[end:].strip():
-        raise _PatchError("hook patch: unexpected data after the JSON object")
-    if not isinstance(value, dict):
-        raise _PatchError("hook patch must be a JSON object")
-    allowed = PATCH_KEYS[event]
-    if not allowed:
-        return value  # patches of this event are ignored
-    for key, item in value.items():
-        if key not in allowed and key not in _DENY_KEYS:
-            raise _PatchError(f"hook patch: unknown key {key!r} for event {event.value!r}")
-        label, check = _PATCH_TYPES.get(key, _STRING_TYPE)
-        if not check(item):
-            raise _PatchError(f"hook patch: {key!r} must be {label}")
-    if "workspace_id" in value and "workspace" in value:
-        raise _PatchError("hook patch: set only one of 'workspace_id' and 'workspace'")
-    return value
-
-
-def _is_allow(value: Any) -> bool:
-    return isinstance(value, str) and value.lower() in _ALLOW_DECISIONS
-
-
-def _is_deny(value: Any) -> bool:
-    return isinstance(value, str) and value.lower() in _DENY_DECISIONS
-
-
-def _guard(event: HookEvent, payload: Mapping[str, Any], patch: Mapping[str, Any]) -> str:
-    """Why a well-formed patch must not be applied (outcome `rejected`), or "" when it may."""
-    if event == HookEvent.PERMISSION_REQUEST:
-        for key in ("decision", "decision_class"):
-            if key in patch and _is_deny(payload.get(key)) and _is_allow(patch[key]):
-                return f"hook patch may not turn {key} {payload.get(key)!r} into {patch[key]!r}"
-    if event == HookEvent.SESSION_PRE_CREATE and "session_type" in patch:
-        old, new = payload.get("session_type"), patch["session_type"]
-        if old != new and (old in _PINNED_SESSION_TYPES or new in _PINNED_SESSION_TYPES):
-            return f"hook patch may not change session_type {old!r} to {new!r}"
-    return ""
 
 
 # ---- outcome -----------------------------------------------------------------------------------
@@ -543,8 +447,8 @@ class HookRunner:
         if run.outcome != HookRunOutcome.APPLIED:
             return run
         try:
-            patch = _decode_patch(event, text)
-        except _PatchError as exc:
+            patch = decode_patch(event, text)
+        except PatchError as exc:
             run.outcome, run.error = HookRunOutcome.FAILED, str(exc)
             return run
         run.patch = patch
@@ -554,7 +458,7 @@ class HookRunner:
         if patch.get("deny") is True:
             run.outcome = HookRunOutcome.DENIED
             return run
-        reason = _guard(event, payload, patch)
+        reason = guard_patch(event, payload, patch)
         if reason:
             run.outcome, run.error = HookRunOutcome.REJECTED, reason
         return run
@@ -603,8 +507,8 @@ class HookRunner:
             _DEPTH.reset(token)
         if run.outcome == HookRunOutcome.APPLIED:
             try:
-                _decode_patch(job.event, text)  # validated for the audit; async patches are discarded
-            except _PatchError as exc:
+                decode_patch(job.event, text)  # validated for the audit; async patches are discarded
+            except PatchError as exc:
                 run.outcome, run.error = HookRunOutcome.FAILED, str(exc)
         if run.outcome == HookRunOutcome.FAILED:
             log.warning("async hook %r for %s failed: %s", job.decl.name, job.event, redact_text(run.error))

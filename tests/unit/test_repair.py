@@ -12,9 +12,9 @@ import pytest
 
 from tests.django_env import ensure_django
 
-ensure_django(migrate=False)
+ensure_django(migrate=True)  # run alone, this module must find the catalog tables too
 
-from sessions import repair  # noqa: E402
+from sessions import boot_repair, repair  # noqa: E402
 from sessions.errors import Conflict, NotFound  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.events import EventLog, NewEvent, max_sequence, read_events  # noqa: E402
@@ -385,19 +385,19 @@ def test_boot_repair_terminalizes_crashed_and_stale_sessions_and_leaves_the_rest
     clean = make_session([ev("user_message", TURN, text="hi"), ev("done", TURN, stop_reason="end_turn")])
     untouched = {sid: store_bytes(sid) for sid in (completed, clean)}
 
-    result = repair.boot_repair_all()
+    result = boot_repair.boot_repair_all()
 
     assert result == {"scanned": 5, "repaired": 1, "transcripts_checked": 4, "transcripts_repaired": 3,
                       "invalid": 0, "failed": 0}
     for sid in (crashed, errored, stale):
         assert [r["type"] for r in all_events(sid)[-3:]] == ["tool_result", "tool_result", "error"]
-        assert folder.read_meta(sid)[repair.TRANSCRIPT_MARK]["outcome"] == "repaired"
-    assert folder.read_meta(clean)[repair.TRANSCRIPT_MARK]["outcome"] == "clean"
-    assert repair.TRANSCRIPT_MARK not in folder.read_meta(completed)  # a clean stop is never opened
+        assert folder.read_meta(sid)[boot_repair.TRANSCRIPT_MARK]["outcome"] == "repaired"
+    assert folder.read_meta(clean)[boot_repair.TRANSCRIPT_MARK]["outcome"] == "clean"
+    assert boot_repair.TRANSCRIPT_MARK not in folder.read_meta(completed)  # a clean stop is never opened
     assert folder.read_meta(stale)["state"] == "stopped"
     assert {sid: store_bytes(sid) for sid in untouched} == untouched
     # A second boot opens no store: every crashed session's verdict is recorded for its run.
-    assert repair.boot_repair_all() == {"scanned": 5, "repaired": 0, "transcripts_checked": 0,
+    assert boot_repair.boot_repair_all() == {"scanned": 5, "repaired": 0, "transcripts_checked": 0,
                                         "transcripts_repaired": 0, "invalid": 0, "failed": 0}
 
 
@@ -409,7 +409,7 @@ def test_one_invalid_meta_json_does_not_stop_the_boot_repair_of_the_others(home:
     (home / "sessions" / broken / "meta.json").write_text("{not json")
     stale = make_session(interrupted_turn(), state="active", stop_reason="", failure=None)
 
-    result = repair.boot_repair_all()
+    result = boot_repair.boot_repair_all()
 
     assert (result["invalid"], result["repaired"], result["transcripts_repaired"], result["failed"]) == (2, 1, 1, 0)
     fixed = folder.read_meta(stale)
@@ -423,12 +423,12 @@ def test_one_invalid_meta_json_does_not_stop_the_boot_repair_of_the_others(home:
 
 def test_a_reactivated_session_that_crashes_again_is_checked_again() -> None:
     crashed = make_session(interrupted_turn(), activated_at="2026-01-01T00:00:00.000000Z")
-    assert repair.boot_repair_all()["transcripts_checked"] == 1
+    assert boot_repair.boot_repair_all()["transcripts_checked"] == 1
     meta = folder.read_meta(crashed)
     # A later run (new activated_at) that crashed: its verdict for the earlier run does not cover it.
     folder.write_meta({**meta, "activated_at": "2026-02-01T00:00:00.000000Z"})
-    assert repair.boot_repair_all()["transcripts_checked"] == 1
-    assert repair.boot_repair_all()["transcripts_checked"] == 0
+    assert boot_repair.boot_repair_all()["transcripts_checked"] == 1
+    assert boot_repair.boot_repair_all()["transcripts_checked"] == 0
 
 
 def test_an_events_db_that_is_not_a_database_is_refused_with_a_stable_code() -> None:

@@ -1,0 +1,170 @@
+"""The daemon itself from the CLI: `status`, `doctor`, `dashboard` and `daemon start|stop|status`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import rich_click as click
+
+from compozy_site.cli.app import (
+    _client,
+    _fmt,
+    cli,
+    daemon,
+    json_flag,
+    output_option,
+)
+from compozy_site.cli.client import ApiError
+from compozy_site.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
+
+# ---- status ------------------------------------------------------------------------------------
+
+@cli.command("status")
+@output_option
+@json_flag
+def status_cmd(fmt: str, as_json: bool) -> None:
+    """Consolidated runtime status: the daemon, session counts and recent session failures.
+
+    The first step when debugging. Exits 69 when the daemon is unreachable.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        data = _client().request("GET", "/api/status")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+    def human() -> None:
+        d = data["daemon"]
+        kv("Compozy daemon", [("status", d["status"]), ("pid", str(d["pid"])), ("started", d.get("started_at")),
+                              ("http", f"http://{d['http_host']}:{d['http_port']}"), ("socket", d["socket"]),
+                              ("home", d.get("home")), ("config", d.get("config")),
+                              ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total"),
+                              ("tasks", _task_line(data.get("tasks")))])
+        cluster = data.get("cluster") or {}
+        services = cluster.get("services") or {}
+        if cluster.get("clustered") or len(cluster.get("nodes") or []) > 1:
+            table("Cluster nodes", ["Node", "Status", "Address", "Leases"],
+                  [(("* " if n["this_node"] else "") + n["id"], n["status"], n["address"], str(n["leases"]))
+                   for n in cluster["nodes"]])
+            kv("Services", [(name, svc.get("status", "")) for name, svc in services.items()])
+        failures = data["health"]["failures"]
+        if failures["recent"]:
+            table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],
+                  [(f["session_id"], f["agent_name"], f["state"], f["failure_kind"], f["summary"],
+                    f.get("crash_bundle_path")) for f in failures["recent"]])
+
+    emit(data, fmt, human)
+
+
+def _task_line(tasks: dict[str, Any] | None) -> str | None:
+    if not tasks or not tasks.get("total"):
+        return None
+    by = tasks.get("by_status") or {}
+    return (f"{tasks['needs_attention']} need attention, {by.get('running', 0)} running, {by.get('queued', 0)} "
+            f"queued / {tasks['total']} total; {tasks['requeued']} requeued (compozy task list)")
+
+
+@cli.command("doctor")
+@click.option("--only", multiple=True, help="Only these check ids or categories (repeatable).")
+@click.option("--exclude", multiple=True, help="Skip these check ids or categories (repeatable).")
+@click.option("--quiet", is_flag=True, help="Omit OK items.")
+@output_option
+@json_flag
+def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt: str, as_json: bool) -> None:
+    """Check the daemon's subsystems (catalog, event storage, socket, job queue, providers) before the agent.
+
+    Exits 1 when any item is an error.
+    """
+    fmt = _fmt(fmt, as_json)
+    try:
+        data = _client().request("GET", "/api/doctor", query={"only": list(only) or None,
+                                                              "exclude": list(exclude) or None,
+                                                              "quiet": "true" if quiet else None})
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    colours = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "red", "critical": "red"}
+    emit(data, fmt, lambda: table(f"compozy doctor: {data['status']}", ["Severity", "Check", "Message", "Try"], [
+        (f"[{colours.get(i['severity'], 'white')}]{i['severity']}[/]", i["title"], i["message"],
+         i.get("suggested_command")) for i in data["items"]]))
+    if data["status"] == "error":
+        sys.exit(1)
+
+
+@cli.command("dashboard")
+@click.option("--no-open", is_flag=True, help="Only print the link; do not open a browser.")
+@output_option
+@json_flag
+def dashboard_cmd(no_open: bool, fmt: str, as_json: bool) -> None:
+    """Sign a browser in to the dashboard: prints (and, with a desktop, opens) a one-time login link.
+
+    The link works once, for 2 minutes, and leaves an HttpOnly cookie in that browser. Scripts send the token
+    instead: `Authorization: Bearer $(cat ~/.compozy/token)`.
+    """
+    fmt = _fmt(fmt, as_json)
+    client = _client()
+    try:
+        ticket = client.request("POST", "/api/auth/ticket")
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    url = client.http_base + ticket["login_path"]
+    opened = False
+    # Without a desktop, webbrowser falls back to console browsers (lynx, w3m) that would take over the terminal.
+    if not no_open and (sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY")
+                        or os.environ.get("WAYLAND_DISPLAY")):
+        import webbrowser
+
+        opened = webbrowser.open(url)
+    data = {"url": url, "expires_at": ticket["expires_at"], "opened": opened}
+    emit(data, fmt, lambda: click.echo(f"{'Opened' if opened else 'Open'} this one-time login link (valid until "
+                                       f"{ticket['expires_at']}):\n{url}"))
+
+
+# ---- daemon ------------------------------------------------------------------------------------
+
+@daemon.command("start")
+@click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C (used by `make run`).")
+@click.option("--port", type=int, default=None, help="HTTP port (default from config.toml, else 2123; 0 = any free).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds to wait for a background start; a daemon not ready by then is stopped.")
+@output_option
+def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str) -> None:
+    """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
+
+    Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
+    a daemon that is not ready in time is stopped, so a failed start never leaves one running.
+    """
+    from compozy_site.launcher import DaemonError, run_foreground, start_detached
+
+    try:
+        if foreground:
+            sys.exit(run_foreground(port))
+        record = start_detached(port, timeout)
+    except DaemonError as exc:
+        fail(str(exc), "daemon_start_failed", fmt)
+    emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
+
+
+@daemon.command("stop")
+@output_option
+def daemon_stop(fmt: str) -> None:
+    """Stop the daemon: live sessions stop with reason `shutdown`, then it exits (waits up to 15 s)."""
+    from compozy_site.launcher import DaemonError, stop_daemon
+
+    try:
+        record = stop_daemon()
+    except DaemonError as exc:
+        fail(str(exc), "daemon_not_running", fmt, EXIT_UNAVAILABLE)
+    emit(record, fmt, lambda: click.echo(f"daemon stopped (pid={record.get('pid')})"))
+
+
+@daemon.command("status")
+@output_option
+def daemon_status(fmt: str) -> None:
+    """Print the daemon record; `stopped` (exit 0) when no daemon runs."""
+    from compozy_site.daemon_record import read_daemon_record, running_record
+
+    running = running_record()
+    record = {**(running or read_daemon_record() or {}), "status": "running" if running else "stopped"}
+    emit(record, fmt, lambda: kv("Compozy daemon", sorted(record.items())))
