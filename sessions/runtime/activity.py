@@ -29,10 +29,10 @@ class ActivityMixin:
                        tool_call_id: str | None = None, tool_done: bool = False) -> None:
         """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
-        self.__dict__.pop("_chunk_kind", None)  # this touch is newer than any chunk's
+        self._chunk_kind = None  # this touch is newer than any chunk's
         activity["last_activity_kind"] = kind
         activity["last_activity_detail"] = detail[:200]
-        in_flight: set[str] = self.__dict__.setdefault("_tools_in_flight", set())
+        in_flight = self._tools_in_flight
         if kind == "prompt_started":
             in_flight.clear()
         if tool is not None:
@@ -58,7 +58,7 @@ class ActivityMixin:
         if self._activity_at is None:
             return
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
-        kind = self.__dict__.pop("_chunk_kind", None)
+        kind, self._chunk_kind = self._chunk_kind, None
         if kind is not None:
             activity["last_activity_kind"] = kind
             activity["last_activity_detail"] = ""
@@ -150,7 +150,7 @@ class ActivityMixin:
         if sup.quiet_after <= 0 or idle < sup.quiet_after or blocker not in (None, "unknown_source"):
             return "skipped"
         if action == "quiet":
-            if self.__dict__.get("_quiet_turn") == turn.id:
+            if self._quiet_turn == turn.id:
                 return "skipped"
             self._quiet_turn = turn.id
             then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
@@ -160,7 +160,7 @@ class ActivityMixin:
                                 "blocker": blocker}})
             return "recorded"
         if (blocker is not None or sup.stop_grace <= 0 or idle < sup.quiet_after + sup.stop_grace
-                or self.__dict__.get("_quiet_turn") != turn.id or self.agent is None):
+                or self._quiet_turn != turn.id or self.agent is None):
             return "skipped"
         pgid = self.agent.pid
         self.marker(MarkerKind.PROMPT_TIMEOUT, f"No work evidence for {int(idle)} seconds; stopping the agent's "

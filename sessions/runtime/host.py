@@ -22,5 +22,5 @@ class RuntimeHost(Protocol):
     def keep_unsaved(self, meta: dict[str, Any]) -> None:
         """Writing this metadata snapshot failed: serve it to readers and retry the write."""
 
-    def saved(self, session_id: str, meta: dict[str, Any]) -> None:
-        """A snapshot was written: an older unsaved one must not overwrite it."""
+    def supersede_unsaved(self, session_id: str) -> None:
+        """A newer snapshot is about to be written: an older unsaved one must never be retried after it."""

@@ -183,10 +183,9 @@ class SessionManager:
         if self._resave is None or self._resave.done():
             self._resave = spawn(self._resave_loop())
 
-    def saved(self, session_id: str, meta: dict[str, Any]) -> None:
-        """A later snapshot landed: an older unsaved one must not overwrite it."""
-        if session_id in self.unsaved_meta:
-            self.unsaved_meta.pop(session_id, None)
+    def supersede_unsaved(self, session_id: str) -> None:
+        """A newer snapshot is about to be written: the older unsaved one must never be retried after it."""
+        self.unsaved_meta.pop(session_id, None)
 
     async def _resave_loop(self) -> None:
         from sessions import catalog

@@ -28,6 +28,7 @@ from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
 from sessions.config import Config, ProviderConfig
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.feed import offer_rows
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import ActivityMixin
 from sessions.runtime.busy_input import BusyInputMixin, StagedSteer
@@ -90,6 +91,9 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
         self.handover = False
         self._activity_at: float | None = None  # time.time() of the last activity; stamped into meta on write
+        self._chunk_kind: str | None = None  # the last streamed chunk's kind, stamped into meta on write
+        self._tools_in_flight: set[str] = set()  # tool calls without a result: work supervised silence never stops
+        self._quiet_turn: str | None = None  # the turn already warned for supervised silence
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -108,6 +112,9 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self._stamp_activity()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
         snapshot = copy.deepcopy(self.meta)
+        # Superseded before this write is queued: the DB thread is FIFO, so an older unsaved snapshot the retry
+        # loop already queued lands first, and none it picks up later can land after this one.
+        self.manager.supersede_unsaved(self.id)
         try:
             await db(catalog.save_meta, snapshot)
         except Exception as exc:
@@ -116,7 +123,6 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             logger.error("session %s: writing its metadata failed (%s); retrying in the background", self.id, exc)
             self.manager.keep_unsaved(snapshot)
             return
-        self.manager.saved(self.id, snapshot)
         signals.ring_catalog("upserted", self.meta["workspace_id"], self.id)
 
     async def transition(self, target: SessionState, **fields: Any) -> None:
@@ -144,8 +150,6 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
     def _on_commit(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
         """After each commit: hand the rows to this process's live feed (no read-back), then ring the
         doorbell for other processes' feeds (a Redis layer; on the embedded layer every feed is here)."""
-        from sessions.feed import offer_rows
-
         metrics.EVENTS_APPENDED.inc(len(stored))
         offer_rows(self.id, rows)
         signals.ring_events_elsewhere(self.id, stored[-1]["sequence"])
