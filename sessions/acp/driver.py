@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import json.scanner
 import logging
 import os
 import signal
@@ -101,20 +103,44 @@ class StderrTail:
 YIELD_EVERY_UPDATES = 64
 
 
+# One read takes what the pipe's reader holds, up to this; lines are split and parsed from it in one pass.
+READ_BYTES = 1024 * 1024
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: one object from a str, no wrapper
+
+
 class RecordingTransport(NdjsonTransport):
-    """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder."""
+    """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder.
+
+    Lines are read in bulk: one `read` takes what the pipe holds, one decode and one split serve all its lines,
+    and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
+    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink) -> None:
         self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
         super().__init__(reader, MessageSender(writer, self._supervisor))
         self._on_update = on_update
+        self._lines: deque[str] = deque()  # complete lines read and not yet handled, in arrival order
+        self._partial = b""  # the bytes of a line whose newline has not arrived
+        self._eof = False
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0
+        lines = self._lines
         while True:
-            message = await super().receive()
-            if message is None:
-                return None
+            if not lines:
+                if self._eof or not await self._fill():
+                    return None
+                continue
+            line = lines.popleft().strip()
+            if not line:
+                continue
+            try:
+                message, end = _scan_json(line, 0)
+                if end != len(line) or not isinstance(message, dict):
+                    raise ValueError(f"not one JSON object ({len(line)} characters)")
+            except Exception:
+                logger.exception("agent sent a line that is not a JSON-RPC message: %.200r", line)
+                continue
             if message.get("method") == "session/update" and "id" not in message:
                 params = message.get("params")
                 if isinstance(params, dict):
@@ -124,11 +150,31 @@ class RecordingTransport(NdjsonTransport):
                         logger.exception("recording a session/update failed")
                 handled += 1
                 if handled % YIELD_EVERY_UPDATES == 0:
-                    # A full pipe read returns without waiting, so a fast agent's burst (~600 lines a read) would
-                    # otherwise hold the loop every session and stream shares: let the others run.
+                    # A full pipe read returns without waiting, so a fast agent's burst would otherwise hold the
+                    # loop every session and stream shares: let the others run.
                     await asyncio.sleep(0)
                 continue
-            return message
+            return message  # what follows it stays queued: requests and responses keep their place in the order
+
+    async def _fill(self) -> bool:
+        """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
+        data = await self._reader.read(READ_BYTES)
+        if not data:
+            self._eof = True
+            tail, self._partial = self._partial, b""
+            if tail.strip():
+                self._lines.append(tail.decode("utf-8", errors="replace"))  # a last line without its newline
+                return True
+            return False
+        buffer = self._partial + data if self._partial else data
+        cut = buffer.rfind(b"\n")
+        if cut < 0:
+            self._partial = buffer
+            return True
+        self._partial = buffer[cut + 1:]
+        # Complete lines only: a read may end inside a multi-byte character, never inside a finished line.
+        self._lines.extend(buffer[:cut].decode("utf-8", errors="replace").split("\n"))
+        return True
 
     async def close(self) -> None:
         try:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,14 @@ class Recorder:
         self._recorded = 0  # ops accepted by record()/merge_usage()/record_hook_run()
         self._committed = 0  # ops durably committed
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-{path.parent.name[-8:]}")
+        # The hand-off is a plain queue to a thread and one call_soon_threadsafe back: no Task, executor
+        # future or wrapped future per batch (with lone events, that bookkeeping cost more than the commit).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[list[StoreOp] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None  # started at the first batch
+        self._scheduled = False  # a hand-off is due at the next loop iteration
+        self._in_flight = 0  # ops handed to the writer thread and not yet reported back
+        self._thread_done: asyncio.Future[None] | None = None
         self.failure: StoreFailure | None = None
         self.closed = False
         self.commit_seconds: Callable[[float], None] | None = None  # observed by metrics, when wired
@@ -87,9 +94,12 @@ class Recorder:
             return
         self._pending.append(op)
         self._recorded += 1
-        if self._task is None:
-            # Started from the next loop iteration: everything recorded in this tick joins the batch.
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        if not self._scheduled and not self._in_flight:
+            # From the next loop iteration: everything recorded in this tick joins the batch.
+            self._scheduled = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._hand_off)
 
     async def flush(self) -> None:
         """Wait until everything recorded so far is committed; raises StoreFailure if it never will be."""
@@ -107,26 +117,68 @@ class Recorder:
 
     # ---- the writer ------------------------------------------------------------------------
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._pending and self.failure is None:
-                batch, self._pending = self._pending[:MAX_BATCH_OPS], self._pending[MAX_BATCH_OPS:]
-                try:
-                    stored, rows = await loop.run_in_executor(self._executor, self._commit_with_retry, batch)
-                except StoreFailure as failure:
-                    self._pending = batch + self._pending  # kept: never silently dropped
-                    self._fail(failure)
-                    return
-                self._committed += len(batch)
-                if stored:
-                    try:
-                        self.on_commit(stored, rows)
-                    except Exception:
-                        logger.exception("commit callback failed for %s", self.name)
-                self._wake_waiters()
-        finally:
-            self._task = None
+    def _hand_off(self) -> None:
+        """On the loop: the next batch to the writer thread (one batch in flight at a time, so sequence
+        order is arrival order)."""
+        self._scheduled = False
+        if self._in_flight or not self._pending or self.failure is not None:
+            return
+        batch, self._pending = self._pending[:MAX_BATCH_OPS], self._pending[MAX_BATCH_OPS:]
+        self._in_flight = len(batch)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
+            self._thread.start()
+        self._queue.put(batch)
+
+    def _write_loop(self) -> None:
+        """The writer thread: commits each batch, then reports back to the loop in one callback."""
+        loop = self._loop
+        assert loop is not None
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                break
+            stored: list[dict[str, Any]] = []
+            rows: list[tuple[Any, ...]] = []
+            failure: StoreFailure | None = None
+            try:
+                stored, rows = self._commit_with_retry(batch)
+            except StoreFailure as exc:
+                failure = exc
+            except BaseException as exc:  # never let the thread die with a batch claimed as in flight
+                logger.exception("store %s: writer failed", self.name)
+                failure = StoreFailure("write_refused", str(exc))
+            try:
+                loop.call_soon_threadsafe(self._committed_batch, batch, stored, rows, failure)
+            except RuntimeError:  # the loop is closed: nobody is left to tell
+                return
+        if self.log is not None:
+            with contextlib.suppress(Exception):
+                self.log.close()
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._writer_exited)
+
+    def _committed_batch(self, batch: list[StoreOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
+                         failure: StoreFailure | None) -> None:
+        """On the loop, after the writer thread finished a batch."""
+        self._in_flight = 0
+        if failure is not None:
+            self._pending = batch + self._pending  # kept: never silently dropped
+            self._fail(failure)
+            return
+        self._committed += len(batch)
+        if stored:
+            try:
+                self.on_commit(stored, rows)
+            except Exception:
+                logger.exception("commit callback failed for %s", self.name)
+        self._wake_waiters()
+        if self._pending and not self._scheduled:
+            self._hand_off()  # what was recorded while this batch was in flight is the next batch
+
+    def _writer_exited(self) -> None:
+        if self._thread_done is not None and not self._thread_done.done():
+            self._thread_done.set_result(None)
 
     def _commit_with_retry(self, batch: list[StoreOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """Runs on the store's thread. Retries a failing batch until it commits or the deadline passes."""
@@ -189,9 +241,8 @@ class Recorder:
         with contextlib.suppress(StoreFailure):
             await self.flush()
         self.closed = True
-        loop = asyncio.get_running_loop()
-        try:
-            if self.log is not None:
-                await loop.run_in_executor(self._executor, self.log.close)
-        finally:
-            self._executor.shutdown(wait=False)
+        if self._thread is None:
+            return
+        self._thread_done = asyncio.get_running_loop().create_future()
+        self._queue.put(None)  # after any batch still queued (a failed store's retries are over)
+        await asyncio.shield(self._thread_done)

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sessions.store.folder import isoformat, utcnow
 from sessions.store.ids import new_event_id
@@ -86,8 +86,9 @@ def init_store(path: Path) -> None:
         conn.close()
 
 
-@dataclass(frozen=True)
-class NewEvent:
+class NewEvent(NamedTuple):
+    """One event to append. A named tuple, not a dataclass: one is built per streamed chunk."""
+
     type: str
     turn_id: str
     content: dict[str, Any]
@@ -112,14 +113,26 @@ StoreOp = NewEvent | UsageUpdate | HookRun
 # Streamed text arrives as many small chunks; events reference §2 stores adjacent same-turn chunks of one
 # write batch as one row. Only chunks that differ in nothing but their text merge.
 MERGEABLE_TYPES = frozenset({"agent_message", "thought"})
+_CHUNK_SHAPES = ({"text"}, {"session_id", "text"})
 
 
 def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
     """Adjacent same-turn `agent_message` (or `thought`) chunks without an explicit id become one event."""
     merged: list[StoreOp] = []
     texts: list[list[str] | None] = []  # the pieces of each merged event's text, joined once at the end
+    prev: StoreOp | None = None
     for op in ops:
-        prev = merged[-1] if merged else None
+        if (type(op) is NewEvent and type(prev) is NewEvent and op.type == prev.type and op.turn_id == prev.turn_id
+                and not op.id and not prev.id and op.type in MERGEABLE_TYPES and op.content.keys() in _CHUNK_SHAPES
+                and op.content.keys() == prev.content.keys() and op.content.get("session_id")
+                == prev.content.get("session_id") and type(op.content["text"]) is str
+                and type(prev.content["text"]) is str):
+            # A streamed chunk's usual shape ({"text"} or {"session_id", "text"}), checked without the general rule.
+            pieces = texts[-1]
+            if pieces is None:
+                pieces = texts[-1] = [prev.content["text"]]
+            pieces.append(op.content["text"])
+            continue
         if (isinstance(op, NewEvent) and isinstance(prev, NewEvent) and op.type in MERGEABLE_TYPES
                 and prev.type == op.type and prev.turn_id == op.turn_id and not op.id and not prev.id
                 and isinstance(op.content.get("text"), str) and isinstance(prev.content.get("text"), str)
@@ -131,6 +144,7 @@ def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
             continue
         merged.append(op)
         texts.append(None)
+        prev = op
     for i, pieces in enumerate(texts):
         if pieces is not None:
             event = merged[i]
@@ -143,6 +157,12 @@ def _same_but_text(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if len(a) != len(b):
         return False
     return all(k == "text" or (k in b and b[k] == v) for k, v in a.items())
+
+
+# Rows per INSERT statement (6 bound values each): well under SQLite's variable limit on any build.
+INSERT_ROWS = 100
+_INSERT_HEAD = "INSERT INTO events(id, turn_id, type, agent_name, content, timestamp) VALUES "
+_INSERT_SQL: dict[int, str] = {}
 
 
 class EventLog:
@@ -159,6 +179,11 @@ class EventLog:
         # NORMAL in WAL: a commit survives a process crash; only an OS crash may lose the last ones.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self.last_sequence: int = self._max_sequence()
+        # Ours declares `sequence INTEGER PRIMARY KEY` (the rowid): SQLite then numbers new rows itself.
+        pk = [(r[2] or "").upper() for r in self._conn.execute("PRAGMA table_info(events)") if r[1] == "sequence"
+              and r[5] == 1]
+        self._rowid_sequence = pk == ["INTEGER"] and sum(
+            1 for r in self._conn.execute("PRAGMA table_info(events)") if r[5]) == 1
         self.last_rows: list[tuple[Any, ...]] = []
 
     def _max_sequence(self) -> int:
@@ -171,53 +196,84 @@ class EventLog:
     def commit(self, ops: Sequence[StoreOp]) -> list[dict[str, Any]]:
         """Events, usage merges and hook runs in one transaction; returns the stored event envelopes.
 
-        The next sequence is read inside the write transaction, so a failed commit (rolled back) or a
-        writer elsewhere can never leave this log numbering from a stale `MAX(sequence)`."""
+        SQLite numbers the rows itself (`sequence` is the rowid: MAX(sequence) + 1, read under its write lock),
+        so a failed commit (rolled back) or a writer elsewhere can never leave this log numbering from a stale
+        maximum. A batch of events only is one INSERT statement, its own transaction: every SQLite call
+        releases the GIL, and with lone events the GIL hand-offs around BEGIN, a SELECT and COMMIT cost the
+        daemon more than the write itself."""
         if not ops:
             return []
         conn = self._conn
         now = isoformat(utcnow())
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            seq = self._max_sequence()
-            rows = []
-            stored = []
-            for op in ops:
-                if isinstance(op, UsageUpdate):
-                    self._merge_usage(op.turn_id, op.usage)
-                    continue
-                if isinstance(op, HookRun):
-                    self._insert_hook_run(op.row)
-                    continue
-                seq += 1
-                content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now, **op.content}
-                if op.turn_id:
-                    content.setdefault("turn_id", op.turn_id)
-                if self.redact:
-                    content = redact_value(content)
-                event_id = op.id or new_event_id()
-                text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
-                rows.append((seq, event_id, op.turn_id or "-", op.type, self.agent_name, text, now))
-                stored.append(
-                    {"id": event_id, "sequence": seq, "turn_id": op.turn_id or "-", "type": op.type,
-                     "agent_name": self.agent_name, "content": content, "timestamp": now}
-                )
-            if rows:
-                conn.executemany(
-                    "INSERT INTO events(sequence, id, turn_id, type, agent_name, content, timestamp)"
-                    " VALUES (?,?,?,?,?,?,?)",
-                    rows,
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves nothing committed either
-                    conn.execute("ROLLBACK")
-            raise
-        self.last_sequence = seq
+        values: list[tuple[str, str, str, str, str, str]] = []  # (id, turn_id, type, agent, content, timestamp)
+        stored = []
+        others: list[UsageUpdate | HookRun] = []
+        agent = self.agent_name
+        for op in ops:
+            if not isinstance(op, NewEvent):
+                others.append(op)
+                continue
+            content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now, **op.content}
+            if op.turn_id:
+                content.setdefault("turn_id", op.turn_id)
+            if self.redact:
+                content = redact_value(content)
+            event_id = op.id or new_event_id()
+            turn_id = op.turn_id or "-"
+            values.append((event_id, turn_id, op.type, agent,
+                           json.dumps(content, separators=(",", ":"), ensure_ascii=False), now))
+            stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type,
+                           "agent_name": agent, "content": content, "timestamp": now})
+        slices = [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
+        lasts: list[int] = []
+        if self._rowid_sequence and not others and len(slices) == 1:
+            lasts.append(self._insert(slices[0]))  # autocommit: the statement is the transaction
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for op in others:  # their own tables: the events' order and numbering do not depend on them
+                    if isinstance(op, UsageUpdate):
+                        self._merge_usage(op.turn_id, op.usage)
+                    else:
+                        self._insert_hook_run(op.row)
+                for chunk in slices:
+                    # A store made elsewhere may keep `sequence` apart from the rowid: number from MAX, in the txn.
+                    lasts.append(self._insert(chunk, None if self._rowid_sequence else self._max_sequence() + 1))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves nothing committed either
+                        conn.execute("ROLLBACK")
+                raise
+        # Within one statement, under the write lock, rows take consecutive numbers: the last one's, counted back.
+        rows = []
+        i = 0
+        for chunk, last in zip(slices, lasts, strict=True):
+            for offset, value in enumerate(chunk):
+                seq = last - len(chunk) + 1 + offset
+                stored[i]["sequence"] = seq
+                rows.append((seq, *value[:5], value[5], 0))
+                i += 1
+        if rows:
+            self.last_sequence = rows[-1][0]
         # The committed rows in `read_rows` form, for the live feed: it can take them without reading them back.
-        self.last_rows = [(*row, 0) for row in rows]
+        self.last_rows = rows
         return stored
+
+    def _insert(self, values: list[tuple[str, str, str, str, str, str]], first: int | None = None) -> int:
+        """One INSERT of `values`, numbered by SQLite (or from `first`); returns the last row's sequence."""
+        if first is not None:
+            marks = ",".join(["(?,?,?,?,?,?,?)"] * len(values))
+            self._conn.execute(f"INSERT INTO events(sequence, id, turn_id, type, agent_name, content, timestamp)"
+                               f" VALUES {marks}", [v for i, row in enumerate(values) for v in (first + i, *row)])
+            return first + len(values) - 1
+        sql = _INSERT_SQL.get(len(values))
+        if sql is None:
+            sql = _INSERT_HEAD + ",".join(["(?,?,?,?,?,?)"] * len(values))
+            if len(values) <= 16:
+                _INSERT_SQL[len(values)] = sql  # the common sizes, so sqlite3's statement cache hits
+        cursor = self._conn.execute(sql, [v for row in values for v in row])
+        return int(cursor.lastrowid or 0)
 
     def merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
         self.commit([UsageUpdate(turn_id, usage)])
