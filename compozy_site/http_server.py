@@ -136,7 +136,46 @@ class GuardedHTTPFactory(HTTPFactory):
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = GuardedRequest
+        connect = protocol.makeConnection
+
+        def make_connection(transport: Any) -> None:
+            write_through(transport)
+            connect(transport)
+
+        protocol.makeConnection = make_connection
         return protocol
+
+
+def write_through(transport: Any) -> None:
+    """Send what is written at once when nothing is queued before it, as asyncio's own transports do.
+
+    Twisted queues every write and sends it on the next writable event: for a live SSE frame that is an
+    `epoll_ctl` to watch the socket, a loop iteration and the reactor's logging-context dispatch, the send, and
+    another `epoll_ctl` to stop watching, per viewer per event. A send the socket cannot take whole (a slow
+    client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's."""
+    sock = getattr(transport, "socket", None)
+    if sock is None or not all(hasattr(transport, a) for a in ("_tempDataBuffer", "dataBuffer", "offset",
+                                                               "_writeDisconnected", "connected")):
+        return  # not a plain TCP/UNIX connection of the Twisted version this was written against: keep its path
+    queued_write = transport.write
+
+    def write(data: bytes) -> None:
+        if (data and type(data) is bytes and transport.connected and not transport._writeDisconnected
+                and not transport._tempDataBuffer and len(transport.dataBuffer) == transport.offset):
+            try:
+                sent = sock.send(data)
+            except OSError:  # would block, or a broken connection: Twisted's own path finds and reports it
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        queued_write(data)
+
+    def write_sequence(iovec: Any) -> None:
+        write(b"".join(iovec))
+
+    transport.write = write
+    transport.writeSequence = write_sequence
 
 
 class GuardedServer(Server):

@@ -4,6 +4,7 @@ and fenced deltas, terminal frames, the catalog stream, `session events --follow
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -426,3 +427,51 @@ def test_recap_of_a_busy_session_shows_the_active_run_and_the_queue(daemon: Daem
     assert entry["queue_entry_id"] == queued.json()["prompt"]["queue_entry_id"] and entry["text"] == "echo me later"
     assert recap["recent_markers"][-1]["kind"] == "transcript_marker.prompt_queued"
     daemon.http.post(daemon.scoped(sid, "/stop"))
+
+
+def read_chunked_sse(sock: socket.socket, until: bytes, timeout: float = 60.0) -> bytes:
+    """Everything a raw HTTP/1.1 socket receives until `until` appears in the de-chunked body."""
+    sock.settimeout(timeout)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536)
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head[:200]
+    body, buf = b"", rest
+    while until not in body:
+        while b"\r\n" not in buf:
+            buf += sock.recv(65536)
+        size_line, _, buf = buf.partition(b"\r\n")
+        size = int(size_line, 16)
+        while len(buf) < size + 2:
+            buf += sock.recv(65536)
+        body, buf = body + buf[:size], buf[size + 2:]
+    return body
+
+
+def test_a_viewer_that_stops_reading_gets_every_frame_once_it_reads_again(daemon: Daemon, ws: Path) -> None:
+    """Frames go straight to the socket while it takes them whole (compozy_site/http_server.write_through); a
+    viewer with a 4 KiB receive window that reads nothing during a long turn makes those sends partial, and the
+    rest must wait in Twisted's queue, in order, until it reads again."""
+    count = 800_000
+    sid = daemon.create(ws)["id"]
+    before = daemon.events(sid, limit=1)
+    start = before[-1]["sequence"] if before else 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window stays small
+    sock.connect(("127.0.0.1", daemon.port))
+    try:
+        headers = "".join(f"{k}: {v}\r\n" for k, v in daemon.headers.items())
+        sock.sendall((f"GET {daemon.scoped(sid, '/stream')}?frames=raw HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
+                      f"{headers}Accept: text/event-stream\r\nLast-Event-ID: {start}\r\n\r\n").encode())
+        assert daemon.prompt(sid, f"stream {count}").status_code == 200
+        wait_for(lambda: any(e["type"] == "done" for e in daemon.events(sid, limit=5)), timeout=120,
+                 what="the turn's end in the store while the viewer reads nothing")
+        body = read_chunked_sse(sock, b"event: done\n")
+    finally:
+        sock.close()
+    blocks = [b for b in body.decode().split("\n\n") if b.startswith("id: ")]
+    ids = [int(b.split("\n", 1)[0][4:]) for b in blocks]
+    assert ids == list(range(start + 1, start + 1 + len(ids))), "in order, no gap, no duplicate"
+    texts = [json.loads(b.split("data: ", 1)[1])["content"]["text"] for b in blocks if "event: agent_message" in b]
+    assert "".join(texts) == "".join(f"c{i} " for i in range(count))
