@@ -307,6 +307,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         daemon.stop()
 
     commit_us, handoff_us = raw_commit_us(root / f"{name}-raw.db"), asyncio.run(raw_handoff_us())
+    tick_us = asyncio.run(raw_tick_us(root / f"{name}-raw-ticks", p))
     viewers, wall, cpu_daemon = phase.viewers, phase.wall, phase.daemon_cpu
     expected = p.sessions * p.viewers * p.ticks
     samples = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples)
@@ -394,7 +395,15 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
     result.metric(f"{name}.raw_commit", "raw: one event, one EventLog.commit (CPU)", commit_us, "µs",
                   note="what a tick costs the store when every event commits alone")
     result.metric(f"{name}.raw_handoff", "raw: loop → thread → loop round trip (CPU)", handoff_us, "µs",
-                  note="run_in_executor of a no-op on a 1-thread pool, both threads' CPU")
+                  note="the recorder's hand-off (a queue to a thread, call_soon_threadsafe back) of a no-op")
+    result.metric(f"{name}.raw_tick", "raw: one tick through the store writer at the phase's rate (CPU)", tick_us,
+                  "µs", note=f"the Recorder alone, {p.sessions} stores, one event every "
+                             f"{p.interval_ms / p.sessions:g} ms: ÷ {p.viewers} viewers = {tick_us / p.viewers:.0f} µs "
+                             "of every frame before any ACP or SSE work")
+    if frames:
+        result.metric(f"{name}.cpu_per_frame_vs_tick", "  CPU per live frame ÷ (raw tick ÷ viewers)",
+                      (cpu_daemon / frames) / (tick_us / p.viewers) if tick_us else 0.0, "x",
+                      note="how far above the store path's own floor each delivered frame costs")
     result.metric(f"{name}.client_cpu", f"bench client CPU ({p.sessions * p.viewers} viewers + prompts)",
                   phase.client_cpu / wall * 100, "% of a core")
     result.details.update({"params": p.__dict__, "samples": len(samples), "expected": expected,
@@ -427,16 +436,59 @@ def raw_commit_us(path: Path) -> float:
 
 
 async def raw_handoff_us() -> float:
-    """CPU per loop → worker thread → loop round trip, the recorder's hand-off of each batch."""
-    from concurrent.futures import ThreadPoolExecutor
+    """CPU per loop → store thread → loop round trip, as the recorder hands off each batch: a queue to a plain
+    thread, one call_soon_threadsafe back."""
+    import queue
+    import threading
 
     loop = asyncio.get_running_loop()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        await loop.run_in_executor(pool, int)
-        start = time.process_time()
-        for _ in range(RAW_REPEATS):
-            await loop.run_in_executor(pool, int)
+    inbox: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while (future := inbox.get()) is not None:
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        for i in range(RAW_REPEATS + 1):
+            if i == 1:
+                start = time.process_time()
+            future = loop.create_future()
+            inbox.put(future)
+            await future
         return (time.process_time() - start) / RAW_REPEATS * 1e6
+    finally:
+        inbox.put(None)
+        thread.join(5)
+
+
+async def raw_tick_us(root: Path, p: Params, events: int = 1000) -> float:
+    """CPU per event of the daemon's own store path alone (the Recorder: hand-off, commit on its thread,
+    result back) at the phase's tick rate across `p.sessions` stores: what a tick costs before any ACP or SSE
+    work. Each event arrives alone, so each is its own transaction and wakes a cold thread."""
+    from sessions.runtime.recorder import Recorder
+
+    root.mkdir(parents=True, exist_ok=True)
+    recorders = [Recorder(root / f"s{i}" / "events.db", "ticker", lambda stored, rows: None)
+                 for i in range(p.sessions)]
+    gap = p.interval_ms / 1000 / p.sessions
+    try:
+        for rec in recorders:  # opened and warm: first-use costs stay out
+            rec.record("agent_message", "turn_warm", {"session_id": "t", "text": "t0;"})
+            await rec.flush()
+        start = time.process_time()
+        for i in range(events):
+            rec = recorders[i % len(recorders)]
+            rec.record("agent_message", "turn_0123456789abcdef", {"session_id": "ticker-" + "0" * 32,
+                                                                  "text": f"t{time.time_ns()};"})
+            await asyncio.sleep(gap)
+        for rec in recorders:
+            await rec.flush()
+        return (time.process_time() - start) / events * 1e6
+    finally:
+        for rec in recorders:
+            await rec.close()
 
 
 def histogram(samples: list[float]) -> dict[str, int]:

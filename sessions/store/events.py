@@ -180,10 +180,8 @@ class EventLog:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self.last_sequence: int = self._max_sequence()
         # Ours declares `sequence INTEGER PRIMARY KEY` (the rowid): SQLite then numbers new rows itself.
-        pk = [(r[2] or "").upper() for r in self._conn.execute("PRAGMA table_info(events)") if r[1] == "sequence"
-              and r[5] == 1]
-        self._rowid_sequence = pk == ["INTEGER"] and sum(
-            1 for r in self._conn.execute("PRAGMA table_info(events)") if r[5]) == 1
+        columns = self._conn.execute("PRAGMA table_info(events)").fetchall()  # (cid, name, type, notnull, dflt, pk)
+        self._rowid_sequence = [(c[1], (c[2] or "").upper()) for c in columns if c[5]] == [("sequence", "INTEGER")]
         self.last_rows: list[tuple[Any, ...]] = []
 
     def _max_sequence(self) -> int:
