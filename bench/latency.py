@@ -402,7 +402,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
                              "of every frame before any ACP or SSE work")
     if frames:
         result.metric(f"{name}.cpu_per_frame_vs_tick", "  CPU per live frame ÷ (raw tick ÷ viewers)",
-                      (cpu_daemon / frames) / (tick_us / p.viewers) if tick_us else 0.0, "x",
+                      (cpu_daemon / frames * 1e6) / (tick_us / p.viewers) if tick_us else 0.0, "x",
                       note="how far above the store path's own floor each delivered frame costs")
     result.metric(f"{name}.client_cpu", f"bench client CPU ({p.sessions * p.viewers} viewers + prompts)",
                   phase.client_cpu / wall * 100, "% of a core")

@@ -134,7 +134,7 @@ class LeaseKeeper:
         return []
 
     def tick(self) -> None:
-        from sessions import cluster
+        from sessions import cluster, failover
 
         me = cluster.identity()
         if me is None:
@@ -150,7 +150,7 @@ class LeaseKeeper:
                 logger.error("session %s: lease taken by node %s; stopping its agent here", session_id,
                              holder.node_id)
                 self.manager.hand_off_fence(session_id, holder.node_id)
-        cluster.recover_expired()
+        failover.recover_expired()
 
     def _loop(self) -> None:
         from django.db import close_old_connections

@@ -1,7 +1,7 @@
 """Health routes: doctor, session health/inspect, and the agent heartbeat status and wake (surfaces reference §3).
 
 Thin: parse with the schemas, call `health.services` / `health.wake`, return the DTO. `…/status` lives on the
-sessions router (it was there first) and returns `health.services.status_dto`.
+sessions router (it was there first) and returns `health.dtos.status_dto`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from health import services
+from health import dtos, services
 from health.doctor import run_doctor
 from health.schemas import (
     HealthEnvelope,
@@ -46,7 +46,7 @@ async def session_health(request: HttpRequest, workspace: Ref, session_id: Ident
 @router.get(WS + "/inspect", response=responses({200: InspectDTO}))
 async def session_inspect(request: HttpRequest, workspace: Ref, session_id: Ident,
                           query: Query[InspectQuery]) -> dict[str, Any]:
-    return await sync_to_async(services.inspect_dto)(session_id, workspace,
+    return await sync_to_async(dtos.inspect_dto)(session_id, workspace,
                                                      max(0, min(query.include_recent_wake_events, 100)))
 
 

@@ -8,3 +8,9 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         # Register the health jobs with huey for `manage.py run_huey` too (the daemon imports them itself).
         import health.jobs  # noqa: F401
+        from health.services import on_meta_saved
+        from sessions import catalog
+
+        # Every metadata save derives the session's health row (sessions/catalog.py calls what is registered).
+        if on_meta_saved not in catalog.META_SAVED:
+            catalog.META_SAVED.append(on_meta_saved)

@@ -35,7 +35,7 @@ _BOOLS = ("enabled", "active_session_only", "allow_active_hours_preferences")
 
 def parse_heartbeat(raw: object) -> HeartbeatConfig:
     """Validate the table; unknown keys are refused so a typo never silently keeps a default."""
-    from sessions.config import parse_duration
+    from sessions.durations import parse_duration
 
     if raw is None:
         return HeartbeatConfig()
@@ -70,9 +70,3 @@ def parse_heartbeat(raw: object) -> HeartbeatConfig:
     if cfg.wake_event_retention < 3600:
         raise ConfigError("agents.heartbeat.wake_event_retention must be at least 1h")
     return cfg
-
-
-def heartbeat_config() -> HeartbeatConfig:
-    from sessions.config import get_config
-
-    return get_config().heartbeat

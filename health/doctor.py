@@ -194,12 +194,12 @@ def check_health_rows() -> dict[str, Any]:
 def check_wake_service() -> dict[str, Any]:
     """Health recomputed for this daemon start, and the wake cycle claiming its ticks."""
     from health.agents import service_state
-    from health.config import heartbeat_config
     from health.jobs import wake_every
     from health.services import current_run
+    from sessions.config import get_config
     from sessions.store.folder import parse_time
 
-    if not heartbeat_config().enabled:
+    if not get_config().heartbeat.enabled:
         return item("wake_service", "daemon", "info", "Wake service", "disabled ([agents.heartbeat].enabled = false)")
     if not current_run():
         return item("wake_service", "daemon", "info", "Wake service", "the daemon is not running")

@@ -23,16 +23,16 @@ WAKE_BOUNDS = (0.5, 30.0)
 
 
 def sweep_every() -> float:
-    from health.config import heartbeat_config
+    from sessions.config import get_config
 
-    return min(max(heartbeat_config().session_health_stale_after / SWEEP_PER_THRESHOLD, SWEEP_BOUNDS[0]),
+    return min(max(get_config().heartbeat.session_health_stale_after / SWEEP_PER_THRESHOLD, SWEEP_BOUNDS[0]),
                SWEEP_BOUNDS[1])
 
 
 def wake_every() -> float:
-    from health.config import heartbeat_config
+    from sessions.config import get_config
 
-    return min(max(heartbeat_config().min_interval / 2, WAKE_BOUNDS[0]), WAKE_BOUNDS[1])
+    return min(max(get_config().heartbeat.min_interval / 2, WAKE_BOUNDS[0]), WAKE_BOUNDS[1])
 
 
 @db_task()

@@ -10,9 +10,10 @@ from typing import Any
 
 from compozy_site.home import compozy_home
 from health import heartbeat
-from health.config import HeartbeatConfig, heartbeat_config
+from health.config import HeartbeatConfig
 from health.enums import PolicyStatus
 from health.models import HeartbeatSnapshot
+from sessions.config import get_config
 from sessions.store.folder import isoformat, utcnow
 
 FILE_NAME = "HEARTBEAT.md"
@@ -45,7 +46,7 @@ def latest_snapshot(agent_name: str, workspace_id: str = "") -> HeartbeatSnapsho
 
 def resolve(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None = None) -> HeartbeatSnapshot:
     """The current snapshot of an agent's policy, re-resolved when the file or the config digest changed."""
-    cfg = cfg or heartbeat_config()
+    cfg = cfg or get_config().heartbeat
     config_digest = heartbeat.config_digest(cfg)
     path = next((p for p in candidate_paths(agent_name, _workspace_root(workspace_id)) if p.is_file()), None)
     raw = b""
@@ -98,7 +99,7 @@ def snapshot_summary(snap: HeartbeatSnapshot | None) -> dict[str, Any] | None:
 
 def status(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None = None) -> dict[str, Any]:
     """Heartbeat status DTO (surfaces reference §4.8), re-resolving the file first."""
-    cfg = cfg or heartbeat_config()
+    cfg = cfg or get_config().heartbeat
     snap = resolve(agent_name, workspace_id, cfg)
     policy = snap.policy or {}
     valid = snap.status == PolicyStatus.VALID

@@ -1,8 +1,9 @@
 """The health service layer: keep each session's health row, serve the health DTO to every surface.
 
 Rows are written from three places only, all off the event loop:
-1. `on_meta_saved`, called by `catalog.save_meta` on the runtime's DB thread after every lifecycle change, turn
-   end and turn heartbeat (so supervision feeds health through activity and never writes it);
+1. `on_meta_saved`, which `catalog.save_meta` calls (registered when the app starts: health/apps.py) on the
+   runtime's DB thread after every lifecycle change, turn end and turn heartbeat (so supervision feeds health
+   through activity and never writes it);
 2. `sweep_stale`, the claimed periodic job that ages idle sessions into `stale`;
 3. `boot_recompute`, once per daemon start, before any wake consumer runs.
 Presence touches (`touch_presence`) only move `last_presence_at`.
@@ -17,10 +18,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from health.config import heartbeat_config
 from health.derive import LiveFacts, derive, eligibility, is_stale
 from health.enums import HealthState, HealthValue, WakeReason
 from health.models import SessionHealth
+from sessions.config import get_config
 from sessions.models import Session
 from sessions.store.folder import isoformat, utcnow
 
@@ -80,7 +81,7 @@ def on_meta_saved(meta: dict[str, Any], live: LiveFacts | None = None) -> Sessio
 def _upsert(meta: dict[str, Any], live: LiveFacts, now: datetime | None = None,
             force_stale: bool = False) -> SessionHealth | None:
     now = now or utcnow()
-    cfg = heartbeat_config()
+    cfg = get_config().heartbeat
     with transaction.atomic():
         row = SessionHealth.objects.select_for_update().filter(session_id=meta["id"]).first()
         before = _transition_key(row) if row is not None else None
@@ -155,7 +156,7 @@ def touch_presence(session_id: str) -> None:
 def sweep_stale(now: datetime | None = None) -> int:
     """Age idle sessions whose last activity and presence are older than `session_health_stale_after`."""
     now = now or utcnow()
-    cfg = heartbeat_config()
+    cfg = get_config().heartbeat
     changed = 0
     for row in SessionHealth.objects.filter(state=HealthState.IDLE, health=HealthValue.HEALTHY, active_prompt=False):
         since = _idle_since(row)
@@ -269,33 +270,6 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
 
 def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
     return {"health": row_dict(health_row(session_id, workspace_ref))}
-
-
-def status_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
-    """`session status`: the session record (unchanged, so `.session.failure` still reads) plus health."""
-    from health import wake
-    from sessions import services
-
-    row = health_row(session_id, workspace_ref)
-    return {"session": services.get_session(session_id, workspace_ref), "health": row_dict(row),
-            "wake_state": wake.wake_state_dto(session_id)}
-
-
-def inspect_dto(session_id: str, workspace_ref: str | None = None, recent: int = 5) -> dict[str, Any]:
-    """Health, wake state, the HEARTBEAT.md policy the session's agent would be woken under, the last audit."""
-    from health import policy, wake
-
-    row = health_row(session_id, workspace_ref)
-    snap = policy.resolve(row.agent_name, row.workspace_id)  # the snapshot a wake would use now
-    events = wake.recent_events(session_id=session_id, limit=recent)
-    return {
-        "session_id": session_id, "health": row_dict(row), "wake_state": wake.wake_state_dto(session_id),
-        "policy": policy.snapshot_summary(snap), "policy_snapshot_id": snap.id if snap else None,
-        "policy_digest": snap.digest if snap and snap.digest else None,
-        "config_digest": snap.config_digest if snap else None, "last_wake_event": events[0] if events else None,
-        "wake_events": events, "last_error": row.last_error or None,
-        "diagnostics": list(snap.diagnostics) if snap else [],
-    }
 
 
 def decorate_list(result: dict[str, Any]) -> dict[str, Any]:

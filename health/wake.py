@@ -22,9 +22,10 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from health import heartbeat, policy, services
-from health.config import HeartbeatConfig, heartbeat_config
+from health.config import HeartbeatConfig
 from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
+from sessions.config import get_config
 from sessions.errors import Conflict, Unavailable
 from sessions.store.folder import isoformat, utcnow
 
@@ -63,7 +64,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
          cycle: Cycle | None = None, now: datetime | None = None, audit_repeats: bool = True) -> dict[str, Any]:
     """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline."""
     now = now or utcnow()
-    cfg = heartbeat_config()
+    cfg = get_config().heartbeat
     row = SessionHealth.objects.filter(session_id=session_id).first()
     workspace_id = row.workspace_id if row else ""
     ctx = _Ctx(agent_name, session_id, workspace_id, source, now, cfg, dry_run, audit_repeats)
@@ -227,7 +228,7 @@ def run_cycle(now: datetime | None = None) -> dict[str, int]:
     """One scheduler cycle: wake each live session whose agent's policy interval has passed since its last wake
     (or last activity), at most `max_wakes_per_cycle` sent; then drop audit rows past retention."""
     now = now or utcnow()
-    cfg = heartbeat_config()
+    cfg = get_config().heartbeat
     counts = {"considered": 0, "sent": 0}
     WakeEvent.objects.filter(expires_at__lt=now).delete()
     if not cfg.enabled:

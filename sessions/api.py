@@ -107,7 +107,7 @@ async def rename_session(request: HttpRequest, workspace: Workspace, session_id:
 @router.get(WS + "/status", response=responses({200: StatusDTO}), exclude_unset=True)
 async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
     """The session record with its health (one DTO for CLI, HTTP and UDS)."""
-    from health.services import status_dto
+    from health.dtos import status_dto
 
     return await sync_to_async(status_dto)(session_id, workspace)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,22 +119,30 @@ def check_root(ws: Workspace) -> None:
                    data={"workspace_id": ws.id, "root_dir": ws.root_dir})
 
 
+# What follows every save of a session's metadata. The health app registers its derivation here when Django
+# starts (health/apps.py): health is derived where every lifecycle change and turn heartbeat lands, off the
+# event loop, and the catalog stays below the apps that build on it (no import of health from here).
+META_SAVED: list[Callable[[dict[str, Any]], object]] = []
+
+
+def meta_saved(meta: dict[str, Any]) -> None:
+    for follow in META_SAVED:
+        follow(meta)
+
+
 def save_meta(meta: dict[str, Any]) -> None:
     """meta.json (atomic, fsynced: the per-session truth), then its catalog mirror.
 
     When meta.json cannot be written (a full disk under the sessions folder) the catalog row is still
     updated, so listings show the change, and the error is raised for the caller to retry."""
-    from health.services import on_meta_saved
-
     try:
         write_meta(meta)
     except OSError:
         upsert_session_row(meta)
-        on_meta_saved(meta)
+        meta_saved(meta)
         raise
     upsert_session_row(meta)
-    # Health is derived where every lifecycle change and turn heartbeat lands, off the event loop.
-    on_meta_saved(meta)
+    meta_saved(meta)
 
 
 def upsert_session_row(meta: dict[str, Any]) -> None:

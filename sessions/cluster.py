@@ -9,7 +9,8 @@ A lease is a `SessionLease` row (node id, the node's daemon start, address, expi
    node holds. A lease held under this node's id by an earlier daemon start is dead at once (one daemon per
    home): a restart never waits out its own leases.
 4. When a lease expires, a survivor claims it (compare-and-set delete) and applies the stale-state rules to that
-   session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck `active`.
+   session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck `active`
+   (`sessions/failover.py`: it builds on the repair rules, which read the leases here).
 
 The embedded default runs the same code on SQLite with one node; nothing here needs PostgreSQL or Redis.
 """
@@ -25,7 +26,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from sessions.models import Node, Session, SessionLease
+from sessions.models import Node, SessionLease
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -229,79 +230,6 @@ def claim_expired(row: SessionLease) -> bool:
     deleted, _ = SessionLease.objects.filter(session_id=row.session_id, node_id=row.node_id, run=row.run,
                                              expires_at=row.expires_at).delete()
     return deleted >= 1
-
-
-def recover_expired(now: datetime | None = None) -> list[str]:
-    """Failover: apply the stale-state rules to each session whose owner stopped renewing (rule 4)."""
-    from sessions.repair import repair_stale_meta
-    from sessions.store.folder import load_meta
-
-    repaired = []
-    for row in expired(now):
-        if not claim_expired(row):
-            continue
-        session_id = row.session_id
-        in_folder = True
-        try:
-            if _runs_here(session_id):
-                continue  # reactivated here meanwhile
-            meta = load_meta(session_id)
-            fixed = repair_stale_meta(meta)
-        except Exception:
-            # The folder is not shared with the dead node: the catalog row is all there is to correct.
-            logger.warning("failover: %s has no readable meta.json here; correcting its catalog row", session_id,
-                           exc_info=True)
-            in_folder = False
-            fixed = _repair_row_only(session_id)
-        if fixed is not None:
-            logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
-                        fixed.get("stop_reason"))
-            repaired.append(session_id)
-            if in_folder:
-                _close_interrupted_turn(session_id, fixed)
-    return repaired
-
-
-def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
-    """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
-    transcript repair), not at some node's next boot."""
-    from sessions.boot_repair import check_transcript_once
-
-    try:
-        if SessionLease.objects.filter(session_id=session_id).exists():
-            return  # reactivated by some node meanwhile: its store is that node's to write
-        check_transcript_once(session_id, meta, None)
-    except Exception:
-        logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
-
-
-def _runs_here(session_id: str) -> bool:
-    import sys
-
-    module = sys.modules.get("sessions.runtime.manager")
-    if module is None:
-        return False
-    try:
-        return bool(module.get_manager().owns(session_id))
-    except Exception:
-        return False
-
-
-def _repair_row_only(session_id: str) -> dict[str, Any] | None:
-    from sessions.repair import stale_fix
-
-    row = Session.objects.filter(id=session_id).first()
-    if row is None:
-        return None
-    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
-                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
-                       "liveness": {}})
-    if fixed is None:
-        return None
-    Session.objects.filter(id=session_id, state=row.state).update(
-        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
-        failure=fixed["failure"], updated_at=folder.utcnow())
-    return fixed
 
 
 # ---- shared services (status, doctor) --------------------------------------------------------

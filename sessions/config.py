@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import shlex
 import sys
 import tomllib
@@ -17,6 +16,7 @@ from typing import Any
 
 from compozy_site.home import compozy_home
 from health.config import HeartbeatConfig, parse_heartbeat
+from sessions.durations import parse_duration
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
 from sessions.hooks.spec import HOOK_SOURCE_PRIORITY, HookDeclaration, validate_declarations
@@ -24,30 +24,6 @@ from sessions.hooks.spec import HOOK_SOURCE_PRIORITY, HookDeclaration, validate_
 __all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: object, key: str) -> float:
-    """Seconds from a Go-style duration string (or a bare number of seconds)."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration like '30s', got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{key}: expected a duration like '30s', got {value!r}")
-    text = value.strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        raise ConfigError(f"{key}: invalid duration {value!r} (use Go syntax such as 30s, 10m, 1h30m)")
-    return total
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huey.contrib.djhuey import HUEY, db_task
+
+if TYPE_CHECKING:
+    from sessions.runtime.manager import SessionManager
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def boot_repair(run: str) -> dict[str, int] | None:
 def supervision_sweep() -> dict[str, int] | None:
     """Read durable activity, decide, hand each action to the session's owner and return."""
     from sessions.claims import claim_tick, owner_id
-    from sessions.supervision import sweep, sweep_interval
+    from sessions.supervision import sweep_interval
 
     manager = _arrive("sweep")
     # No live session, nothing to supervise: an idle daemon writes nothing to the catalog.
@@ -102,7 +105,45 @@ def supervision_sweep() -> dict[str, int] | None:
         return None
     if not claim_tick(f"supervision:{owner_id()}", sweep_interval(manager.config) * SWEEP_CLAIM_SHARE):
         return None
-    return sweep(manager)
+    return _sweep(manager)
+
+
+def _sweep(manager: SessionManager) -> dict[str, int]:
+    """One pass over this daemon's live sessions, on a huey worker thread. It never waits on a runtime: each
+    session's actions are handed to its owner on the daemon loop, so one stubborn session (a cancel it ignores,
+    a long grace) cannot delay another's warning. Each session is judged on its own: a bad meta.json is skipped."""
+    from sessions.services.create import reap_candidates
+    from sessions.store import folder
+    from sessions.supervision import decide
+
+    now = folder.utcnow()
+    handed = 0
+    ids = list(manager.runtimes)
+    live: dict[str, dict[str, Any]] = {}  # read once here, reused by the reaping check below
+    for session_id in ids:
+        try:
+            meta = folder.read_meta(session_id)
+            if not meta:
+                continue
+            live[session_id] = meta
+            if meta["state"] != "active":
+                continue
+            actions = decide(meta, now, manager.config)
+            if actions:
+                turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
+                handed += manager.hand_off_supervision(session_id, actions, turn_id)
+        except Exception:
+            logger.exception("supervision sweep skipped %s", session_id)
+    reaped = 0
+    for session_id, meta in live.items():
+        if not meta.get("lineage"):
+            continue
+        try:  # one child at a time: bad lineage data in one must not stop the reaping of the others
+            for child, reason in reap_candidates({session_id: meta}):
+                reaped += manager.hand_off_reap(child, reason)
+        except Exception:
+            logger.exception("reaping check skipped %s", session_id)
+    return {"sessions": len(ids), "handed_off": handed, "reaped": reaped}
 
 
 def task_every() -> float:

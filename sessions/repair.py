@@ -83,9 +83,7 @@ def repair_stale_meta(meta: dict[str, Any]) -> dict[str, Any]:
     folder.write_meta(fixed)
     with contextlib.suppress(Exception):
         catalog.upsert_session_row(fixed)
-        from health.services import on_meta_saved
-
-        on_meta_saved(fixed)
+        catalog.meta_saved(fixed)
         from sessions.models import InputEntry
 
         InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(

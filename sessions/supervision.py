@@ -1,8 +1,8 @@
 """Runtime activity supervision (sessions reference §7): inactivity, not elapsed time, is the failure mode.
 
-The huey sweep reads durable activity (meta.json `liveness.activity`) and proposes actions; it hands them to
-the SessionManager's loop and returns. The runtime that owns the session verifies each one against its live
-state before acting, so a stale read can never time out a working agent.
+The huey sweep (`sessions/jobs.py`) reads durable activity (meta.json `liveness.activity`), proposes actions by
+the rules here and hands them to the SessionManager's loop, then returns. The runtime that owns the session
+verifies each one against its live state before acting, so a stale read can never time out a working agent.
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.dispatch import Signal
 
 from sessions.config import Config
 from sessions.store import folder
-
-if TYPE_CHECKING:
-    from sessions.runtime.manager import SessionManager
 
 logger = logging.getLogger(__name__)
 
@@ -188,39 +185,3 @@ def verify_orphan_group(pgid: int | None, started: int | None) -> dict[str, Any]
         except (ProcessLookupError, PermissionError):
             pass
     return verify_group_gone(pgid)
-
-
-def sweep(manager: SessionManager) -> dict[str, int]:
-    """One pass over this daemon's live sessions, on a huey worker thread. It never waits on a runtime: each
-    session's actions are handed to its owner on the daemon loop, so one stubborn session (a cancel it ignores,
-    a long grace) cannot delay another's warning. Each session is judged on its own: a bad meta.json is skipped."""
-    from sessions.services import reap_candidates
-
-    now = folder.utcnow()
-    handed = 0
-    ids = list(manager.runtimes)
-    live: dict[str, dict[str, Any]] = {}  # read once here, reused by the reaping check below
-    for session_id in ids:
-        try:
-            meta = folder.read_meta(session_id)
-            if not meta:
-                continue
-            live[session_id] = meta
-            if meta["state"] != "active":
-                continue
-            actions = decide(meta, now, manager.config)
-            if actions:
-                turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
-                handed += manager.hand_off_supervision(session_id, actions, turn_id)
-        except Exception:
-            logger.exception("supervision sweep skipped %s", session_id)
-    reaped = 0
-    for session_id, meta in live.items():
-        if not meta.get("lineage"):
-            continue
-        try:  # one child at a time: bad lineage data in one must not stop the reaping of the others
-            for child, reason in reap_candidates({session_id: meta}):
-                reaped += manager.hand_off_reap(child, reason)
-        except Exception:
-            logger.exception("reaping check skipped %s", session_id)
-    return {"sessions": len(ids), "handed_off": handed, "reaped": reaped}

@@ -161,7 +161,7 @@ def cancel_task_record(task_id: str) -> tuple[dict[str, Any], list[str]]:
 async def cancel_task(task_id: str) -> dict[str, Any]:
     from asgiref.sync import sync_to_async
 
-    from sessions.services import stop_session
+    from sessions.services.control import stop_session
 
     result, sessions = await sync_to_async(cancel_task_record)(task_id)
     for session_id in sessions:

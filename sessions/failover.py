@@ -1,0 +1,86 @@
+"""Failover (cluster rule 4): a survivor claims each lease whose owner stopped renewing and applies the
+stale-state rules to that session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck
+`active`, and its last turn, if it was mid-way, gets its interrupted results and terminal error at once.
+
+Apart from `cluster.py` (nodes and leases) because it builds on the repair rules, and those read the leases.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime
+from typing import Any
+
+from sessions import cluster
+from sessions.boot_repair import check_transcript_once
+from sessions.models import Session, SessionLease
+from sessions.repair import repair_stale_meta, stale_fix
+from sessions.store import folder
+from sessions.store.folder import load_meta
+
+logger = logging.getLogger(__name__)
+
+
+def recover_expired(now: datetime | None = None) -> list[str]:
+    """Failover: apply the stale-state rules to each session whose owner stopped renewing (rule 4)."""
+    repaired = []
+    for row in cluster.expired(now):
+        if not cluster.claim_expired(row):
+            continue
+        session_id = row.session_id
+        in_folder = True
+        try:
+            if _runs_here(session_id):
+                continue  # reactivated here meanwhile
+            meta = load_meta(session_id)
+            fixed = repair_stale_meta(meta)
+        except Exception:
+            # The folder is not shared with the dead node: the catalog row is all there is to correct.
+            logger.warning("failover: %s has no readable meta.json here; correcting its catalog row", session_id,
+                           exc_info=True)
+            in_folder = False
+            fixed = _repair_row_only(session_id)
+        if fixed is not None:
+            logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
+                        fixed.get("stop_reason"))
+            repaired.append(session_id)
+            if in_folder:
+                _close_interrupted_turn(session_id, fixed)
+    return repaired
+
+
+def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
+    """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
+    transcript repair), not at some node's next boot."""
+    try:
+        if SessionLease.objects.filter(session_id=session_id).exists():
+            return  # reactivated by some node meanwhile: its store is that node's to write
+        check_transcript_once(session_id, meta, None)
+    except Exception:
+        logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
+
+
+def _runs_here(session_id: str) -> bool:
+    module = sys.modules.get("sessions.runtime.manager")
+    if module is None:
+        return False
+    try:
+        return bool(module.get_manager().owns(session_id))
+    except Exception:
+        return False
+
+
+def _repair_row_only(session_id: str) -> dict[str, Any] | None:
+    row = Session.objects.filter(id=session_id).first()
+    if row is None:
+        return None
+    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
+                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
+                       "liveness": {}})
+    if fixed is None:
+        return None
+    Session.objects.filter(id=session_id, state=row.state).update(
+        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
+        failure=fixed["failure"], updated_at=folder.utcnow())
+    return fixed
