@@ -120,7 +120,7 @@ class RecordingTransport(NdjsonTransport):
         super().__init__(reader, MessageSender(writer, self._supervisor))
         self._on_update = on_update
         self._lines: deque[str] = deque()  # complete lines read and not yet handled, in arrival order
-        self._partial = b""  # the bytes of a line whose newline has not arrived
+        self._partial: list[bytes] = []  # the reads holding a line whose newline has not arrived
         self._eof = False
 
     async def receive(self) -> dict[str, Any] | None:
@@ -161,19 +161,19 @@ class RecordingTransport(NdjsonTransport):
         data = await self._reader.read(READ_BYTES)
         if not data:
             self._eof = True
-            tail, self._partial = self._partial, b""
+            tail, self._partial = b"".join(self._partial), []
             if tail.strip():
                 self._lines.append(tail.decode("utf-8", errors="replace"))  # a last line without its newline
                 return True
             return False
-        buffer = self._partial + data if self._partial else data
-        cut = buffer.rfind(b"\n")
+        cut = data.rfind(b"\n")
         if cut < 0:
-            self._partial = buffer
+            self._partial.append(data)  # joined once its newline comes: a long line is copied once, not per read
             return True
-        self._partial = buffer[cut + 1:]
+        complete = b"".join([*self._partial, data[:cut]]) if self._partial else data[:cut]
+        self._partial = [data[cut + 1:]] if cut + 1 < len(data) else []
         # Complete lines only: a read may end inside a multi-byte character, never inside a finished line.
-        self._lines.extend(buffer[:cut].decode("utf-8", errors="replace").split("\n"))
+        self._lines.extend(complete.decode("utf-8", errors="replace").split("\n"))
         return True
 
     async def close(self) -> None:

@@ -243,6 +243,7 @@ class Recorder:
         self.closed = True
         if self._thread is None:
             return
-        self._thread_done = asyncio.get_running_loop().create_future()
-        self._queue.put(None)  # after any batch still queued (a failed store's retries are over)
+        if self._thread_done is None:  # a second close waits for the same exit
+            self._thread_done = asyncio.get_running_loop().create_future()
+            self._queue.put(None)  # after any batch still queued (a failed store's retries are over)
         await asyncio.shield(self._thread_done)

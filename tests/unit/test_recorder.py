@@ -213,3 +213,18 @@ def test_a_refused_batch_fails_at_once_instead_of_retrying(tmp_path: Path, monke
 
     asyncio.run(main())
     assert len(sink.failures) == 1
+
+
+def test_closing_twice_waits_for_the_same_writer_exit(tmp_path: Path) -> None:
+    """A second close (a stop path retried) must not wait for a writer thread that already exited."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "hi"})
+        await asyncio.wait_for(rec.close(), 10)
+        await asyncio.wait_for(rec.close(), 10)
+
+    asyncio.run(main())
+    assert [e["type"] for e in read_events(path, limit=10)] == ["user_message"]
