@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
+from bench import floors
 from bench.harness import BenchDaemon, cpu_times, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
-from sessions.store.events import EventLog, NewEvent
 from sessions.store.folder import parse_time
 
 # Issue 10's acceptance, at 20 sessions x 3 viewers with one 20k-chunk turn streaming beside them.
@@ -41,7 +41,6 @@ STAMP = re.compile(rb"t(\d{16,20});")
 STAMP_TEXT = re.compile(r"t(\d{16,20});")
 LAG_WINDOW_S = 10  # the daemon's shortest lag window (sessions/runtime/loop_lag.py)
 IDLE_SECONDS = 3.0  # daemon CPU with every session open and no turn running, measured before the phase
-RAW_REPEATS = 2000
 
 
 @dataclass
@@ -306,8 +305,8 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
     finally:
         daemon.stop()
 
-    commit_us, handoff_us = raw_commit_us(root / f"{name}-raw.db"), asyncio.run(raw_handoff_us())
-    tick_us = asyncio.run(raw_tick_us(root / f"{name}-raw-ticks", p))
+    commit_us, handoff_us = floors.raw_commit_us(root / f"{name}-raw.db"), asyncio.run(floors.raw_handoff_us())
+    tick_us = asyncio.run(floors.raw_tick_us(root / f"{name}-raw-ticks", p.sessions, p.interval_ms))
     viewers, wall, cpu_daemon = phase.viewers, phase.wall, phase.daemon_cpu
     expected = p.sessions * p.viewers * p.ticks
     samples = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples)
@@ -419,76 +418,6 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         result.notes.append(f"the `stream {p.beside:,}` turn starts a third of the way into the phase, in a session "
                             "of its own with one raw-frames viewer.")
     return result
-
-
-def raw_commit_us(path: Path) -> float:
-    """CPU per single-event commit through the store layer (a tick arrives alone, so it commits alone)."""
-    log = EventLog(path, "ticker")
-    try:
-        log.commit([NewEvent("agent_message", "turn_warm", {"session_id": "t", "text": "t0;"})])
-        start = time.process_time()
-        for _ in range(RAW_REPEATS):
-            log.commit([NewEvent("agent_message", "turn_0123456789abcdef",
-                                 {"session_id": "ticker-" + "0" * 32, "text": f"t{time.time_ns()};"})])
-        return (time.process_time() - start) / RAW_REPEATS * 1e6
-    finally:
-        log.close()
-
-
-async def raw_handoff_us() -> float:
-    """CPU per loop → store thread → loop round trip, as the recorder hands off each batch: a queue to a plain
-    thread, one call_soon_threadsafe back."""
-    import queue
-    import threading
-
-    loop = asyncio.get_running_loop()
-    inbox: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
-
-    def worker() -> None:
-        while (future := inbox.get()) is not None:
-            loop.call_soon_threadsafe(future.set_result, None)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    try:
-        for i in range(RAW_REPEATS + 1):
-            if i == 1:
-                start = time.process_time()
-            future = loop.create_future()
-            inbox.put(future)
-            await future
-        return (time.process_time() - start) / RAW_REPEATS * 1e6
-    finally:
-        inbox.put(None)
-        thread.join(5)
-
-
-async def raw_tick_us(root: Path, p: Params, events: int = 1000) -> float:
-    """CPU per event of the daemon's own store path alone (the Recorder: hand-off, commit on its thread,
-    result back) at the phase's tick rate across `p.sessions` stores: what a tick costs before any ACP or SSE
-    work. Each event arrives alone, so each is its own transaction and wakes a cold thread."""
-    from sessions.runtime.recorder import Recorder
-
-    root.mkdir(parents=True, exist_ok=True)
-    recorders = [Recorder(root / f"s{i}" / "events.db", "ticker", lambda stored, rows: None)
-                 for i in range(p.sessions)]
-    gap = p.interval_ms / 1000 / p.sessions
-    try:
-        for rec in recorders:  # opened and warm: first-use costs stay out
-            rec.record("agent_message", "turn_warm", {"session_id": "t", "text": "t0;"})
-            await rec.flush()
-        start = time.process_time()
-        for i in range(events):
-            rec = recorders[i % len(recorders)]
-            rec.record("agent_message", "turn_0123456789abcdef", {"session_id": "ticker-" + "0" * 32,
-                                                                  "text": f"t{time.time_ns()};"})
-            await asyncio.sleep(gap)
-        for rec in recorders:
-            await rec.flush()
-        return (time.process_time() - start) / events * 1e6
-    finally:
-        for rec in recorders:
-            await rec.close()
 
 
 def histogram(samples: list[float]) -> dict[str, int]:
