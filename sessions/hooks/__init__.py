@@ -1,19 +1,16 @@
-"""Lifecycle hooks: `spec` says what a hook is (events, declarations, validation); `runner` runs them."""
+"""Lifecycle hooks: `spec` says what a hook is (events, declarations, validation); `runner` dispatches them
+and `process` runs one hook command."""
 
+from sessions.hooks.process import HOOK_DEPTH_ENV, STDERR_LIMIT, STDOUT_LIMIT, format_duration, hook_env
 from sessions.hooks.runner import (
     ASYNC_QUEUE_SIZE,
     ASYNC_WORKERS,
     DRAIN_TIMEOUT,
-    HOOK_DEPTH_ENV,
     MAX_DISPATCH_DEPTH,
-    STDERR_LIMIT,
-    STDOUT_LIMIT,
     HookOutcome,
     HookRunner,
     HookRunOutcome,
     current_depth,
-    format_duration,
-    hook_env,
     text_vs_authored,
 )
 from sessions.hooks.spec import (
