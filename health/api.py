@@ -24,7 +24,8 @@ from health.schemas import (
     WakeDecisionEnvelope,
     WakeRequest,
 )
-from sessions.schemas import DoctorOut, DoctorQuery, Ident, Ref, responses
+from sessions.response_schemas import DoctorOut
+from sessions.schemas import DoctorQuery, Ident, Ref, responses
 
 router = Router(tags=["health"])
 WS = "/workspaces/{workspace}/sessions/{session_id}"

@@ -9,7 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from sessions import recap, services, transcript
-from sessions.schemas import Ident, RecapOut, RecapQuery, Ref, TranscriptPageOut, TranscriptQuery, render, responses
+from sessions.response_schemas import RecapOut, TranscriptPageOut, render
+from sessions.schemas import Ident, RecapQuery, Ref, TranscriptQuery, responses
 from sessions.store import folder
 
 router = Router(tags=["sessions"])

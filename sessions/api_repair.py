@@ -12,7 +12,8 @@ from sessions import services
 from sessions.api import truthy
 from sessions.errors import Conflict
 from sessions.repair import IssueCode, repair_transcript
-from sessions.schemas import Ident, Ref, RepairOut, RepairQuery, responses
+from sessions.response_schemas import RepairOut
+from sessions.schemas import Ident, Ref, RepairQuery, responses
 
 router = Router(tags=["sessions"])
 

@@ -1,0 +1,270 @@
+"""The API's contract, responses: the fields each operation's body declares (clients read them) and lets
+the rest through; nested free-form parts (event `content`, recap markers, doctor items) stay plain objects.
+Requests and queries are in `schemas.py`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpResponse
+from ninja import Schema
+from ninja.responses import NinjaJSONEncoder
+from pydantic import BaseModel, ConfigDict
+
+
+def render(schema: type[BaseModel], data: Any, status: int = 200) -> HttpResponse:
+    """`data` validated against its response schema and serialised, as ninja would, for a caller that does it in
+    a worker thread: a 1,000-event page costs ~15 ms of pydantic, too long for the loop every stream shares."""
+    body = schema.model_validate(data).model_dump(exclude_unset=True)
+    return HttpResponse(json.dumps(body, cls=NinjaJSONEncoder), status=status, content_type="application/json")
+
+
+class Open(BaseModel):
+    """A response part whose known fields are declared; others pass through unchanged (a plain pydantic model:
+    ninja's `Schema` reads its input by attribute and would drop the undeclared keys)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class FailureOut(Open):
+    kind: str
+    summary: str | None = None
+    crash_bundle_path: str | None = None
+
+
+class SessionOut(Open):
+    """SessionPayload (surfaces reference §4.1)."""
+
+    id: str
+    name: str | None = None
+    name_source: str | None = None
+    agent_name: str
+    provider: str | None = None
+    model: str | None = None
+    reasoning_effort: str | None = None
+    speed: str | None = None
+    speed_resolution: dict[str, Any] | None = None
+    workspace_id: str
+    workspace_path: str | None = None
+    cwd: str | None = None
+    type: str
+    state: str
+    badge: str
+    attachable: bool
+    prompt_state: str | None = None
+    current_turn_id: str | None = None
+    stop_reason: str | None = None
+    stop_detail: str | None = None
+    failure: FailureOut | None = None
+    acp_session_id: str | None = None
+    acp_caps: dict[str, Any] | None = None
+    effective_permissions: str | None = None
+    activity: dict[str, Any] | None = None
+    last_activity_at: str | None = None
+    lineage: dict[str, Any] | None = None
+    created_at: str
+    updated_at: str
+
+
+class SessionEnvelope(Schema):
+    session: SessionOut
+
+
+class PageOut(Schema):
+    total: int
+    limit: int
+    has_more: bool
+    next_cursor: str | None = None
+
+
+class SessionListOut(Schema):
+    sessions: list[SessionOut]
+    page: PageOut
+
+
+class EventOut(Open):
+    """SessionEventPayload (events reference §3); `content` is the stored JSON object."""
+
+    id: str
+    session_id: str
+    workspace_id: str | None = None
+    sequence: int
+    turn_id: str
+    type: str
+    agent_name: str
+    content: dict[str, Any]
+    timestamp: str
+    archived: bool | None = None
+
+
+class EventsOut(Schema):
+    events: list[EventOut]
+
+
+class TurnOut(Schema):
+    turn_id: str
+    events: list[EventOut]
+    truncated: bool | None = None
+    omitted_events: int | None = None
+
+
+class HistoryOut(Schema):
+    history: list[TurnOut]
+
+
+class PromptResultOut(Open):
+    """Prompt result (surfaces reference §4.3)."""
+
+    status: str
+    mode: str | None = None
+    turn_id: str | None = None
+    session_id: str | None = None
+    queued: bool | None = None
+    staged: bool | None = None
+    interrupted: bool | None = None
+    queue_entry_id: str | None = None
+    queue_position: int | None = None
+    queue_generation: int | None = None
+    previous_turn_id: str | None = None
+    new_turn_id: str | None = None
+    fallback_mode_if_no_tool_result: str | None = None
+
+
+class PromptOut(Schema):
+    prompt: PromptResultOut
+
+
+class QueueEntryOut(Open):
+    queue_entry_id: str
+    text: str
+    mode: str
+    status: str
+    queue_position: int
+    queue_generation: int
+    source: str | None = None
+    created_at: str | None = None
+
+
+class QueueOut(Schema):
+    queue: list[QueueEntryOut]
+    queue_generation: int
+
+
+class PermissionOut(Open):
+    request_id: str
+    turn_id: str | None = None
+    tool_call_id: str | None = None
+    title: str | None = None
+    kind: str | None = None
+    options: list[dict[str, Any]] = []
+    created_at: str | None = None
+    decision: str | None = None
+
+
+class PermissionsOut(Schema):
+    permissions: list[PermissionOut]
+
+
+class PermissionDecisionOut(Schema):
+    permission: PermissionOut
+
+
+class AttachLeaseOut(Schema):
+    session_id: str
+    attached_to: str
+    attached_at: str | None = None
+    attach_expires_at: str | None = None
+
+
+class AttachOut(Schema):
+    session: SessionOut
+    attach: AttachLeaseOut
+
+
+class WorkspaceOut(Open):
+    id: str
+    name: str | None = None
+    root_dir: str
+    add_dirs: list[str] = []
+    default_agent: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class WorkspaceEnvelope(Schema):
+    workspace: WorkspaceOut
+
+
+class WorkspacesOut(Schema):
+    workspaces: list[WorkspaceOut]
+
+
+class WorkspaceInfoOut(Open):
+    workspace: WorkspaceOut
+    sessions: list[SessionOut]
+    agents: list[dict[str, Any]]
+    skills: list[Any]
+    providers: list[dict[str, Any]]
+
+
+class HookRunsOut(Schema):
+    runs: list[dict[str, Any]]
+
+
+class StatusOut(Open):
+    """`compozy status` (surfaces reference §4.9)."""
+
+    schema_version: int
+    generated_at: str
+    daemon: dict[str, Any]
+    sessions: dict[str, Any]
+    health: dict[str, Any]
+
+
+class DoctorOut(Open):
+    schema_version: int
+    generated_at: str
+    duration_ms: float | None = None
+    status: str
+    summary: dict[str, Any]
+    items: list[dict[str, Any]]
+
+
+class TranscriptPageOut(Open):
+    """Backward transcript page (events reference §5)."""
+
+    entries: list[dict[str, Any]]
+    epoch: Any = None
+    generation: Any = None
+    max_sequence: int
+    has_older: bool
+    next_before_sequence: int | None = None
+    limit: int
+
+
+class RecapBodyOut(Open):
+    """Recap (surfaces reference §4.7)."""
+
+    session: dict[str, Any]
+    active_run: dict[str, Any] | None = None
+    recent_markers: list[dict[str, Any]]
+    recent_messages: list[dict[str, Any]]
+    snapshot: dict[str, Any]
+
+
+class RecapOut(Schema):
+    recap: RecapBodyOut
+
+
+class RepairReportOut(Open):
+    """Repair report (surfaces reference §4.6)."""
+
+    session_id: str
+    issues: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    persisted: bool
+
+
+class RepairOut(Schema):
+    repair: RepairReportOut
