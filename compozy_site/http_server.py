@@ -110,6 +110,16 @@ def _write_error(transport: Any, status: int, reason: str, code: str, message: s
     transport.write(head + body)
 
 
+def _bad_head(channel: Any) -> None:
+    """Twisted's answer to a request line or headers it cannot read is a bare `400` with no body; ours is the
+    API's error shape, so every error a client gets has a code (a 16 KiB request line is easy to pass with
+    percent-encoded query values)."""
+    _write_error(channel.transport, 400, "Bad Request", "bad_request_head",
+                 f"the request line or headers could not be read: a line or all of them longer than "
+                 f"{channel.totalHeadersSize} bytes, more than {channel.maxHeaders} headers, or malformed")
+    channel.loseConnection()
+
+
 class _Discard:
     """Where an oversized body goes: nowhere."""
 
@@ -136,6 +146,10 @@ class GuardedHTTPFactory(HTTPFactory):
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = GuardedRequest
+        channel = getattr(protocol, "_channel", protocol)  # Twisted's HTTP/1.1-or-2 wrapper, or the channel
+        if hasattr(channel, "_respondToBadRequestAndDisconnect"):
+            channel._respondToBadRequestAndDisconnect = lambda: _bad_head(channel)
+            channel.lineLengthExceeded = lambda line: _bad_head(channel)  # Twisted would just hang up
         connect = protocol.makeConnection
 
         def make_connection(transport: Any) -> None:

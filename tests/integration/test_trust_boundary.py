@@ -344,6 +344,27 @@ def test_headers_must_arrive_within_the_header_timeout(daemon: Daemon) -> None:
     assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "header_timeout"
 
 
+
+@pytest.mark.parametrize("request_head", [
+    # A query of percent-encoded values passes Twisted's 16 KiB request-line limit long before any schema sees it.
+    "GET /api/doctor?" + "&".join(["exclude=" + "%F4%84%B1%AD" * 128] * 16) + " HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "GET /api/doctor?" + "&".join(["exclude=" + "%F4%84%B1%AD" * 100] * 12) + " HTTP/1.1\r\nHost: localhost\r\n"
+    + "".join(f"X-Pad-{i}: {'p' * 200}\r\n" for i in range(10)) + "\r\n",
+    "GET /api/status HTTP/1.1\r\nHost: localhost\r\nthis line has no colon\r\n\r\n",
+], ids=["request line too long", "line and headers too long", "malformed header"])
+def test_a_request_head_twisted_cannot_read_gets_the_apis_error_shape(daemon: Daemon, request_head: str) -> None:
+    """Twisted answers these itself with a bare 400 and no body; every error a client gets must carry a code."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as client:
+        client.sendall(request_head.encode())
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 400"), head
+    error = json.loads(body)
+    assert error["code"] == "bad_request_head" and error["error"] and isinstance(error["diagnostic"], dict)
+    assert daemon.http.get("/api/status").status_code == 200, "the daemon goes on serving"
+
 # ---- admission control ---------------------------------------------------------------------------------
 
 def test_a_third_live_agent_is_refused_at_max_concurrent_agents_2(tmp_path: Path, workspace: Path) -> None:
