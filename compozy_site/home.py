@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -9,9 +10,16 @@ from pathlib import Path
 DEFAULT_HOME = "~/.compozy"
 
 
+@functools.lru_cache(maxsize=16)
+def _absolute(configured: str, user_home: str | None) -> Path:
+    """A configured folder made absolute, once per value (and per `HOME`, which `~` means): resolving stats every
+    component, and these paths are built for every meta.json write, store read and stream."""
+    return Path(configured).expanduser().resolve()
+
+
 def compozy_home() -> Path:
     """`COMPOZY_HOME`, else `~/.compozy`; always absolute so child processes agree on it."""
-    return Path(os.environ.get("COMPOZY_HOME") or DEFAULT_HOME).expanduser().resolve()
+    return _absolute(os.environ.get("COMPOZY_HOME") or DEFAULT_HOME, os.environ.get("HOME"))
 
 
 def sessions_dir(home: Path | None = None) -> Path:
@@ -19,7 +27,7 @@ def sessions_dir(home: Path | None = None) -> Path:
     reads any session's store and a survivor can continue a session whose owner died."""
     shared = os.environ.get("COMPOZY_SESSIONS_DIR")
     if shared and home is None:
-        return Path(shared).expanduser().resolve()
+        return _absolute(shared, os.environ.get("HOME"))
     return (home or compozy_home()) / "sessions"
 
 

@@ -8,14 +8,13 @@ Apart from `cluster.py` (nodes and leases) because it builds on the repair rules
 from __future__ import annotations
 
 import logging
-import sys
 from datetime import datetime
 from typing import Any
 
 from sessions import cluster
 from sessions.boot_repair import check_transcript_once
 from sessions.models import Session, SessionLease
-from sessions.repair import repair_stale_meta, stale_fix
+from sessions.repair import repair_stale_meta, runs_here, stale_fix
 from sessions.store import folder
 from sessions.store.folder import load_meta
 
@@ -31,7 +30,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
         session_id = row.session_id
         in_folder = True
         try:
-            if _runs_here(session_id):
+            if runs_here(session_id):
                 continue  # reactivated here meanwhile
             meta = load_meta(session_id)
             fixed = repair_stale_meta(meta)
@@ -59,16 +58,6 @@ def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
         check_transcript_once(session_id, meta, None)
     except Exception:
         logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
-
-
-def _runs_here(session_id: str) -> bool:
-    module = sys.modules.get("sessions.runtime.manager")
-    if module is None:
-        return False
-    try:
-        return bool(module.get_manager().owns(session_id))
-    except Exception:
-        return False
 
 
 def _repair_row_only(session_id: str) -> dict[str, Any] | None:

@@ -233,6 +233,12 @@ def local_manager() -> Any:
     return None
 
 
+def runs_here(session_id: str) -> bool:
+    """This process runs the session (its runtime is live in the local manager)."""
+    manager = local_manager()
+    return manager is not None and bool(manager.owns(session_id))
+
+
 def _daemon_holds(session_id: str, state: str) -> bool:
     """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
     (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""

@@ -27,8 +27,8 @@ from compozy_site.api import error_body
 from sessions import feed as live_feed
 from sessions import services, transcript
 from sessions.enums import EventType, SessionState
-from sessions.errors import CompozyError, InvalidRequest, Unavailable
-from sessions.runtime.manager import get_manager
+from sessions.errors import CompozyError, InvalidRequest
+from sessions.repair import runs_here
 from sessions.runtime.signals import CATALOG_GROUP
 from sessions.schemas import MAX_SEQUENCE, rfc3339
 from sessions.store import events as event_store
@@ -300,7 +300,7 @@ class SessionStreamConsumer(StreamingConsumer):
 
     async def _stopped_without_newer(self) -> bool:
         """A stopped session with nothing after the cursor gets one synthetic terminal frame."""
-        if _runs_here(self.session_id):
+        if runs_here(self.session_id):
             # Its runtime is live in this process: a stop writes its row, which reaches this viewer like any other.
             # Every quiet viewer asks twice a second; this answers without a thread hop and a meta.json read.
             return False
@@ -317,13 +317,6 @@ class SessionStreamConsumer(StreamingConsumer):
             return False
         await self.send_body(terminal_frame(self.session_id, meta=meta), more_body=True)
         return True
-
-
-def _runs_here(session_id: str) -> bool:
-    try:
-        return get_manager().owns(session_id)
-    except Unavailable:  # a process without the daemon's manager (tests of the consumer alone)
-        return False
 
 
 class CatalogStreamConsumer(StreamingConsumer):

@@ -49,18 +49,19 @@ def _tool_output(update: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+# The streamed text updates and the event types they store as (built once: this runs per chunk).
+TEXT_CHUNKS = {"agent_message_chunk": EventType.AGENT_MESSAGE, "agent_thought_chunk": EventType.THOUGHT,
+               "user_message_chunk": EventType.USER_MESSAGE}
+
+
 def map_update(update: dict[str, Any], tool_titles: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
     """Returns (event type, content) for one update, or None for an empty chunk worth dropping."""
     kind = str(update.get("sessionUpdate", ""))
-    if kind in {"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"}:
+    event_type = TEXT_CHUNKS.get(kind)
+    if event_type is not None:
         text, raw = _text_of(update.get("content"))
         if not text and raw is None:
             return None
-        event_type = {
-            "agent_message_chunk": EventType.AGENT_MESSAGE,
-            "agent_thought_chunk": EventType.THOUGHT,
-            "user_message_chunk": EventType.USER_MESSAGE,
-        }[kind]
         content: dict[str, Any] = {"text": text}
         if raw is not None:
             content["raw"] = raw

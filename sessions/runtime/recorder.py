@@ -65,7 +65,7 @@ class Recorder:
         self._queue: queue.SimpleQueue[list[StoreOp] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None  # started at the first batch
         self._scheduled = False  # a hand-off is due at the next loop iteration
-        self._in_flight = 0  # ops handed to the writer thread and not yet reported back
+        self._in_flight = False  # a batch is with the writer thread and not yet reported back
         self._thread_done: asyncio.Future[None] | None = None
         self.failure: StoreFailure | None = None
         self.closed = False
@@ -124,7 +124,7 @@ class Recorder:
         if self._in_flight or not self._pending or self.failure is not None:
             return
         batch, self._pending = self._pending[:MAX_BATCH_OPS], self._pending[MAX_BATCH_OPS:]
-        self._in_flight = len(batch)
+        self._in_flight = True
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
             self._thread.start()
@@ -161,7 +161,7 @@ class Recorder:
     def _committed_batch(self, batch: list[StoreOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
                          failure: StoreFailure | None) -> None:
         """On the loop, after the writer thread finished a batch."""
-        self._in_flight = 0
+        self._in_flight = False
         if failure is not None:
             self._pending = batch + self._pending  # kept: never silently dropped
             self._fail(failure)

@@ -50,8 +50,6 @@ logger = logging.getLogger(__name__)
 GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
                                "permission.request"})
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
-# The streamed text updates and the event types they store as (events reference §4).
-_TEXT_CHUNKS = {"agent_message_chunk": EventType.AGENT_MESSAGE, "agent_thought_chunk": EventType.THOUGHT}
 
 
 class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateMixin, ActivityMixin,
@@ -173,16 +171,6 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         update = params.get("update")
         if not isinstance(update, dict):
             return
-        kind = update.get("sessionUpdate")
-        if kind in _TEXT_CHUNKS:
-            block = update.get("content")
-            if type(block) is dict and block.get("type") == "text" and type(block.get("text")) is str:
-                # The hot path (a streamed text chunk, thousands a second): what map_update and record would
-                # make of it, without their generality. No tool, no hook, no usage; activity is a time and a kind.
-                text = block["text"]
-                if text:
-                    self._record_text(_TEXT_CHUNKS[kind], text, kind)
-                return
         mapped = map_update(update, self.tool_titles)
         if mapped is None:
             return
@@ -211,18 +199,6 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         if type_ == EventType.TOOL_RESULT and self.steer is not None and not self.steer.delivering and self.turn:
             self.steer.delivering = True
             spawn(self._deliver_steer(self.turn))
-
-
-    def _record_text(self, type_: str, text: str, kind: str) -> None:
-        turn = self.turn
-        sid = self.meta.get("acp_session_id")
-        self.recorder.record(type_, turn.id if turn is not None else "",
-                             {"session_id": sid, "text": text} if sid else {"text": text})
-        if turn is not None:
-            turn.outputs += 1
-            if type_ == EventType.AGENT_MESSAGE and len(turn.reply) < 600:
-                turn.reply += text
-        self.touch_chunk(kind)
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 

@@ -13,7 +13,8 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,17 +59,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     # The store poll pushed out: a tail on B that keeps up was rung across nodes through Redis.
                     "COMPOZY_SSE_POLL_SECONDS": str(SSE_POLL_SECONDS)}
 
-        a = start_daemon(root / "home-a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
-        try:
-            b = start_daemon(root / "home-b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
-        except BaseException:
-            a.stop()
-            raise
-        try:
+        with two_nodes(root, env) as (a, b):
             yield Cluster(a, b, shared, db_url, cluster_token)
-        finally:
-            b.stop()
-            a.stop()
+
+
+@contextmanager
+def two_nodes(root: Path, env: Callable[[str], dict[str, str]]) -> Iterator[tuple[Daemon, Daemon]]:
+    """Daemons `node-a` and `node-b` (homes under `root`, `env(node)` added to each one's environment); A is
+    stopped when B fails to start, and both at the end."""
+    a = start_daemon(root / "home-a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
+    try:
+        b = start_daemon(root / "home-b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
+    except BaseException:
+        a.stop()
+        raise
+    try:
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
 
 
 def session_on(node: Daemon, session_id: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, start_daemon, wait_for
-from tests.integration.test_scale import CLUSTER_CONFIG, follow
+from tests.conftest import Daemon, wait_for
+from tests.integration.test_scale import follow, two_nodes
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
 from tests.sse import Frame
 
@@ -34,17 +34,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Da
             return {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "COMPOZY_NODE_ID": node,
                     "COMPOZY_CLUSTER_TOKEN": token}
 
-        a = start_daemon(root / "home-a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
-        try:
-            b = start_daemon(root / "home-b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
-        except BaseException:
-            a.stop()
-            raise
-        try:
-            yield a, b
-        finally:
-            b.stop()
-            a.stop()
+        with two_nodes(root, env) as nodes:
+            yield nodes
 
 
 def test_reads_and_the_live_tail_of_a_session_on_the_other_node_come_from_its_owner(
