@@ -44,13 +44,11 @@ class OwnerRouter:
 
         token = cluster_token()
         session_id = _runtime_session(scope) if token else None
-        read_id = _remote_read_session(scope) if token and session_id is None else None
+        read_id = _read_session(scope) if token and session_id is None else None
         if session_id is None and read_id is None:
             await self.app(scope, receive, send)
             return
-        from sessions import cluster
-
-        holder = await sync_to_async(cluster.holder_elsewhere)(session_id or read_id)
+        holder = await sync_to_async(_holder_elsewhere)(session_id, read_id)
         if holder is None or not holder.address:
             await self.app(scope, receive, send)
             return
@@ -86,17 +84,25 @@ def _runtime_session(scope: dict[str, Any]) -> str | None:
     return match.group(1)
 
 
-def _remote_read_session(scope: dict[str, Any]) -> str | None:
-    """The session id of a read whose session folder is not on this node (sessions not shared)."""
+def _read_session(scope: dict[str, Any]) -> str | None:
+    """The session id of a read of a live session that was not routed here already."""
     if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or any(
             name == ROUTED_HEADER for name, _ in scope.get("headers", [])):
         return None
     match = READ_PATH.match(scope.get("path", ""))
-    if match is None:
-        return None
-    from compozy_site.home import sessions_dir
+    return match.group(1) if match else None
 
-    return None if (sessions_dir() / match.group(1)).is_dir() else match.group(1)
+
+def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Any:
+    """Off the loop (a catalog read, and for reads a stat of the session folder, which may sit on a network
+    filesystem): the other node that holds the session, or None to answer here. A read whose folder is on this
+    node (sessions shared, or the session lives here) is always answered here."""
+    from compozy_site.home import sessions_dir
+    from sessions import cluster
+
+    if read_id is not None and (sessions_dir() / read_id).is_dir():
+        return None
+    return cluster.holder_elsewhere(session_id or read_id or "")
 
 
 def _owner_request(scope: dict[str, Any], address: str, token: str) -> tuple[str, dict[str, str]]:
