@@ -35,7 +35,7 @@ _BOOLS = ("enabled", "active_session_only", "allow_active_hours_preferences")
 
 def parse_heartbeat(raw: object) -> HeartbeatConfig:
     """Validate the table; unknown keys are refused so a typo never silently keeps a default."""
-    from sessions.durations import parse_duration
+    from sessions.config_values import parse_duration
 
     if raw is None:
         return HeartbeatConfig()

@@ -123,7 +123,7 @@ def split(text: str) -> tuple[str | None, str, int]:
 
 
 def parse_duration(value: object) -> float | None:
-    from sessions.durations import parse_duration as go_duration
+    from sessions.config_values import parse_duration as go_duration
     from sessions.errors import ConfigError
 
     if not isinstance(value, str):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sessions.config import ConfigError, HookDeclaration, load_config, parse_hook_declarations
+from sessions.config import ConfigError, HookDeclaration, load_config
 from sessions.hooks import (
     ASYNC_ONLY_EVENTS,
     PATCH_KEYS,
@@ -26,6 +26,7 @@ from sessions.hooks import (
     text_vs_authored,
     validate_declarations,
 )
+from sessions.hooks.declarations import parse_hook_declarations
 from sessions.store.events import EventLog, read_hook_runs
 from tests.conftest import wait_gone
 

@@ -1,5 +1,6 @@
-"""Go-style durations in the config and HEARTBEAT.md (`30s`, `10m`, `1h30m`): one parser, imported by both
-apps' config readers, so neither config module needs the other's."""
+"""Value checks shared by every file the daemon reads settings from (`config.toml`, HEARTBEAT.md, hook
+declarations in config or AGENT.md frontmatter): Go-style durations (`30s`, `10m`, `1h30m`) and tables of
+strings. One home, imported by each reader, so no reader needs another's module."""
 
 from __future__ import annotations
 
@@ -31,3 +32,12 @@ def parse_duration(value: object, key: str) -> float:
     if pos != len(text) or pos == 0:
         raise ConfigError(f"{key}: invalid duration {value!r} (use Go syntax such as 30s, 10m, 1h30m)")
     return total
+
+
+def string_table(value: object, key: str) -> dict[str, str]:
+    """A TOML table whose values are all strings (environment maps); `{}` when absent."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{key}: expected a table of strings")
+    return {str(k): v for k, v in value.items()}
