@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 
-from bench import harness, latency, memory, throughput  # noqa: E402
+from bench import cpu_split, harness, latency, memory, throughput  # noqa: E402
 from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
@@ -34,6 +34,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
     "firstturn": ("20 x 3 without the turn beside, measured while the auto-title agents of the first turns start",
                   latency.run_first_turn),
     "fanout": ("agent → viewer latency and CPU, 4 sessions x 25 viewers (2 with --quick)", latency.run_fanout),
+    "cpusplit": ("CPU per tick at 1 and at 3 viewers a session: what each viewer adds, what each event costs once",
+                 cpu_split.run),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
