@@ -16,9 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+
+if TYPE_CHECKING:
+    from sessions.cluster import Holder
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def _read_session(scope: dict[str, Any]) -> str | None:
     return match.group(1) if match else None
 
 
-def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Any:
+def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Holder | None:
     """Off the loop (a catalog read, and for reads a stat of the session folder, which may sit on a network
     filesystem): the other node that holds the session, or None to answer here. A read whose folder is on this
     node (sessions shared, or the session lives here) is always answered here."""
