@@ -150,8 +150,8 @@ class Recorder:
                 failure = StoreFailure("write_refused", str(exc))
             try:
                 loop.call_soon_threadsafe(self._committed_batch, batch, stored, rows, failure)
-            except RuntimeError:  # the loop is closed: nobody is left to tell
-                return
+            except RuntimeError:  # the loop is closed: nobody is left to tell, but the log is still closed
+                break
         if self.log is not None:
             with contextlib.suppress(Exception):
                 self.log.close()

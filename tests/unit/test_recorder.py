@@ -228,3 +228,29 @@ def test_closing_twice_waits_for_the_same_writer_exit(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert [e["type"] for e in read_events(path, limit=10)] == ["user_message"]
+
+
+def test_a_writer_whose_loop_closed_still_commits_and_closes_its_store(tmp_path: Path) -> None:
+    """At daemon exit the loop may close while a batch is with the writer thread: nobody can be told, but the
+    batch is committed and the store's connection closed, not left to the interpreter's exit."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+    closed_loop = asyncio.new_event_loop()
+    closed_loop.close()
+
+    async def main() -> Recorder:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "hi"})
+        rec._loop = closed_loop  # the writer thread starts at the hand-off and reports back to this loop
+        await asyncio.sleep(0)  # the hand-off runs: thread started, batch queued
+        return rec
+
+    rec = asyncio.run(main())
+    assert rec._thread is not None
+    rec._thread.join(10)
+    assert not rec._thread.is_alive()
+    assert [e["type"] for e in read_events(path, limit=10)] == ["user_message"]
+    assert rec.log is not None
+    with pytest.raises(sqlite3.ProgrammingError):
+        rec.log._conn.execute("SELECT 1")  # closed by the writer thread
+    assert sink.commits == []  # nobody was told
