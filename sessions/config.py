@@ -22,7 +22,7 @@ from sessions.errors import ConfigError
 from sessions.hooks.declarations import parse_hook_declarations
 from sessions.hooks.spec import HookDeclaration
 
-__all__ = ["ConfigError", "HookDeclaration", "parse_hook_declarations"]  # re-exported: callers read them as config's
+__all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
 
 
 

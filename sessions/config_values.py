@@ -1,6 +1,6 @@
-"""Value checks shared by every file the daemon reads settings from (`config.toml`, HEARTBEAT.md, hook
-declarations in config or AGENT.md frontmatter): Go-style durations (`30s`, `10m`, `1h30m`) and tables of
-strings. One home, imported by each reader, so no reader needs another's module."""
+"""Value checks shared by every file the daemon reads settings from (`config.toml` and its hook declarations,
+HEARTBEAT.md): Go-style durations (`30s`, `10m`, `1h30m`) and tables of strings. One home, imported by each
+reader, so no reader needs another's module."""
 
 from __future__ import annotations
 

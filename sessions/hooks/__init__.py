@@ -1,5 +1,5 @@
 """Lifecycle hooks: `spec` says what a hook is (events, declarations, validation), `declarations` reads them
-from config.toml or AGENT.md frontmatter; `runner` dispatches them and `process` runs one hook command."""
+from config.toml; `runner` dispatches them and `process` runs one hook command."""
 
 from sessions.hooks.process import HOOK_DEPTH_ENV, STDERR_LIMIT, STDOUT_LIMIT, format_duration, hook_env
 from sessions.hooks.runner import (

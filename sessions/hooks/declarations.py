@@ -1,5 +1,6 @@
-"""Hook declarations as written in `config.toml` (`[[hooks.declarations]]`) or an AGENT.md frontmatter: checked
-key by key into `HookDeclaration`s (hooks reference §2). Raises ConfigError naming the offending key."""
+"""Hook declarations as written in `config.toml` (`[[hooks.declarations]]`): checked key by key into
+`HookDeclaration`s (hooks reference §2). Raises ConfigError naming the offending key. `source="agent_definition"`
+takes an agent definition's `hooks:` list the same way (nothing reads AGENT.md files yet)."""
 
 from __future__ import annotations
 
