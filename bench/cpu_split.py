@@ -15,6 +15,7 @@ from bench import latency
 from bench.report import BenchResult
 
 FEW, MANY = 1, 3
+TARGET_US = latency.TARGET_CPU_PER_FRAME_US
 FULL = latency.Params(sessions=20, viewers=0, ticks=200, interval_ms=50)
 QUICK = latency.Params(sessions=10, viewers=0, ticks=100, interval_ms=50)
 
@@ -44,11 +45,18 @@ def run(root: Path, quick: bool) -> BenchResult:
     result.metric("cpusplit.per_event", "  each event costs once (0 viewers, extrapolated)", per_event, "µs",
                   summary=True, note="agent read and parse, store hand-off and commit, feed")
     result.metric("cpusplit.raw_tick", "  of which the store path's floor (raw tick)", floor, "µs",
-                  note="bench/floors.py raw_tick, the mean of the two runs")
+                  note="bench/floors.py raw_tick (net of its pacing loop), the mean of the two runs")
     result.metric("cpusplit.frame_at_3", f"  per frame at {MANY} viewers = per viewer + per event ÷ {MANY}",
                   per_viewer + per_event / MANY, "µs",
-                  note=f"the floor alone is {floor / MANY:.0f} µs of it: a frame costs less than 100 µs at 3 "
-                       f"viewers only if the per-event cost is under {3 * (100 - per_viewer):.0f} µs")
-    result.notes.append("Same daemon build and agents for both runs, one after the other; the machine's wake-up "
-                        "and cold-cache costs move both runs together, so the split is steadier than either figure.")
+                  note=f"the floor alone is {floor / MANY:.0f} µs of it; " + _budget(per_viewer))
+    result.notes.append("Two daemons run one after the other on the same machine: the split holds for this run; "
+                        "across runs it moves with the machine (per viewer 50-106 µs on 2026-11-30).")
     return result
+
+
+def _budget(per_viewer: float) -> str:
+    """What per-event cost a frame under TARGET_US at MANY viewers would need, given what each viewer adds."""
+    if per_viewer >= TARGET_US:
+        return f"no per-event cost gets a frame under {TARGET_US:g} µs: one viewer alone adds {per_viewer:.0f} µs"
+    return (f"a frame costs less than {TARGET_US:g} µs at {MANY} viewers only if the per-event cost is under "
+            f"{MANY * (TARGET_US - per_viewer):.0f} µs")

@@ -306,7 +306,7 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
         daemon.stop()
 
     commit_us, handoff_us = floors.raw_commit_us(root / f"{name}-raw.db"), asyncio.run(floors.raw_handoff_us())
-    tick_us = asyncio.run(floors.raw_tick_us(root / f"{name}-raw-ticks", p.sessions, p.interval_ms))
+    tick_us, pacing_us = asyncio.run(floors.raw_tick_us(root / f"{name}-raw-ticks", p.sessions, p.interval_ms))
     viewers, wall, cpu_daemon = phase.viewers, phase.wall, phase.daemon_cpu
     expected = p.sessions * p.viewers * p.ticks
     samples = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples)
@@ -397,8 +397,9 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
                   note="the recorder's hand-off (a queue to a thread, call_soon_threadsafe back) of a no-op")
     result.metric(f"{name}.raw_tick", "raw: one tick through the store writer at the phase's rate (CPU)", tick_us,
                   "µs", note=f"the Recorder alone, {p.sessions} stores, one event every "
-                             f"{p.interval_ms / p.sessions:g} ms: ÷ {p.viewers} viewers = {tick_us / p.viewers:.0f} µs "
-                             "of every frame before any ACP or SSE work")
+                             f"{p.interval_ms / p.sessions:g} ms, net of that pacing loop's own {pacing_us:.0f} µs: "
+                             f"÷ {p.viewers} viewers = {tick_us / p.viewers:.0f} µs of every frame before any ACP or "
+                             "SSE work")
     if frames:
         result.metric(f"{name}.cpu_per_frame_vs_tick", "  CPU per live frame ÷ (raw tick ÷ viewers)",
                       (cpu_daemon / frames * 1e6) / (tick_us / p.viewers) if tick_us else 0.0, "x",
