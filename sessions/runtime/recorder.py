@@ -1,6 +1,7 @@
 """The session's store writer: group commit on a thread of its own, never on the event loop.
 
-`record` is synchronous and cheap, so the ACP receive loop can call it in arrival order. Everything
+`record` is synchronous and cheap, so the ACP receive loop can call it in arrival order; adjacent streamed
+chunks merge there as they arrive (events reference §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
 bigger the batches). Commits run on the store's own thread, so a locked store or a slow fsync stalls
 only its own session, never the loop that every session, stream and request shares.
@@ -24,7 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sessions.store.events import EventLog, HookRun, NewEvent, StoreOp, UsageUpdate, merge_chunks
+from sessions.store.events import (
+    EventLog,
+    HookRun,
+    NewEvent,
+    PendingOp,
+    UsageUpdate,
+    append_op,
+    materialize,
+    op_weight,
+)
 from sessions.store.failures import StoreFailure, classify
 
 logger = logging.getLogger(__name__)
@@ -55,14 +65,14 @@ class Recorder:
         self.on_commit = on_commit
         self.on_failure = on_failure
         self.write_deadline = write_deadline
-        self._pending: list[StoreOp] = []
+        self._pending: list[PendingOp] = []
         self._recorded = 0  # ops accepted by record()/merge_usage()/record_hook_run()
         self._committed = 0  # ops durably committed
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         # The hand-off is a plain queue to a thread and one call_soon_threadsafe back: no Task, executor
         # future or wrapped future per batch (with lone events, that bookkeeping cost more than the commit).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[list[StoreOp] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[PendingOp] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None  # started at the first batch
         self._scheduled = False  # a hand-off is due at the next loop iteration
         self._in_flight = False  # a batch is with the writer thread and not yet reported back
@@ -86,13 +96,13 @@ class Recorder:
     def record_hook_run(self, row: dict[str, Any]) -> None:
         self._add(HookRun(row))
 
-    def _add(self, op: StoreOp) -> None:
+    def _add(self, op: NewEvent | UsageUpdate | HookRun) -> None:
         if self.closed or self.failure is not None:
             # Never written: a session whose store failed must not look as if it went on recording.
             logger.warning("%s not recorded for %s: the recorder is %s", getattr(op, "type", type(op).__name__),
                            self.name, "failed" if self.failure else "closed")
             return
-        self._pending.append(op)
+        append_op(self._pending, op)
         self._recorded += 1
         if not self._scheduled and not self._in_flight:
             # From the next loop iteration: everything recorded in this tick joins the batch.
@@ -158,7 +168,7 @@ class Recorder:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._writer_exited)
 
-    def _committed_batch(self, batch: list[StoreOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
+    def _committed_batch(self, batch: list[PendingOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
                          failure: StoreFailure | None) -> None:
         """On the loop, after the writer thread finished a batch."""
         self._in_flight = False
@@ -166,7 +176,7 @@ class Recorder:
             self._pending = batch + self._pending  # kept: never silently dropped
             self._fail(failure)
             return
-        self._committed += len(batch)
+        self._committed += sum(map(op_weight, batch))
         if stored:
             try:
                 self.on_commit(stored, rows)
@@ -180,9 +190,9 @@ class Recorder:
         if self._thread_done is not None and not self._thread_done.done():
             self._thread_done.set_result(None)
 
-    def _commit_with_retry(self, batch: list[StoreOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    def _commit_with_retry(self, batch: list[PendingOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """Runs on the store's thread. Retries a failing batch until it commits or the deadline passes."""
-        ops = merge_chunks(batch)
+        ops = materialize(batch)
         started = time.monotonic()
         delay = RETRY_FIRST_SECONDS
         attempt = 0

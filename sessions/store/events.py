@@ -113,32 +113,65 @@ StoreOp = NewEvent | UsageUpdate | HookRun
 # Streamed text arrives as many small chunks; events reference §2 stores adjacent same-turn chunks of one
 # write batch as one row. Only chunks that differ in nothing but their text merge.
 MERGEABLE_TYPES = frozenset({"agent_message", "thought"})
+# One row holds at most this many chunks, so a long burst reaches viewers and readers as several rows.
+MAX_RUN_CHUNKS = 5000
+
+
+class ChunkRun:
+    """Adjacent mergeable chunks, merged as they are recorded: the first chunk's content and every chunk's text.
+
+    The recorder merges on the loop, one list append per chunk, so a burst reaches its store thread as a few
+    runs: the thread's own Python work (which holds the GIL every other session's store thread waits for)
+    no longer grows with the chunk count."""
+
+    __slots__ = ("content", "pieces", "turn_id", "type")
+
+    def __init__(self, first: NewEvent, text: str) -> None:
+        self.type = first.type
+        self.turn_id = first.turn_id
+        self.content = first.content
+        self.pieces: list[str] = [first.content["text"], text]
+
+    def event(self) -> NewEvent:
+        return NewEvent(self.type, self.turn_id, {**self.content, "text": "".join(self.pieces)})
+
+
+PendingOp = StoreOp | ChunkRun
+
+
+def append_op(ops: list[PendingOp], op: StoreOp) -> None:
+    """Append `op` to `ops`, merged into the chunk before it where events reference §2 allows."""
+    if ops and type(op) is NewEvent and op.type in MERGEABLE_TYPES and not op.id \
+            and type(op.content.get("text")) is str:
+        prev = ops[-1]
+        if type(prev) is ChunkRun:
+            if (prev.type == op.type and prev.turn_id == op.turn_id and len(prev.pieces) < MAX_RUN_CHUNKS
+                    and _same_but_text(prev.content, op.content)):
+                prev.pieces.append(op.content["text"])
+                return
+        elif (type(prev) is NewEvent and prev.type == op.type and prev.turn_id == op.turn_id and not prev.id
+              and type(prev.content.get("text")) is str and _same_but_text(prev.content, op.content)):
+            ops[-1] = ChunkRun(prev, op.content["text"])
+            return
+    ops.append(op)
+
+
+def op_weight(op: PendingOp) -> int:
+    """How many recorded operations `op` stands for."""
+    return len(op.pieces) if type(op) is ChunkRun else 1
+
+
+def materialize(ops: Sequence[PendingOp]) -> list[StoreOp]:
+    """The store operations of merged `ops`: each run becomes one event with its text joined once."""
+    return [op.event() if type(op) is ChunkRun else op for op in ops]
 
 
 def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
     """Adjacent same-turn `agent_message` (or `thought`) chunks without an explicit id become one event."""
-    merged: list[StoreOp] = []
-    texts: list[list[str] | None] = []  # the pieces of each merged event's text, joined once at the end
-    prev: StoreOp | None = None
+    merged: list[PendingOp] = []
     for op in ops:
-        if (type(op) is NewEvent and type(prev) is NewEvent and op.type == prev.type and op.turn_id == prev.turn_id
-                and op.type in MERGEABLE_TYPES and not op.id and not prev.id
-                and type(op.content.get("text")) is str and type(prev.content.get("text")) is str
-                and _same_but_text(prev.content, op.content)):
-            pieces = texts[-1]
-            if pieces is None:
-                pieces = texts[-1] = [prev.content["text"]]
-            pieces.append(op.content["text"])
-            continue
-        merged.append(op)
-        texts.append(None)
-        prev = op
-    for i, pieces in enumerate(texts):
-        if pieces is not None:
-            event = merged[i]
-            assert isinstance(event, NewEvent)
-            merged[i] = NewEvent(event.type, event.turn_id, {**event.content, "text": "".join(pieces)})
-    return merged
+        append_op(merged, op)
+    return materialize(merged)
 
 
 def _same_but_text(a: dict[str, Any], b: dict[str, Any]) -> bool:

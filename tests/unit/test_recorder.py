@@ -14,7 +14,7 @@ import pytest
 
 from sessions.runtime import recorder as recorder_mod
 from sessions.runtime.recorder import Recorder
-from sessions.store.events import EventLog, NewEvent, UsageUpdate, merge_chunks, read_events
+from sessions.store.events import MAX_RUN_CHUNKS, EventLog, NewEvent, UsageUpdate, merge_chunks, read_events
 from sessions.store.failures import DISK_FULL, LOCKED, StoreFailure, classify
 
 
@@ -66,6 +66,47 @@ def test_adjacent_same_turn_chunks_merge_and_nothing_else_does() -> None:
         ("agent_message", "ab"), ("thought", "xy"), ("agent_message", "c"), ("agent_message", "d"),
         ("agent_message", "e"), ("agent_message", "f"), ("tool_call", None), ("agent_message", "g"),
         ("usage", None), ("agent_message", "h")]
+
+
+def test_a_merged_row_holds_at_most_max_run_chunks() -> None:
+    ops = [NewEvent("agent_message", "t1", {"text": f"{i};"}) for i in range(MAX_RUN_CHUNKS + 3)]
+    merged = merge_chunks(ops)
+    assert len(merged) == 2
+    assert merged[0].content["text"] == "".join(f"{i};" for i in range(MAX_RUN_CHUNKS))
+    assert merged[1].content["text"] == "".join(f"{i};" for i in range(MAX_RUN_CHUNKS, MAX_RUN_CHUNKS + 3))
+
+
+def test_a_burst_reaches_the_store_thread_already_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks merge as they are recorded, on the loop: the writer thread gets a few runs, not one op per chunk
+    (its per-op Python work holds the GIL that every other session's store thread waits for)."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+    batch_sizes: list[int] = []
+    real = EventLog.commit
+
+    def commit(self: EventLog, ops: Any) -> Any:
+        batch_sizes.append(len(ops))
+        return real(self, ops)
+
+    monkeypatch.setattr(EventLog, "commit", commit)
+    count = 2 * MAX_RUN_CHUNKS + 500
+
+    async def main() -> int:
+        rec = make(path, sink)
+        for i in range(count):  # one tick: nothing is handed off before the loop turns
+            rec.record("agent_message", "t1", {"text": f"{i};"})
+        rec.record("done", "t1", {})
+        await rec.flush()  # returns only once every recorded chunk counts as committed
+        pending = rec.pending
+        await rec.close()
+        return pending
+
+    assert asyncio.run(main()) == 0
+    assert batch_sizes == [4], "three runs and the done event, in one transaction"
+    rows = read_events(path, limit=10)
+    assert [r["type"] for r in rows] == ["agent_message"] * 3 + ["done"]
+    assert "".join(r["content"]["text"] for r in rows[:3]) == "".join(f"{i};" for i in range(count))
+    assert [r["content"]["text"].count(";") for r in rows[:3]] == [MAX_RUN_CHUNKS, MAX_RUN_CHUNKS, 500]
 
 
 def test_commits_run_on_the_store_thread_and_batch_what_one_tick_recorded(tmp_path: Path,
