@@ -23,6 +23,7 @@ import json.scanner
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -101,6 +102,14 @@ class StderrTail:
 # ticks waited 37 ms); yielding every 256 lines cost the bare client no measurable rate, and 64 keeps one
 # stretch under half a millisecond at ~7 µs an update.
 YIELD_EVERY_UPDATES = 64
+# A burst holds the GIL along with the loop: a yield (a zero-timeout select) releases it too briefly for another
+# thread to take it, so other sessions' store threads got it only by forced switches (5 ms each, several per
+# commit) and their ticks waited 35-60 ms behind a 20k-chunk turn. Once per BREATHE_EVERY of one burst, while
+# another session's commit waits, the receive loop sleeps instead (the selector rounds up to 1 ms): their
+# writers commit in the gap. Measured (bench latency): ticks beside the burst p99 ~40 → ~18 ms; a lone burst
+# never breathes, so ingest is unchanged.
+BREATHE_EVERY = 0.005
+BREATHE_SECONDS = 0.0005
 
 
 # One read takes what the pipe's reader holds, up to this; lines are split and parsed from it in one pass.
@@ -115,13 +124,16 @@ class RecordingTransport(NdjsonTransport):
     and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
     `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink,
+                 others_waiting: Callable[[], bool] | None = None) -> None:
         self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
         super().__init__(reader, MessageSender(writer, self._supervisor))
         self._on_update = on_update
         self._lines: deque[str] = deque()  # complete lines read and not yet handled, in arrival order
         self._partial: list[bytes] = []  # the reads holding a line whose newline has not arrived
         self._eof = False
+        self._others_waiting = others_waiting
+        self._breathed = 0.0  # loop time of the last breath
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0
@@ -152,9 +164,19 @@ class RecordingTransport(NdjsonTransport):
                 if handled % YIELD_EVERY_UPDATES == 0:
                     # A full pipe read returns without waiting, so a fast agent's burst would otherwise hold the
                     # loop every session and stream shares: let the others run.
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(self._pause())
                 continue
             return message  # what follows it stays queued: requests and responses keep their place in the order
+
+    def _pause(self) -> float:
+        """0 (a plain yield), or BREATHE_SECONDS once per BREATHE_EVERY while another session's commit waits."""
+        if self._others_waiting is None:
+            return 0
+        now = time.monotonic()
+        if now - self._breathed < BREATHE_EVERY or not self._others_waiting():
+            return 0
+        self._breathed = now
+        return BREATHE_SECONDS
 
     async def _fill(self) -> bool:
         """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
@@ -199,12 +221,14 @@ class AgentProcess:
         env: Mapping[str, str] | None,
         on_update: UpdateSink,
         on_request: RequestHandler,
+        others_waiting: Callable[[], bool] | None = None,
     ) -> None:
         self.command = list(command)
         self.cwd = cwd
         self.env = agent_environment(env)
         self.on_update = on_update
         self.on_request = on_request
+        self.others_waiting = others_waiting
         self.process: asyncio.subprocess.Process | None = None
         self.conn: Connection | None = None
         self.stderr = StderrTail()
@@ -244,7 +268,7 @@ class AgentProcess:
         self._drain_task = asyncio.create_task(self._drain_stderr(self.process.stderr))
         self._wait_task = asyncio.create_task(self._wait_exit())
         self.conn = Connection(self._handle, RecordingTransport(self.process.stdout, self.process.stdin,
-                                                                self.on_update))
+                                                                self.on_update, self.others_waiting))
 
     async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
         with contextlib.suppress(Exception):

@@ -21,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,11 @@ RETRY_MAX_SECONDS = 1.0
 ATTEMPT_BUSY_TIMEOUT_MS = 1000
 # Bound one transaction, so a burst of 100k chunks commits (and reaches viewers) in steps.
 MAX_BATCH_OPS = 5000
+
+# Batches handed to store threads and not yet reported back, per event loop, across every session on it: a
+# session streaming a burst reads it to leave the GIL to the other sessions' writers (`others_waiting`).
+# Weak keys: a loop closed with a batch still out takes its count with it.
+_batches_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
 
 Committed = Callable[[list[dict[str, Any]], list[tuple[Any, ...]]], None]
 
@@ -121,6 +127,10 @@ class Recorder:
         self._waiters.append((self._recorded, waiter))
         await asyncio.shield(waiter)
 
+    def others_waiting(self) -> bool:
+        """Whether another session's batch is with its store thread: a thread that needs the GIL to commit."""
+        return self._loop is not None and _batches_in_flight.get(self._loop, 0) > self._in_flight
+
     @property
     def pending(self) -> int:
         return self._recorded - self._committed
@@ -135,6 +145,9 @@ class Recorder:
             return
         batch, self._pending = self._pending[:MAX_BATCH_OPS], self._pending[MAX_BATCH_OPS:]
         self._in_flight = True
+        loop = self._loop
+        assert loop is not None
+        _batches_in_flight[loop] = _batches_in_flight.get(loop, 0) + 1
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
             self._thread.start()
@@ -172,6 +185,9 @@ class Recorder:
                          failure: StoreFailure | None) -> None:
         """On the loop, after the writer thread finished a batch."""
         self._in_flight = False
+        loop = self._loop
+        assert loop is not None
+        _batches_in_flight[loop] -= 1
         if failure is not None:
             self._pending = batch + self._pending  # kept: never silently dropped
             self._fail(failure)

@@ -42,15 +42,15 @@ def line(message: Any) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def opened(on_update: Callable[[dict[str, Any]], None]) -> AsyncIterator[tuple[asyncio.StreamReader,
-                                                                                     RecordingTransport]]:
+async def opened(on_update: Callable[[dict[str, Any]], None], others_waiting: Callable[[], bool] | None = None,
+                 ) -> AsyncIterator[tuple[asyncio.StreamReader, RecordingTransport]]:
     """A transport reading a StreamReader the test feeds, writing to a real pipe nobody reads."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     read_fd, write_fd = os.pipe()
     pipe, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb"))
     writer = asyncio.StreamWriter(pipe, protocol, None, loop)
-    transport = RecordingTransport(reader, writer, on_update)
+    transport = RecordingTransport(reader, writer, on_update, others_waiting)
     try:
         yield reader, transport
     finally:
@@ -287,3 +287,36 @@ def test_a_long_burst_of_updates_is_delivered_in_order_and_yields_to_the_loop() 
     assert len(other_ran_at) == 1
     assert 0 < other_ran_at[0] < total
     assert other_ran_at[0] <= driver.YIELD_EVERY_UPDATES  # the first hand-back comes within one stretch
+
+
+def test_a_burst_breathes_only_while_another_sessions_commit_waits_and_once_per_stretch() -> None:
+    """A yield alone keeps the GIL from other sessions' store threads; a real pause lets them commit, but costs
+    the burst, so it is taken only when another commit waits, and at most once per BREATHE_EVERY."""
+    waiting = [False]
+
+    async def main() -> None:
+        async with opened(lambda params: None, lambda: waiting[0]) as (_, transport):
+            assert transport._pause() == 0, "nobody waits: a plain yield"
+            waiting[0] = True
+            assert transport._pause() == driver.BREATHE_SECONDS
+            assert transport._pause() == 0, "within BREATHE_EVERY of the last breath"
+            transport._breathed -= driver.BREATHE_EVERY
+            assert transport._pause() == driver.BREATHE_SECONDS
+        async with opened(lambda params: None) as (_, transport):
+            assert transport._pause() == 0, "no recorder to ask (a title pass): never pauses"
+
+    run(main)
+
+
+def test_a_burst_with_a_commit_waiting_is_still_delivered_whole_and_in_order() -> None:
+    total = 5000
+    seen: list[int] = []
+
+    async def main() -> None:
+        async with opened(lambda params: seen.append(params["n"]), lambda: True) as (reader, transport):
+            reader.feed_data(b"".join(line(update(n)) for n in range(total)) + line(response(1)))
+            reader.feed_eof()
+            assert await transport.receive() == response(1)
+
+    run(main)
+    assert seen == list(range(total))
