@@ -133,7 +133,7 @@ class RecordingTransport(NdjsonTransport):
         self._partial: list[bytes] = []  # the reads holding a line whose newline has not arrived
         self._eof = False
         self._others_waiting = others_waiting
-        self._breathed = 0.0  # loop time of the last breath
+        self._breathed = 0.0  # time.monotonic() of the last breath
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0

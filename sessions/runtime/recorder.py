@@ -48,7 +48,7 @@ RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 1.0
 # One lock wait inside an attempt; the retry loop, not SQLite, owns the overall deadline.
 ATTEMPT_BUSY_TIMEOUT_MS = 1000
-# Bound one transaction, so a burst of 100k chunks commits (and reaches viewers) in steps.
+# Bound one transaction: ops, each a lone event or a run of at most MAX_RUN_CHUNKS merged chunks.
 MAX_BATCH_OPS = 5000
 
 # Batches handed to store threads and not yet reported back, per event loop, across every session on it: a
