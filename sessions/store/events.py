@@ -118,41 +118,42 @@ MAX_RUN_CHUNKS = 5000
 
 
 class ChunkRun:
-    """Adjacent mergeable chunks, merged as they are recorded: the first chunk's content and every chunk's text.
+    """Adjacent mergeable chunks, merged as they are recorded: the first chunk and every chunk's text.
 
     The recorder merges on the loop, one list append per chunk, so a burst reaches its store thread as a few
     runs: the thread's own Python work (which holds the GIL every other session's store thread waits for)
     no longer grows with the chunk count."""
 
-    __slots__ = ("content", "pieces", "turn_id", "type")
+    __slots__ = ("first", "pieces")
 
-    def __init__(self, first: NewEvent, text: str) -> None:
-        self.type = first.type
-        self.turn_id = first.turn_id
-        self.content = first.content
-        self.pieces: list[str] = [first.content["text"], text]
+    def __init__(self, first: NewEvent) -> None:
+        self.first = first
+        self.pieces: list[str] = [first.content["text"]]
+
+    def takes(self, op: NewEvent) -> bool:
+        first = self.first
+        return (op.type == first.type and op.turn_id == first.turn_id and len(self.pieces) < MAX_RUN_CHUNKS
+                and _same_but_text(first.content, op.content))
 
     def event(self) -> NewEvent:
-        return NewEvent(self.type, self.turn_id, {**self.content, "text": "".join(self.pieces)})
+        first = self.first
+        if len(self.pieces) == 1:
+            return first
+        return NewEvent(first.type, first.turn_id, {**first.content, "text": "".join(self.pieces)})
 
 
 PendingOp = StoreOp | ChunkRun
 
 
 def append_op(ops: list[PendingOp], op: StoreOp) -> None:
-    """Append `op` to `ops`, merged into the chunk before it where events reference §2 allows."""
-    if ops and type(op) is NewEvent and op.type in MERGEABLE_TYPES and not op.id \
-            and type(op.content.get("text")) is str:
-        prev = ops[-1]
-        if type(prev) is ChunkRun:
-            if (prev.type == op.type and prev.turn_id == op.turn_id and len(prev.pieces) < MAX_RUN_CHUNKS
-                    and _same_but_text(prev.content, op.content)):
-                prev.pieces.append(op.content["text"])
-                return
-        elif (type(prev) is NewEvent and prev.type == op.type and prev.turn_id == op.turn_id and not prev.id
-              and type(prev.content.get("text")) is str and _same_but_text(prev.content, op.content)):
-            ops[-1] = ChunkRun(prev, op.content["text"])
-            return
+    """Append `op` to `ops`; a chunk that events reference §2 lets merge joins the run before it or starts one."""
+    if type(op) is NewEvent and op.type in MERGEABLE_TYPES and not op.id and type(op.content.get("text")) is str:
+        prev = ops[-1] if ops else None
+        if type(prev) is ChunkRun and prev.takes(op):
+            prev.pieces.append(op.content["text"])
+        else:
+            ops.append(ChunkRun(op))
+        return
     ops.append(op)
 
 

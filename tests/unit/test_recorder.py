@@ -177,23 +177,23 @@ def test_a_locked_store_is_retried_and_loses_nothing(tmp_path: Path) -> None:
 
 def test_others_waiting_sees_another_sessions_batch_with_its_store_thread(tmp_path: Path) -> None:
     """What a burst asks before it pauses: is another session's batch with its store thread (here held there
-    by a lock another connection keeps)? Its own batch does not count."""
+    by a lock another connection keeps until the test lets go)? Its own batch does not count."""
     locked = tmp_path / "locked" / "events.db"
     EventLog(locked, "general").close()
-    ready = threading.Event()
 
     async def main() -> list[bool]:
         waiting, burst = make(locked, Sink()), make(tmp_path / "burst" / "events.db", Sink())
         seen = [burst.others_waiting()]
-        holder = hold_write_lock(locked, 0.5, ready)
-        ready.wait(5)
+        holder = sqlite3.connect(str(locked), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
         waiting.record("agent_message", "t1", {"text": "tick"})
         burst.record("agent_message", "t2", {"text": "chunk"})
-        await asyncio.sleep(0.1)  # both handed off; the burst's own commit is back, the locked one is not
+        await burst.flush()  # both were handed off in the same loop turn; the burst's own commit is back
         seen += [burst.others_waiting(), waiting.others_waiting()]
+        holder.execute("ROLLBACK")
+        holder.close()
         await waiting.flush()
         seen.append(burst.others_waiting())
-        holder.join(5)
         await waiting.close()
         await burst.close()
         return seen
