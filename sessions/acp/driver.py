@@ -104,10 +104,10 @@ class StderrTail:
 YIELD_EVERY_UPDATES = 64
 # A burst holds the GIL along with the loop: a yield (a zero-timeout select) releases it too briefly for another
 # thread to take it, so other sessions' store threads got it only by forced switches (5 ms each, several per
-# commit) and their ticks waited 35-60 ms behind a 20k-chunk turn. Once per BREATHE_EVERY of one burst, while
-# another session's commit waits, the receive loop sleeps instead (the selector rounds up to 1 ms): their
-# writers commit in the gap. Measured (bench latency, 5 runs each): ticks beside the burst p99 35-59 → 13-23 ms; a lone burst
-# never breathes, so ingest is unchanged.
+# commit) and their ticks waited behind a 20k-chunk turn. Once per BREATHE_EVERY of one burst, while another
+# session's commit waits, the receive loop sleeps instead (the selector rounds up to 1 ms): their writers commit
+# in the gap. Measured (bench latency, 5 runs each): ticks beside the burst p99 35-59 → 13-23 ms; a lone burst
+# never pauses, so ingest is unchanged.
 BREATHE_EVERY = 0.005
 BREATHE_SECONDS = 0.0005
 
