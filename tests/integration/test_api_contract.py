@@ -24,7 +24,7 @@ from tests.conftest import ROOT, Daemon, start_daemon
 pytestmark = pytest.mark.slow
 
 # Each operation gets up to this many generated cases per phase; the boundary ("coverage") phase and the
-# stateful phase add their own, so the two runs below generate about 6,000 cases in under three minutes on 2 cores.
+# stateful phase add their own, so the two runs below generate about 6,000 cases in 3-6 minutes on 2 cores.
 MAX_EXAMPLES = 150
 SPAWNING_MAX_EXAMPLES = 100
 MIN_CASES = 5000
