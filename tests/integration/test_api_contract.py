@@ -51,6 +51,9 @@ def schemathesis(daemon: Daemon, report_dir: Path, targets: list[list[str]], pha
     command = [sys.executable, "-m", "schemathesis.cli", "run", f"{daemon.base_url}/api/openapi.json",
                "--checks", "not_a_server_error,error_has_a_code", "--phases", phases,
                "--workers", "2", "--request-timeout", "30", "--generation-database", "none", "--no-color",
+               # A health check of the generator, not of our answers: negative cases for a patterned path
+               # parameter (POST /api/tasks/{task_id}/retry) were once filtered out too often to go on.
+               "--suppress-health-check", "filter_too_much",
                "--report", "json", "--report-dir", str(report_dir), *headers, *(["--seed", seed] if seed else []),
                *extra]
     result = subprocess.run(command, env=env, cwd=str(report_dir), capture_output=True, text=True,
