@@ -50,7 +50,7 @@ def run(root: Path, quick: bool) -> BenchResult:
                   per_viewer + per_event / MANY, "µs",
                   note=f"the floor alone is {floor / MANY:.0f} µs of it; " + _budget(per_viewer))
     result.notes.append("Two daemons run one after the other on the same machine: the split holds for this run; "
-                        "across runs it moves with the machine (per viewer 34-138 µs in runs on 2026-11-30).")
+                        "across runs it moves with the machine (per viewer 25-144 µs in runs on 2026-11-30).")
     return result
 
 

@@ -24,13 +24,13 @@ from tests.conftest import ROOT, Daemon, start_daemon
 pytestmark = pytest.mark.slow
 
 # Each operation gets up to this many generated cases per phase; the boundary ("coverage") phase and the
-# stateful phase add their own, so the two runs below generate about 6,000 cases in 3-6 minutes on 2 cores.
+# stateful phase add their own, so the two runs below generate about 6,000 cases: 305-363 s on 2 cores.
 MAX_EXAMPLES = 150
 SPAWNING_MAX_EXAMPLES = 100
 MIN_CASES = 5000
 SPAWNING = r"^/api/sessions$|/children$|/reactivate$|^/api/tasks$|/retry$|/heartbeat/wake$"
-# A hard bound for each run on 2 cores, against a hang, not a speed target: the main run took 2-3 minutes on one
-# VM host and over 5 on a slower one the same day (2026-11-30).
+# A hard bound for each run on 2 cores, against a hang, not a speed target: at 300 s it killed a healthy main run
+# on a slower VM host (2026-11-30).
 RUN_TIMEOUT = 900
 
 
