@@ -199,7 +199,10 @@ STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: 
 
 
 def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    if (response.status_code < 400 or not request.path.startswith("/api/") or response.streaming
+    # Pages keep Django's answers for a person's GET; the API, the metrics scrape and any other method (no page
+    # takes a POST: a script sent it) get the common JSON shape.
+    machine = request.path.startswith(("/api/", "/metrics")) or request.method not in ("GET", "HEAD")
+    if (response.status_code < 400 or not machine or response.streaming
             or response.get("Content-Type", "").startswith("application/json")):
         return response
     status = response.status_code

@@ -37,6 +37,7 @@ LOCAL_SOCKET = "compozy.local_socket"
 PEER_UID = "compozy.peer_uid"
 HOME_HEADER = b"x-compozy-home"
 TICKET_PATH = "/api/auth/ticket"
+MACHINE_PATHS = ("/api/", "/metrics")
 LOGIN_PATH = "/login"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -196,7 +197,8 @@ class Guard:
             if site in ("same-site", "cross-site") and headers.get("sec-fetch-mode") != "navigate":
                 raise Refusal(403, "origin_forbidden", "cross-origin requests are refused", {"site": site})
             return
-        if scope["method"] in ("GET", "HEAD") and not scope["path"].startswith("/api/"):
+        # Pages get a sign-in page; the API and the Prometheus scrape (a machine, not a person) get JSON.
+        if scope["method"] in ("GET", "HEAD") and not scope["path"].startswith(MACHINE_PATHS):
             raise Refusal(401, "auth_required", "sign in with `compozy dashboard`", page=True)
         raise Refusal(401, "auth_required", "this daemon needs its token: `Authorization: Bearer <token>` from "
                       "$COMPOZY_HOME/token, or `compozy dashboard` for a browser",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     GC_COLLECTOR,
@@ -78,6 +80,8 @@ class SessionsByState(Collector):
 REGISTRY.register(SessionsByState())
 
 
+@csrf_exempt  # read-only: a POST gets a 405, not a CSRF page
+@require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format; sync on purpose: Django runs it in a thread, off the event loop."""
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -28,6 +28,7 @@ from django.http import (
 )
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from health.services import decorate_list
@@ -116,6 +117,10 @@ def _dashboard_context() -> dict[str, Any]:
     }
 
 
+# Pages only read (require_safe): CSRF has nothing to protect, and exempting them lets a POST get a 405
+# instead of Django's CSRF page.
+@csrf_exempt
+@require_safe
 async def dashboard(request: HttpRequest) -> HttpResponse:
     context = await sync_to_async(_dashboard_context)()
     page = {
@@ -126,6 +131,8 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
     return _secure(render(request, "frontend/dashboard.html", {**context, "page": page}))
 
 
+@csrf_exempt
+@require_safe
 async def tasks_page(request: HttpRequest) -> HttpResponse:
     """Supervised work: tasks with their attempts and linked sessions, needs-attention first."""
     from sessions.work.services import list_tasks
@@ -171,6 +178,8 @@ def _session_context(session_id: str) -> dict[str, Any]:
     }
 
 
+@csrf_exempt
+@require_safe
 async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
     try:
         context = await sync_to_async(_session_context)(session_id)
@@ -206,6 +215,7 @@ async def _jsonl(meta: dict[str, Any], path: Path, ceiling: int) -> AsyncIterato
             return
 
 
+@csrf_exempt
 @require_safe
 async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
     """GET /sessions/<id>/events.jsonl: every stored event of the session, streamed."""
@@ -244,6 +254,7 @@ def _static_file(path: str) -> Path:
 _static_cache: dict[Path, tuple[int, int, bytes]] = {}
 
 
+@csrf_exempt
 @require_safe
 def static_asset(request: HttpRequest, path: str) -> HttpResponse:
     """The app's CSS and JS. DEBUG is off under daphne, so Django would not serve them; we do, from this

@@ -175,19 +175,19 @@ class PromptQuery(Schema):
     format: Literal["ui", "raw"] | None = None
 
 
-class SteerIn(Schema):
+class SteerIn(StrictIn):
     text: Text
 
 
-class InterruptIn(Schema):
+class InterruptIn(StrictIn):
     expected_turn_id: Ref | None = None
 
 
-class StopIn(Schema):
+class StopIn(StrictIn):
     detail: Text | None = None
 
 
-class PermissionDecisionIn(Schema):
+class PermissionDecisionIn(StrictIn):
     decision: Literal["approve", "deny"]
     option_id: Ref | None = None
 
@@ -201,7 +201,7 @@ class SpawnChildIn(StrictIn):
     name: Name | None = None
 
 
-class AttachIn(Schema):
+class AttachIn(StrictIn):
     attached_to: Ref | None = None
     ttl_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 900
 
@@ -274,7 +274,7 @@ class WorkspaceIn(StrictIn):
     sandbox_ref: Ref | None = None
 
 
-class ResolveWorkspaceIn(Schema):
+class ResolveWorkspaceIn(StrictIn):
     path: PathText
 
 

@@ -64,6 +64,12 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.pump: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
         self.finished = False
+        if self.scope.get("method") not in ("GET", "HEAD"):
+            # A stream is read, never written: a POST or DELETE must not open one and look accepted.
+            body = json.dumps(error_body("method not allowed", "method_not_allowed", 405, {"allow": "GET"})).encode()
+            await self.send_response(405, body, headers=[(b"content-type", b"application/json"), (b"allow", b"GET")])
+            self.finished = True
+            raise StopConsumer()
         try:
             await self.handle(b"".join(self.body))
         except CompozyError as exc:
@@ -186,7 +192,7 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
     return None
 
 
-def _non_negative(value: str | None, what: str) -> int | None:
+def _non_negative(value: str | None, what: str, code: str = "invalid_cursor") -> int | None:
     if value is None or value == "":
         return None
     try:
@@ -194,12 +200,12 @@ def _non_negative(value: str | None, what: str) -> int | None:
     except ValueError:
         number = -1
     if not 0 <= number <= MAX_SEQUENCE:  # SQLite integers are signed 64-bit
-        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code="invalid_cursor")
+        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code=code)
     return number
 
 
 def _limit(value: str | None) -> int | None:
-    limit = _non_negative(value, "limit")
+    limit = _non_negative(value, "limit", "invalid_limit")  # the code `GET …/events` gives the same mistake
     if limit is not None and not 1 <= limit <= transcript.MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {transcript.MAX_LIMIT}", code="invalid_limit")
     return limit

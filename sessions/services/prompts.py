@@ -7,6 +7,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
 from sessions.enums import BusyMode, MarkerKind, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.runtime.manager import get_manager
@@ -99,8 +100,16 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
     if pending is None or pending.answer.done():
         raise NotFound("no pending permission request with that id", code="permission_not_found",
                        data={"request_id": request_id})
-    if option_id and not any(o.get("optionId") == option_id for o in pending.options):
-        raise InvalidRequest("option_id is not one of the offered options", code="invalid_option")
+    if option_id:
+        option = next((o for o in pending.options if o.get("optionId") == option_id), None)
+        if option is None:
+            raise InvalidRequest("option_id is not one of the offered options", code="invalid_option")
+        # The audit row says "approved"/"denied": an option of the other kind would make it lie to the reader.
+        kinds = ALLOW_KINDS if decision == "approve" else REJECT_KINDS
+        if option.get("kind") not in kinds:
+            raise InvalidRequest(f"option {option_id!r} is of kind {option.get('kind')!r}, which does not "
+                                 f"{decision} the request", code="option_decision_mismatch",
+                                 data={"option_id": option_id, "kind": option.get("kind"), "decision": decision})
     runtime.decide_permission(request_id, decision, option_id)
     return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
 

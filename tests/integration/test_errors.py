@@ -55,6 +55,12 @@ HTTP_CASES: list[Any] = [
     pytest.param(lambda d, ws, s: d.http.post(d.scoped(s["id"], "/stop"), content=b"{nope",
                                               headers={"Content-Type": "application/json"}),
                  400, "malformed_json", id="malformed-json-on-stop"),
+    # A misspelt fence must be refused: ignored, `expected_turn` would interrupt whatever turn is running.
+    pytest.param(lambda d, ws, s: d.http.post(d.scoped(s["id"], "/interrupt"),
+                                              json={"expected_turn": "turn_0000000000000000"}),
+                 400, "unknown_field", id="misspelt-interrupt-fence"),
+    pytest.param(lambda d, ws, s: d.http.post(d.scoped(s["id"], "/stop"), json={"reason": "bogus"}),
+                 400, "unknown_field", id="unknown-field-on-stop"),
     pytest.param(create({"agent_name": "scripted", "workspace_path": "/nonexistent/compozy/ws"}), 410,
                  "workspace_root_missing", id="missing-workspace-path"),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -88,3 +89,14 @@ def test_supervision_actions_are_counted_by_action_and_result(daemon: Daemon, wo
         s, "compozy_supervision_actions_total", action="timeout", result="canceled") >= 1 and s,
         timeout=30, what="a counted timeout")
     assert value(samples, "compozy_supervision_actions_total", action="warning", result="recorded") >= 1
+
+
+def test_metrics_and_pages_answer_other_methods_and_missing_tokens_in_json(daemon: Daemon) -> None:
+    # No page and no scrape takes a write: a script's POST gets 405 in the common shape, not Django's CSRF page.
+    for route in ("/metrics", "/", "/tasks", "/static/x.js"):
+        response = daemon.http.post(route)
+        assert response.status_code == 405, (route, response.text[:300])
+        assert response.json()["code"] == "method_not_allowed", route
+    # A Prometheus scrape without the token is a machine: JSON with a code, not the dashboard's sign-in page.
+    response = httpx.get(daemon.base_url + "/metrics")
+    assert response.status_code == 401 and response.json()["code"] == "auth_required", response.text[:300]

@@ -108,6 +108,12 @@ def test_a_denial_from_the_api_fails_the_tool_call(daemon: Daemon, workspace: Pa
     request_id = pending_request(daemon, sid, turn_id)["content"]["request_id"]
     bad = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"), json={"decision": "maybe"})
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_decision"
+    # An option of the other kind would store "approved" while the agent hears "reject" (or the reverse).
+    for decision, option in (("approve", "reject"), ("deny", "allow")):
+        mixed = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"),
+                                 json={"decision": decision, "option_id": option})
+        assert mixed.status_code == 400 and mixed.json()["code"] == "option_decision_mismatch", mixed.text
+    assert [p["request_id"] for p in listed(daemon, sid)] == [request_id]  # still waiting for a person
 
     response = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"), json={"decision": "deny"})
     assert response.status_code == 200, response.text

@@ -105,12 +105,18 @@ def test_a_bad_resume_cursor_or_frames_value_is_a_400_with_a_stable_code(daemon:
                                                               "invalid_cursor"),
              ({"frames": "xml"}, None, "invalid_frames"), ({"before_sequence": "3"}, None, "invalid_parameter"),
              ({"type": "agent_message"}, None, "invalid_parameter"), ({"since": "5m"}, None, "invalid_parameter"),
-             ({"limit": "1001"}, None, "invalid_limit")]
+             ({"limit": "1001"}, None, "invalid_limit"), ({"limit": "abc"}, None, "invalid_limit")]
     for params, header, code in cases:
         headers = {"Last-Event-ID": header} if header else {}
         response = daemon.http.get(path, params=params, headers=headers)
         assert response.status_code == 400, (params, response.text)
         assert response.json()["code"] == code
+    # A stream is only read: another method must not open one and look accepted.
+    for method in ("POST", "DELETE"):
+        for route in (path, "/api/sessions/catalog-stream"):
+            response = daemon.http.request(method, route)
+            assert response.status_code == 405, (method, route, response.text)
+            assert response.json()["code"] == "method_not_allowed" and response.headers["allow"] == "GET"
 
 
 def test_viewers_sharing_one_session_feed_each_get_every_frame_once_in_order(daemon: Daemon, ws: Path) -> None:
