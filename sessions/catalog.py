@@ -148,9 +148,13 @@ def save_meta(meta: dict[str, Any]) -> None:
 def upsert_session_row(meta: dict[str, Any]) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both."""
     activity = (meta.get("liveness") or {}).get("activity") or {}
+    # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
+    # by a holder of a runtime that no longer exists.
+    lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if meta["state"] == "stopped" else {}
     Session.objects.update_or_create(
         id=meta["id"],
         defaults={
+            **lease,
             "workspace_id": meta["workspace_id"],
             "name": meta.get("name") or "",
             "agent_name": meta["agent_name"],

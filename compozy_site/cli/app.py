@@ -7,6 +7,7 @@ Keep imports light: `compozy status` must not import Django or the ACP SDK.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import rich_click as click
 
@@ -29,9 +30,15 @@ def _client() -> Client:
     return Client()
 
 
+def seg(value: str) -> str:
+    """One path segment from user input: a space, `?`, `/` or non-ASCII id must stay inside its segment
+    (unquoted, `x?y` looked up session `x` and `a b` crashed the HTTP client)."""
+    return quote(value, safe="")
+
+
 def _session_path(client: Client, session_id: str, suffix: str = "") -> str:
     """Session-scoped commands take just the id; the client finds the workspace route."""
-    return _scoped(client.request("GET", f"/api/sessions/{session_id}")["session"], suffix)
+    return _scoped(client.request("GET", f"/api/sessions/{seg(session_id)}")["session"], suffix)
 
 
 def _scoped(session: dict[str, Any], suffix: str = "") -> str:

@@ -16,6 +16,7 @@ from compozy_site.cli.app import (
     _session_path,
     json_flag,
     output_option,
+    seg,
     session,
     workspace,
 )
@@ -194,25 +195,35 @@ EXIT_TURN_FAILED = 70
 @session.command("prompt")
 @click.argument("session_id")
 @click.argument("message", required=False)
-@click.option("--queue", "mode", flag_value="queue", help="If busy, queue it (FIFO).")
-@click.option("--interrupt", "mode", flag_value="interrupt", help="If busy, cancel the turn and run this instead.")
-@click.option("--steer", "mode", flag_value="steer", help="If busy, inject at the next tool result.")
+@click.option("--queue", "queue_", is_flag=True, help="If busy, queue it (FIFO).")
+@click.option("--interrupt", "interrupt", is_flag=True, help="If busy, cancel the turn and run this instead.")
+@click.option("--steer", "steer", is_flag=True, help="If busy, inject at the next tool result.")
 @click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID", help="Cancel a queued entry by id.")
 @click.option("--no-follow", is_flag=True, help="Return once accepted instead of streaming the turn.")
 @output_option
 @json_flag
-def session_prompt(session_id: str, message: str | None, mode: str | None, cancel_entry: str | None,
-                   no_follow: bool, fmt: str, as_json: bool) -> None:
+def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt: bool, steer: bool,
+                   cancel_entry: str | None, no_follow: bool, fmt: str, as_json: bool) -> None:
     """Send a prompt. On an idle session the turn streams here until it is `done`.
 
-    Busy sessions follow the busy-input mode (default from `session.busy_input.default_mode`).
+    Busy sessions follow the busy-input mode (default from `session.busy_input.default_mode`). Exits 70
+    when the turn fails or is cancelled before it ends (a stop or an interrupt from elsewhere).
+
+    \b
+      compozy session prompt sess_0123456789abcdef "Explain the stop path."
+      compozy session prompt sess_0123456789abcdef "then run the tests" --queue
+      compozy session prompt sess_0123456789abcdef --cancel inp_0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
+    chosen = [name for name, on in (("queue", queue_), ("interrupt", interrupt), ("steer", steer)) if on]
+    if len(chosen) + bool(cancel_entry) > 1:
+        fail("give at most one of --queue, --interrupt, --steer and --cancel", "invalid_request", fmt, EXIT_USAGE)
+    mode = chosen[0] if chosen else None
     client = _client()
     try:
         if cancel_entry:
-            if message or mode:
-                fail("--cancel takes no message or mode", "invalid_request", fmt, EXIT_USAGE)
+            if message:
+                fail("--cancel takes no message", "invalid_request", fmt, EXIT_USAGE)
             result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{cancel_entry}"))
             emit(result, fmt, lambda: click.echo(f"canceled queued entry {cancel_entry}"))
             return
@@ -225,9 +236,10 @@ def session_prompt(session_id: str, message: str | None, mode: str | None, cance
         result = client.request("POST", base + "/prompt", body)
         prompt = result["prompt"]
         if prompt["status"] != "accepted" or no_follow:
+            position = f" at position {prompt['queue_position']}" if prompt.get("queue_position") else ""
             emit(result, fmt, lambda: click.echo(
-                f"{prompt['status']}" + (f": entry {prompt.get('queue_entry_id')} at position "
-                                         f"{prompt.get('queue_position')}" if prompt.get("queue_entry_id") else "")))
+                f"{prompt['status']}" + (f": entry {prompt['queue_entry_id']}{position}"
+                                         if prompt.get("queue_entry_id") else "")))
             return
         events = []
         for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": prompt["turn_id"]}):
@@ -253,6 +265,10 @@ def session_prompt(session_id: str, message: str | None, mode: str | None, cance
         content = last.get("content") or {}
         kind = (content.get("failure") or {}).get("kind") or "turn_failed"
         fail(str(content.get("error") or last.get("stop_reason") or "turn failed"), kind, fmt, EXIT_TURN_FAILED)
+    if last.get("type") == "done" and (last.get("content") or {}).get("prompt_stop_reason") == "cancelled":
+        # Stopped or interrupted from elsewhere: what was printed is not the whole reply.
+        fail("turn cancelled before it ended (a stop or an interrupt); the reply above is partial",
+             "turn_cancelled", fmt, EXIT_TURN_FAILED)
 
 
 @session.command("stop")
@@ -265,7 +281,7 @@ def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
     client = _client()
     try:
         client.request("POST", _session_path(client, session_id, "/stop"))
-        s = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        s = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
     except ApiError as exc:
         fail_api(exc, fmt)
     emit(s, fmt, lambda: _render_session(s))
@@ -280,7 +296,7 @@ def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
-        s = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        s = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
         client.request("DELETE", _scoped(s))
     except ApiError as exc:
         fail_api(exc, fmt)

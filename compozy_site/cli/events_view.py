@@ -50,7 +50,10 @@ def since_timestamp(value: str, now: datetime | None = None) -> str:
     text = value.strip()
     if _DURATIONS.fullmatch(text):
         seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
-        moment = (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        try:
+            moment = (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        except OverflowError:  # further back than year 1: every event is newer
+            return "0001-01-01T00:00:00.000000Z"
     else:
         try:
             moment = parse_time(text)

@@ -35,10 +35,14 @@ def _save(session_id: str, out: Path | None) -> tuple[Path, int]:
         # Owner-only from the first byte: the archive holds a whole conversation.
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         written = 0
-        with os.fdopen(fd, "wb") as handle:
-            while chunk := resp.read(CHUNK):
-                handle.write(chunk)
-                written += len(chunk)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                while chunk := resp.read(CHUNK):
+                    handle.write(chunk)
+                    written += len(chunk)
+        except BaseException:
+            target.unlink(missing_ok=True)  # never leave half an archive that looks like a whole one
+            raise
         return target, written
     finally:
         conn.close()
@@ -70,6 +74,8 @@ def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool)
         fail_api(exc, fmt)
     except FileExistsError as exc:
         fail(f"{exc.filename} already exists; choose another with --out", "file_exists", fmt, EXIT_USAGE)
+    except OSError as exc:
+        fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}", "file_not_writable", fmt, EXIT_USAGE)
     manifest = _manifest(target)
     result = {"path": str(target.resolve()), "bytes": size, "manifest": manifest}
     counts = manifest.get("counts") or {}

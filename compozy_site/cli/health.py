@@ -10,7 +10,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, cli, json_flag, output_option, session, session_call
+from compozy_site.cli.app import _client, _fmt, cli, json_flag, output_option, seg, session, session_call
 from compozy_site.cli.client import ApiError
 from compozy_site.cli.output import emit, fail_api, kv, table
 
@@ -85,7 +85,7 @@ def heartbeat_status(name: str, workspace: str | None, session_id: str | None, i
     """Policy status of an agent: present, valid, digest, snapshot, diagnostics, wake service state."""
     fmt = _fmt(fmt, as_json)
     try:
-        data = _client().request("GET", f"/api/agents/{name}/heartbeat/status", query={
+        data = _client().request("GET", f"/api/agents/{seg(name)}/heartbeat/status", query={
             "workspace": workspace, "session_id": session_id,
             "include_session_health": "true" if include_session_health else None,
             "include_recent_wake_events": "true" if include_wake_events else None})
@@ -116,7 +116,7 @@ def heartbeat_wake(name: str, session_id: str, dry_run: bool, fmt: str, as_json:
     (`result` and a closed `reason`)."""
     fmt = _fmt(fmt, as_json)
     try:
-        data = _client().request("POST", f"/api/agents/{name}/heartbeat/wake",
+        data = _client().request("POST", f"/api/agents/{seg(name)}/heartbeat/wake",
                                  {"session_id": session_id, "dry_run": dry_run})
     except ApiError as exc:
         fail_api(exc, fmt)

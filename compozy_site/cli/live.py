@@ -16,6 +16,7 @@ from compozy_site.cli.app import (
     cli,
     json_flag,
     output_option,
+    seg,
     session,
     session_call,
 )
@@ -33,7 +34,15 @@ def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, a
     fmt = _fmt(fmt, as_json)
     body = {"expected_turn_id": expected_turn_id} if expected_turn_id else {}
     result = session_call(fmt, session_id, "POST", "/interrupt", body)
-    emit(result, fmt, lambda: click.echo(f"interrupted (generation {result['prompt'].get('queue_generation')})"))
+    p = result["prompt"]
+
+    def human() -> None:
+        dropped = len(p.get("canceled_queued_entries") or [])
+        what = f"interrupted {p['previous_turn_id']}" if p.get("interrupted") else "no turn was running"
+        click.echo(f"{what}; generation {p.get('queue_generation')}, {dropped} queued entr"
+                   f"{'y' if dropped == 1 else 'ies'} dropped")
+
+    emit(result, fmt, human)
 
 
 @session.command("queue")
@@ -92,21 +101,29 @@ def session_deny(session_id: str, request_id: str, fmt: str) -> None:
 @click.option("--workspace", default=None, help="With --latest: only this workspace.")
 @click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
               help="Holder lease in seconds.")
+@click.option("--holder", default=None, metavar="NAME",
+              help="Who holds the lease (default `cli:<pid>`); a script names itself so it can detach later.")
 @output_option
 @json_flag
-def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int, fmt: str,
-                   as_json: bool) -> None:
+def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int,
+                   holder: str | None, fmt: str, as_json: bool) -> None:
     """Attach to a session in this terminal: live transcript plus a prompt line, under a holder lease.
 
     A stopped session is reactivated first under the same id. Without a terminal (or with `-o json`)
-    it takes the lease, prints it and exits. Refusals say why; read `session recap|history` and
-    `session repair --dry-run` before starting new work.
+    it takes the lease, prints it and exits; `session detach ID --holder NAME` releases it (a stop ends
+    it too). Refusals say why; read `session recap|history` and `session repair --dry-run` before
+    starting new work.
+
+    \b
+      compozy session resume sess_0123456789abcdef
+      compozy session resume --latest --workspace "$PWD"
+      compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json
     """
     fmt = _fmt(fmt, as_json)
     if bool(session_id) == bool(latest):
         fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
-    holder = f"cli:{os.getpid()}"
+    holder = holder or f"cli:{os.getpid()}"
     try:
         if latest:
             listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
@@ -115,7 +132,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
                 fail("no resumable session", "no_resumable_session", fmt, EXIT_UNAVAILABLE)
             session_id = max(listing, key=lambda s: s.get("last_activity_at") or s["updated_at"])["id"]
         assert session_id
-        current = client.request("GET", f"/api/sessions/{session_id}")["session"]
+        current = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
         base = _scoped(current)  # one lookup: the workspace route of a session never changes
         if current["state"] == "stopped":
             client.request("POST", base + "/reactivate")
@@ -126,6 +143,17 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
         emit(result, fmt, lambda: kv(f"Attached to {session_id}", sorted(result["attach"].items())))
         return
     _interactive(client, session_id, base, holder)
+
+
+@session.command("detach")
+@click.argument("session_id")
+@click.option("--holder", required=True, metavar="NAME",
+              help="The holder to release, as `session resume` printed it (`attach.attached_to`).")
+@output_option
+def session_detach(session_id: str, holder: str, fmt: str) -> None:
+    """Release a holder lease taken by `session resume` (a no-op when NAME does not hold it)."""
+    data = session_call(fmt, session_id, "DELETE", "/attach", query={"attached_to": holder})
+    emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 
 
 def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
@@ -213,7 +241,7 @@ def hooks_runs(session_id: str, event: str | None, last: int | None, fmt: str, a
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
-        ws = client.request("GET", f"/api/sessions/{session_id}")["session"]["workspace_id"]
+        ws = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]["workspace_id"]
         runs = client.request("GET", f"/api/workspaces/{ws}/hooks/runs",
                               query={"session": session_id, "event": event, "last": last})["runs"]
     except ApiError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, cli, json_flag, output_option
+from compozy_site.cli.app import _client, _fmt, cli, json_flag, output_option, seg
 from compozy_site.cli.client import ApiError
 from compozy_site.cli.output import emit, fail_api, kv, table
 
@@ -118,7 +118,7 @@ def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
 def task_show(task_id: str, fmt: str, as_json: bool) -> None:
     """A task, its attempts (each with its session) and its history (`task.run_recovered`, …)."""
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", f"/api/tasks/{task_id}")
+    data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}")
     emit(data, fmt, lambda: _show(data))
 
 
@@ -129,7 +129,7 @@ def task_show(task_id: str, fmt: str, as_json: bool) -> None:
 def task_cancel(task_id: str, fmt: str, as_json: bool) -> None:
     """Cancel a task: its running session is stopped and it is never retried automatically."""
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/tasks/{task_id}/cancel")
+    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/cancel")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']}"))
 
 
@@ -143,5 +143,5 @@ def task_retry(task_id: str, fmt: str, as_json: bool) -> None:
     Check first what the last attempt left behind (`compozy task show`, then `compozy session events`):
     committed files stay, and external effects are not undone."""
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/tasks/{task_id}/retry")
+    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']} (attempt {data['task']['attempts']})"))

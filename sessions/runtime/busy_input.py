@@ -36,14 +36,20 @@ class BusyInputMixin:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
         self.meta["input_generation"] = self.generation + 1
         dropped = await db(self.manager.inputs.drop_older, self.id, self.generation)
+        # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
+        # its own marker here, never a second one (and is counted once).
+        steer_id = self.steer.entry_id if self.steer is not None else None
         for entry_id in dropped:
+            if entry_id == steer_id:
+                continue
             self.marker(MarkerKind.PROMPT_DROPPED, "Stale queued input dropped by an interrupt.",
                         {"queue_entry_id": entry_id, "reason": "stale_generation",
                          "queue_generation": self.generation})
-        if self.steer is not None:
+        if steer_id is not None:
             self.marker(MarkerKind.PROMPT_DROPPED, "Staged steer dropped by an interrupt.",
-                        {"queue_entry_id": self.steer.entry_id, "reason": "stale_generation"})
-            dropped.append(self.steer.entry_id)
+                        {"queue_entry_id": steer_id, "reason": "stale_generation"})
+            if steer_id not in dropped:
+                dropped.append(steer_id)
             self.steer = None
         return dropped
 
@@ -82,8 +88,12 @@ class BusyInputMixin:
                                   "queue_generation": self.generation}
         if new is not None:
             result.update({"status": "accepted", "mode": "interrupt", "new_turn_id": new.id, "turn_id": new.id})
-        self.marker(MarkerKind.PROMPT_INTERRUPTED,
-                    "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer."),
+        if turn is None:  # idle: still 200 and older input fenced off (surfaces reference), but no turn was cut
+            summary = "No turn was running; input generation advanced" + (
+                " and the replacement started." if replacement is not None else ".")
+        else:
+            summary = "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer.")
+        self.marker(MarkerKind.PROMPT_INTERRUPTED, summary,
                     {"generation": self.generation, "canceled_count": len(dropped), "previous_turn_id": previous,
                      "new_turn_id": result.get("new_turn_id")})
         await self.recorder.flush()

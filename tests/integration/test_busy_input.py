@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, chunk_count, markers, start_daemon, wait_for
+from tests.conftest import ROOT, Daemon, chunk_count, markers, start_daemon, wait_for
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
@@ -255,6 +257,54 @@ def test_a_dedicated_interrupt_then_steer_composes_the_canceled_prompt_once(daem
     # Idle again, with the salvage spent: a steer has nothing to act on.
     assert error_code(daemon.http.post(daemon.scoped(sid, "/steer"), json={"text": "third"}),
                       409) == "prompt_not_in_progress"
+
+
+def test_an_interrupt_drops_a_queued_entry_and_a_staged_steer_once_each(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    running = accepted(daemon.prompt(sid, "slow 40 0.1"))
+    wait_turn_event(daemon, sid, running, "agent_message")
+    waiting = queued(daemon.prompt(sid, "queued behind"))["queue_entry_id"]
+    steer = daemon.http.post(daemon.scoped(sid, "/steer"), json={"text": "a staged steer"})
+    assert steer.status_code == 202, steer.text
+    staged = steer.json()["prompt"]["queue_entry_id"]
+
+    result = daemon.cli_json("session", "interrupt", sid)["prompt"]
+    assert result["interrupted"] is True and result["previous_turn_id"] == running
+    assert sorted(result["canceled_queued_entries"]) == sorted([waiting, staged])  # the steer is listed once
+    events = wait_done_count(daemon, sid, 1)
+    dropped = [evidence(m)["queue_entry_id"] for m in markers(events, "prompt_dropped")]
+    assert sorted(dropped) == sorted([waiting, staged])
+    [interrupted] = markers(events, "prompt_interrupted")
+    assert evidence(interrupted)["canceled_count"] == 2
+
+    # Idle: still 200 and the generation advances (surfaces reference), but nothing claims a turn was cut short.
+    idle = daemon.cli("session", "interrupt", sid)
+    assert idle.returncode == 0 and "no turn was running" in idle.stdout, idle.stdout
+    [_, idle_marker] = markers(daemon.events(sid), "prompt_interrupted")
+    assert evidence(idle_marker)["previous_turn_id"] is None
+    assert idle_marker["content"]["text"].startswith("No turn was running")
+    assert queue(daemon, sid)["queue_generation"] == 2
+
+
+def test_a_cli_prompt_whose_turn_is_interrupted_elsewhere_exits_70(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    streaming = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "session", "prompt", sid, "slow 60 0.1",
+                                  "-o", "json"], env=daemon.env, cwd=str(ROOT), text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        turn = wait_for(lambda: daemon.session(sid).get("current_turn_id"), timeout=30)
+        wait_turn_event(daemon, sid, turn, "agent_message")
+        assert daemon.http.post(daemon.scoped(sid, "/interrupt"), json={}).status_code == 200
+        out, err = streaming.communicate(timeout=60)
+    finally:
+        streaming.kill()
+    # A script must not take a partial reply for a whole one.
+    assert streaming.returncode == 70, (out, err)
+    assert json.loads(err.strip().splitlines()[-1])["code"] == "turn_cancelled"
+    assert json.loads(out)[-1]["content"]["prompt_stop_reason"] == "cancelled"
+
+    both = daemon.cli("session", "prompt", sid, "x", "--queue", "--steer")
+    assert both.returncode == 65 and "at most one of" in both.stderr
 
 
 # ---- steer ----------------------------------------------------------------------------------------

@@ -338,3 +338,18 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     assert resumable_ids(daemon, workspace) == []  # active, but leased
     turn = daemon.run_turn(sid, "after the resume")
     assert of_type(turn, "done")[0]["content"]["prompt_stop_reason"] == "end_turn"
+
+
+def test_a_stop_ends_the_lease_and_a_named_holder_detaches_from_the_cli(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    first = daemon.cli_json("session", "resume", sid)  # a script's lease, held after the CLI process exits
+    assert first["attach"]["attached_to"].startswith("cli:")
+    stop(daemon, sid)
+    # The runtime that lease was on is gone: the next resume reactivates and attaches, never "locked".
+    again = daemon.cli_json("session", "resume", sid, "--holder", "ci-job-42")
+    assert again["attach"]["attached_to"] == "ci-job-42"
+    assert daemon.session(sid)["state"] == "active"
+    assert resumable_ids(daemon, workspace) == []
+
+    assert daemon.cli_json("session", "detach", sid, "--holder", "ci-job-42")["session"]["id"] == sid
+    assert resumable_ids(daemon, workspace) == [sid]

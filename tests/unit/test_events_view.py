@@ -22,6 +22,7 @@ def test_ages_are_two_units_at_most(stamp: str, expected: str) -> None:
 def test_since_takes_durations_and_rfc3339_in_the_stores_form() -> None:
     assert since_timestamp("1h30m", NOW) == "2026-11-30T10:30:00.000000Z"
     assert since_timestamp("90s", NOW) == "2026-11-30T11:58:30.000000Z"
+    assert since_timestamp("99999999h", NOW) == "0001-01-01T00:00:00.000000Z"  # before year 1: everything
     assert since_timestamp("2026-11-30T13:00:00+01:00") == "2026-11-30T12:00:00.000000Z"
     with pytest.raises(ValueError, match="--since"):
         since_timestamp("yesterday")
