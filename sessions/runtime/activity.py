@@ -183,7 +183,24 @@ class ActivityMixin:
 
     def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
         self._stamp_activity()
+        return self._activity_view(turn)
+
+    def live_activity(self) -> dict[str, Any]:
+        """The activity as of now, for reads: meta.json's copy lags by up to a heartbeat (chunks touch only
+        memory). No writes, so a read on a worker thread cannot race the loop's touches."""
+        activity = self._activity_view(self.turn)
+        kind, at = self._chunk_kind, self._activity_at
+        if kind is not None:
+            activity["last_activity_kind"] = kind
+            activity["last_activity_detail"] = ""
+        if at is not None:
+            activity["last_activity_at"] = folder.isoformat(datetime.fromtimestamp(at, UTC))
+        return activity
+
+    def _activity_view(self, turn: Turn | None) -> dict[str, Any]:
         activity = dict((self.meta.get("liveness") or {}).get("activity") or {})
+        if turn is None:
+            return activity
         now = time.monotonic()
         activity.update({"turn_id": turn.id, "turn_source": turn.source, "turn_started_at": turn.started_at,
                          "idle_seconds": round(now - turn.last_activity_mono, 3),

@@ -15,7 +15,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
     prompting = bool(runtime and runtime.busy)
     stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
     badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
-    activity = dict((meta.get("liveness") or {}).get("activity") or {})
+    activity = _activity(meta, runtime)
     payload: dict[str, Any] = {
         "id": meta["id"],
         "name": meta.get("name") or None,
@@ -56,6 +56,17 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "updated_at": meta["updated_at"],
     }
     return payload
+
+
+def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
+    """A live runtime's activity is newer than meta.json's (written once a heartbeat): the running turn, its idle
+    time, the last chunk. Read from another thread, so a dict resized mid-copy falls back to the stored one."""
+    if runtime is not None and runtime.meta.get("state") == meta.get("state"):
+        try:
+            return runtime.live_activity()
+        except RuntimeError:
+            pass
+    return dict((meta.get("liveness") or {}).get("activity") or {})
 
 
 def _live_runtime(session_id: str) -> Any:

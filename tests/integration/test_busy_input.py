@@ -307,6 +307,18 @@ def test_a_cli_prompt_whose_turn_is_interrupted_elsewhere_exits_70(daemon: Daemo
     assert both.returncode == 65 and "at most one of" in both.stderr
 
 
+def test_a_running_turn_reads_its_live_activity_between_heartbeats(daemon: Daemon, workspace: Path) -> None:
+    # Heartbeats are 30 s apart here: without the runtime's live view, the read shows no turn at all.
+    sid = daemon.create(workspace)["id"]
+    running = accepted(daemon.prompt(sid, "slow 40 0.1"))
+    wait_turn_event(daemon, sid, running, "agent_message")
+    first = daemon.session(sid)["activity"]
+    assert first["turn_id"] == running and first["last_activity_kind"] == "agent_message_chunk", first
+    wait_for(lambda: daemon.session(sid)["activity"]["last_activity_at"] > first["last_activity_at"], timeout=30,
+             what="last_activity_at to move while chunks stream")
+    wait_done_count(daemon, sid, 1)
+
+
 # ---- steer ----------------------------------------------------------------------------------------
 
 def test_a_steer_with_no_tool_result_falls_back_to_the_queue_and_runs(daemon: Daemon, workspace: Path) -> None:
