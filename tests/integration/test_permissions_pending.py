@@ -88,6 +88,9 @@ def test_a_write_waits_for_a_person_and_a_cli_approval_writes_the_file(daemon: D
     cli_listed = daemon.cli_json("session", "permissions", sid)["permissions"]
     assert [p["request_id"] for p in cli_listed] == [request_id]
     assert daemon.session(sid)["prompt_state"] == "prompting"
+    assert daemon.session(sid)["pending_permissions"] == 1
+    [row] = [s for s in daemon.http.get("/api/sessions").json()["sessions"] if s["id"] == sid]
+    assert row["pending_permissions"] == 1  # the list shows who waits for a person
     assert not (workspace / "x.txt").exists()
 
     approved = daemon.cli_json("session", "approve", sid, request_id)
@@ -98,6 +101,7 @@ def test_a_write_waits_for_a_person_and_a_cli_approval_writes_the_file(daemon: D
     assert decisions(turn) == [("pending", "person"), ("approved", "person")]
     assert of_type(turn, "tool_result")[0]["content"]["status"] == "completed"
     assert listed(daemon, sid) == []
+    assert daemon.session(sid)["pending_permissions"] == 0
     again = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"), json={"decision": "approve"})
     assert again.status_code == 404 and again.json()["code"] == "permission_not_found"
 
