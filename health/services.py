@@ -16,7 +16,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from health.derive import LiveFacts, derive, eligibility, is_stale
 from health.enums import HealthState, HealthValue, WakeReason
@@ -149,8 +149,13 @@ def touch_presence(session_id: str) -> None:
     if not live_facts(session_id).runtime:
         return
     now = utcnow()
-    SessionHealth.objects.filter(session_id=session_id).exclude(state=HealthState.STOPPED).update(
-        last_presence_at=now, updated_at=now)
+    try:
+        SessionHealth.objects.filter(session_id=session_id).exclude(state=HealthState.STOPPED).update(
+            last_presence_at=now, updated_at=now)
+    except DatabaseError as exc:
+        # A read must answer even when the catalog cannot take a write (a full disk is when the operator reads
+        # most): presence is a freshness hint, and the next read touches it again.
+        logger.warning("presence of %s not recorded: %s", session_id, exc)
 
 
 def sweep_stale(now: datetime | None = None) -> int:

@@ -112,6 +112,22 @@ def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -
     return outcome
 
 
+def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
+    """Whether a stopped session's transcript is final: a crashed run's cut turn is closed (by whoever judges
+    it first, boot repair or this read) before a reader is told the session stopped, so a follower never closes
+    on `session_stopped` one repair row short. False while another node holds the judgement: ask again later."""
+    if not _needs_transcript_check(meta):
+        return True
+    try:
+        if check_transcript_once(session_id, meta, local_manager()) is not None:
+            return True
+    except Exception:  # a broken store is repair's to report; a reader must not wait on it forever
+        logger.exception("transcript check of %s failed", session_id)
+        return True
+    latest = folder.read_meta(session_id)
+    return latest is None or not _needs_transcript_check(latest)
+
+
 def boot_repair_all() -> dict[str, int]:
     """Every session folder, each on its own (one bad folder never stops the others):
 

@@ -44,11 +44,31 @@ def _agent_alive(liveness: dict[str, Any]) -> bool:
     return is_same_process(liveness.get("subprocess_pid"), started.timestamp() if started else None)
 
 
+def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
+    """The stop the daemon decided but could not write to meta.json (a full sessions disk): the catalog row is
+    written first in that case (`catalog.save_meta`), so a newer stopped row with its cause is the truth."""
+    from django.db import DatabaseError
+
+    from sessions.models import Session
+
+    try:
+        row = Session.objects.filter(id=meta["id"]).first()
+    except DatabaseError:
+        return {}
+    updated = folder.parse_time(meta.get("updated_at"))
+    if row is None or row.state != SessionState.STOPPED or not row.stop_reason or \
+            (updated is not None and row.updated_at is not None and row.updated_at < updated):
+        return {}
+    return {"stop_reason": row.stop_reason, "stop_detail": row.stop_detail, "failure": row.failure}
+
+
 def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     """The repaired metadata for a live state no daemon owns, or None when nothing is stale."""
     state = SessionState(meta["state"])
     if state not in STALE_RULES:
         return None
+    # "Daemon crashed" only when the daemon recorded no stop of its own: a storage failure stays one.
+    meta = {**meta, **_recorded_stop(meta)}
     reason, kind, detail = STALE_RULES[state]
     fixed = dict(meta)
     liveness = dict(fixed.get("liveness") or {})

@@ -26,6 +26,7 @@ from compozy_site import metrics
 from compozy_site.api import error_body
 from sessions import feed as live_feed
 from sessions import services, transcript
+from sessions.boot_repair import transcript_settled
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest
 from sessions.repair import runs_here
@@ -317,6 +318,8 @@ class SessionStreamConsumer(StreamingConsumer):
             return True
         if meta["state"] != SessionState.STOPPED:
             return False
+        if not await sync_to_async(transcript_settled)(self.session_id, meta):
+            return False  # another node is closing the crashed turn right now: its row comes first
         newest = await asyncio.to_thread(event_store.max_sequence, self.tail.path)
         # Newer rows hidden by a raw-mode filter do not keep the stream open.
         if newest > self.tail.cursor and not self.tail.filtered:

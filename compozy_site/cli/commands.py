@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -242,17 +243,20 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
                                          if prompt.get("queue_entry_id") else "")))
             return
         events = []
-        for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": prompt["turn_id"]}):
-            row = json.loads(data)
-            if event == "error" and "sequence" not in row:
-                fail(str(row.get("error")), "stream_error", fmt)
-            events.append(row)
-            if fmt == "jsonl":
-                _print_event(row, fmt)
-            elif fmt == "human" and row.get("type") == "agent_message":
-                click.echo(row["content"].get("text", ""), nl=False)
-            if row.get("type") in ("done", "error", "session_stopped"):
-                break
+        try:
+            for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": prompt["turn_id"]}):
+                row = json.loads(data)
+                if event == "error" and "sequence" not in row:
+                    fail(str(row.get("error")), "stream_error", fmt)
+                events.append(row)
+                if fmt == "jsonl":
+                    _print_event(row, fmt)
+                elif fmt == "human" and row.get("type") == "agent_message":
+                    click.echo(row["content"].get("text", ""), nl=False)
+                if row.get("type") in ("done", "error", "session_stopped"):
+                    break
+        except (OSError, http.client.HTTPException):
+            pass  # cut mid-stream: no terminal row, so the check below fails the command
     except ApiError as exc:
         fail_api(exc, fmt)
     if fmt == "json":
@@ -260,11 +264,19 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
     elif fmt == "human":
         click.echo()
     last = events[-1] if events else {}
+    if last.get("type") not in ("done", "error", "session_stopped"):
+        # The stream closed before the turn ended (the daemon went away): what was printed may be partial.
+        fail("the stream ended before the turn did (is the daemon running? `compozy status`); read the rest "
+             f"with `compozy session events {session_id}`", "stream_ended", fmt, EXIT_UNAVAILABLE)
     if last.get("type") == "error" or last.get("type") == "session_stopped":
         # The turn failed: every output format says so in the exit code (scripts read that, not the text).
-        content = last.get("content") or {}
-        kind = (content.get("failure") or {}).get("kind") or "turn_failed"
-        fail(str(content.get("error") or last.get("stop_reason") or "turn failed"), kind, fmt, EXIT_TURN_FAILED)
+        # A stored row keeps the failure in `content`; the stream's closing frame for a stopped session has it on top.
+        content = last.get("content") or last
+        failure = content.get("failure") or {}
+        kind = failure.get("kind") or "turn_failed"
+        detail = failure.get("summary") or content.get("error") or content.get("stop_detail") or \
+            content.get("stop_reason") or "turn failed"
+        fail(str(detail), kind, fmt, EXIT_TURN_FAILED)
     if last.get("type") == "done" and (last.get("content") or {}).get("prompt_stop_reason") == "cancelled":
         # Stopped or interrupted from elsewhere: what was printed is not the whole reply.
         fail("turn cancelled before it ended (a stop or an interrupt); the reply above is partial",
@@ -339,6 +351,11 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
     emit(rows, fmt, lambda: click.echo("\n".join(event_lines(rows)) if rows else "no events"))
 
 
+# Reconnects of `events --follow` in a row before it gives up: about 2 minutes of backoff, so a daemon restart
+# (boot, migrations, a busy machine) fits.
+FOLLOW_RETRIES = 65
+
+
 def _follow(client: Client, base: str, after: int | None, last: int | None, types: list[str], fmt: str,
             since: str | None = None) -> None:
     cursor = after
@@ -351,7 +368,7 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
             for event_id, event, data in client.stream(base + "/stream", query, last_event_id=cursor):
                 retries = 0
                 row = json.loads(data)
-                if event == "error":
+                if event == "error" and "sequence" not in row:  # the stream's own error, not a stored `error` row
                     fail(str(row.get("error")), "stream_error", fmt)
                 if event_id:
                     cursor = int(event_id)
@@ -360,13 +377,17 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
                     json.dumps(row, sort_keys=True) if fmt != "human" else f"session stopped: {row.get('stop_reason')}")
                 if event == "session_stopped":
                     return
-            return
+            # The stream closed without the session stopping (a daemon restart): reconnect after the cursor.
+            if retries >= FOLLOW_RETRIES:
+                fail("the stream keeps closing; is the daemon running? (`compozy status`)", "stream_ended", fmt,
+                     EXIT_UNAVAILABLE)
         except ApiError as exc:
-            if exc.status != 0 or retries >= 20:
+            if exc.status != 0 or retries >= FOLLOW_RETRIES:
                 raise
-        except (ConnectionError, OSError):
-            if retries >= 20:
-                raise
+        except (OSError, http.client.HTTPException):
+            if retries >= FOLLOW_RETRIES:
+                fail("lost the daemon and could not reconnect (`compozy status`)", "stream_ended", fmt,
+                     EXIT_UNAVAILABLE)
         retries += 1
         time.sleep(min(0.2 * retries, 2.0))
 

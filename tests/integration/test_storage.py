@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -187,3 +188,30 @@ def test_a_store_locked_by_another_process_never_stalls_another_sessions_stream(
     # The daemon's own measure of its shared loop over the window that held the lock.
     lag = daemon.http.get("/api/status").json()["event_loop"]["lag"]["windows"][0]
     assert lag["samples"] > 50 and lag["max_ms"] < 500, lag
+
+
+def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_returns(
+        small_disk: Path, workspace: Path) -> None:
+    d = start_daemon(small_disk)
+    sessions = small_disk / "sessions"
+    try:
+        sid = d.create(workspace)["id"]
+        filler = fill(sessions, HEADROOM_BYTES)
+        assert d.prompt(sid, "stream 400000 12").status_code == 200
+        assert d.wait_state(sid, {"stopped"}, timeout=90)["failure"]["kind"] == "storage_failure"
+        # The full disk took meta.json's stop too: only the catalog (on another disk) holds it now.
+        assert d.meta(sid)["state"] != "stopped"
+        d.stop(signal.SIGKILL)
+        filler.unlink()
+
+        d = start_daemon(small_disk)
+        # Boot repair must not call this "daemon crashed while session active": the daemon recorded the cause.
+        stopped = wait_for(lambda: (s := d.session(sid))["state"] == "stopped" and s, 30, "the session to read")
+        assert stopped["stop_reason"] == "error" and stopped["failure"]["kind"] == "storage_failure", stopped
+        meta = wait_for(lambda: (m := d.meta(sid))["state"] == "stopped" and m, 30, "meta.json to be repaired")
+        assert meta["failure"]["kind"] == "storage_failure", meta
+        # The cut turn is closed append-only, with the same cause.
+        errors = [e for e in d.all_events(sid) if e["type"] == "error"]
+        assert errors and errors[-1]["content"]["failure"]["kind"] == "storage_failure", errors
+    finally:
+        d.stop()

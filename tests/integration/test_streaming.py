@@ -4,6 +4,7 @@ and fenced deltas, terminal frames, the catalog stream, `session events --follow
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from sessions.transcript import TRANSCRIPT_GENERATION as GEN
-from tests.conftest import ROOT, Daemon, chunk_count, wait_for
+from tests.conftest import ROOT, Daemon, chunk_count, start_daemon, wait_for
 from tests.sse import Frame, frames, open_stream, watch_raw
 
 
@@ -387,6 +388,45 @@ def test_session_events_follow_prints_rows_until_the_session_stops(daemon: Daemo
     assert [r["sequence"] for r in rows] == [e["sequence"] for e in stored]
     assert rows[-1]["type"] == "session_stopped" and rows[-1]["stop_reason"] == "user_canceled"
     assert chunk_count(r["content"]["text"] for r in rows if r["type"] == "agent_message") == 20
+
+
+def test_a_daemon_killed_mid_turn_fails_the_cli_prompt_and_follow_reconnects_to_the_restart(
+        tmp_path: Path, ws: Path) -> None:
+    home = tmp_path / "home"
+    daemon = start_daemon(home)
+    procs: list[subprocess.Popen[str]] = []
+
+    def cli(*args: str) -> subprocess.Popen[str]:
+        procs.append(subprocess.Popen([sys.executable, "-m", "compozy_site.cli", *args], env=daemon.env,
+                                      cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return procs[-1]
+
+    try:
+        sid = daemon.create(ws)["id"]
+        follower = cli("session", "events", sid, "--follow", "-o", "jsonl", "--after", "0")
+        prompter = cli("session", "prompt", sid, "slow 400 0.05", "-o", "json")
+        wait_for(lambda: daemon.events(sid, type="agent_message"), timeout=30, what="the turn to stream")
+        daemon.stop(signal.SIGKILL)
+        # A prompt cut off by the daemon's death is not a finished reply: non-zero, one line that says why.
+        _, err = prompter.communicate(timeout=30)
+        assert prompter.returncode == 69, err
+        # (daemon_unavailable when it died before the CLI had opened the stream)
+        assert json.loads(err.strip().splitlines()[-1])["code"] in ("stream_ended", "daemon_unavailable"), err
+        assert follower.poll() is None, "follow must wait for the daemon to come back"
+
+        daemon = start_daemon(home)  # boot repair stops the crashed session and closes its turn
+        out, err = follower.communicate(timeout=60)
+        assert follower.returncode == 0, err
+        stored = [e["sequence"] for e in daemon.all_events(sid)]
+    finally:
+        daemon.stop()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    rows = [json.loads(line) for line in out.splitlines()]
+    # Every stored row once, in order, across the reconnect: the cursor carried over.
+    assert [r["sequence"] for r in rows if "sequence" in r] == stored
+    assert rows[-1]["type"] == "session_stopped" and rows[-1]["stop_reason"] == "agent_crashed", rows[-1]
 
 
 # ---- recap ----------------------------------------------------------------------------------
