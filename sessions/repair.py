@@ -413,10 +413,6 @@ def inspect_transcript(session_id: str, *, force: bool = False) -> RepairReport:
         fixed = stale_fix(stored)
         if fixed is not None:
             report.meta, report.stale = fixed, True
-    reason = report.meta.get("stop_reason") or ""
-    if reason not in REPAIRABLE_STOP_REASONS and not force:
-        report.add(IssueCode.STOP_REASON_REQUIRES_FORCE,
-                   detail=f"stop reason {reason or 'none'!r} is not agent_crashed or error; use --force")
     path = folder.events_path(session_id)
     if not path.exists():
         report.add(IssueCode.NO_REPAIRABLE_TURN, detail="the session has no events.db")
@@ -434,6 +430,13 @@ def inspect_transcript(session_id: str, *, force: bool = False) -> RepairReport:
                        data={"session_id": session_id}) from exc
     finally:
         conn.close()
+    # Only a repair that would append needs the stop reason to allow it: a cleanly stopped session whose last turn
+    # is closed has nothing to repair, and saying "use --force" there invites a repair it does not need.
+    reason = report.meta.get("stop_reason") or ""
+    if reason not in REPAIRABLE_STOP_REASONS and not force and report.turn_id is not None \
+            and report.terminal_event_id is None:
+        report.add(IssueCode.STOP_REASON_REQUIRES_FORCE,
+                   detail=f"stop reason {reason or 'none'!r} is not agent_crashed or error; use --force")
     report.close_counts()
     return report
 

@@ -224,6 +224,16 @@ def test_other_stop_reasons_require_force(reason: str) -> None:
     assert all_events(session_id)[-1]["content"]["stop_reason"] == (reason or None)
 
 
+@pytest.mark.parametrize("reason", ["completed", "user_canceled", "shutdown"])
+def test_a_cleanly_stopped_session_with_its_turns_closed_needs_nothing_not_even_force(reason: str) -> None:
+    # A healthy session must not read "use --force": that invites a repair it does not need.
+    closed = interrupted_turn()[:3]  # the finished turn only
+    session_id = make_session(closed, stop_reason=reason, failure=None)
+    report = repair.repair_transcript(session_id, dry_run=True, force=False)
+    assert codes(report) == ["terminal_event_already_exists"] and report["actions"] == []
+    assert {i["severity"] for i in report["issues"]} == {"info"}
+
+
 def test_a_live_session_a_running_daemon_owns_is_refused(home: Path) -> None:
     session_id = make_session(interrupted_turn(), state="active", stop_reason="", failure=None)
     # Another live process (our parent) stands in for the running daemon.
