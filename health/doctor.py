@@ -163,6 +163,32 @@ def check_live_streams() -> dict[str, Any]:
                 f"{viewers} viewer(s) on {len(streams)} session(s)", evidence={"sessions": streams})
 
 
+def check_session_metadata() -> dict[str, Any]:
+    """Sessions the last boot repair could not repair (an unreadable meta.json, a repair that failed), re-checked
+    now: they are listed from their catalog row with `meta_error` until a person fixes them."""
+    from sessions.boot_repair import read_report
+    from sessions.store.folder import read_meta
+
+    report = read_report()
+    if report is None:
+        return item("session_metadata", "sessions", "info", "Session metadata", "no boot repair has run yet")
+    invalid = []
+    for session_id in report.get("invalid") or []:
+        try:
+            read_meta(session_id)
+        except ValueError:
+            invalid.append(session_id)
+    failed = list(report.get("failed") or [])
+    evidence = {"invalid": invalid, "failed": failed, "boot_repair_at": report.get("at")}
+    if invalid or failed:
+        first = (invalid or failed)[0]
+        return item("session_metadata", "sessions", "warn", "Sessions boot repair could not repair",
+                    f"{len(invalid)} unreadable meta.json (session_meta_invalid), {len(failed)} failed repair(s); "
+                    f"e.g. {first}", f"compozy session repair {first} --dry-run", evidence)
+    return item("session_metadata", "sessions", "ok", "Session metadata",
+                f"every meta.json read at the last boot repair ({report.get('at')})", evidence=evidence)
+
+
 # The wake cycle is late when no tick was claimed for this many cycle intervals (a stuck or dead consumer).
 WAKE_LATE_CYCLES = 4
 
@@ -264,9 +290,8 @@ def check_cluster() -> list[dict[str, Any]]:
 
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
-    check_failures,
-    check_live_streams, check_providers, check_health_rows, check_wake_service, check_heartbeat_policies,
-    check_cluster,
+    check_failures, check_live_streams, check_providers, check_health_rows, check_session_metadata,
+    check_wake_service, check_heartbeat_policies, check_cluster,
 ]
 
 

@@ -145,6 +145,7 @@ def boot_repair_all() -> dict[str, int]:
     started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None
     counts = dict.fromkeys(("scanned", "repaired", "transcripts_checked", "transcripts_repaired", "invalid",
                             "failed"), 0)
+    needs_a_person: dict[str, list[str]] = {"invalid": [], "failed": []}
     for session_id in folder.list_session_dirs():
         if manager is not None and manager.owns(session_id):
             continue
@@ -153,6 +154,7 @@ def boot_repair_all() -> dict[str, int]:
             meta = folder.read_meta(session_id)
         except ValueError as exc:
             counts["invalid"] += 1
+            needs_a_person["invalid"].append(session_id)
             logger.warning("boot repair: %s %s: %s", IssueCode.SESSION_META_INVALID.value, session_id, exc)
             continue
         if meta is None:
@@ -172,8 +174,37 @@ def boot_repair_all() -> dict[str, int]:
                 counts["transcripts_repaired"] += outcome == "repaired"
         except Exception:
             counts["failed"] += 1
+            needs_a_person["failed"].append(session_id)
             logger.exception("boot repair of %s failed", session_id)
     logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s) "
                 "(%d store(s) opened); %d invalid meta.json, %d failed", counts["scanned"], counts["repaired"],
                 counts["transcripts_repaired"], counts["transcripts_checked"], counts["invalid"], counts["failed"])
+    _write_report(counts, needs_a_person)
     return counts
+
+
+# The last boot repair's verdict, for `compozy doctor`: which sessions it could not repair (a person must look).
+REPORT_NAME = "boot-repair.json"
+REPORT_IDS = 100  # per kind; the counts say how many in all
+
+
+def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]]) -> None:
+    from compozy_site.home import compozy_home
+
+    report = {"at": folder.isoformat(folder.utcnow()), "counts": counts,
+              **{kind: ids[:REPORT_IDS] for kind, ids in needs_a_person.items()}}
+    try:
+        folder.write_json_atomic(compozy_home() / REPORT_NAME, report)
+    except OSError:
+        logger.warning("boot repair report not written", exc_info=True)
+
+
+def read_report() -> dict[str, Any] | None:
+    from compozy_site.home import compozy_home
+
+    try:
+        import json
+
+        return json.loads((compozy_home() / REPORT_NAME).read_text())
+    except (OSError, ValueError):
+        return None

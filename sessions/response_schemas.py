@@ -54,6 +54,7 @@ class SessionOut(Open):
     attachable: bool
     prompt_state: str | None = None
     current_turn_id: str | None = None
+    meta_error: dict[str, Any] | None = None  # meta.json unreadable: the row comes from the catalog
     pending_permissions: int = 0  # requests waiting for a person's decision (the list shows them at a glance)
     stop_reason: str | None = None
     stop_detail: str | None = None

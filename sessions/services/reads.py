@@ -52,8 +52,11 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
                 continue
             # Another node's session and no shared sessions folder: the catalog row is what this node knows.
             payload = session_payload(catalog.row_meta(row))
-        except Conflict:
-            continue
+        except Conflict as exc:
+            # meta.json is unreadable (session_meta_invalid): listed from its catalog row, marked and never
+            # attachable, so the session does not vanish from the list while `page.total` still counts it.
+            payload = session_payload(catalog.row_meta(row))
+            payload.update(attachable=False, meta_error={"code": exc.code, "message": exc.message})
         lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
         if resumable and (not payload["attachable"] or lease_held):
             continue

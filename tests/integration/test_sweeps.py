@@ -106,6 +106,19 @@ def test_a_zombie_and_a_broken_meta_json_do_not_stop_the_boot_repair_of_a_crashe
             shown = second.cli("session", "repair", bad, "--dry-run", "-o", "json")
             assert shown.returncode != 0
             assert json.loads(shown.stderr)["code"] == "session_meta_invalid"
+        # And doctor says so, naming them, instead of "ok".
+        [check] = second.cli_json("doctor", "--only", "session_metadata")["items"]
+        assert check["severity"] == "warn" and sorted(check["evidence"]["invalid"]) == [zombie, broken], check
+        # A listed session whose meta.json breaks later stays in the list, marked, from its catalog row.
+        victim = second.create(workspace)["id"]
+        second.cli_json("session", "stop", victim)
+        meta_json = home / "sessions" / victim / "meta.json"
+        kept = meta_json.read_text()
+        meta_json.write_text("{")
+        [row] = [s for s in second.http.get("/api/sessions", params={"all": "true"}).json()["sessions"]
+                 if s["id"] == victim]
+        assert row["meta_error"]["code"] == "session_meta_invalid" and row["attachable"] is False
+        meta_json.write_text(kept)  # repaired by hand: a clean stopped session from here on
     finally:
         second.stop()
 
@@ -121,7 +134,7 @@ def test_a_zombie_and_a_broken_meta_json_do_not_stop_the_boot_repair_of_a_crashe
     swept = manage(home, "repair_sessions", "--all", "--dry-run")
     assert swept.returncode == 1, swept.stdout + swept.stderr
     assert swept.stdout.splitlines()[-1] == (
-        "3 session(s): 1 clean, 2 failed; 2 need(s) a person (dry run: nothing persisted)")
+        "4 session(s): 2 clean, 2 failed; 2 need(s) a person (dry run: nothing persisted)")
     assert f"{zombie}  failed" in swept.stdout and "(session_meta_invalid)" in swept.stdout
     assert f"need a person: {zombie} (session_meta_invalid), {broken} (session_meta_invalid)" in swept.stderr
 
