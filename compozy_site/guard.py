@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 from compozy_site.auth import COOKIE_NAME, Tickets, cluster_token, cookie_value, ensure_token, same_secret
+from sessions.store.redact import register_secret
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -97,8 +98,10 @@ class GuardPolicy:
         home = compozy_home()
         bound = config.http_host.lower()
         hosts = LOOPBACK_HOSTS | {f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound}
-        return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(),
-                   cluster_token())
+        token, peer_token = ensure_token(home), cluster_token()
+        for secret in (token, peer_token):
+            register_secret(secret)  # redacted from events, logs and bundles like any provider key
+        return cls(token, str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(), peer_token)
 
 
 class Refusal(Exception):

@@ -114,6 +114,7 @@ _PROVIDER_RE = re.compile(
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS access key ids
     r"|AIza[0-9A-Za-z_\-]{35,}"  # Google API keys
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack tokens
+    r"|gl(?:pat|ptt|dt|rt|soat|ft|cbt|imt|agent)-[A-Za-z0-9_\-]{20,}"  # GitLab tokens
     r"|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"  # JWTs
     r")"
 )
@@ -294,9 +295,23 @@ def redact_text(text: str) -> str:
         or "AKIA" in text
         or "ASIA" in text
         or ("_" in low and ("k_" in low or "gh" in low))
+        or ("gl" in low and "-" in low)
     ):
         text = _PROVIDER_RE.sub(REDACTED, text)
+    for secret in _KNOWN_SECRETS:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
     return text
+
+
+# Secrets this process holds whatever their shape (the daemon's own API token has no recognisable prefix): a user
+# who pastes one into a prompt must not find it in events.db, a crash bundle or an evidence archive.
+_KNOWN_SECRETS: list[str] = []
+
+
+def register_secret(value: str | None) -> None:
+    if value and len(value) >= 16 and value not in _KNOWN_SECRETS:
+        _KNOWN_SECRETS.append(value)
 
 
 def redact_argv(args: Iterable[Any]) -> list[str]:

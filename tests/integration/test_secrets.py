@@ -47,3 +47,15 @@ def test_a_crash_bundle_with_planted_secrets_contains_none_of_them(daemon: Daemo
         assert secret.encode() not in stored.replace(b"\x00", b"")
         assert secret not in status
         assert secret not in daemon.log()
+
+
+def test_the_daemons_own_token_pasted_into_a_prompt_is_not_stored(daemon: Daemon, workspace: Path) -> None:
+    # It has no provider prefix to recognise it by: the daemon registers it as a secret at start.
+    sid = daemon.create(workspace)["id"]
+    turn = daemon.run_turn(sid, f"echo the token is {daemon.token} and glpat-abcdefghij1234567890")
+    assert turn[-1]["type"] == "done"
+    db = daemon.home / "sessions" / sid / "events.db"
+    stored = b"".join(p.read_bytes() for p in (db, db.with_name("events.db-wal")) if p.exists())
+    for secret in (daemon.token, "glpat-abcdefghij1234567890"):
+        assert secret.encode() not in stored
+        assert secret not in json.dumps(daemon.all_events(sid))

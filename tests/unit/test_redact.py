@@ -16,6 +16,7 @@ from sessions.store.redact import (
     redact_argv,
     redact_text,
     redact_value,
+    register_secret,
 )
 
 OPENAI_KEY = "sk-proj-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7"
@@ -32,7 +33,7 @@ JWT = (
 STRIPE_KEYS = ["sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "rk_live_" + "51H8x2eZvKYlo2C0aBcDeFgH"]
 
 PROVIDER_TOKENS = [OPENAI_KEY, ANTHROPIC_KEY, *GITHUB_TOKENS, GITHUB_PAT, *AWS_KEYS, GOOGLE_KEY, SLACK_TOKEN]
-PROVIDER_TOKENS += [JWT, *STRIPE_KEYS]
+PROVIDER_TOKENS += [JWT, *STRIPE_KEYS, "glpat-abcdefghij1234567890", "glrt-Zq8r4Xy7Lm2Nk9Pw3Vb6Tc"]
 
 ORDINARY = [
     # prose, including words near the trigger list ("author", "tokens", "key", "session")
@@ -52,6 +53,7 @@ ORDINARY = [
     "uses Bearer authentication. The bearer of this note may pass.",
     '{"type": "usage", "max_tokens": 4096, "inputTokens": 12, "author": "jane", "authMethodId": "chatgpt"}',
     "risk-adjusted returns; task-runner finished; sklearn and sk-learn are fine",
+    "glad the gl-matrix upgrade and global-config changes landed; see glpat-short",
     "env: production, vault: disabled",
     "2024-05-01T12:00:00Z INFO request handled in 12ms status=200",
     "",
@@ -301,3 +303,13 @@ def test_redact_text_is_fast_on_ordinary_text() -> None:
     per_call = min(timeit.repeat(lambda: redact_text(text), number=runs, repeat=5)) / runs
     # Target is well under 20 µs (~3-4 µs measured); the bound is loose for slow, shared CI machines.
     assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per call"
+
+
+def test_a_registered_secret_of_any_shape_is_redacted() -> None:
+    # The daemon's own API token has no recognisable prefix: it is registered at start instead.
+    token = "Qm9vbGVhbkZsYWdzQXJlTm90U2VjcmV0cw_xyz-12"
+    assert redact_text(f"my token is {token}.") == f"my token is {token}."
+    register_secret(token)
+    assert redact_text(f"my token is {token}.") == f"my token is {REDACTED}."
+    register_secret("short")  # too short to be a credential: never registered, so prose stays whole
+    assert redact_text("a short note") == "a short note"
