@@ -18,7 +18,6 @@ EXIT_USAGE = 65
 EXIT_UNAVAILABLE = 69
 EXIT_NOPERM = 77
 EXIT_CONFIG = 78
-EXIT_IOERR = 74  # sysexits' EX_IOERR: the daemon's disk is full (507), not "daemon unavailable"
 
 
 def exit_code_for(status: int) -> int:
@@ -28,8 +27,6 @@ def exit_code_for(status: int) -> int:
         return EXIT_NOPERM
     if status == 422:
         return EXIT_CONFIG
-    if status == 507:
-        return EXIT_IOERR
     if status == 0 or status in (404, 410) or status >= 500:
         return EXIT_UNAVAILABLE
     return 1
