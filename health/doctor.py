@@ -304,6 +304,14 @@ def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, 
         except Exception as exc:
             result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed", str(exc))
         items.extend(result if isinstance(result, list) else [result])
+    known = {i["id"] for i in items} | {i["category"] for i in items}
+    unknown = sorted({name for name in (only or []) + (exclude or []) if name not in known})
+    if unknown:
+        from sessions.errors import InvalidRequest
+
+        # A typo must not read as "nothing wrong" (an empty report, status ok).
+        raise InvalidRequest(f"unknown check(s): {', '.join(unknown)[:200]}; checks: {', '.join(sorted(known))}",
+                             code="invalid_check", data={"unknown": unknown[:20], "known": sorted(known)})
     if only:
         items = [i for i in items if i["id"] in only or i["category"] in only]
     if exclude:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -213,6 +214,11 @@ def test_doctor_reports_health_rows_the_wake_service_and_invalid_policies(hd: Da
     finally:
         (hd.home / "agents" / "reader" / "HEARTBEAT.md").unlink()
     assert _doctor_items(hd, lambda i: True)["heartbeat_policies"]["severity"] == "ok"
+    # A mistyped check is an error that lists the real ones, never an empty "ok" report.
+    typo = hd.cli("doctor", "--only", "wake_servce", "-o", "json")
+    assert typo.returncode == 65, typo.stdout + typo.stderr
+    body = json.loads(typo.stderr)
+    assert body["code"] == "invalid_check" and "wake_service" in body["error"]
 
 
 def _doctor_items(d: Daemon, ready: Any) -> dict[str, dict[str, Any]] | None:
