@@ -119,6 +119,15 @@ def split_words(text: str, parts: int) -> list[str]:
     return chunks
 
 
+def user_request(text: str) -> str:
+    """What the person asked, without a context replay Compozy prepends after a reactivation (the projection's
+    `<compozy_context_replay>` block, then `User request: …`): a replayed "read x" must not run the tool again,
+    and echoing the replay would nest it inside the next one."""
+    if "</compozy_context_replay>" in text and "User request: " in text:
+        return text.rsplit("User request: ", 1)[1]
+    return text
+
+
 def find_read_path(text: str) -> str | None:
     """The relative path after the word ``read``, if the prompt asks to read one."""
     for match in _READ_RE.finditer(text):
@@ -244,10 +253,11 @@ class DemoAgent:
             session_id=session_id, update=update_agent_thought_text("Reading the request.")
         )
         await self._pause(cancel, delay)
-        path = find_read_path(text)
+        request = user_request(text)
+        path = find_read_path(request)
         if path is not None:
             await self._read_tool(session_id, session, path, cancel)
-        reply = f"Hello from the Compozy demo agent. You said: {text}"
+        reply = f"Hello from the Compozy demo agent. You said: {request}"
         for chunk in split_words(reply, REPLY_CHUNKS):
             if cancel.is_set():
                 return "cancelled"

@@ -204,6 +204,21 @@ def test_demo_read_tool(tmp_path: Path, permission: str) -> None:
     run(body)
 
 
+def test_demo_answers_the_user_request_not_the_context_replay(tmp_path: Path) -> None:
+    # After a reactivation Compozy prepends the earlier transcript; a "read" in it must not run the tool again.
+    replayed = ("Earlier conversation follows.\n<compozy_context_replay>[{\"role\": \"user\", \"text\": "
+                "\"read notes.txt\"}]</compozy_context_replay>\n\nUser request: what next?")
+
+    async def body() -> None:
+        async with running([DEMO_SCRIPT], RecordingClient("allow")) as h:
+            session_id = await h.start(tmp_path)
+            assert await h.prompt(session_id, replayed) == "end_turn"
+            assert h.updates("tool_call") == [] and h.client.reads == []
+            assert "".join(h.texts()).endswith("You said: what next?")
+
+    run(body)
+
+
 def test_demo_cancel() -> None:
     async def body() -> None:
         async with running(DEMO_MODULE) as h:
