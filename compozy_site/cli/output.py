@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
@@ -61,7 +62,17 @@ def emit(data: Any, fmt: str, human: Any = None) -> None:
         click.echo(dump(data))
 
 
+# Terminal control characters (ESC above all) in stored text: a session name or agent output must not recolour,
+# move the cursor or retitle the operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Cells are rich markup (callers colour severities); control characters never reach the terminal."""
     from rich.console import Console
     from rich.table import Table
 
@@ -69,13 +80,15 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
+        t.add_row(*["" if v is None else printable(str(v)) for v in row])
     Console().print(t)
 
 
 def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+    """Values are data, shown as they are: no markup, no control characters."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=title, show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan")
@@ -83,5 +96,5 @@ def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     for key, value in pairs:
         if value is None or value == "":
             continue
-        t.add_row(key, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        t.add_row(key, Text(printable(value if isinstance(value, str) else json.dumps(value, sort_keys=True))))
     Console().print(t)

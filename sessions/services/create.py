@@ -76,10 +76,9 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
-    prompt = (body.get("prompt") or "").strip()
     manager = get_manager()
-    if prompt:
-        manager.inputs.check_text(prompt)
+    # An explicit but blank first prompt is refused like a blank `prompt` (message_required), never dropped unseen.
+    prompt = manager.inputs.check_text(body["prompt"]) if body.get("prompt") is not None else ""
     directory = folder.session_dir(session_id)
     if not has_free_space(directory):
         raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})

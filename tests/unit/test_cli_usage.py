@@ -40,3 +40,13 @@ def test_usage_errors_are_one_line_and_exit_65(tmp_path: Path, args: list[str], 
 def test_help_still_exits_0(tmp_path: Path) -> None:
     result = compozy(tmp_path, "session", "detach", "--help")
     assert result.returncode == 0 and "--holder" in result.stdout
+
+
+def test_stored_text_never_reaches_the_terminal_as_control_sequences_or_markup(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from compozy_site.cli.output import kv
+
+    kv("Session", [("name", "\x1b[31mRED\x1b[0m [bold]b[/bold] \x1b]0;title\x07")])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "[bold]b[/bold]" in out  # a value is shown as written, never interpreted as markup
