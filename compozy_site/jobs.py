@@ -13,6 +13,8 @@ from typing import Any
 
 from huey.consumer import Consumer
 
+from compozy_site.logging import RepeatedFailure
+
 logger = logging.getLogger(__name__)
 
 BOOT_RETRY_SECONDS = 5.0  # boot repair is sent again until it ran: its message may go to another consumer
@@ -83,6 +85,7 @@ class Ticker:
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)
+        failures = RepeatedFailure(logger)
         while not self._stop.is_set():
             if "boot" in due and jobs.boot_repaired(self.run):
                 del due["boot"]
@@ -96,8 +99,9 @@ class Ticker:
                         self._local.submit(close_db(task.call_local), *args)
                     task(*args)
                     sent[name] = now
-                except Exception:
-                    logger.exception("could not send %s; trying again next tick", name)
+                    failures.ok(name)
+                except Exception as exc:
+                    failures.log(name, f"could not send {name}; trying again next tick", exc)
                 due[name] = now + every()
             self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))
 
@@ -164,12 +168,14 @@ class LeaseKeeper:
                 cluster.register_node(me)
         except Exception:
             logger.exception("could not register this node in the catalog")
+        failures = RepeatedFailure(logger)
         while not self._stop.wait(every):
             try:
                 close_old_connections()
                 self.tick()
-            except Exception:
-                logger.exception("lease renewal failed; trying again in %.1fs", every)
+                failures.ok("lease renewal")
+            except Exception as exc:
+                failures.log("lease renewal", f"lease renewal failed; trying again in {every:.1f}s", exc)
                 from django.db import connection
 
                 with contextlib.suppress(Exception):

@@ -1,0 +1,30 @@
+"""A background loop that keeps failing logs the error once in full, then a line a minute, then says it recovered."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from compozy_site.logging import RepeatedFailure
+
+
+def test_a_repeating_error_is_logged_once_then_summarised(caplog: pytest.LogCaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    failures = RepeatedFailure(logging.getLogger("test.repeated"), every=60.0)
+    full = OSError(28, "No space left on device")
+    with caplog.at_level(logging.WARNING, logger="test.repeated"):
+        for _ in range(30):  # a minute of ticks two seconds apart
+            failures.log("sweep", "could not send sweep", full)
+            clock[0] += 2.0
+        failures.log("sweep", "could not send sweep", full)  # 60 s after the first report
+        failures.log("sweep", "could not send sweep", ValueError("another error"))  # a new error: in full again
+        failures.ok("sweep")
+    records = [(r.levelname, r.getMessage(), bool(r.exc_info)) for r in caplog.records]
+    assert records[0] == ("ERROR", "could not send sweep", True)
+    assert records[1][0] == "ERROR" and "still failing" in records[1][1] and "30 more time(s)" in records[1][1]
+    assert records[2] == ("ERROR", "could not send sweep", True)
+    assert records[3] == ("WARNING", "sweep: working again", False)
+    assert len(records) == 4
