@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from frontend import views
 
@@ -6,7 +6,12 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("tasks", views.tasks_page, name="tasks"),
     path("sessions/<str:session_id>", views.session_page, name="session"),
+    # A pasted or hand-typed URL often ends with a slash; the page has one canonical address.
+    path("sessions/<str:session_id>/", views.session_page_slash, name="session-slash"),
     path("sessions/<str:session_id>/events.jsonl", views.events_jsonl, name="session-events-jsonl"),
     # DEBUG is off under daphne, so nothing else serves /static/ (STATIC_URL).
     path("static/<path:path>", views.static_asset, name="static-asset"),
+    # Last: any other page address. Included after api/ and metrics (compozy_site/urls.py), and never for
+    # /api/, /metrics or /static/, whose misses keep the JSON 404.
+    re_path(r"^(?!api/|api$|metrics$|static/).*$", views.page_not_found, name="page-not-found"),
 ]

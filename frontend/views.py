@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote
 
 from asgiref.sync import sync_to_async
 from django.http import (
@@ -23,6 +24,7 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseNotModified,
+    HttpResponseRedirect,
     JsonResponse,
     StreamingHttpResponse,
 )
@@ -191,6 +193,27 @@ async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
     page = {**context, "features": features()}
     return _secure(render(request, "frontend/session.html", {"session": session, "page": page,
                                                              "store_error": context["store_error"]}))
+
+
+@csrf_exempt
+@require_safe
+async def session_page_slash(request: HttpRequest, session_id: str) -> HttpResponse:
+    return HttpResponseRedirect(f"/sessions/{quote(session_id)}")
+
+
+def _wants_html(request: HttpRequest) -> bool:
+    return "text/html" in request.headers.get("Accept", "")
+
+
+@csrf_exempt
+async def page_not_found(request: HttpRequest) -> HttpResponse:
+    """Any page address that matches nothing: a browser gets the styled page, a script the API's JSON 404."""
+    if request.method not in ("GET", "HEAD") or not _wants_html(request):
+        from compozy_site.api import error_body
+
+        return JsonResponse(error_body("not found", "not_found", 404, {"path": request.path[:512]}), status=404)
+    response = render(request, "frontend/not_found.html", {"path": request.path[:512]}, status=404)
+    return _secure(response)
 
 
 def _take(rows: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:

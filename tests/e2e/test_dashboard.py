@@ -174,7 +174,9 @@ def test_stop_button_stops_the_session_with_user_canceled(page: Page, daemon: Da
     expect(page.locator("#s-stop")).to_have_text("user_canceled")
     expect(page.locator("#s-badge")).to_have_text("stopped")
     expect(page.locator("#btn-stop")).to_be_hidden()
-    expect(page.locator("#prompt-send")).to_be_disabled()
+    # A stopped session takes a prompt: the daemon reactivates it under the same id.
+    expect(page.locator("#prompt-send")).to_have_text("Resume & send")
+    expect(page.locator("#prompt-send")).to_be_enabled()
     expect(page.locator("#stream-indicator")).to_have_attribute("data-state", "ended")
     expect(page.locator("#entries .entry-banner").last).to_contain_text("Session stopped · user_canceled")
     stopped = daemon.session(session["id"])
@@ -316,6 +318,31 @@ def test_unknown_session_page_is_a_readable_404(page: Page, daemon: Daemon) -> N
     response = page.goto(f"{daemon.base_url}/sessions/sess_0000000000000000")
     assert response is not None and response.status == 404
     expect(page.locator("h1")).to_have_text("Session not found")
+
+
+def test_unknown_page_addresses_are_a_readable_404_and_api_misses_stay_json(page: Page, daemon: Daemon,
+                                                                          workspace: Path) -> None:
+    for path in ("/nope", "/sessions/", "/tasks/", "/sessions/sess_0000000000000000/nope"):
+        response = page.goto(daemon.base_url + path)
+        assert response is not None and response.status == 404, path
+        assert response.headers["content-type"].startswith("text/html"), path
+        expect(page.locator("h1")).to_have_text("Page not found")
+        expect(page.locator("main")).to_contain_text(path)
+    # A session page's address with a trailing slash leads to the page.
+    session = active_session(daemon, workspace, "scripted")
+    page.goto(f"{daemon.base_url}/sessions/{session['id']}/")
+    assert page.url == f"{daemon.base_url}/sessions/{session['id']}"
+    expect(page.locator("html")).to_have_attribute("data-ready", "true")
+    # The API, /static/ and scripts keep the JSON 404, even for a browser.
+    for path in ("/api/nope", "/static/nope.js"):
+        response = page.goto(daemon.base_url + path)
+        assert response is not None and response.status == 404, path
+        assert response.headers["content-type"].startswith("application/json"), path
+    for path in ("/nope", "/api/nope"):
+        miss = daemon.http.get(path)
+        assert miss.status_code == 404
+        assert miss.json()["code"] == "not_found"
+    assert daemon.http.get("/metrics").status_code == 200
 
 
 def test_the_transcript_is_the_servers_rendered_from_transcript_frames(page: Page, daemon: Daemon,

@@ -3,6 +3,7 @@ linked sessions, and the Retry and Cancel buttons."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,12 @@ def status(d: Daemon, task_id: str) -> str:
     return str(d.http.get(f"/api/tasks/{task_id}").json()["task"]["status"])
 
 
+def test_no_task_needing_attention_is_not_shown_in_red(page: Page, daemon: Daemon) -> None:
+    page.goto(daemon.base_url + "/tasks")
+    expect(page.locator("#stat-needs-attention")).to_have_text("0")
+    expect(page.locator('.stat[data-stat="needs_attention"]')).not_to_have_class(re.compile(r"\bstat-bad\b"))
+
+
 def test_tasks_page_lists_needs_attention_first_with_sessions_and_retries(page: Page, daemon: Daemon,
                                                                           workspace: Path) -> None:
     done = create(daemon, workspace, "hello", title="a task that works")
@@ -47,8 +54,13 @@ def test_tasks_page_lists_needs_attention_first_with_sessions_and_retries(page: 
     expect(rows.first).to_contain_text("supervised_silence_exhausted")
     expect(rows.first.locator("a[href^='/sessions/sess_']")).to_have_count(1)
     expect(page.locator("#stat-needs-attention")).to_have_text("1")
+    needs_attention = page.locator('.stat[data-stat="needs_attention"]')
+    expect(needs_attention).to_have_class(re.compile(r"\bstat-bad\b"))
     rows.first.get_by_role("button", name="Retry").click()
     expect(page.locator(f"#tasks-body tr[data-task-id='{silent}']")).to_contain_text("2 / 1")
     page.locator(f"#tasks-body tr[data-task-id='{silent}']").get_by_role("button", name="Cancel").click()
     expect(page.locator(f"#tasks-body tr[data-task-id='{silent}']")).to_have_attribute("data-status", "canceled")
+    # Nothing needs attention any more: the poll turns the count back from red.
+    expect(page.locator("#stat-needs-attention")).to_have_text("0")
+    expect(needs_attention).not_to_have_class(re.compile(r"\bstat-bad\b"))
     expect(page.locator(".topnav a[href='/tasks']")).to_be_visible()

@@ -115,6 +115,16 @@ export function badge(value) {
   return el("span", { class: `badge badge-${v}`, title: `badge: ${v}` }, v);
 }
 
+// Stopped by a person or a daemon shutdown, not by a failure. Its health is `dead` (no agent process), which the
+// pages show neutral: nothing is wrong with it.
+export function cleanlyStopped(s) {
+  return Boolean(s) && s.state === "stopped" && !s.failure && !["error", "agent_crashed"].includes(s.stop_reason);
+}
+
+export function healthClass(health, s) {
+  return health === "dead" && cleanlyStopped(s) ? "health-dead health-dead-clean" : `health-${health}`;
+}
+
 export function statePill(state) {
   return el("span", { class: `state state-${state}` }, state);
 }
@@ -184,9 +194,11 @@ export function startDaemonStatus(features = {}) {
   return state;
 }
 
-// The doctor summary (`GET /api/doctor`) joins the header once the health work adds the route.
+// The doctor summary (`GET /api/doctor`) joins the header once the health work adds the route. It is a button:
+// its findings open below the header, where keyboard and touch users can read them (a tooltip alone hid them).
 async function startDoctorSummary() {
   const box = document.getElementById("doctor-summary");
+  const details = document.getElementById("doctor-details");
   if (!box) return;
   try {
     const { data } = await api("GET", "/api/doctor?quiet=true");
@@ -194,8 +206,24 @@ async function startDoctorSummary() {
     const problems = Object.entries(counts).filter(([sev, n]) => n && sev !== "ok" && sev !== "info");
     box.textContent = problems.length ? `doctor: ${problems.map(([s, n]) => `${n} ${s}`).join(", ")}` : "doctor: ok";
     box.dataset.state = data.status || "ok";
-    box.title = (data.items || []).filter((i) => i.severity && !["ok", "info"].includes(i.severity))
-      .map((i) => `${i.severity}: ${i.title || i.code || ""}${i.message ? ` — ${i.message}` : ""}`).join("\n");
+    const items = (data.items || []).filter((i) => i.severity && !["ok", "info"].includes(i.severity));
+    box.title = items.length ? "Show the doctor's findings" : "compozy doctor found nothing to fix";
+    if (details) {
+      clear(details).append(el("h2", {}, "Doctor"), items.length
+        ? el("ul", { class: "doctor-items" }, ...items.map((i) => el("li", { dataset: { severity: i.severity } },
+          el("span", { class: `doctor-sev sev-${i.severity}` }, i.severity), " ", el("strong", {}, i.title || i.code || ""),
+          i.message ? ` — ${i.message}` : "",
+          i.suggested_command ? el("div", { class: "small" }, el("code", {}, i.suggested_command)) : null)))
+        : el("p", { class: "muted" }, "Nothing to fix."),
+      el("p", { class: "muted small" }, "All checks: ", el("code", {}, "compozy doctor")));
+      if (!box.dataset.wired) {
+        box.dataset.wired = "1";
+        box.addEventListener("click", () => {
+          details.hidden = !details.hidden;
+          box.setAttribute("aria-expanded", String(!details.hidden));
+        });
+      }
+    }
     box.hidden = false;
   } catch {
     box.hidden = true;

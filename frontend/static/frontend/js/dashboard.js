@@ -1,7 +1,8 @@
 // The dashboard: sessions across workspaces, filters, live updates from the catalog stream,
 // the overview from /api/status, and the new-session form.
 import {
-  absTime, api, badge, clear, debounce, el, errorText, pageData, relTime, shortPath, startDaemonStatus,
+  absTime, api, badge, cleanlyStopped, clear, debounce, el, errorText, healthClass, pageData, relTime, shortPath,
+  startDaemonStatus,
 } from "./common.js";
 
 const data = pageData();
@@ -17,6 +18,8 @@ const filtersForm = document.getElementById("filters");
 const live = document.getElementById("live-indicator");
 
 const PAGE_LIMIT = 100;
+// The list API's largest `limit` (ListSessionsQuery); a reload of more rows than that reads several pages.
+const MAX_LIMIT = 100;
 // Catalog changes arrive in bursts (start, active, stop); one refetch covers a burst.
 const REFETCH_DEBOUNCE_MS = 250;
 // Relative times ("2m ago") drift; repaint them now and then without refetching.
@@ -28,6 +31,7 @@ const HEALTH_REFRESH_MS = 30_000;
 
 let sessions = [];
 let nextCursor = null;
+let lastPage = null; // the newest page's totals
 
 // ---- filters (mirrored in the URL so a reload keeps them) ---------------------------------------
 
@@ -62,9 +66,9 @@ function filtersActive(f) {
   return Boolean(f.workspace || f.state || f.resumable || f.unhealthy || f.q);
 }
 
-function listUrl(cursor) {
+function listUrl(cursor, limit = PAGE_LIMIT) {
   const f = currentFilters();
-  const params = new URLSearchParams({ all: "true", limit: String(PAGE_LIMIT), include_health: "true" });
+  const params = new URLSearchParams({ all: "true", limit: String(limit), include_health: "true" });
   if (f.workspace) params.set("workspace", f.workspace);
   if (f.state) params.set("state", f.state);
   if (f.resumable) params.set("resumable", "true");
@@ -91,9 +95,14 @@ function row(s) {
   const lastActivity = s.last_activity_at || s.updated_at;
   const failure = s.failure || null;
   const href = `/sessions/${encodeURIComponent(s.id)}`;
-  const tr = el("tr", { dataset: { sessionId: s.id, state: s.state, badge: s.badge } });
+  const waiting = s.pending_permissions || 0;
+  const tr = el("tr", { dataset: { sessionId: s.id, state: s.state, badge: s.badge, pendingPermissions: waiting } });
   tr.append(
-    el("td", { class: "col-status" }, badge(s.badge), el("span", { class: `state-text state-${s.state}` }, s.state)),
+    el("td", { class: "col-status" }, badge(s.badge),
+      // A running badge alone hides that the agent is blocked on a person.
+      waiting ? el("span", { class: "chip chip-approval", title: `${waiting} permission request${waiting > 1 ? "s" : ""} waiting for a decision` },
+        waiting > 1 ? `needs approval · ${waiting}` : "needs approval") : null,
+      el("span", { class: `state-text state-${s.state}` }, s.state)),
     el("td", { class: "col-session" },
       el("a", { href, class: "session-link" }, s.name || "Unnamed session"),
       el("code", { class: "session-id" }, s.id)),
@@ -112,7 +121,7 @@ function row(s) {
         el("span", { class: "failure-kind" }, failure.kind || "failure"),
         failure.summary ? el("span", { class: "failure-summary", title: failure.summary }, failure.summary) : null)
       : el("span", { class: "muted" }, "–")),
-    healthCell(s.health),
+    healthCell(s),
   );
   tr.addEventListener("click", (event) => {
     if (event.target.closest("a, button")) return;
@@ -123,18 +132,23 @@ function row(s) {
 
 // Health and wake eligibility (health reference §1): the pill is the health value, the line under it says whether
 // the wake service may target the session, or the closed reason it may not.
-function healthCell(h) {
+function healthCell(s) {
+  const h = s.health;
   if (!h) return el("td", { class: "col-health" }, el("span", { class: "muted" }, "–"));
   const wake = h.eligible_for_wake ? "wake ok" : h.ineligibility_reason || "no wake";
-  return el("td", { class: "col-health", dataset: { health: h.health } },
-    el("span", { class: `health-pill health-${h.health}`, title: `state ${h.state}${h.attachable ? ", attachable" : ""}` },
-      h.health),
+  const clean = h.health === "dead" && cleanlyStopped(s);
+  return el("td", { class: "col-health", dataset: { health: h.health, clean: clean ? "true" : "" } },
+    el("span", { class: `health-pill ${healthClass(h.health, s)}`,
+      title: clean ? "stopped without a failure: no agent process runs"
+        : `state ${h.state}${h.attachable ? ", attachable" : ""}` },
+    h.health),
     el("span", { class: "muted small wake-state", title: "wake eligibility" }, wake));
 }
 
+// Unhealthy is a client-side filter of the loaded rows; a clean stop is not a health problem.
 function visible() {
   if (!currentFilters().unhealthy) return sessions;
-  return sessions.filter((s) => s.health && s.health.health !== "healthy");
+  return sessions.filter((s) => s.health && s.health.health !== "healthy" && !cleanlyStopped(s));
 }
 
 function render(page) {
@@ -152,8 +166,13 @@ function render(page) {
     empty.querySelector(".empty-text").hidden = filtered;
   }
   const total = page ? page.total : sessions.length;
-  count.textContent = none ? "" : `Showing ${shown.length} of ${total}`;
+  if (none) count.textContent = "";
+  else if (currentFilters().unhealthy) {
+    // Counted against what is loaded: the daemon does not filter by health.
+    count.textContent = `${shown.length} shown of ${sessions.length} loaded${total > sessions.length ? ` (${total} in all)` : ""}`;
+  } else count.textContent = `Showing ${shown.length} of ${total}`;
   loadMore.hidden = !nextCursor;
+  renderListStats();
 }
 
 function repaintTimes() {
@@ -162,13 +181,26 @@ function repaintTimes() {
 
 let loadSeq = 0;
 
-async function reload() {
+// A refresh keeps as many rows as are loaded (what "Load more" added stays; a list loaded to its end stays
+// whole); a filter change starts over with one page.
+async function reload({ keep = true } = {}) {
   const mine = ++loadSeq;
+  let want = PAGE_LIMIT;
+  if (keep) want = nextCursor ? Math.max(PAGE_LIMIT, sessions.length) : Infinity;
   try {
-    const { data: page } = await api("GET", listUrl());
-    if (mine !== loadSeq) return; // a newer filter change won the race
-    sessions = page.sessions || [];
-    nextCursor = page.page && page.page.has_more ? page.page.next_cursor : null;
+    let rows = [];
+    let cursor = null;
+    let page = null;
+    do {
+      ({ data: page } = await api("GET", listUrl(cursor, Math.min(MAX_LIMIT, want - rows.length))));
+      if (mine !== loadSeq) return; // a newer filter change won the race
+      const seen = new Set(rows.map((s) => s.id));
+      rows = rows.concat((page.sessions || []).filter((s) => !seen.has(s.id)));
+      cursor = page.page && page.page.has_more ? page.page.next_cursor : null;
+    } while (cursor && rows.length < want);
+    sessions = rows;
+    nextCursor = cursor;
+    lastPage = page.page;
     render(page.page);
   } catch (err) {
     if (mine !== loadSeq) return;
@@ -184,6 +216,7 @@ async function more() {
     const seen = new Set(sessions.map((s) => s.id));
     sessions = sessions.concat((page.sessions || []).filter((s) => !seen.has(s.id)));
     nextCursor = page.page && page.page.has_more ? page.page.next_cursor : null;
+    lastPage = page.page;
     render(page.page);
   } catch (err) {
     count.textContent = `Could not load more: ${errorText(err)}`;
@@ -192,7 +225,16 @@ async function more() {
   }
 }
 
-// ---- overview (from /api/status) ----------------------------------------------------------------
+// ---- overview (from /api/status, and the loaded rows) -------------------------------------------
+
+// Counted from the loaded rows: /api/status has no per-badge or permission totals.
+function renderListStats() {
+  document.getElementById("stat-running").textContent = sessions.filter((s) => s.badge === "running").length;
+  const approval = sessions.filter((s) => s.pending_permissions > 0).length;
+  const stat = document.getElementById("stat-approval");
+  stat.textContent = approval;
+  stat.closest(".stat").classList.toggle("stat-warn", approval > 0);
+}
 
 function renderOverview(st) {
   const byStatus = (st.sessions && st.sessions.by_status) || {};
@@ -202,8 +244,7 @@ function renderOverview(st) {
   const failed = document.getElementById("stat-failed");
   failed.textContent = failures.total || 0;
   failed.closest(".stat").classList.toggle("stat-bad", Boolean(failures.total));
-  const running = sessions.filter((s) => s.badge === "running").length;
-  document.getElementById("stat-running").textContent = running;
+  renderListStats();
   const list = clear(document.getElementById("recent-failures"));
   const recent = (failures.recent || []).slice(0, 4);
   if (!recent.length) list.append(el("li", { class: "muted" }, "none"));
@@ -275,15 +316,20 @@ form.addEventListener("submit", async (event) => {
 // ---- wiring --------------------------------------------------------------------------------------
 
 readFiltersFromUrl();
-for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.resumable, filterInputs.unhealthy]) {
+for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.resumable]) {
   input.addEventListener("change", () => {
     syncUrl();
-    reload();
+    reload({ keep: false });
   });
 }
+// Health is filtered here, over the loaded rows: no refetch.
+filterInputs.unhealthy.addEventListener("change", () => {
+  syncUrl();
+  render(lastPage);
+});
 filterInputs.q.addEventListener("input", debounce(() => {
   syncUrl();
-  reload();
+  reload({ keep: false });
 }, 200));
 filtersForm.addEventListener("submit", (event) => event.preventDefault());
 loadMore.addEventListener("click", more);
@@ -292,6 +338,7 @@ if (!filtersActive(currentFilters()) && data.initial) {
   // First paint from the data embedded in the page; the catalog stream keeps it fresh.
   sessions = data.initial.sessions || [];
   nextCursor = data.initial.page && data.initial.page.has_more ? data.initial.page.next_cursor : null;
+  lastPage = data.initial.page;
   render(data.initial.page);
 } else {
   reload();

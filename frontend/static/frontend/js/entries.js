@@ -52,6 +52,7 @@ export class EntryView {
     this.options = options; // {canDecide(): bool, onDecide(requestId, decision)}
     this.shown = new Map(); // message id → {entry, node, parts: [node…], end: node|null}
     this.decided = new Map(); // permission request id → decision seen in a later event
+    this.errorKeys = new Set(); // what error banners said (see banner)
     this.pending = null; // request ids the daemon lists as waiting (null: not known yet)
     this.live = false; // the stream is open: the newest unfinished answer shows as streaming
     this.streamingNode = null;
@@ -71,6 +72,7 @@ export class EntryView {
     this.root.textContent = "";
     this.shown.clear();
     this.decided.clear();
+    this.errorKeys.clear();
     this.streamingNode = null;
     return this.upsert(entries);
   }
@@ -360,12 +362,14 @@ export class EntryView {
     const failure = data.failure || null;
     const heading = kind === "stopped" ? "Session stopped" : "Error";
     const reason = data.stop_reason ? ` · ${data.stop_reason}` : "";
+    const text = kind === "stopped" && data.stop_detail ? data.stop_detail : (data.error ? pretty(data.error) : "");
+    const key = JSON.stringify([text, failure && failure.kind, failure && failure.summary]);
+    // A failed start records the error and then the stop it caused, in the same words: say them once.
+    const repeated = kind === "stopped" && Boolean(text || failure) && this.errorKeys.has(key);
+    if (kind === "error") this.errorKeys.add(key);
     const lines = [];
-    if (kind === "error" && data.error) lines.push(el("div", { class: "banner-text" }, pretty(data.error)));
-    if (kind === "stopped" && (data.stop_detail || data.error)) {
-      lines.push(el("div", { class: "banner-text" }, data.stop_detail || pretty(data.error)));
-    }
-    if (failure) {
+    if (text && !repeated) lines.push(el("div", { class: "banner-text" }, text));
+    if (failure && !repeated) {
       lines.push(el("div", { class: "banner-failure" }, el("span", { class: "failure-kind" }, failure.kind || "failure"),
         failure.summary ? ` ${failure.summary}` : ""));
       if (failure.crash_bundle_path) {

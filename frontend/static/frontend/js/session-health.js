@@ -1,11 +1,11 @@
 // The session page's health pill and wake panel, from `GET …/inspect` (health, wake state, the HEARTBEAT.md
 // snapshot it would be woken under). The session's own script shows the raw health fields; this adds the summary.
-import { api, clear, el, pageData, relTime } from "./common.js";
+import { api, clear, cleanlyStopped, el, healthClass, pageData, relTime } from "./common.js";
 
 // Health is metadata the daemon ages on its own; refreshing twice a minute keeps the pill honest.
 const REFRESH_MS = 30_000;
 
-const session = pageData().session || {};
+let session = pageData().session || {};
 const scoped = `/api/workspaces/${encodeURIComponent(session.workspace_id)}/sessions/${encodeURIComponent(session.id)}`;
 
 function row(dl, label, value) {
@@ -22,8 +22,9 @@ async function load() {
   const h = data.health;
   const pill = document.getElementById("s-health");
   pill.textContent = h.health;
-  pill.className = `badge health-${h.health}`;
-  pill.title = `health ${h.health}, state ${h.state}; ${h.eligible_for_wake ? "wake ok" : h.ineligibility_reason}`;
+  pill.className = `badge ${healthClass(h.health, session)}`;
+  pill.title = `health ${h.health}, state ${h.state}; ${h.eligible_for_wake ? "wake ok" : h.ineligibility_reason}`
+    + (h.health === "dead" && cleanlyStopped(session) ? "\nstopped without a failure: no agent process runs" : "");
   pill.dataset.health = h.health;
   pill.hidden = false;
   const wake = data.wake_state || {};
@@ -39,3 +40,8 @@ async function load() {
 
 load();
 setInterval(load, REFRESH_MS);
+// session.js announces each state change (a stop, a crash, a resume): the pill follows at once, not at the next poll.
+document.addEventListener("compozy:session", (event) => {
+  session = event.detail || session;
+  load();
+});

@@ -249,18 +249,55 @@ function onStreamError(message) {
 function endStream(state, text) {
   flush();
   streamEnded = true;
+  endedActivation = session.activated_at;
   if (source) source.close();
   view.setLive(false);
   setIndicator(state === "error" ? "error" : "ended", text || "stream ended");
   if (snapshots === 0) ready();
   refreshSessionSoon();
+  watchCatalog(true);
 }
 
-// A stream that ended (a stopped session) is reopened after the cursor, e.g. to show what a repair appended.
+// A stream that ended (a stopped session) is reopened after the cursor: to show what a repair appended, or
+// the turns of a session continued here or elsewhere (`compozy session prompt ID`).
 function resumeStream() {
   if (!streamEnded) return;
   streamEnded = false;
+  watchCatalog(false);
+  indicator.hidden = false;
   openStream(true);
+}
+
+// The activation the ended stream belonged to: a newer one means the session was continued since.
+let endedActivation = null;
+
+function resumeIfReactivated(previousState) {
+  const live = session.state === "starting" || session.state === "active";
+  if (streamEnded && live && (previousState === "stopped" || session.activated_at !== endedActivation)) resumeStream();
+}
+
+// While no stream is open, the catalog stream (a wake signal per catalog change) tells the page at once when
+// the session is continued elsewhere; the slow poll of a stopped session is the fallback.
+let catalog = null;
+
+function watchCatalog(on) {
+  if (!on) {
+    if (catalog) catalog.close();
+    catalog = null;
+    return;
+  }
+  if (catalog) return;
+  catalog = new EventSource("/api/sessions/catalog-stream");
+  catalog.addEventListener("open", () => refreshSessionSoon()); // what changed while it was closed
+  catalog.addEventListener("session_catalog_changed", (message) => {
+    const change = parse(message);
+    if (!change || !change.session_id || change.session_id === session.id) refreshSessionSoon();
+  });
+  catalog.addEventListener("error", () => {
+    if (!catalog || catalog.readyState !== EventSource.CLOSED) return; // EventSource reconnects by itself
+    catalog = null;
+    setTimeout(() => { if (streamEnded) watchCatalog(true); }, STREAM_RETRY_MS[STREAM_RETRY_MS.length - 1]);
+  });
 }
 
 // ---- older history ---------------------------------------------------------------------------------
@@ -354,16 +391,21 @@ async function refreshSession() {
       setIndicator("error", "session removed");
       streamEnded = true;
       if (source) source.close();
+      watchCatalog(false);
     }
   }
 }
 
 const refreshSessionSoon = debounce(refreshSession, 150);
 
+let pollTimer = null;
+
+// Rescheduled on every state change, so a stopped page that sees its session resume polls fast again.
 function pollSession() {
+  clearTimeout(pollTimer);
   const changing = session.state === "starting" || session.state === "stopping";
   const delay = changing ? POLL_CHANGING_MS : session.state === "active" ? POLL_ACTIVE_MS : POLL_STOPPED_MS;
-  setTimeout(async () => {
+  pollTimer = setTimeout(async () => {
     if (!document.hidden || changing) await refreshSession();
     pollSession();
   }, delay);
@@ -371,8 +413,14 @@ function pollSession() {
 
 let lastState = session.state;
 
+// Prompts go to an active session, and to a stopped one, which the daemon reactivates under the same id first.
+function canSend(s) {
+  return s.state === "active" || s.state === "stopped";
+}
+
 function renderHead() {
   const s = session;
+  const previousState = lastState;
   $("session-head").dataset.state = s.state;
   $("s-name").textContent = s.name || "Unnamed session";
   $("s-badge").replaceWith(Object.assign(badge(s.badge), { id: "s-badge" }));
@@ -408,12 +456,15 @@ function renderHead() {
   $("btn-cancel-turn").hidden = !(s.state === "active" && prompting);
   $("btn-interrupt").hidden = !(features.interrupt && s.state === "active" && prompting);
 
-  sendButton.disabled = s.state !== "active";
-  if (s.state !== lastState || !composerStatus.dataset.sticky) {
+  if (!sending) sendButton.disabled = !canSend(s);
+  sendButton.textContent = s.state === "stopped" ? "Resume & send" : "Send";
+  sendButton.title = s.state === "stopped" ? "Continue this session (same id, context recovered) with this prompt" : "";
+  // While a prompt is in flight its own status line wins (a resume passes through starting).
+  if (!sending && (s.state !== lastState || !composerStatus.dataset.sticky)) {
     if (s.state === "starting") setComposerStatus("The agent is starting; prompts can be sent once it is active.");
     else if (s.state === "stopping") setComposerStatus("The session is stopping.");
-    else if (s.state === "stopped") setComposerStatus("This session is stopped; prompts need an active session.");
-    else if (lastState !== "active") setComposerStatus("");
+    else if (s.state === "stopped") setComposerStatus("This session is stopped; sending a prompt resumes it (same id, context recovered).");
+    else if (lastState !== "active" && !composerStatus.dataset.sticky) setComposerStatus("");
   }
   if (s.state === "stopped" && lastState !== "stopped") {
     view.refreshPermissions(new Set());
@@ -421,6 +472,13 @@ function renderHead() {
   }
   lastState = s.state;
   renderDiagnostics();
+  resumeIfReactivated(previousState);
+  if (s.state !== previousState) {
+    pollSession();
+    // The health pill and panel would otherwise contradict the new state until their next poll.
+    if (features.health) loadHealth();
+    document.dispatchEvent(new CustomEvent("compozy:session", { detail: s }));
+  }
 }
 
 // ---- composer --------------------------------------------------------------------------------------
@@ -441,6 +499,8 @@ function setupModes() {
   modeSelect.value = available[preferred] ? preferred : "queue";
 }
 
+let sending = false;
+
 async function sendPrompt(event) {
   event.preventDefault();
   const message = input.value.trim();
@@ -449,8 +509,10 @@ async function sendPrompt(event) {
     return;
   }
   const mode = modeSelect.value;
+  const resuming = session.state === "stopped";
+  sending = true;
   sendButton.disabled = true;
-  setComposerStatus("Sending…");
+  setComposerStatus(resuming ? "Resuming the session…" : "Sending…");
   try {
     const { status, data: body } = await api("POST", `${scoped}/prompt`, { message, mode });
     const result = body.prompt || {};
@@ -467,14 +529,17 @@ async function sendPrompt(event) {
     } else if (result.mode === "steer") {
       setComposerStatus("Steer sent as a new turn with the interrupted prompt.", "ok", true);
     } else {
-      setComposerStatus(status === 200 ? "Sent." : `Prompt ${result.status || "sent"}.`, "ok", true);
+      const sent = status === 200 ? "Sent." : `Prompt ${result.status || "sent"}.`;
+      setComposerStatus(resuming ? `Session resumed. ${sent}` : sent, "ok", true);
     }
+    // A resumed session is active again by now: the refresh reopens the stream after the page's cursor.
     refreshSessionSoon();
     if (features.queue) refreshQueueSoon();
   } catch (err) {
     setComposerStatus(errorText(err), "error", true);
   } finally {
-    sendButton.disabled = session.state !== "active";
+    sending = false;
+    sendButton.disabled = !canSend(session);
   }
 }
 
@@ -570,17 +635,29 @@ async function action(button, busyText, fn) {
 }
 
 function setupActions() {
-  $("btn-stop").addEventListener("click", (event) => action(event.currentTarget, "Stopping…", async () => {
-    await api("POST", `${scoped}/stop`);
-    setComposerStatus("Session stopped.", "ok", true);
-  }));
+  $("btn-stop").addEventListener("click", (event) => {
+    // Queued prompts are the user's own unsent work: make them say so before a stop strands it.
+    const queued = queue.size;
+    if (queued && !window.confirm(`${queued} queued prompt${queued > 1 ? "s" : ""} will not run while the session is stopped. Stop the session?`)) return;
+    stopSession(event.currentTarget);
+  });
   $("btn-cancel-turn").addEventListener("click", (event) => action(event.currentTarget, "Canceling…", async () => {
-    await api("POST", `${scoped}/prompt/cancel`);
+    const { data: body } = await api("POST", `${scoped}/prompt/cancel`);
+    const canceled = (body && body.prompt && body.prompt.status) === "canceled";
+    setComposerStatus(canceled ? `Turn canceled.${queue.size ? " The next queued prompt runs now." : ""}`
+      : "No turn was running.", "ok", true);
   }));
   $("btn-interrupt").addEventListener("click", (event) => action(event.currentTarget, "Interrupting…", async () => {
     await api("POST", `${scoped}/interrupt`, {});
     setComposerStatus("Interrupted. A steer now resends the interrupted prompt with your correction.", "ok", true);
   }));
+}
+
+function stopSession(button) {
+  action(button, "Stopping…", async () => {
+    await api("POST", `${scoped}/stop`);
+    setComposerStatus("Session stopped.", "ok", true);
+  });
 }
 
 // ---- permissions ---------------------------------------------------------------------------------

@@ -71,7 +71,10 @@ function render(data) {
   }
   empty.hidden = data.tasks.length > 0;
   const totals = data.totals;
-  document.getElementById("stat-needs-attention").textContent = totals.needs_attention;
+  const attention = document.getElementById("stat-needs-attention");
+  attention.textContent = totals.needs_attention;
+  // Red only when something waits for a person, as on the dashboard.
+  attention.closest(".stat").classList.toggle("stat-bad", Boolean(totals.needs_attention));
   document.getElementById("stat-running").textContent = totals.running_runs;
   document.getElementById("stat-requeued").textContent = totals.requeued;
   document.getElementById("stat-total").textContent = totals.total;
