@@ -12,9 +12,12 @@ from compozy_site.cli.output import emit, fail_api, kv, table
 
 
 def _message_line(message: dict[str, Any]) -> str:
-    """One line per UI message: its text, else what its parts are."""
-    texts = [p.get("text", "") for p in message.get("parts", []) if p.get("type") in ("text", "reasoning")]
-    text = " ".join(t.strip() for t in texts if t.strip())
+    """One line per UI message: what it said (the reasoning, marked, only when it said nothing else), else what
+    its parts are."""
+    parts = message.get("parts", [])
+    said = " ".join(t for p in parts if p.get("type") == "text" and (t := p.get("text", "").strip()))
+    thought = " ".join(t for p in parts if p.get("type") == "reasoning" and (t := p.get("text", "").strip()))
+    text = said or (f"(thinking) {thought}" if thought else "")
     if not text:
         kinds = []
         for part in message.get("parts", []):
