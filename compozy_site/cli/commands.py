@@ -1,4 +1,4 @@
-"""The `compozy session` and `workspace` commands: thin, one or two API calls each over the daemon socket."""
+"""The `compozy session` commands: thin, one or two API calls each over the daemon socket."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from compozy_site.cli.app import (
     output_option,
     seg,
     session,
-    workspace,
 )
 from compozy_site.cli.client import ApiError, Client
-from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv, table
+from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv
 
 # ---- sessions ----------------------------------------------------------------------------------
 
@@ -415,99 +414,3 @@ def session_history(session_id: str, last: int | None, after: int | None, fmt: s
                 _print_event(row, "human")
 
     emit(turns, fmt, human)
-
-
-# ---- workspaces --------------------------------------------------------------------------------
-
-def _ws_rows(items: list[dict[str, Any]]) -> None:
-    table("Workspaces", ["ID", "Name", "Root", "Add Dirs", "Default Agent", "Updated"],
-          [(w["id"], w["name"], w["root_dir"], len(w["add_dirs"]), w.get("default_agent"), w["updated_at"])
-           for w in items])
-
-
-@workspace.command("list")
-@output_option
-@json_flag
-def workspace_list(fmt: str, as_json: bool) -> None:
-    """Every registered workspace."""
-    fmt = _fmt(fmt, as_json)
-    try:
-        items = _client().request("GET", "/api/workspaces")["workspaces"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit(items, fmt, lambda: _ws_rows(items))
-
-
-@workspace.command("info")
-@click.argument("ref", required=False)
-@output_option
-@json_flag
-def workspace_info(ref: str | None, fmt: str, as_json: bool) -> None:
-    """Root, extra roots, sessions, visible agents and providers. No REF: the cwd's nearest workspace."""
-    from urllib.parse import quote
-
-    fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        if not ref:
-            listing = client.request("GET", "/api/workspaces")["workspaces"]
-            cwd = os.path.realpath(os.getcwd())
-            matches = [w for w in listing if cwd == w["root_dir"] or cwd.startswith(w["root_dir"].rstrip("/") + "/")]
-            if not matches:
-                fail(f"no registered workspace contains {cwd}", "workspace_not_found", fmt, EXIT_UNAVAILABLE)
-            ref = max(matches, key=lambda w: len(w["root_dir"]))["id"]
-        data = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")
-    except ApiError as exc:
-        fail_api(exc, fmt)
-
-    def human() -> None:
-        w = data["workspace"]
-        kv(f"Workspace {w['name']}", [("id", w["id"]), ("root", w["root_dir"]), ("add dirs", w["add_dirs"]),
-                                       ("default agent", w.get("default_agent"))])
-        table("Agents", ["Name", "Provider"], [(a["name"], a["provider"]) for a in data["agents"]])
-        table("Providers", ["Name", "Command", "Available"],
-              [(p["name"], " ".join(p["command"]), "yes" if p["available"] else "no") for p in data["providers"]])
-
-    emit(data, fmt, human)
-
-
-@workspace.command("add")
-@click.argument("path")
-@click.option("--name", default=None)
-@click.option("--add-dir", "add_dirs", multiple=True, help="Extra root (absolute, repeatable).")
-@click.option("--default-agent", default=None)
-@output_option
-@json_flag
-def workspace_add(path: str, name: str | None, add_dirs: tuple[str, ...], default_agent: str | None, fmt: str,
-                  as_json: bool) -> None:
-    """Register an absolute path as a workspace."""
-    fmt = _fmt(fmt, as_json)
-    body: dict[str, Any] = {"root_dir": path, "add_dirs": list(add_dirs)}
-    if name:
-        body["name"] = name
-    if default_agent:
-        body["default_agent"] = default_agent
-    try:
-        w = _client().request("POST", "/api/workspaces", body)["workspace"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit(w, fmt, lambda: _ws_rows([w]))
-
-
-@workspace.command("remove")
-@click.argument("ref")
-@output_option
-@json_flag
-def workspace_remove(ref: str, fmt: str, as_json: bool) -> None:
-    """Unregister a workspace (refused while a session is live; stopped sessions go with it)."""
-    from urllib.parse import quote
-
-    fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        w = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")["workspace"]
-        client.request("DELETE", f"/api/workspaces/{w['id']}")
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit(w, fmt, lambda: click.echo(f"removed workspace {w['name']} ({w['id']})"))
-

@@ -7,7 +7,17 @@ import sys
 import rich_click as click
 
 # Importing a module registers its commands.
-from compozy_site.cli import commands, evidence, health, live, reads, repair, system, tasks  # noqa: F401
+from compozy_site.cli import (  # noqa: F401
+    commands,
+    evidence,
+    health,
+    live,
+    reads,
+    repair,
+    system,
+    tasks,
+    workspaces,
+)
 from compozy_site.cli.app import cli
 from compozy_site.cli.output import EXIT_USAGE, fail
 
