@@ -25,6 +25,10 @@ class DaemonError(RuntimeError):
     pass
 
 
+class DaemonAlreadyRunning(DaemonError):
+    """This home's daemon runs already: a conflict (exit 65), not a failed start."""
+
+
 def _prepare_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "compozy_site.settings")
     # daphne.server installs the asyncio Twisted reactor at import: it must come before django/channels.
@@ -73,7 +77,7 @@ def run_foreground(port: int | None = None) -> int:
     # Before anything is created: the socket, catalogs, logs and SQLite's -wal/-shm are all born owner-only.
     enter_private_umask()
     if (running := running_record()) is not None:
-        raise DaemonError(f"daemon already running (pid={running['pid']})")
+        raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
     make_private(home)
     raise_open_file_limit()
 
@@ -235,7 +239,7 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     from compozy_site.home import compozy_home
 
     if (running := running_record()) is not None:
-        raise DaemonError(f"daemon already running (pid={running['pid']})")
+        raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
     home = compozy_home()
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

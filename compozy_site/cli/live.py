@@ -73,7 +73,7 @@ def session_permissions(session_id: str, fmt: str, as_json: bool) -> None:
 
 
 def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
-    data = session_call(fmt, session_id, "POST", f"/permissions/{request_id}", {"decision": decision})
+    data = session_call(fmt, session_id, "POST", f"/permissions/{seg(request_id)}", {"decision": decision})
     emit(data, fmt, lambda: click.echo(f"{data['permission']['decision']} {request_id}"))
 
 
@@ -81,18 +81,20 @@ def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
 @click.argument("session_id")
 @click.argument("request_id")
 @output_option
-def session_approve(session_id: str, request_id: str, fmt: str) -> None:
-    """Approve a pending permission request."""
-    _decide(session_id, request_id, "approve", fmt)
+@json_flag
+def session_approve(session_id: str, request_id: str, fmt: str, as_json: bool) -> None:
+    """Approve a pending permission request (ids from `session permissions ID`)."""
+    _decide(session_id, request_id, "approve", _fmt(fmt, as_json))
 
 
 @session.command("deny")
 @click.argument("session_id")
 @click.argument("request_id")
 @output_option
-def session_deny(session_id: str, request_id: str, fmt: str) -> None:
-    """Deny a pending permission request."""
-    _decide(session_id, request_id, "deny", fmt)
+@json_flag
+def session_deny(session_id: str, request_id: str, fmt: str, as_json: bool) -> None:
+    """Deny a pending permission request; the agent's tool call fails with "permission denied"."""
+    _decide(session_id, request_id, "deny", _fmt(fmt, as_json))
 
 
 @session.command("resume")
@@ -150,8 +152,10 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
 @click.option("--holder", required=True, metavar="NAME",
               help="The holder to release, as `session resume` printed it (`attach.attached_to`).")
 @output_option
-def session_detach(session_id: str, holder: str, fmt: str) -> None:
+@json_flag
+def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> None:
     """Release a holder lease taken by `session resume` (a no-op when NAME does not hold it)."""
+    fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "DELETE", "/attach", query={"attached_to": holder})
     emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 

@@ -17,7 +17,7 @@ from compozy_site.cli.app import (
     output_option,
 )
 from compozy_site.cli.client import ApiError
-from compozy_site.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
+from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, table
 
 # ---- status ------------------------------------------------------------------------------------
 
@@ -129,18 +129,22 @@ def dashboard_cmd(no_open: bool, fmt: str, as_json: bool) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds to wait for a background start; a daemon not ready by then is stopped.")
 @output_option
-def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str) -> None:
+@json_flag
+def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, as_json: bool) -> None:
     """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
 
     Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
     a daemon that is not ready in time is stopped, so a failed start never leaves one running.
     """
-    from compozy_site.launcher import DaemonError, run_foreground, start_detached
+    from compozy_site.launcher import DaemonAlreadyRunning, DaemonError, run_foreground, start_detached
 
+    fmt = _fmt(fmt, as_json)
     try:
         if foreground:
             sys.exit(run_foreground(port))
         record = start_detached(port, timeout)
+    except DaemonAlreadyRunning as exc:
+        fail(str(exc), "daemon_already_running", fmt, EXIT_USAGE)
     except DaemonError as exc:
         fail(str(exc), "daemon_start_failed", fmt)
     emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
@@ -148,10 +152,12 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str) -
 
 @daemon.command("stop")
 @output_option
-def daemon_stop(fmt: str) -> None:
+@json_flag
+def daemon_stop(fmt: str, as_json: bool) -> None:
     """Stop the daemon: live sessions stop with reason `shutdown`, then it exits (waits up to 15 s)."""
     from compozy_site.launcher import DaemonError, stop_daemon
 
+    fmt = _fmt(fmt, as_json)
     try:
         record = stop_daemon()
     except DaemonError as exc:
@@ -161,10 +167,12 @@ def daemon_stop(fmt: str) -> None:
 
 @daemon.command("status")
 @output_option
-def daemon_status(fmt: str) -> None:
+@json_flag
+def daemon_status(fmt: str, as_json: bool) -> None:
     """Print the daemon record; `stopped` (exit 0) when no daemon runs."""
     from compozy_site.daemon_record import read_daemon_record, running_record
 
+    fmt = _fmt(fmt, as_json)
     running = running_record()
     record = {**(running or read_daemon_record() or {}), "status": "running" if running else "stopped"}
     emit(record, fmt, lambda: kv("Compozy daemon", sorted(record.items())))

@@ -168,6 +168,12 @@ def test_daemon_status_prints_the_record(daemon: Daemon) -> None:
 
     result = daemon.cli("daemon", "status")
     assert result.returncode == 0 and str(daemon.proc.pid) in result.stdout
+    assert daemon.cli_json("daemon", "status", "--json") == daemon.cli_json("daemon", "status")
+
+    # A second start is a conflict with one readable answer, not a failed start.
+    again = daemon.cli("daemon", "start", "--json")
+    assert again.returncode == 65, again.stderr
+    assert json.loads(again.stderr)["code"] == "daemon_already_running"
 
 
 def test_daemon_status_without_a_daemon_says_stopped(daemon: Daemon, tmp_path: Path) -> None:
