@@ -1,5 +1,5 @@
 // The session page's health pill and wake panel, from `GET …/inspect` (health, wake state, the HEARTBEAT.md
-// snapshot it would be woken under). The session's own script shows the raw health fields; this adds the summary.
+// snapshot it would be woken under). session-diagnostics.js shows the raw health fields; this adds the summary.
 import { api, clear, cleanlyStopped, el, healthClass, pageData, relTime } from "./common.js";
 
 // Health is metadata the daemon ages on its own; refreshing twice a minute keeps the pill honest.
@@ -40,7 +40,7 @@ async function load() {
 
 load();
 setInterval(load, REFRESH_MS);
-// session.js announces each state change (a stop, a crash, a resume): the pill follows at once, not at the next poll.
+// session-head.js announces each state change (a stop, a crash, a resume): the pill follows at once, not at the next poll.
 document.addEventListener("compozy:session", (event) => {
   session = event.detail || session;
   load();

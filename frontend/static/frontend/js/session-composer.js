@@ -1,0 +1,218 @@
+// The session page's composer and what the user sends from it: prompts with their busy-input mode
+// (queue, interrupt, steer), the queue of prompts waiting for a turn, and the turn actions in the header
+// (cancel turn, interrupt, stop session).
+//
+// They share one status line (`#composer-status`), which every write reports to, and the queue: a stop
+// asks first when queued prompts would be stranded, and a canceled turn says whether the next one runs.
+// The other session modules report on that line too (setComposerStatus); of them this one imports only the record.
+import { api, clear, debounce, el, errorText } from "./common.js";
+import { $, data, features, refreshSessionSoon, scoped, session } from "./session-record.js";
+
+const composer = $("composer");
+const input = $("prompt-input");
+const modeSelect = $("prompt-mode");
+const sendButton = $("prompt-send");
+const composerStatus = $("composer-status");
+
+export function setComposerStatus(text, tone = "", sticky = false) {
+  composerStatus.textContent = text;
+  composerStatus.dataset.tone = tone;
+  composerStatus.dataset.sticky = sticky ? "1" : "";
+}
+
+export function setupModes() {
+  const available = { queue: true, interrupt: Boolean(features.interrupt), steer: Boolean(features.steer) };
+  for (const option of modeSelect.options) {
+    option.disabled = !available[option.value];
+    if (option.disabled) option.textContent = `${option.value} (not available)`;
+  }
+  const preferred = (data.busy_input && data.busy_input.default_mode) || "queue";
+  modeSelect.value = available[preferred] ? preferred : "queue";
+}
+
+export function setupComposer() {
+  composer.addEventListener("submit", sendPrompt);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) composer.requestSubmit();
+  });
+}
+
+// Prompts go to an active session, and to a stopped one, which the daemon reactivates under the same id first.
+function canSend(s) {
+  return s.state === "active" || s.state === "stopped";
+}
+
+let sending = false; // a prompt is in flight
+
+// The composer's part of a new session record `s`; `lastState` is the state the page showed before it.
+export function showSessionState(s, lastState) {
+  if (!sending) sendButton.disabled = !canSend(s);
+  sendButton.textContent = s.state === "stopped" ? "Resume & send" : "Send";
+  sendButton.title = s.state === "stopped" ? "Continue this session (same id, context recovered) with this prompt" : "";
+  // While a prompt is in flight its own status line wins (a resume passes through starting).
+  if (!sending && (s.state !== lastState || !composerStatus.dataset.sticky)) {
+    if (s.state === "starting") setComposerStatus("The agent is starting; prompts can be sent once it is active.");
+    else if (s.state === "stopping") setComposerStatus("The session is stopping.");
+    else if (s.state === "stopped") setComposerStatus("This session is stopped; sending a prompt resumes it (same id, context recovered).");
+    else if (lastState !== "active" && !composerStatus.dataset.sticky) setComposerStatus("");
+  }
+}
+
+async function sendPrompt(event) {
+  event.preventDefault();
+  const message = input.value.trim();
+  if (!message) {
+    input.focus();
+    return;
+  }
+  const mode = modeSelect.value;
+  const resuming = session.state === "stopped";
+  sending = true;
+  sendButton.disabled = true;
+  setComposerStatus(resuming ? "Resuming the session…" : "Sending…");
+  try {
+    const { status, data: body } = await api("POST", `${scoped}/prompt`, { message, mode });
+    const result = body.prompt || {};
+    input.value = "";
+    if (result.status === "queued") {
+      addQueued({ ...result, text: message });
+      renderQueue();
+      setComposerStatus(`Queued at position ${result.queue_position ?? "?"}.`, "ok", true);
+    } else if (result.status === "staged") {
+      setComposerStatus("Steer staged for the next tool result (falls back to the queue).", "ok", true);
+    } else if (result.mode === "interrupt" || result.status === "interrupted") {
+      setComposerStatus(result.new_turn_id ? "Interrupted the running turn; your prompt replaces it."
+        : "Interrupted the running turn.", "ok", true);
+    } else if (result.mode === "steer") {
+      setComposerStatus("Steer sent as a new turn with the interrupted prompt.", "ok", true);
+    } else {
+      const sent = status === 200 ? "Sent." : `Prompt ${result.status || "sent"}.`;
+      setComposerStatus(resuming ? `Session resumed. ${sent}` : sent, "ok", true);
+    }
+    // A resumed session is active again by now: the refresh reopens the stream after the page's cursor.
+    refreshSessionSoon();
+    if (features.queue) refreshQueueSoon();
+  } catch (err) {
+    setComposerStatus(errorText(err), "error", true);
+  } finally {
+    sending = false;
+    sendButton.disabled = !canSend(session);
+  }
+}
+
+// ---- queue -----------------------------------------------------------------------------------------
+
+const queue = new Map(); // queue_entry_id → entry
+
+export function addQueued(entry) {
+  const id = entry.queue_entry_id;
+  if (!id) return;
+  const known = queue.get(id) || {};
+  queue.set(id, { ...known, ...Object.fromEntries(Object.entries(entry).filter(([, v]) => v !== undefined && v !== null)) });
+}
+
+// Markers are how entries come and go when no queue route lists them; true when the queue changed.
+export function applyQueueMarker(d) {
+  const kind = String(d.title || "");
+  const evidence = (d.marker && d.marker.evidence) || {};
+  const id = evidence.queue_entry_id;
+  if (kind === "prompt_queued" && id) {
+    if (!queue.has(id)) addQueued({ queue_entry_id: id, queue_position: evidence.queue_position,
+      queue_generation: evidence.queue_generation, text: null });
+    return true;
+  }
+  if ((kind === "prompt_accepted" || kind === "prompt_dropped") && id) {
+    return queue.delete(id);
+  }
+  return kind === "prompt_dropped" || kind === "prompt_interrupted";
+}
+
+export function renderQueue() {
+  const list = clear($("queue-list"));
+  const entries = [...queue.values()];
+  for (const [index, entry] of entries.entries()) {
+    const cancel = el("button", { type: "button", class: "button small", dataset: { entryId: entry.queue_entry_id },
+      title: "Remove this prompt from the queue" }, "Cancel");
+    cancel.addEventListener("click", () => cancelQueued(entry.queue_entry_id, cancel));
+    list.append(el("li", { class: "queue-item", dataset: { entryId: entry.queue_entry_id } },
+      el("span", { class: "queue-pos" }, String(index + 1)),
+      el("span", { class: "queue-text", title: entry.text || "" },
+        entry.text || el("span", { class: "muted" }, "(queued from another client)")),
+      el("code", { class: "queue-id", title: `generation ${entry.queue_generation ?? "?"}` }, entry.queue_entry_id),
+      cancel));
+  }
+  $("queue-count").textContent = String(entries.length);
+  $("queue-empty").hidden = entries.length > 0;
+}
+
+async function cancelQueued(id, button) {
+  button.disabled = true;
+  try {
+    await api("DELETE", `${scoped}/prompt/queue/${encodeURIComponent(id)}`);
+    queue.delete(id);
+    setComposerStatus("Queued prompt canceled.", "ok", true);
+  } catch (err) {
+    if (err.status === 404) queue.delete(id); // already sent or canceled elsewhere
+    else setComposerStatus(errorText(err), "error", true);
+  }
+  renderQueue();
+}
+
+export async function refreshQueue() {
+  if (!features.queue) return;
+  try {
+    const { data: body } = await api("GET", `${scoped}/prompt/queue`);
+    queue.clear();
+    for (const entry of body.queue || []) {
+      if (entry.status === "queued") addQueued(entry);
+    }
+    renderQueue();
+  } catch {
+    // The derived queue stays on screen.
+  }
+}
+
+export const refreshQueueSoon = debounce(refreshQueue, 150);
+
+// ---- actions ---------------------------------------------------------------------------------------
+
+async function action(button, busyText, fn) {
+  const label = button.textContent;
+  button.disabled = true;
+  button.textContent = busyText;
+  try {
+    await fn();
+  } catch (err) {
+    setComposerStatus(errorText(err), "error", true);
+  } finally {
+    button.disabled = false;
+    button.textContent = label;
+    refreshSessionSoon();
+  }
+}
+
+export function setupActions() {
+  $("btn-stop").addEventListener("click", (event) => {
+    // Queued prompts are the user's own unsent work: make them say so before a stop strands it.
+    const queued = queue.size;
+    if (queued && !window.confirm(`${queued} queued prompt${queued > 1 ? "s" : ""} will not run while the session is stopped. Stop the session?`)) return;
+    stopSession(event.currentTarget);
+  });
+  $("btn-cancel-turn").addEventListener("click", (event) => action(event.currentTarget, "Canceling…", async () => {
+    const { data: body } = await api("POST", `${scoped}/prompt/cancel`);
+    const canceled = (body && body.prompt && body.prompt.status) === "canceled";
+    setComposerStatus(canceled ? `Turn canceled.${queue.size ? " The next queued prompt runs now." : ""}`
+      : "No turn was running.", "ok", true);
+  }));
+  $("btn-interrupt").addEventListener("click", (event) => action(event.currentTarget, "Interrupting…", async () => {
+    await api("POST", `${scoped}/interrupt`, {});
+    setComposerStatus("Interrupted. A steer now resends the interrupted prompt with your correction.", "ok", true);
+  }));
+}
+
+function stopSession(button) {
+  action(button, "Stopping…", async () => {
+    await api("POST", `${scoped}/stop`);
+    setComposerStatus("Session stopped.", "ok", true);
+  });
+}

@@ -1,0 +1,69 @@
+// The session page's header, and what a new session record means for the rest of the page.
+//
+// renderHead shows the record (name, badge, state, facts, which turn actions apply), then hands it on in
+// a fixed order: the composer, the permission requests (a stopped session has none), the diagnostics, the
+// stream (reopened when the session was continued), and on a state change the poll's pace, the health
+// panel and the `compozy:session` event that session-health.js follows. It runs at start and after each
+// refetch of the record (session.js registers it with session-record.js).
+import { absTime, badge, clear, el, relTime } from "./common.js";
+import { showSessionState } from "./session-composer.js";
+import { loadHealth, renderDiagnostics } from "./session-diagnostics.js";
+import { renderPermissions } from "./session-permissions.js";
+import { $, features, pollSession, session } from "./session-record.js";
+import { resumeIfReactivated, view } from "./session-stream.js";
+
+let lastState = session.state;
+
+export function renderHead() {
+  const s = session;
+  const previousState = lastState;
+  $("session-head").dataset.state = s.state;
+  $("s-name").textContent = s.name || "Unnamed session";
+  $("s-badge").replaceWith(Object.assign(badge(s.badge), { id: "s-badge" }));
+  const state = $("s-state");
+  state.className = `state state-${s.state}`;
+  state.textContent = s.state;
+  $("s-agent").textContent = s.agent_name;
+  // The model the agent reports it runs; the configured one when it reports none.
+  const running = (s.agent_model && s.agent_model.id) || s.model;
+  const resolution = s.model_resolution || {};
+  $("s-provider").textContent = [s.provider, running].filter(Boolean).join(" · ");
+  $("s-provider").title = resolution.status && resolution.status !== "applied"
+    ? `configured model ${resolution.requested}: ${resolution.status} (${resolution.reason || ""})` : "";
+  const lastActivity = s.last_activity_at || s.updated_at;
+  $("s-activity").textContent = relTime(lastActivity);
+  $("s-activity").title = absTime(lastActivity);
+  const stop = $("s-stop");
+  stop.textContent = s.stop_reason || "–";
+  stop.title = s.stop_detail || "";
+  stop.className = s.stop_reason ? `reason reason-${s.stop_reason}` : "";
+  const failure = $("s-failure");
+  clear(failure);
+  if (s.failure) {
+    failure.append(el("span", { class: "failure-kind" }, s.failure.kind || "failure"),
+      s.failure.summary ? el("span", { class: "failure-summary" }, ` ${s.failure.summary}`) : "");
+  } else {
+    failure.textContent = "–";
+  }
+
+  const live = s.state === "starting" || s.state === "active";
+  const prompting = s.prompt_state === "prompting";
+  $("btn-stop").hidden = !live;
+  $("btn-cancel-turn").hidden = !(s.state === "active" && prompting);
+  $("btn-interrupt").hidden = !(features.interrupt && s.state === "active" && prompting);
+
+  showSessionState(s, lastState);
+  if (s.state === "stopped" && lastState !== "stopped") {
+    view.refreshPermissions(new Set());
+    renderPermissions([]);
+  }
+  lastState = s.state;
+  renderDiagnostics();
+  resumeIfReactivated(previousState);
+  if (s.state !== previousState) {
+    pollSession();
+    // The health pill and panel would otherwise contradict the new state until their next poll.
+    if (features.health) loadHealth();
+    document.dispatchEvent(new CustomEvent("compozy:session", { detail: s }));
+  }
+}
