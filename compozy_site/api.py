@@ -171,7 +171,7 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
     if classify(exc) is not None:
         # A full disk or a locked store is a condition of this machine, not a bug: say so with a code.
-        logger.error("storage error on %s %s: %s", request.method, request.path, exc)
+        logger.error("storage error on %s %s: %s", request.method, request.path, exc, exc_info=True)
         return on_domain_error(request, StorageError.from_exception(exc))
     if isinstance(exc, RequestDataTooBig):
         return error_response(request, "the request body is too large", "body_too_large", 413)

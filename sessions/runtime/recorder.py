@@ -85,6 +85,7 @@ class Recorder:
         self._thread_done: asyncio.Future[None] | None = None
         self.failure: StoreFailure | None = None
         self.closed = False
+        self.refused = 0  # events offered after the recorder failed or closed, never written
         self.commit_seconds: Callable[[float], None] | None = None  # observed by metrics, when wired
 
     @property
@@ -104,9 +105,13 @@ class Recorder:
 
     def _add(self, op: NewEvent | UsageUpdate | HookRun) -> None:
         if self.closed or self.failure is not None:
-            # Never written: a session whose store failed must not look as if it went on recording.
-            logger.warning("%s not recorded for %s: the recorder is %s", getattr(op, "type", type(op).__name__),
-                           self.name, "failed" if self.failure else "closed")
+            # Never written: a session whose store failed must not look as if it went on recording. Said once per
+            # recorder, then counted: a failed store under a streaming agent refused 18,000 chunks, one log line each.
+            self.refused += 1
+            if self.refused == 1:
+                logger.warning("%s not recorded for %s: the recorder is %s; later events are refused too",
+                               getattr(op, "type", type(op).__name__), self.name,
+                               "failed" if self.failure else "closed")
             return
         append_op(self._pending, op)
         self._recorded += 1
@@ -266,6 +271,9 @@ class Recorder:
         """Commit what is pending (unless the store failed), then close the log on its own thread."""
         with contextlib.suppress(StoreFailure):
             await self.flush()
+        if self.refused > 1 and not self.closed:
+            logger.warning("store %s: %d event(s) refused after it %s", self.name, self.refused,
+                           "failed" if self.failure else "closed")
         self.closed = True
         if self._thread is None:
             return

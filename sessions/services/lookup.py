@@ -4,6 +4,7 @@ workspace, and the live runtime if this daemon owns it."""
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -16,6 +17,8 @@ from sessions.models import Workspace
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import _live_runtime, session_payload
 from sessions.store.folder import load_meta
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_agent(config: Config, agent_name: str, ws: Workspace) -> tuple[AgentConfig, ProviderConfig, str]:
@@ -52,9 +55,16 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
         return unsaved
     meta = load_meta(session_id)
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
-        from sessions.repair import repair_stale_meta
+        from sessions.repair import repair_stale_meta, stale_fix
 
-        meta = repair_stale_meta(meta)
+        try:
+            meta = repair_stale_meta(meta)
+        except OSError as exc:
+            # A read answers even when the disk cannot take the repair (full): it shows the repaired state, and
+            # the next read or boot repair writes it.
+            logger.warning("session %s: stale state not written back (%s); answering with the repair", session_id,
+                           exc)
+            meta = stale_fix(meta) or meta
     return meta
 
 

@@ -210,8 +210,8 @@ def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_ret
         assert stopped["stop_reason"] == "error" and stopped["failure"]["kind"] == "storage_failure", stopped
         meta = wait_for(lambda: (m := d.meta(sid))["state"] == "stopped" and m, 30, "meta.json to be repaired")
         assert meta["failure"]["kind"] == "storage_failure", meta
-        # The cut turn is closed append-only, with the same cause.
-        errors = [e for e in d.all_events(sid) if e["type"] == "error"]
-        assert errors and errors[-1]["content"]["failure"]["kind"] == "storage_failure", errors
+        # The cut turn is closed append-only (by boot repair, which may finish after the read above), same cause.
+        errors = wait_for(lambda: [e for e in d.all_events(sid) if e["type"] == "error"], 30, "the cut turn's error")
+        assert errors[-1]["content"]["failure"]["kind"] == "storage_failure", errors
     finally:
         d.stop()

@@ -5,6 +5,7 @@ gap-free whoever else appends."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -201,7 +202,8 @@ def test_others_waiting_sees_another_sessions_batch_with_its_store_thread(tmp_pa
     assert asyncio.run(main()) == [False, True, False, False]
 
 
-def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_after(tmp_path: Path) -> None:
+def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_after(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "events.db"
     EventLog(path, "general").close()
     sink = Sink()
@@ -217,16 +219,21 @@ def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_afte
         with pytest.raises(StoreFailure) as failed:
             await rec.flush()
         assert failed.value.reason == LOCKED
-        rec.record("agent_message", "t1", {"text": "after the failure"})
+        for n in range(500):
+            rec.record("agent_message", "t1", {"text": f"after the failure {n}"})
         assert rec.pending == 1, "the failed batch is kept; nothing recorded after the failure is accepted"
+        assert rec.refused == 500
         with pytest.raises(StoreFailure):
             await rec.flush()
         holder.join(5)
         await rec.close()
         return rec
 
-    asyncio.run(main())
+    with caplog.at_level(logging.WARNING, logger="sessions.runtime.recorder"):
+        asyncio.run(main())
     assert [f.reason for f in sink.failures] == [LOCKED], "the runtime hears about it exactly once"
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 2 and "500 event(s) refused" in refusals[1], refusals  # said once, counted at close
     assert [e["content"].get("text") for e in read_events(path, limit=10)] == ["before"]
 
 
