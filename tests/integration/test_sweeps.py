@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from sessions.store.events import EventLog, NewEvent
 from tests.conftest import ROOT, Daemon, markers, of_type, start_daemon, wait_for, wait_gone
 
 START_TIMEOUT = 120.0  # a daemon start imports the whole stack; slow when the machine is busy
@@ -149,15 +150,22 @@ def test_repair_sessions_all_says_what_it_repaired_and_what_needs_a_person(tmp_p
 
     healthy = manage(home, "repair_sessions", "--all")
     assert healthy.returncode == 0, healthy.stderr
-    assert healthy.stdout.splitlines() == ["3 session(s): 1 clean, 2 skipped; nothing needs a person"]
+    # Nothing to repair is clean whatever the stop reason: "use --force" is only for a repair that would append.
+    assert healthy.stdout.splitlines() == ["3 session(s): 3 clean; nothing needs a person"]
 
+    # A user's stop that cut a turn short: repairable with --force only, so the sweep skips it.
+    cut = "sess_00000000000000a4"
+    write_meta(home, cut, stop_reason="user_canceled")
+    log = EventLog(home / "sessions" / cut / "events.db", "scripted")
+    log.append([NewEvent("user_message", "turn_0000000000000001", {"text": "hang"})])
+    log.close()
     crashed = "sess_00000000000000b1"
     write_meta(home, crashed, state="active", stop_reason="")
     repaired = manage(home, "repair_sessions", "--all")
     assert repaired.returncode == 0, repaired.stderr
     assert repaired.stdout.splitlines() == [
-        f"[4/4] {crashed}  repaired  stale active became stopped; issues: no_repairable_turn",
-        "4 session(s): 1 repaired, 1 clean, 2 skipped; nothing needs a person"]
+        f"[5/5] {crashed}  repaired  stale active became stopped; issues: no_repairable_turn",
+        "5 session(s): 1 repaired, 3 clean, 1 skipped; nothing needs a person"]
     assert json.loads((home / "sessions" / crashed / "meta.json").read_text())["stop_reason"] == "agent_crashed"
 
     zombie = "sess_00000000000000c1"
