@@ -404,8 +404,19 @@ def test_a_daemon_killed_mid_turn_fails_the_cli_prompt_and_follow_reconnects_to_
     try:
         sid = daemon.create(ws)["id"]
         follower = cli("session", "events", sid, "--follow", "-o", "jsonl", "--after", "0")
+        lines: list[str] = []
+
+        def read_follower() -> None:
+            assert follower.stdout is not None
+            for line in follower.stdout:
+                lines.append(line)
+
+        reader = threading.Thread(target=read_follower, daemon=True)
+        reader.start()
         prompter = cli("session", "prompt", sid, "slow 400 0.05", "-o", "json")
         wait_for(lambda: daemon.events(sid, type="agent_message"), timeout=30, what="the turn to stream")
+        # Connected before the kill (it printed a row): a follow started against a dead daemon fails at once, rightly.
+        wait_for(lambda: lines, timeout=30, what="the follower to print its first row")
         daemon.stop(signal.SIGKILL)
         # A prompt cut off by the daemon's death is not a finished reply: non-zero, one line that says why.
         _, err = prompter.communicate(timeout=30)
@@ -415,8 +426,12 @@ def test_a_daemon_killed_mid_turn_fails_the_cli_prompt_and_follow_reconnects_to_
         assert follower.poll() is None, "follow must wait for the daemon to come back"
 
         daemon = start_daemon(home)  # boot repair stops the crashed session and closes its turn
-        out, err = follower.communicate(timeout=60)
+        follower.wait(timeout=60)
+        reader.join(10)
+        assert follower.stderr is not None
+        err = follower.stderr.read()
         assert follower.returncode == 0, err
+        out = "".join(lines)
         stored = [e["sequence"] for e in daemon.all_events(sid)]
     finally:
         daemon.stop()
