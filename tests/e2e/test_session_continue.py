@@ -95,10 +95,15 @@ def test_cancel_turn_says_what_happened_and_stop_asks_first_when_prompts_are_que
     page.click("#btn-cancel-turn")
     expect(page.locator("#composer-status")).to_have_text("Turn canceled.")
 
+    # The second turn must be running (its own user entry shown, the badge busy) before the next prompt, or that
+    # one is not queued behind it: the first turn's "c1" is already on the page.
+    users = page.locator("#entries .entry-user").count()
     send_prompt(page, "slow 200 0.1")
-    expect(page.locator("#entries .entry-assistant .text").last).to_contain_text("c1")
+    expect(page.locator("#entries .entry-user")).to_have_count(users + 1)
+    expect(page.locator("#s-badge")).to_have_text("running")
+    expect(page.locator("#prompt-send")).to_be_enabled()
     send_prompt(page, "note stays queued")
-    expect(page.locator("#queue-count")).to_have_text("1")
+    expect(page.locator("#queue-count")).to_have_text("1", timeout=15_000)
     dialogs: list[str] = []
 
     def dismiss(dialog: Dialog) -> None:
