@@ -23,6 +23,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from compozy_site.auth import MACHINE_PATHS
 from health.api import router as health_router
 from sessions.api import router as sessions_router
 from sessions.api import workspaces as workspaces_router
@@ -102,6 +103,11 @@ def error_body(message: str, code: str, status: int, data: dict[str, object] | N
 def error_response(request: HttpRequest, message: str, code: str, status: int,
                    data: dict[str, object] | None = None) -> HttpResponse:
     return api.create_response(request, error_body(message, code, status, data), status=status)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """Django's handler404 and the pages' catch-all for a script: a path that matches nothing, in the JSON shape."""
+    return JsonResponse(error_body("not found", "not_found", 404, {"path": request.path[:512]}), status=404)
 
 
 # A field that fails its schema answers with the code the hand-written checks used before the schemas.
@@ -201,7 +207,7 @@ STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: 
 def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     # Pages keep Django's answers for a person's GET; the API, the metrics scrape and any other method (no page
     # takes a POST: a script sent it) get the common JSON shape.
-    machine = request.path.startswith(("/api/", "/metrics")) or request.method not in ("GET", "HEAD")
+    machine = request.path.startswith(MACHINE_PATHS) or request.method not in ("GET", "HEAD")
     if (response.status_code < 400 or not machine or response.streaming
             or response.get("Content-Type", "").startswith("application/json")):
         return response

@@ -17,6 +17,8 @@ from pathlib import Path
 from compozy_site.home import read_token, token_path
 
 COOKIE_NAME = "compozy_auth"
+# Routes a machine reads (the API, the Prometheus scrape): their refusals and errors are JSON, never a page.
+MACHINE_PATHS = ("/api/", "/metrics")
 # A login link is for clicking now, not for keeping: long enough to copy it into a browser, short enough that a
 # link left in a terminal's scrollback is useless.
 TICKET_TTL_SECONDS = 120.0

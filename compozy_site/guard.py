@@ -24,8 +24,15 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
-from compozy_site.auth import COOKIE_NAME, Tickets, cluster_token, cookie_value, ensure_token, same_secret
-from sessions.store.redact import register_secret
+from compozy_site.auth import (
+    COOKIE_NAME,
+    MACHINE_PATHS,
+    Tickets,
+    cluster_token,
+    cookie_value,
+    ensure_token,
+    same_secret,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,7 +45,6 @@ LOCAL_SOCKET = "compozy.local_socket"
 PEER_UID = "compozy.peer_uid"
 HOME_HEADER = b"x-compozy-home"
 TICKET_PATH = "/api/auth/ticket"
-MACHINE_PATHS = ("/api/", "/metrics")
 LOGIN_PATH = "/login"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -98,10 +104,8 @@ class GuardPolicy:
         home = compozy_home()
         bound = config.http_host.lower()
         hosts = LOOPBACK_HOSTS | {f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound}
-        token, peer_token = ensure_token(home), cluster_token()
-        for secret in (token, peer_token):
-            register_secret(secret)  # redacted from events, logs and bundles like any provider key
-        return cls(token, str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(), peer_token)
+        return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(),
+                   cluster_token())
 
 
 class Refusal(Exception):

@@ -85,18 +85,22 @@ def run_foreground(port: int | None = None) -> int:
     from twisted.internet import reactor
 
     from compozy_site.asgi import application
-    from compozy_site.auth import ensure_token
+    from compozy_site.auth import cluster_token, ensure_token
     from compozy_site.http_server import GuardedServer
     from compozy_site.jobs import InProcessConsumer, LeaseKeeper, Ticker
     from sessions import cluster
     from sessions.config import ConfigError, get_config
     from sessions.runtime.manager import SessionManager, set_manager
+    from sessions.store.redact import register_secret
 
     try:
         config = get_config()
     except ConfigError as exc:
         raise DaemonError(f"invalid config: {exc}") from exc
-    ensure_token(home)
+    # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
+    # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
+    for secret in (ensure_token(home), cluster_token()):
+        register_secret(secret)
     migrate()
     http_port = config.http_port if port is None else port
     sock = config.socket

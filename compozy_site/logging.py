@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from sessions.store.redact import redact_text
 
@@ -27,8 +28,6 @@ class RepeatedFailure:
         self._last: dict[str, tuple[str, float, int]] = {}  # key -> (error, logged at, repeats since)
 
     def log(self, key: str, message: str, exc: BaseException) -> None:
-        import time
-
         error = f"{type(exc).__name__}: {exc}"
         now = time.monotonic()
         seen = self._last.get(key)

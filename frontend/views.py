@@ -209,9 +209,9 @@ def _wants_html(request: HttpRequest) -> bool:
 async def page_not_found(request: HttpRequest) -> HttpResponse:
     """Any page address that matches nothing: a browser gets the styled page, a script the API's JSON 404."""
     if request.method not in ("GET", "HEAD") or not _wants_html(request):
-        from compozy_site.api import error_body
+        from compozy_site.api import not_found
 
-        return JsonResponse(error_body("not found", "not_found", 404, {"path": request.path[:512]}), status=404)
+        return not_found(request)
     response = render(request, "frontend/not_found.html", {"path": request.path[:512]}, status=404)
     return _secure(response)
 

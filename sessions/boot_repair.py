@@ -5,11 +5,13 @@ meta.json never stops the others. The rules themselves are in `sessions/repair.p
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from compozy_site.home import compozy_home
 from sessions.enums import LIVE_STATES, EventType, SessionState
 from sessions.repair import (
     NO_TURN_IDS,
@@ -62,7 +64,7 @@ def transcript_checked(meta: dict[str, Any]) -> bool:
     return isinstance(mark, dict) and mark.get("run") == _run_key(meta)
 
 
-def _needs_transcript_check(meta: dict[str, Any]) -> bool:
+def transcript_check_pending(meta: dict[str, Any]) -> bool:
     return (meta["state"] == SessionState.STOPPED and meta.get("stop_reason") in REPAIRABLE_STOP_REASONS
             and not transcript_checked(meta))
 
@@ -101,7 +103,7 @@ TRANSCRIPT_CLAIM_EVERY = 10 * 365 * 86400.0
 def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
     """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
     or another node claimed it."""
-    if not _needs_transcript_check(meta):
+    if not transcript_check_pending(meta):
         return None
     from sessions.claims import claim_tick
 
@@ -115,8 +117,9 @@ def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -
 def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
     """Whether a stopped session's transcript is final: a crashed run's cut turn is closed (by whoever judges
     it first, boot repair or this read) before a reader is told the session stopped, so a follower never closes
-    on `session_stopped` one repair row short. False while another node holds the judgement: ask again later."""
-    if not _needs_transcript_check(meta):
+    on `session_stopped` one repair row short. False while another node holds the judgement: ask again later.
+    Reads the store; callers on the event loop test `transcript_check_pending` first, which reads nothing."""
+    if not transcript_check_pending(meta):
         return True
     try:
         if check_transcript_once(session_id, meta, local_manager()) is not None:
@@ -125,7 +128,7 @@ def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
         logger.exception("transcript check of %s failed", session_id)
         return True
     latest = folder.read_meta(session_id)
-    return latest is None or not _needs_transcript_check(latest)
+    return latest is None or not transcript_check_pending(latest)
 
 
 def boot_repair_all() -> dict[str, int]:
@@ -164,8 +167,9 @@ def boot_repair_all() -> dict[str, int]:
         try:
             updated = folder.parse_time(meta.get("updated_at"))
             fresh = started is not None and updated is not None and updated >= started
-            if not fresh and stale_fix(meta) is not None:
-                meta = repair_stale_meta(meta)
+            fixed = None if fresh else stale_fix(meta)
+            if fixed is not None:
+                meta = repair_stale_meta(meta, fixed)
                 counts["repaired"] += 1
             # Not limited to state older than our start: a read may already have repaired the stale meta.
             outcome = check_transcript_once(session_id, meta, manager)
@@ -189,8 +193,6 @@ REPORT_IDS = 100  # per kind; the counts say how many in all
 
 
 def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]]) -> None:
-    from compozy_site.home import compozy_home
-
     report = {"at": folder.isoformat(folder.utcnow()), "counts": counts,
               **{kind: ids[:REPORT_IDS] for kind, ids in needs_a_person.items()}}
     try:
@@ -200,11 +202,7 @@ def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]]) 
 
 
 def read_report() -> dict[str, Any] | None:
-    from compozy_site.home import compozy_home
-
     try:
-        import json
-
         return json.loads((compozy_home() / REPORT_NAME).read_text())
     except (OSError, ValueError):
         return None

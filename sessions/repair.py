@@ -90,9 +90,10 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     return fixed
 
 
-def repair_stale_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """Write the stale fix back to meta.json and the catalog; return the (possibly new) metadata."""
-    fixed = stale_fix(meta)
+def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the stale fix (`fixed`, when the caller computed it already) back to meta.json and the catalog; return
+    the (possibly new) metadata."""
+    fixed = fixed or stale_fix(meta)
     if fixed is None:
         return meta
     liveness = fixed.get("liveness") or {}
@@ -487,7 +488,7 @@ def repair_transcript(session_id: str, *, dry_run: bool, force: bool) -> dict[st
         return report.payload(actions, persisted=False)
     meta = report.meta
     if report.stale:
-        meta = repair_stale_meta(report.stored_meta)
+        meta = repair_stale_meta(report.stored_meta, report.meta)  # the fix inspect computed
     if not actions:
         return report.payload(actions, persisted=False)
     stored = _append(report, meta)

@@ -26,7 +26,7 @@ from compozy_site import metrics
 from compozy_site.api import error_body
 from sessions import feed as live_feed
 from sessions import services, transcript
-from sessions.boot_repair import transcript_settled
+from sessions.boot_repair import transcript_check_pending, transcript_settled
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest
 from sessions.repair import runs_here
@@ -67,9 +67,8 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.finished = False
         if self.scope.get("method") not in ("GET", "HEAD"):
             # A stream is read, never written: a POST or DELETE must not open one and look accepted.
-            body = json.dumps(error_body("method not allowed", "method_not_allowed", 405, {"allow": "GET"})).encode()
-            await self.send_response(405, body, headers=[(b"content-type", b"application/json"), (b"allow", b"GET")])
-            self.finished = True
+            await self.send_json_error(405, "method not allowed", "method_not_allowed", {"allow": "GET"},
+                                       headers=[(b"allow", b"GET")])
             raise StopConsumer()
         try:
             await self.handle(b"".join(self.body))
@@ -77,9 +76,10 @@ class StreamingConsumer(AsyncHttpConsumer):
             await self.send_json_error(exc.status, exc.message, exc.code, exc.data)
             raise StopConsumer() from None
 
-    async def send_json_error(self, status: int, message: str, code: str, data: dict[str, Any] | None = None) -> None:
+    async def send_json_error(self, status: int, message: str, code: str, data: dict[str, Any] | None = None,
+                              headers: list[tuple[bytes, bytes]] | None = None) -> None:
         body = json.dumps(error_body(message, code, status, data)).encode()
-        await self.send_response(status, body, headers=[(b"content-type", b"application/json")])
+        await self.send_response(status, body, headers=[(b"content-type", b"application/json"), *(headers or [])])
         self.finished = True
 
     async def start_stream(self, groups: list[str]) -> None:
@@ -318,7 +318,8 @@ class SessionStreamConsumer(StreamingConsumer):
             return True
         if meta["state"] != SessionState.STOPPED:
             return False
-        if not await sync_to_async(transcript_settled)(self.session_id, meta):
+        # Nearly always settled (judged once per run): only a crashed run not judged yet costs a thread hop.
+        if transcript_check_pending(meta) and not await sync_to_async(transcript_settled)(self.session_id, meta):
             return False  # another node is closing the crashed turn right now: its row comes first
         newest = await asyncio.to_thread(event_store.max_sequence, self.tail.path)
         # Newer rows hidden by a raw-mode filter do not keep the stream open.

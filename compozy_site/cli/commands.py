@@ -224,7 +224,7 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
         if cancel_entry:
             if message:
                 fail("--cancel takes no message", "invalid_request", fmt, EXIT_USAGE)
-            result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{cancel_entry}"))
+            result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{seg(cancel_entry)}"))
             emit(result, fmt, lambda: click.echo(f"canceled queued entry {cancel_entry}"))
             return
         if not message:

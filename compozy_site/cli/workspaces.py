@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import quote
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, json_flag, output_option, workspace
+from compozy_site.cli.app import _client, _fmt, json_flag, output_option, seg, workspace
 from compozy_site.cli.client import ApiError
 from compozy_site.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
 
@@ -49,7 +48,7 @@ def workspace_info(ref: str | None, fmt: str, as_json: bool) -> None:
             if not matches:
                 fail(f"no registered workspace contains {cwd}", "workspace_not_found", fmt, EXIT_UNAVAILABLE)
             ref = max(matches, key=lambda w: len(w["root_dir"]))["id"]
-        data = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")
+        data = client.request("GET", f"/api/workspaces/{seg(ref)}")
     except ApiError as exc:
         fail_api(exc, fmt)
 
@@ -97,7 +96,7 @@ def workspace_remove(ref: str, fmt: str, as_json: bool) -> None:
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
-        w = client.request("GET", f"/api/workspaces/{quote(ref, safe='')}")["workspace"]
+        w = client.request("GET", f"/api/workspaces/{seg(ref)}")["workspace"]
         client.request("DELETE", f"/api/workspaces/{w['id']}")
     except ApiError as exc:
         fail_api(exc, fmt)

@@ -22,6 +22,17 @@ from sessions.store.failures import StoreFailure
 
 logger = logging.getLogger(__name__)
 
+def _apply_touch(activity: dict[str, Any], chunk_kind: str | None, at: float) -> str:
+    """The touches kept in memory (the last chunk's kind, the wall-clock time), applied to an activity dict: meta's
+    own when it is written, a copy for a read. Returns the time stamp."""
+    if chunk_kind is not None:
+        activity["last_activity_kind"] = chunk_kind
+        activity["last_activity_detail"] = ""
+    stamp = folder.isoformat(datetime.fromtimestamp(at, UTC))
+    activity["last_activity_at"] = stamp
+    return stamp
+
+
 class ActivityMixin:
     """SessionRuntime's activity: touches, heartbeats, and the supervision actions it verifies."""
 
@@ -59,12 +70,7 @@ class ActivityMixin:
             return
         activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
         kind, self._chunk_kind = self._chunk_kind, None
-        if kind is not None:
-            activity["last_activity_kind"] = kind
-            activity["last_activity_detail"] = ""
-        stamp = folder.isoformat(datetime.fromtimestamp(self._activity_at, UTC))
-        activity["last_activity_at"] = stamp
-        self.meta["liveness"]["last_update_at"] = stamp
+        self.meta["liveness"]["last_update_at"] = _apply_touch(activity, kind, self._activity_at)
 
     async def _heartbeat_loop(self) -> None:
         """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
@@ -189,12 +195,8 @@ class ActivityMixin:
         """The activity as of now, for reads: meta.json's copy lags by up to a heartbeat (chunks touch only
         memory). No writes, so a read on a worker thread cannot race the loop's touches."""
         activity = self._activity_view(self.turn)
-        kind, at = self._chunk_kind, self._activity_at
-        if kind is not None:
-            activity["last_activity_kind"] = kind
-            activity["last_activity_detail"] = ""
-        if at is not None:
-            activity["last_activity_at"] = folder.isoformat(datetime.fromtimestamp(at, UTC))
+        if self._activity_at is not None:
+            _apply_touch(activity, self._chunk_kind, self._activity_at)
         return activity
 
     def _activity_view(self, turn: Turn | None) -> dict[str, Any]:

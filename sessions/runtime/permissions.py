@@ -71,5 +71,14 @@ class PermissionBoard:
         self.pending.pop(request_id, None)
 
     @property
+    def waiting_count(self) -> int:
+        """Requests still waiting for a person. Read from worker threads too: a board resized mid-count by the
+        loop is counted again on the next read, so it answers 0 rather than raise."""
+        try:
+            return sum(1 for p in list(self.pending.values()) if not p.answer.done())
+        except RuntimeError:
+            return 0
+
+    @property
     def waiting(self) -> bool:
-        return any(not p.answer.done() for p in self.pending.values())
+        return self.waiting_count > 0

@@ -57,14 +57,16 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
         from sessions.repair import repair_stale_meta, stale_fix
 
-        try:
-            meta = repair_stale_meta(meta)
-        except OSError as exc:
-            # A read answers even when the disk cannot take the repair (full): it shows the repaired state, and
-            # the next read or boot repair writes it.
-            logger.warning("session %s: stale state not written back (%s); answering with the repair", session_id,
-                           exc)
-            meta = stale_fix(meta) or meta
+        fixed = stale_fix(meta)
+        if fixed is not None:
+            try:
+                meta = repair_stale_meta(meta, fixed)
+            except OSError as exc:
+                # A read answers even when the disk cannot take the repair (full): it shows the repaired state, and
+                # the next read or boot repair writes it.
+                logger.warning("session %s: stale state not written back (%s); answering with the repair",
+                               session_id, exc)
+                meta = fixed
     return meta
 
 

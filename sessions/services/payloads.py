@@ -40,7 +40,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         and (meta.get("failure") or {}).get("kind") in (None, FailureKind.PROMPT_FAILURE) and not stalled,
         "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
         "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
-        "pending_permissions": _waiting_permissions(runtime),
+        "pending_permissions": runtime.permissions.waiting_count if runtime else 0,
         "stop_reason": meta.get("stop_reason") or None,
         "stop_detail": meta.get("stop_detail") or None,
         "failure": meta.get("failure"),
@@ -68,15 +68,6 @@ def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
         except RuntimeError:
             pass
     return dict((meta.get("liveness") or {}).get("activity") or {})
-
-
-def _waiting_permissions(runtime: Any) -> int:
-    if runtime is None:
-        return 0
-    try:
-        return sum(1 for p in list(runtime.permissions.pending.values()) if not p.answer.done())
-    except RuntimeError:  # resized by the loop while this thread copied it: the next read counts again
-        return 0
 
 
 def _live_runtime(session_id: str) -> Any:

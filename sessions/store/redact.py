@@ -104,6 +104,11 @@ _BEARER_RE = re.compile(
     rf"(?:(?={_TOK}*(?:[0-9]|[\-._~+/][A-Za-z0-9])){_TOK}{{7,}}{_TOK_END}=*|{_TOK}{{19,}}{_TOK_END}=*)"
 )
 
+# GitLab token prefixes (personal, pipeline trigger, deploy, runner, OAuth, feed, CI job, incoming mail, agent):
+# one list for the pattern and for its cheap gate, which tests these exact prefixes, not "gl" and "-" (common in
+# prose and code, they would run the full pattern over most chunks).
+_GITLAB_PREFIXES = ("glpat-", "glptt-", "gldt-", "glrt-", "glsoat-", "glft-", "glcbt-", "glimt-", "glagent-")
+
 # Provider credential shapes, redacted wherever they appear.
 _PROVIDER_RE = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
@@ -114,7 +119,7 @@ _PROVIDER_RE = re.compile(
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS access key ids
     r"|AIza[0-9A-Za-z_\-]{35,}"  # Google API keys
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack tokens
-    r"|gl(?:pat|ptt|dt|rt|soat|ft|cbt|imt|agent)-[A-Za-z0-9_\-]{20,}"  # GitLab tokens
+    rf"|(?:{'|'.join(_GITLAB_PREFIXES)})[A-Za-z0-9_\-]{{20,}}"  # GitLab tokens
     r"|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"  # JWTs
     r")"
 )
@@ -295,7 +300,7 @@ def redact_text(text: str) -> str:
         or "AKIA" in text
         or "ASIA" in text
         or ("_" in low and ("k_" in low or "gh" in low))
-        or ("gl" in low and "-" in low)
+        or ("gl" in text and any(prefix in text for prefix in _GITLAB_PREFIXES))
     ):
         text = _PROVIDER_RE.sub(REDACTED, text)
     for secret in _KNOWN_SECRETS:

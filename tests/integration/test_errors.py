@@ -114,6 +114,10 @@ CLI_CASES: list[Any] = [
     pytest.param(["session", "status", UNKNOWN_SESSION], 69, "session_not_found", id="unknown-session"),
     pytest.param(["session", "events", UNKNOWN_SESSION], 69, "session_not_found", id="events-of-unknown-session"),
     pytest.param(["session", "stop", UNKNOWN_SESSION], 69, "session_not_found", id="stop-unknown-session"),
+    # Ids are one path segment whatever they hold: a space crashed the HTTP client, `?` cut the id short.
+    pytest.param(["session", "status", "a b"], 69, "session_not_found", id="id-with-a-space"),
+    pytest.param(["session", "status", "ü"], 69, "session_not_found", id="non-ascii-id"),
+    pytest.param(["task", "show", "a b"], 69, "task_not_found", id="task-id-with-a-space"),
 ]
 
 
@@ -138,6 +142,13 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(daemon: Daemon, workspace: P
     argv = [str(workspace) if a == "$WS" else a for a in args]
     assert_one_line_error(daemon.cli(*argv), exit_code, code)
     assert_one_json_error(daemon.cli(*argv, "-o", "json"), exit_code, code)
+
+
+def test_a_question_mark_in_an_id_stays_in_the_id(daemon: Daemon) -> None:
+    # Unquoted, `x?y` reached the daemon as session `x` with a query string: the answer named the wrong session.
+    result = daemon.cli("session", "status", "x?y", "-o", "json")
+    assert result.returncode == 69, result.stderr
+    assert json.loads(result.stderr)["diagnostic"]["evidence"] == {"session_id": "x?y"}
 
 
 def test_prompt_to_a_session_that_is_not_active_is_refused(daemon: Daemon, workspace: Path) -> None:

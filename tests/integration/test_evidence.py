@@ -67,6 +67,9 @@ def test_the_evidence_of_a_crashed_session_is_one_redacted_archive(daemon: Daemo
 
     again = daemon.cli("session", "evidence", sid, "--out", str(path))
     assert again.returncode == 65 and "already exists" in again.stderr  # never overwrites
+    nowhere = daemon.cli("session", "evidence", sid, "--out", str(tmp_path / "missing" / "x.tar.gz"), "-o", "json")
+    assert nowhere.returncode == 65 and json.loads(nowhere.stderr)["code"] == "file_not_writable", nowhere.stderr
+    assert not (tmp_path / "missing").exists()
 
 
 def test_the_evidence_route_answers_a_gzip_download(daemon: Daemon, workspace: Path) -> None:
