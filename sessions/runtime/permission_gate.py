@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any
 
-from sessions.acp import client_side
+from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
 from sessions.runtime.permissions import option_for
 
@@ -23,26 +23,33 @@ class PermissionGateMixin:
         if method == "session/request_permission":
             return await self._answer_permission(params)
         if method in ("fs/read_text_file", "fs/write_text_file"):
-            path = str(params.get("path", ""))
-            try:
-                resolved = client_side.confine(path, self.roots)
-            except client_side.OutsideWorkspace as exc:
-                self.record(EventType.PERMISSION, {
-                    "action": method, "resource": path, "decision": "denied",
-                    "title": "path outside the workspace", "error": str(exc),
-                })
-                raise RequestError.invalid_params({"path": path, "reason": "outside the workspace"}) from exc
-            self.touch_activity("fs", f"{method} {resolved}")
-            try:
-                if method == "fs/read_text_file":
-                    text = await asyncio.to_thread(client_side.read_text, resolved, params.get("line"),
-                                                   params.get("limit"))
-                    return {"content": text}
-                await asyncio.to_thread(client_side.write_text, resolved, str(params.get("content", "")))
-                return {}
-            except (OSError, ValueError) as exc:
-                raise client_side.fs_error(path, exc) from exc
+            return await self._serve_fs(method, params)
         raise RequestError.method_not_found(method)
+
+    async def _serve_fs(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A read or write inside the workspace roots, on the agents' own fs pool; a refused path is recorded."""
+        from acp.exceptions import RequestError
+
+        path = str(params.get("path", ""))
+        loop = asyncio.get_running_loop()
+        try:
+            target = workspace_fs.confine(path, self.roots)
+            self.touch_activity("fs", f"{method} {target.path}")
+            if method == "fs/read_text_file":
+                text = await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.read_text, target,
+                                                  params.get("line"), params.get("limit"))
+                return {"content": text}
+            await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.write_text, target,
+                                       str(params.get("content", "")))
+            return {}
+        except workspace_fs.OutsideWorkspace as exc:
+            self.record(EventType.PERMISSION, {
+                "action": method, "resource": path, "decision": "denied",
+                "title": "path outside the workspace", "error": str(exc),
+            })
+            raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from exc
+        except (OSError, ValueError) as exc:
+            raise workspace_fs.fs_error(path, exc) from exc
 
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any
 
-from sessions.acp import client_side, launch
+from sessions.acp import launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
@@ -73,8 +73,8 @@ class StartPathMixin:
             patched_cwd = str(pre.payload.get("cwd") or cwd)
             if patched_cwd != str(cwd):
                 try:
-                    cwd = client_side.confine(patched_cwd, self.roots)  # resolved: `..` and symlinks cannot escape
-                except client_side.OutsideWorkspace as exc:
+                    cwd = workspace_fs.confine(patched_cwd, self.roots).path  # `..` and symlinks cannot escape
+                except workspace_fs.OutsideWorkspace as exc:
                     raise StartFailed(FailureKind.STARTUP_FAILURE,
                                       f"agent.pre_start: cwd outside the workspace refused ({exc})") from exc
             command = [str(pre.payload.get("command") or command[0]), *[str(a) for a in pre.payload.get("args") or []]]

@@ -3,6 +3,7 @@ scripted agent: approve-all reads, deny-all refuses, and no path resolves outsid
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -107,4 +108,18 @@ def test_reading_a_missing_file_answers_acp_resource_not_found(daemon: Daemon, w
     assert error.startswith("-32002 Resource not found"), error
     assert str(workspace / "not-there-yet.txt") in error
     assert reply(turn) == ["tool error"]
+    assert daemon.session(session["id"])["state"] == "active"
+
+
+def test_a_fifo_in_the_workspace_is_refused_at_once_not_waited_on(daemon: Daemon, workspace: Path) -> None:
+    # A blocking open of a FIFO held a pool thread until someone wrote to it; eight of them stalled every
+    # other session's prompts. Now only regular files are served, and the open never blocks.
+    os.mkfifo(workspace / "pipe")
+    session = daemon.create(workspace, agent="scripted")
+    for verb in ("read pipe", "write pipe data"):
+        turn = daemon.run_turn(session["id"], f"tool {verb}")
+        [result] = of_type(turn, "tool_result")
+        assert result["content"]["status"] == "failed", verb
+        error = result["content"]["tool_error"]
+        assert error.startswith("-32602") and "not a regular file" in error, error
     assert daemon.session(session["id"])["state"] == "active"

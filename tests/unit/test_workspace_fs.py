@@ -1,0 +1,126 @@
+"""Agents' fs access (sessions/acp/workspace_fs.py) on real files: what `confine` accepted is opened without
+following any symlink, so a swap between the check and the open is refused; only regular files are read or
+written, and never by a blocking open."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sessions.acp import workspace_fs
+from sessions.acp.workspace_fs import NotARegularFile, OutsideWorkspace, confine, read_text, write_text
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Path, Path]:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    (workspace / "d").mkdir(parents=True)
+    outside.mkdir()
+    (workspace / "d" / "f.txt").write_text("inside\n")
+    (outside / "f.txt").write_text("TOP SECRET\n")
+    return workspace, outside
+
+
+def swap_for_symlink(directory: Path, target: Path) -> None:
+    """What a racing agent does between the daemon's check and its open."""
+    shutil.rmtree(directory)
+    directory.symlink_to(target, target_is_directory=True)
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_read_through(layout: tuple[Path, Path]) -> None:
+    workspace, outside = layout
+    target = confine(str(workspace / "d" / "f.txt"), [workspace])
+    swap_for_symlink(workspace / "d", outside)
+    with pytest.raises(OutsideWorkspace, match="changed to a symlink"):
+        read_text(target, None, None)
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_written_through(
+        layout: tuple[Path, Path]) -> None:
+    workspace, outside = layout
+    targets = [confine(str(workspace / "d" / name), [workspace]) for name in ("f.txt", "new.txt")]
+    swap_for_symlink(workspace / "d", outside)
+    for target in targets:
+        with pytest.raises(OutsideWorkspace):
+            write_text(target, "pwned")
+    assert (outside / "f.txt").read_text() == "TOP SECRET\n"
+    assert not (outside / "new.txt").exists()
+
+
+def test_a_file_swapped_for_a_symlink_after_the_check_is_refused(layout: tuple[Path, Path]) -> None:
+    workspace, outside = layout
+    target = confine(str(workspace / "d" / "f.txt"), [workspace])
+    (workspace / "d" / "f.txt").unlink()
+    (workspace / "d" / "f.txt").symlink_to(outside / "f.txt")
+    with pytest.raises(OutsideWorkspace):
+        read_text(target, None, None)
+    with pytest.raises(OutsideWorkspace):
+        write_text(target, "pwned")
+    assert (outside / "f.txt").read_text() == "TOP SECRET\n"
+
+
+def test_a_symlink_inside_the_workspace_is_followed_where_it_stays_inside(layout: tuple[Path, Path]) -> None:
+    workspace, _ = layout
+    (workspace / "alias").symlink_to(workspace / "d", target_is_directory=True)
+    target = confine(str(workspace / "alias" / "f.txt"), [workspace])
+    assert target.path == (workspace / "d" / "f.txt").resolve()
+    assert read_text(target, None, None) == "inside\n"
+
+
+def test_a_fifo_is_refused_at_once_for_reads_and_writes(layout: tuple[Path, Path]) -> None:
+    workspace, _ = layout
+    fifo = workspace / "pipe"
+    os.mkfifo(fifo)
+    target = confine(str(fifo), [workspace])
+    # A blocking open would wait here for a writer that never comes; the open is non-blocking and refused.
+    with pytest.raises(NotARegularFile):
+        read_text(target, None, None)
+    with pytest.raises(NotARegularFile):  # no reader: ENXIO from the non-blocking open
+        write_text(target, "x")
+    assert fifo.exists() and not fifo.is_file()
+
+
+def test_a_directory_is_not_a_file(layout: tuple[Path, Path]) -> None:
+    workspace, _ = layout
+    for path in (workspace, workspace / "d"):
+        with pytest.raises(NotARegularFile):
+            read_text(confine(str(path), [workspace]), None, None)
+        with pytest.raises(NotARegularFile):
+            write_text(confine(str(path), [workspace]), "x")
+
+
+def test_a_nul_byte_or_a_relative_path_is_refused_as_a_path_not_a_crash(layout: tuple[Path, Path]) -> None:
+    workspace, _ = layout
+    with pytest.raises(OutsideWorkspace, match="NUL"):
+        confine(str(workspace / "d") + "/f\0.txt", [workspace])
+    with pytest.raises(OutsideWorkspace, match="absolute"):
+        confine("d/f.txt", [workspace])
+
+
+def test_writes_make_missing_directories_with_the_users_umask(layout: tuple[Path, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace, _ = layout
+    monkeypatch.setattr(workspace_fs, "user_umask", lambda: 0o022)
+    old = os.umask(0o077)  # the daemon's private umask
+    try:
+        write_text(confine(str(workspace / "a" / "b" / "new.txt"), [workspace]), "hello")
+        write_text(confine(str(workspace / "d" / "f.txt"), [workspace]), "replaced")
+    finally:
+        os.umask(old)
+    assert (workspace / "a" / "b" / "new.txt").read_text() == "hello"
+    assert (workspace / "a").stat().st_mode & 0o777 == 0o755
+    assert (workspace / "a" / "b" / "new.txt").stat().st_mode & 0o777 == 0o644
+    assert (workspace / "d" / "f.txt").read_text() == "replaced"  # truncated, not appended
+
+
+def test_lines_and_limits_and_the_size_cap(layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace, _ = layout
+    (workspace / "many.txt").write_text("".join(f"{i}\n" for i in range(1, 11)))
+    target = confine(str(workspace / "many.txt"), [workspace])
+    assert read_text(target, 3, 2) == "3\n4\n"
+    monkeypatch.setattr(workspace_fs, "MAX_READ_BYTES", 5)
+    with pytest.raises(ValueError, match="too large"):
+        read_text(target, None, None)
