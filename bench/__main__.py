@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 
-from bench import cpu_split, harness, latency, memory, throughput  # noqa: E402
+from bench import cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
 from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
@@ -37,6 +37,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
     "cpusplit": ("CPU per tick at 1 and at 3 viewers a session: what each viewer adds, what each event costs once",
                  cpu_split.run),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
+    "redaction": ("redact_text on ordinary text per call, and on adversarial text per KiB at two sizes",
+                  redaction.run),
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 

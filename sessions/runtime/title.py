@@ -15,6 +15,7 @@ from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
 from sessions.config import ProviderConfig
 from sessions.enums import EventType
+from sessions.store.redact import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,12 @@ TITLE_PASSES = asyncio.Semaphore(2)
 
 
 def title_prompt(user_text: str, reply_text: str) -> str:
+    """The title request. The excerpts are redacted first: a title lands in meta.json, the catalog and every
+    list, and a title agent that copies a key (`aws_secret_access_key …` became a title) must have none to copy.
+    Redacted before the cut, with a margin, so a key cut in two at the excerpt's end is still recognised."""
+    user, reply = (redact_text(text[:EXCERPT_CHARS + 1024])[:EXCERPT_CHARS] for text in (user_text, reply_text))
     return (f"{TITLE_REQUEST}\nWrite a short title (at most 6 words) for this conversation. Reply with the title "
-            f"only, no quotes.\nUser: {user_text[:EXCERPT_CHARS]}\nAssistant: {reply_text[:EXCERPT_CHARS]}")
+            f"only, no quotes.\nUser: {user}\nAssistant: {reply}")
 
 
 def echoes_request(candidate: str, request: str) -> bool:
@@ -43,7 +48,7 @@ def echoes_request(candidate: str, request: str) -> bool:
 
 def clean_title(text: str, request: str = "") -> str | None:
     """The first non-blank line of the reply as a title; None when there is none or it echoes `request`."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = next((ln.strip() for ln in redact_text(text).splitlines() if ln.strip()), "")
     line = re.sub(r"^(title:\s*)", "", line, flags=re.IGNORECASE).strip().strip("\"'`*#").strip()
     if not line:
         return None

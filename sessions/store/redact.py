@@ -95,6 +95,14 @@ _ASSIGN_RE = re.compile(
     rf"(?P<val>\[REDACTED\]|{_QUOTED}|{_UNCLOSED}|[^\s,;&\"'<>(){{}}\[\]]+)"
 )
 
+# identifier_key VALUE: a key spelled as an identifier (with "_" or "-", e.g. `aws configure set
+# aws_secret_access_key VALUE`, `export API_KEY VALUE`), a blank, then a value that looks generated: 16+ token
+# characters with a digit or a "+" or "/". Prose ("the api_key parameter") keeps its words.
+_SPACED_RE = re.compile(
+    r"(?P<key>[A-Za-z][A-Za-z0-9]*(?:[_\-][A-Za-z0-9]+)+)[ \t]+"
+    r"(?P<val>(?=[A-Za-z0-9+/=_\-.]*[0-9+/])[A-Za-z0-9+/=_\-.]{16,})(?![^\s,;])"
+)
+
 # Bare "Bearer <token>". The token must look like one (a digit or an inner symbol, or 20+ chars) so
 # prose such as "uses Bearer authentication." is left alone; a trailing "." stays outside the token.
 _TOK = r"[A-Za-z0-9\-._~+/]"
@@ -124,12 +132,30 @@ _PROVIDER_RE = re.compile(
     r")"
 )
 
+# Private key blocks (PEM: RSA, EC, DSA, PKCS#8, encrypted; OpenSSH; PGP). The body up to the matching END line is
+# replaced; a block cut off before its END (a streamed chunk, a truncated log line) is replaced to the end of the
+# text. The output keeps both armour lines, so redacting it again changes nothing.
+_PEM_RE = re.compile(
+    r"-----BEGIN (?P<label>(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----(?:.*?-----END (?P=label)-----|.*\Z)",
+    re.DOTALL,
+)
+
+
+def _sub_pem(m: re.Match[str]) -> str:
+    label = m.group("label")
+    return f"-----BEGIN {label}-----{REDACTED}-----END {label}-----"
+
+
 # Words every secret-like key contains ("api_key", "private_key", "session_key" all contain "key").
 # Found with str.find on lower-cased text; the key rules then run anchored at those hits only, which is
 # far cheaper than scanning every position of every event with the full patterns.
 _KEY_WORDS = ("token", "secret", "passw", "key", "credential", "auth")
-# Run of key characters, matched on the reversed text to find where a key starts left of a hit.
-_KEY_RUN_RE = re.compile(r"[a-z0-9_.\-]*")
+# Run of key characters, matched on the reversed text to find where a key starts left of a hit. Word characters
+# of any script count, as in the key patterns' \w, so one scan covers the whole run a regex would.
+_KEY_RUN_RE = re.compile(r"[\w.\-]*")
+# Longer runs are data (base64, a minified blob), not a key: skipped whole, never scanned once per hit inside
+# them (`tokentoken…` made that quadratic: 7 s for 256 KiB).
+_MAX_KEY_CHARS = 128
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _AFTER_KEY = frozenset("=:\"'\\")
 _QUOTES = frozenset("\"'")
@@ -236,23 +262,29 @@ def _redact_keyed(text: str, low: str, hits: list[int]) -> str:
     """Redact values of secret-like keys, examining only keys around the trigger-word ``hits``."""
     pieces: list[str] = []
     done = 0  # end of the last rewritten value; later hits inside it are already handled
-    last_start = -1
+    run_end = -1  # end of the key run around the last hit: later hits inside it share its key
     rev = low[::-1]
     n = len(text)
     for pos in hits:
-        if pos < done:
+        if pos < done or pos < run_end:
             continue
         start = max(pos - (_KEY_RUN_RE.match(rev, n - pos).end() - (n - pos)), done)
-        if start == last_start:  # "auth_token" has two hits but one key
+        end = run_end = _KEY_RUN_RE.match(low, pos).end()
+        if end - start > _MAX_KEY_CHARS:
             continue
-        last_start = start
         # Cheap reject before any regex: every form needs a separator or quote right after the key, dashes
-        # before it, or (quoted keys may hold other characters) a quote before it. Non-ASCII may extend a
-        # regex key (\w), so it gets the full check too.
-        end = _KEY_RUN_RE.match(low, pos).end()
+        # before it, a quote before it (quoted keys may hold other characters), or a blank and then a value
+        # (`aws_secret_access_key VALUE`).
         after = low[end : end + 1]
         before = low[start - 1] if start else ""
-        if after not in _AFTER_KEY and after.isascii() and low[start] != "-" and before not in _QUOTES:
+        if after not in _AFTER_KEY and after not in " \t" and low[start] != "-" and before not in _QUOTES:
+            continue
+        if after in " \t" and low[start] != "-" and before not in _QUOTES:
+            m = _SPACED_RE.match(text, start)
+            if m is not None and is_secret_key(m.group("key")):
+                pieces.append(text[done : m.start("val")])
+                pieces.append(REDACTED)
+                done = m.end()
             continue
         m = _keyed_edit(text, start)
         if m is None:
@@ -276,6 +308,8 @@ def redact_text(text: str) -> str:
     """
     if not text:
         return text
+    if "PRIVATE KEY" in text:
+        text = _PEM_RE.sub(_sub_pem, text)
     low = _lower(text)
     changed = False
     if ":" in low:
