@@ -11,6 +11,11 @@ every write transaction. A store that stays unwritable past `WRITE_DEADLINE_SECO
 in a failed state: nothing recorded afterwards is written, `flush` raises, and `on_failure` tells the
 runtime, which stops the session with failure kind `storage_failure`. The doorbell rings only after a
 commit.
+
+Where redaction is on, a batch whose last streamed run ends in what may be the beginning of a secret (a
+provider prefix, a key and its separator: `redact_stream.secret_tail`) keeps that tail back for the next chunk to
+join, at most `HOLD_SECONDS`, so the row that stores the secret holds all of it and is redacted as a whole. A
+flush, a close or any other event releases it at once.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from sessions.store.events import (
+    MERGEABLE_TYPES,
+    ChunkRun,
     EventLog,
     HookRun,
     NewEvent,
@@ -37,6 +44,7 @@ from sessions.store.events import (
     op_weight,
 )
 from sessions.store.failures import StoreFailure, classify
+from sessions.store.redact_stream import PrivateKeyCarry, secret_tail
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +58,10 @@ RETRY_MAX_SECONDS = 1.0
 ATTEMPT_BUSY_TIMEOUT_MS = 1000
 # Bound one transaction: ops, each a lone event or a run of at most MAX_RUN_CHUNKS merged chunks.
 MAX_BATCH_OPS = 5000
+# The longest a streamed tail that may begin a secret waits for the rest of it (a model streams a 40-character
+# token in well under a second); and how far back a tail is looked for.
+HOLD_SECONDS = 1.0
+HOLD_WINDOW_CHARS = 4096
 
 # Batches handed to store threads and not yet reported back, per event loop, across every session on it: a
 # session streaming a burst reads it to leave the GIL to the other sessions' writers (`others_waiting`).
@@ -87,6 +99,9 @@ class Recorder:
         self.closed = False
         self.refused = 0  # events offered after the recorder failed or closed, never written
         self.commit_seconds: Callable[[float], None] | None = None  # observed by metrics, when wired
+        self._held_since: float | None = None  # when the tail kept back now was first kept back
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._key_carry = PrivateKeyCarry()  # the writer thread's: private-key blocks that span rows
 
     @property
     def name(self) -> str:
@@ -130,6 +145,8 @@ class Recorder:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((self._recorded, waiter))
+        if self._pending and not self._in_flight and not self._scheduled:
+            self._hand_off()  # a held-back tail: a waiter releases it
         await asyncio.shield(waiter)
 
     def others_waiting(self) -> bool:
@@ -149,6 +166,12 @@ class Recorder:
         if self._in_flight or not self._pending or self.failure is not None:
             return
         batch, self._pending = self._pending[:MAX_BATCH_OPS], self._pending[MAX_BATCH_OPS:]
+        if not self._pending and self.redact:
+            held = self._hold_tail(batch)
+            if held is not None:
+                self._pending = [held]
+                if not batch:
+                    return
         self._in_flight = True
         loop = self._loop
         assert loop is not None
@@ -157,6 +180,47 @@ class Recorder:
             self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
             self._thread.start()
         self._queue.put(batch)
+
+    def _hold_tail(self, batch: list[PendingOp]) -> ChunkRun | None:
+        """Take the end of the batch's last streamed run off the batch when it may begin a secret."""
+        last = batch[-1]
+        now = time.monotonic()
+        if (type(last) is not ChunkRun or self._waiters or self.closed
+                or (self._held_since is not None and now - self._held_since >= HOLD_SECONDS)):
+            self._held_since = None
+            return None
+        chars = secret_tail(last.tail_text(HOLD_WINDOW_CHARS))
+        if chars == 0:
+            self._held_since = None
+            return None
+        head, tail, added = last.split_tail(chars)
+        self._recorded += added
+        if head is None:
+            batch.pop()
+        else:
+            batch[-1] = head
+        if self._held_since is None:
+            self._held_since = now
+        if self._hold_timer is None:
+            assert self._loop is not None
+            self._hold_timer = self._loop.call_later(HOLD_SECONDS - (now - self._held_since), self._release_hold)
+        return tail
+
+    def _release_hold(self) -> None:
+        self._hold_timer = None
+        if self._pending and not self._in_flight and not self._scheduled:
+            self._hand_off()
+
+    def _carry_private_keys(self, ops: list[Any]) -> list[Any]:
+        """On the writer thread, in commit order: rows inside a private-key block another row opened."""
+        out = []
+        for op in ops:
+            if type(op) is NewEvent and op.type in MERGEABLE_TYPES and type(op.content.get("text")) is str:
+                text = self._key_carry.apply(op.turn_id, op.type, op.content["text"])
+                if text is not op.content["text"]:
+                    op = NewEvent(op.type, op.turn_id, {**op.content, "text": text}, op.id)
+            out.append(op)
+        return out
 
     def _write_loop(self) -> None:
         """The writer thread: commits each batch, then reports back to the loop in one callback."""
@@ -214,6 +278,8 @@ class Recorder:
     def _commit_with_retry(self, batch: list[PendingOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """Runs on the store's thread. Retries a failing batch until it commits or the deadline passes."""
         ops = materialize(batch)
+        if self.redact:
+            ops = self._carry_private_keys(ops)
         started = time.monotonic()
         delay = RETRY_FIRST_SECONDS
         attempt = 0

@@ -141,6 +141,34 @@ class ChunkRun:
             return first
         return NewEvent(first.type, first.turn_id, {**first.content, "text": "".join(self.pieces)})
 
+    @classmethod
+    def of(cls, first: NewEvent, pieces: list[str]) -> ChunkRun:
+        run = cls(NewEvent(first.type, first.turn_id, {**first.content, "text": pieces[0]}))
+        run.pieces = pieces
+        return run
+
+    def tail_text(self, chars: int) -> str:
+        """At least the last `chars` characters of the run's text (whole pieces), joined."""
+        taken, size = [], 0
+        for piece in reversed(self.pieces):
+            taken.append(piece)
+            size += len(piece)
+            if size >= chars:
+                break
+        return "".join(reversed(taken))
+
+    def split_tail(self, chars: int) -> tuple[ChunkRun | None, ChunkRun, int]:
+        """(the run without its last `chars` characters or None, a run of those characters, pieces added): a
+        piece cut in two counts as one more recorded chunk."""
+        pieces, i, left = self.pieces, len(self.pieces), chars
+        while left > 0 and i > 0:
+            i -= 1
+            left -= len(pieces[i])
+        keep = -left  # characters of pieces[i] that stay in the head
+        head = pieces[:i] + ([pieces[i][:keep]] if keep > 0 else [])
+        tail = ([pieces[i][keep:]] if keep > 0 else [pieces[i]]) + pieces[i + 1:]
+        return (ChunkRun.of(self.first, head) if head else None), ChunkRun.of(self.first, tail), int(keep > 0)
+
 
 PendingOp = StoreOp | ChunkRun
 
