@@ -19,11 +19,11 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from compozy_site.auth import MACHINE_PATHS
+from compozy_site.auth import is_machine_path
 from health.api import router as health_router
 from sessions.api import router as sessions_router
 from sessions.api import workspaces as workspaces_router
@@ -69,6 +69,20 @@ def add_links(schema: dict[str, Any]) -> None:
         response["links"] = links
 
 
+# Swagger UI from this daemon's own static files (django-ninja's bundle, pinned with the package), under the
+# dashboard's CSP plus the inline styles Swagger UI sets. The page runs with the caller's full API rights: it
+# used to load `swagger-ui-dist@5` from a CDN, unpinned and without a CSP.
+DOCS_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; object-src 'none'")
+
+
+class LocalSwagger(Swagger):
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+        response = super().render_page(request, api, **kwargs)
+        response["Content-Security-Policy"] = DOCS_CSP
+        return response
+
+
 class CompozyAPI(NinjaAPI):
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         schema = super().get_openapi_schema(**kwargs)
@@ -76,7 +90,7 @@ class CompozyAPI(NinjaAPI):
         return schema
 
 
-api = CompozyAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(),
+api = CompozyAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(), docs=LocalSwagger(),
                  description="Durable, diagnosable ACP agent sessions. Every error answers "
                              "`{error, code, diagnostic}`; `code` is stable.")
 api.add_router("/", sessions_router)
@@ -207,7 +221,7 @@ STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: 
 def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     # Pages keep Django's answers for a person's GET; the API, the metrics scrape and any other method (no page
     # takes a POST: a script sent it) get the common JSON shape.
-    machine = request.path.startswith(MACHINE_PATHS) or request.method not in ("GET", "HEAD")
+    machine = is_machine_path(request.path) or request.method not in ("GET", "HEAD")
     if (response.status_code < 400 or not machine or response.streaming
             or response.get("Content-Type", "").startswith("application/json")):
         return response

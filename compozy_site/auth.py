@@ -19,6 +19,10 @@ from compozy_site.home import read_token, token_path
 COOKIE_NAME = "compozy_auth"
 # Routes a machine reads (the API, the Prometheus scrape): their refusals and errors are JSON, never a page.
 MACHINE_PATHS = ("/api/", "/metrics")
+
+
+def is_machine_path(path: str) -> bool:
+    return path.startswith(MACHINE_PATHS) or path == "/api"  # `/api` without its slash is the API too
 # A login link is for clicking now, not for keeping: long enough to copy it into a browser, short enough that a
 # link left in a terminal's scrollback is useless.
 TICKET_TTL_SECONDS = 120.0
@@ -52,8 +56,23 @@ def cluster_token() -> str:
     return token if len(token) >= MIN_CLUSTER_TOKEN_CHARS else ""
 
 
-def cookie_value(token: str) -> str:
-    return hmac.new(token.encode(), b"compozy dashboard cookie", hashlib.sha256).hexdigest()
+# A browser signs in again after a week. The age is checked here, not left to the browser's Max-Age: a copied
+# cookie used to work for as long as the token did.
+COOKIE_MAX_AGE = 7 * 24 * 3600
+
+
+def cookie_value(token: str, issued: int | None = None) -> str:
+    """`<issued epoch seconds>.<HMAC of the token over it>`: never the token itself, and dated."""
+    issued = int(time.time()) if issued is None else issued
+    mac = hmac.new(token.encode(), f"compozy dashboard cookie {issued}".encode(), hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}"
+
+
+def cookie_valid(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> bool:
+    issued, _, _ = value.partition(".")
+    if not issued.isdigit() or not -60 <= time.time() - int(issued) <= max_age:  # a minute of clock skew
+        return False
+    return same_secret(value, cookie_value(token, int(issued)))
 
 
 def same_secret(given: str, expected: str) -> bool:

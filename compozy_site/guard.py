@@ -25,12 +25,14 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 from compozy_site.auth import (
+    COOKIE_MAX_AGE,
     COOKIE_NAME,
-    MACHINE_PATHS,
     Tickets,
     cluster_token,
+    cookie_valid,
     cookie_value,
     ensure_token,
+    is_machine_path,
     same_secret,
 )
 
@@ -48,8 +50,6 @@ TICKET_PATH = "/api/auth/ticket"
 LOGIN_PATH = "/login"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
-# A week: the cookie is derived from the token, so rotating the token (delete the file, restart) voids it sooner.
-COOKIE_MAX_AGE = 7 * 24 * 3600
 
 LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Compozy: sign in</title>
 <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:40em;margin:4em auto;padding:0 1em}}
@@ -145,7 +145,7 @@ class Guard:
             else:
                 self._check_host_and_origin(scope, headers, policy)
                 if scope["path"] == LOGIN_PATH:
-                    await self._login(scope, send, policy)
+                    await self._login(scope, headers, send, policy)
                     return
                 if not _public(scope["path"]):
                     self._check_auth(scope, headers, policy)
@@ -197,7 +197,7 @@ class Guard:
         if scheme.lower() == "bearer" and policy.cluster_token and same_secret(given.strip(), policy.cluster_token):
             return  # another node of the cluster routing work to the session this node owns
         cookie = _cookie(headers.get("cookie", ""), COOKIE_NAME)
-        if cookie and same_secret(cookie, cookie_value(policy.token)):
+        if cookie and cookie_valid(policy.token, cookie):
             # Cookies ignore ports, so a page on another loopback port is "same-site" and its sub-resource GETs
             # carry our cookie: only our own pages and top-level navigations may use it.
             site = headers.get("sec-fetch-site", "")
@@ -205,7 +205,7 @@ class Guard:
                 raise Refusal(403, "origin_forbidden", "cross-origin requests are refused", {"site": site})
             return
         # Pages get a sign-in page; the API and the Prometheus scrape (a machine, not a person) get JSON.
-        if scope["method"] in ("GET", "HEAD") and not scope["path"].startswith(MACHINE_PATHS):
+        if scope["method"] in ("GET", "HEAD") and not is_machine_path(scope["path"]):
             raise Refusal(401, "auth_required", "sign in with `compozy dashboard`", page=True)
         raise Refusal(401, "auth_required", "this daemon needs its token: `Authorization: Bearer <token>` from "
                       "$COMPOZY_HOME/token, or `compozy dashboard` for a browser",
@@ -213,11 +213,15 @@ class Guard:
 
     # ---- routes the guard answers itself ---------------------------------------------------------
 
-    async def _login(self, scope: Scope, send: Send, policy: GuardPolicy) -> None:
+    async def _login(self, scope: Scope, headers: dict[str, str], send: Send, policy: GuardPolicy) -> None:
         """`/login?ticket=…`: a valid single-use ticket becomes the HttpOnly, SameSite=Strict cookie."""
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         ticket = (query.get("ticket") or [""])[0]
-        if scope["method"] not in ("GET", "HEAD") or not self.tickets.redeem(ticket):
+        if scope["method"] == "HEAD" or headers.get("sec-fetch-mode", "navigate") != "navigate":
+            # A link preview's HEAD or a page's sub-resource fetch must not use up the link (and take the cookie).
+            await _login_page(send, "Open this login link in your browser.")
+            return
+        if scope["method"] != "GET" or not self.tickets.redeem(ticket):
             await _login_page(send, "This login link has expired or was already used; ask for a new one.")
             return
         cookie = (f"{COOKIE_NAME}={cookie_value(policy.token)}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; "

@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 # a connection for hours), and an idle keep-alive connection closes after 60 s.
 HEADER_TIMEOUT_SECONDS = 5.0
 IDLE_TIMEOUT_SECONDS = 60
+# The whole body (at most `max_body_bytes`, 1 MiB by default) must arrive within this long of the headers. The idle
+# timeout restarts with every byte, and daphne hands nothing to the guard before the body is complete, so a
+# client sending a byte every few seconds held a connection, unauthenticated, for as long as it liked.
+BODY_TIMEOUT_SECONDS = 30.0
 # After a 413 the client is usually still sending: closing at once would reset the connection and lose the answer,
 # so the rest is read and dropped, for at most this long.
 LINGER_SECONDS = 10.0
@@ -43,6 +47,7 @@ class GuardedRequest(WebRequest):
         self._linger: Any = None
         super().__init__(*args, **kwargs)
         self._header_timer: Any = reactor.callLater(HEADER_TIMEOUT_SECONDS, self._headers_too_slow)
+        self._body_timer: Any = None
 
     def gotLength(self, length: int | None) -> None:
         self._cancel(self._header_timer)
@@ -52,6 +57,7 @@ class GuardedRequest(WebRequest):
             self.content = _Discard()
             self._refuse(f"a {length}-byte body")
             return
+        self._body_timer = reactor.callLater(BODY_TIMEOUT_SECONDS, self._body_too_slow)
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:
@@ -66,6 +72,7 @@ class GuardedRequest(WebRequest):
         super().handleContentChunk(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        self._cancel(self._body_timer)
         if self._over_cap:
             self.channel.transport.loseConnection()  # the 413 is written; the dropped body is fully read
             return
@@ -73,6 +80,7 @@ class GuardedRequest(WebRequest):
 
     def connectionLost(self, reason: Any) -> None:
         self._cancel(self._header_timer)
+        self._cancel(self._body_timer)
         self._cancel(self._linger)
         super().connectionLost(reason)
 
@@ -90,6 +98,14 @@ class GuardedRequest(WebRequest):
         if self.channel is not None and self.channel.transport is not None:
             _write_error(self.channel.transport, 408, "Request Timeout", "header_timeout",
                          f"the request headers did not arrive within {HEADER_TIMEOUT_SECONDS:g} s")
+            self.channel.transport.loseConnection()
+
+    def _body_too_slow(self) -> None:
+        self._body_timer = None
+        if self.channel is not None and self.channel.transport is not None:
+            logger.warning("closed a request whose body took over %g s", BODY_TIMEOUT_SECONDS)
+            _write_error(self.channel.transport, 408, "Request Timeout", "body_timeout",
+                         f"the request body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of its headers")
             self.channel.transport.loseConnection()
 
     @staticmethod

@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.staticfiles",
     "channels",
+    # Only for its templates and static files: /api/docs then loads Swagger UI from this daemon, not from a CDN.
+    "ninja",
     "huey.contrib.djhuey",
     "sessions.apps.SessionsConfig",
     "sessions.work.apps.WorkConfig",

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
+import ninja
 from asgiref.sync import sync_to_async
 from django.http import (
     Http404,
@@ -44,6 +45,7 @@ from sessions.store import folder
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+NINJA_STATIC_DIR = Path(ninja.__file__).resolve().parent / "static"  # holds ninja/swagger-ui-bundle.js, …
 # The session page's first transcript snapshot holds the newest entries; older ones load on scroll.
 SNAPSHOT_ENTRIES = 100
 # Rows per read while streaming a download: one page in memory at a time.
@@ -263,13 +265,15 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 def _static_file(path: str) -> Path:
-    """The file under STATIC_DIR that `path` names; anything that could leave the directory is a 404."""
+    """The file under STATIC_DIR (or, for `ninja/…`, django-ninja's Swagger UI bundle) that `path` names;
+    anything that could leave the directory is a 404."""
     pure = PurePosixPath(path)
     if (not path or "\\" in path or "\x00" in path or pure.is_absolute()
             or any(part in ("", ".", "..") or part.startswith(".") for part in pure.parts)):
         raise Http404("no such file")
-    candidate = (STATIC_DIR / pure).resolve()
-    if not candidate.is_relative_to(STATIC_DIR.resolve()) or not candidate.is_file():
+    root = NINJA_STATIC_DIR if pure.parts[0] == "ninja" else STATIC_DIR
+    candidate = (root / pure).resolve()
+    if not candidate.is_relative_to(root.resolve()) or not candidate.is_file():
         raise Http404("no such file")
     return candidate
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -46,7 +47,7 @@ def stream_paths(daemon: Daemon, session: dict[str, Any]) -> list[str]:
 def test_tcp_without_the_token_gets_401_on_the_api_the_streams_and_a_login_page(
         daemon: Daemon, session: dict[str, Any]) -> None:
     with httpx.Client(base_url=daemon.base_url, timeout=10) as anonymous:
-        for path in ["/api/sessions", "/api/status", *stream_paths(daemon, session)]:
+        for path in ["/api/sessions", "/api/status", "/api", *stream_paths(daemon, session)]:
             response = anonymous.get(path)
             assert_refused(response, 401, "auth_required")
             assert response.headers["www-authenticate"].startswith("Bearer")
@@ -64,6 +65,21 @@ def test_tcp_without_the_token_gets_401_on_the_api_the_streams_and_a_login_page(
 
     assert daemon.http.get("/api/sessions").status_code == 200
     assert daemon.http.get("/").status_code == 200
+
+
+def test_the_api_docs_load_swagger_from_the_daemon_under_a_csp(daemon: Daemon) -> None:
+    """The docs page runs with the caller's API rights: no third-party script, and a CSP that allows none."""
+    docs = daemon.http.get("/api/docs")
+    assert docs.status_code == 200
+    csp = docs.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    scripts = re.findall(r'<script[^>]*src="([^"]+)"', docs.text)
+    assert scripts and all(src.startswith("/static/ninja/") for src in scripts), scripts
+    assert "cdn." not in docs.text and "https://" not in docs.text
+    for src in scripts:
+        asset = daemon.http.get(src)
+        assert asset.status_code == 200 and "javascript" in asset.headers["content-type"], src
+    assert daemon.http.get("/static/ninja/../../settings.py").status_code == 404
 
 
 def test_the_token_file_is_private_and_outlives_a_restart(tmp_path: Path) -> None:
@@ -97,6 +113,29 @@ def test_a_login_link_works_once_and_sets_a_strict_httponly_cookie(daemon: Daemo
         reused = other.get(url)
         assert reused.status_code == 401 and "expired or was already used" in reused.text
         assert "set-cookie" not in reused.headers
+
+
+def test_a_link_preview_or_a_sub_resource_fetch_does_not_use_up_the_login_link(daemon: Daemon) -> None:
+    url = daemon.login_url()
+    with httpx.Client(timeout=10) as preview:
+        for answer in (preview.head(url), preview.get(url, headers={"Sec-Fetch-Site": "cross-site",
+                                                                      "Sec-Fetch-Mode": "no-cors"})):
+            assert answer.status_code == 401 and "set-cookie" not in answer.headers
+    with httpx.Client(timeout=10) as browser:  # the person's click still signs in
+        answer = browser.get(url, headers={"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"})
+        assert answer.status_code == 302 and "set-cookie" in answer.headers
+
+
+def test_the_dashboard_cookie_is_dated_and_refused_once_older_than_a_week(daemon: Daemon) -> None:
+    from compozy_site.auth import COOKIE_MAX_AGE, COOKIE_NAME, cookie_value
+
+    fresh = cookie_value(daemon.token)
+    stale = cookie_value(daemon.token, issued=int(time.time() - COOKIE_MAX_AGE - 120))
+    forged = f"{int(time.time())}.{'0' * 64}"
+    with httpx.Client(base_url=daemon.base_url, timeout=10) as browser:
+        assert browser.get("/api/sessions", cookies={COOKIE_NAME: fresh}).status_code == 200
+        for value in (stale, forged, fresh.split(".")[1]):
+            assert_refused(browser.get("/api/sessions", cookies={COOKIE_NAME: value}), 401, "auth_required")
 
 
 # ---- Host and Origin on every route ------------------------------------------------------------------
@@ -343,6 +382,31 @@ def test_headers_must_arrive_within_the_header_timeout(daemon: Daemon) -> None:
     head, _, body = answer.decode().partition("\r\n\r\n")
     assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "header_timeout"
 
+
+
+
+def test_a_body_must_arrive_within_the_body_timeout_even_before_auth(daemon: Daemon) -> None:
+    """A body trickled a byte every few seconds restarted the idle timeout with each byte and, with no token at all,
+    held a connection for minutes: daphne hands nothing to the guard before the body is complete."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=60) as slow:
+        slow.sendall(b"POST /api/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n")
+        started = time.monotonic()
+        answer = b""
+        slow.settimeout(3)
+        while True:
+            try:
+                chunk = slow.recv(65536)
+            except TimeoutError:
+                slow.sendall(b" ")  # one byte every 3 s: never idle
+                continue
+            if not chunk:
+                break
+            answer += chunk
+        waited = time.monotonic() - started
+    assert 25 < waited < 45, waited
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "body_timeout", answer
 
 
 @pytest.mark.parametrize("request_head", [
