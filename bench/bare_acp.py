@@ -32,7 +32,7 @@ from acp.task import MessageSender, TaskSupervisor
 
 from bench.harness import cpu_seconds
 from bench.sse_client import ChunkChecker
-from sessions.acp.driver import STDIO_LIMIT_BYTES
+from sessions.acp.transport import STDIO_LIMIT_BYTES
 from tests.conftest import SCRIPTED
 
 CLIENT_INFO = {"name": "compozy-bench", "version": "1"}

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import rich_click as click
 
 from compozy_site.cli.client import ApiError
+from sessions.store.clean import scrub_text
 
 FORMATS = ("human", "json", "jsonl")
 
@@ -34,7 +35,7 @@ def exit_code_for(status: int) -> int:
 
 
 def dump(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    return scrub_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def fail(message: str, code: str = "error", fmt: str = "human", exit_code: int = 1, body: Any = None) -> NoReturn:
@@ -55,7 +56,7 @@ def emit(data: Any, fmt: str, human: Any = None) -> None:
     elif fmt == "jsonl":
         rows = data if isinstance(data, list) else [data]
         for row in rows:
-            click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+            click.echo(scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False)))
     elif human is not None:
         human()
     else:

@@ -11,44 +11,42 @@ Traps this module exists to avoid (each pinned by a test):
 6. A connection that closes mid-prompt surfaces as TransportClosed, classified by the runtime. It is
    raised only once the process exit was seen, so the runtime's exit watcher has classified the death
    (with the turn still in flight) before the caller resumes. An agent that closes stdout but lives on
-   is killed: nothing could ever answer its session again, which would otherwise sit `active` forever.
+   is killed, idle or not: nothing could ever answer its session again, which would otherwise sit `active`.
+7. The agent's exit is the process's own (a pidfd), not its pipes' closing: a grandchild that inherited stdout
+   kept a dead agent's session `active`. Its group is killed when it exits.
+8. What the agent sends is checked before the SDK sees it (a malformed response killed the SDK's receive
+   loop): violations are reported to the runtime, lone surrogates replaced, lines over STDIO_LIMIT_BYTES
+   dropped without being held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import json.scanner
 import logging
 import os
 import signal
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from acp._transport import NdjsonTransport
 from acp.connection import Connection
 from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
-from acp.task import MessageSender, TaskSupervisor
 
 from compozy_site.home import user_umask
+from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 
 logger = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 64 * 1024
-# Generous line limit: agents send whole file contents and tool outputs as single JSON lines.
-STDIO_LIMIT_BYTES = 50 * 1024 * 1024
 # Reference §8: SIGTERM the tree, then SIGKILL after the ACP driver stop timeout.
 STOP_TIMEOUT_SECONDS = 5.0
 # After the agent's stdout closes: how long it may take to exit before we kill its group. Longer than
 # the 1 s stderr drain that `_wait_exit` allows after the exit.
 CLOSED_EXIT_GRACE_SECONDS = 3.0
 
-UpdateSink = Callable[[dict[str, Any]], None]
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
@@ -98,113 +96,6 @@ class StderrTail:
         return b"".join(self._chunks).decode("utf-8", errors="replace")
 
 
-# Updates handled between hand-backs to the loop. Measured: a burst held the shared loop for 17 ms p99 (others'
-# ticks waited 37 ms); yielding every 256 lines cost the bare client no measurable rate, and 64 keeps one
-# stretch under half a millisecond at ~7 µs an update.
-YIELD_EVERY_UPDATES = 64
-# A burst holds the GIL along with the loop: a yield (a zero-timeout select) releases it too briefly for another
-# thread to take it, so other sessions' store threads got it only by forced switches (5 ms each, several per
-# commit) and their ticks waited behind a 20k-chunk turn. Once per BREATHE_EVERY of one burst, while another
-# session's commit waits, the receive loop sleeps instead (the selector rounds up to 1 ms): their writers commit
-# in the gap. Measured (bench latency, 5 runs each): ticks beside the burst p99 35-59 → 13-23 ms; a lone burst
-# never pauses, so ingest is unchanged.
-BREATHE_EVERY = 0.005
-BREATHE_SECONDS = 0.0005
-
-
-# One read takes what the pipe's reader holds, up to this; lines are split and parsed from it in one pass.
-READ_BYTES = 1024 * 1024
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: one object from a str, no wrapper
-
-
-class RecordingTransport(NdjsonTransport):
-    """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder.
-
-    Lines are read in bulk: one `read` takes what the pipe holds, one decode and one split serve all its lines,
-    and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
-    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink,
-                 others_waiting: Callable[[], bool] | None = None) -> None:
-        self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
-        super().__init__(reader, MessageSender(writer, self._supervisor))
-        self._on_update = on_update
-        self._lines: deque[str] = deque()  # complete lines read and not yet handled, in arrival order
-        self._partial: list[bytes] = []  # the reads holding a line whose newline has not arrived
-        self._eof = False
-        self._others_waiting = others_waiting
-        self._breathed = 0.0  # time.monotonic() of the last breath
-
-    async def receive(self) -> dict[str, Any] | None:
-        handled = 0
-        lines = self._lines
-        while True:
-            if not lines:
-                if self._eof or not await self._fill():
-                    return None
-                continue
-            line = lines.popleft().strip()
-            if not line:
-                continue
-            try:
-                message, end = _scan_json(line, 0)
-                if end != len(line) or not isinstance(message, dict):
-                    raise ValueError(f"not one JSON object ({len(line)} characters)")
-            except Exception:
-                logger.exception("agent sent a line that is not a JSON-RPC message: %.200r", line)
-                continue
-            if message.get("method") == "session/update" and "id" not in message:
-                params = message.get("params")
-                if isinstance(params, dict):
-                    try:
-                        self._on_update(params)
-                    except Exception:
-                        logger.exception("recording a session/update failed")
-                handled += 1
-                if handled % YIELD_EVERY_UPDATES == 0:
-                    # A full pipe read returns without waiting, so a fast agent's burst would otherwise hold the
-                    # loop every session and stream shares: let the others run.
-                    await asyncio.sleep(self._pause())
-                continue
-            return message  # what follows it stays queued: requests and responses keep their place in the order
-
-    def _pause(self) -> float:
-        """0 (a plain yield), or BREATHE_SECONDS once per BREATHE_EVERY while another session's commit waits."""
-        if self._others_waiting is None:
-            return 0
-        now = time.monotonic()
-        if now - self._breathed < BREATHE_EVERY or not self._others_waiting():
-            return 0
-        self._breathed = now
-        return BREATHE_SECONDS
-
-    async def _fill(self) -> bool:
-        """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
-        data = await self._reader.read(READ_BYTES)
-        if not data:
-            self._eof = True
-            tail, self._partial = b"".join(self._partial), []
-            if tail.strip():
-                self._lines.append(tail.decode("utf-8", errors="replace"))  # a last line without its newline
-                return True
-            return False
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self._partial.append(data)  # joined once its newline comes: a long line is copied once, not per read
-            return True
-        complete = b"".join([*self._partial, data[:cut]]) if self._partial else data[:cut]
-        self._partial = [data[cut + 1:]] if cut + 1 < len(data) else []
-        # Complete lines only: a read may end inside a multi-byte character, never inside a finished line.
-        self._lines.extend(complete.decode("utf-8", errors="replace").split("\n"))
-        return True
-
-    async def close(self) -> None:
-        try:
-            await super().close()
-        finally:
-            await self._supervisor.shutdown()
-
-
 def agent_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
     """Full daemon environment plus the provider's; API keys live in the environment."""
     env = dict(os.environ)
@@ -222,6 +113,7 @@ class AgentProcess:
         on_update: UpdateSink,
         on_request: RequestHandler,
         others_waiting: Callable[[], bool] | None = None,
+        on_violation: ViolationSink | None = None,
     ) -> None:
         self.command = list(command)
         self.cwd = cwd
@@ -229,6 +121,7 @@ class AgentProcess:
         self.on_update = on_update
         self.on_request = on_request
         self.others_waiting = others_waiting
+        self.on_violation = on_violation
         self.process: asyncio.subprocess.Process | None = None
         self.conn: Connection | None = None
         self.stderr = StderrTail()
@@ -236,6 +129,9 @@ class AgentProcess:
         self.started_at: str | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._wait_task: asyncio.Task[None] | None = None
+        self._closed_task: asyncio.Task[None] | None = None
+        # Set when the daemon killed an agent that closed its stdout and lived on: a transport failure, not a crash.
+        self.killed_for_closed_stdout = False
         self.closed = asyncio.Event()
 
     @property
@@ -267,8 +163,9 @@ class AgentProcess:
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self._drain_task = asyncio.create_task(self._drain_stderr(self.process.stderr))
         self._wait_task = asyncio.create_task(self._wait_exit())
-        self.conn = Connection(self._handle, RecordingTransport(self.process.stdout, self.process.stdin,
-                                                                self.on_update, self.others_waiting))
+        self.conn = Connection(self._handle, RecordingTransport(
+            self.process.stdout, self.process.stdin, self.on_update, self.others_waiting,
+            on_violation=self.on_violation, on_eof=self._stdout_closed))
 
     async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
         with contextlib.suppress(Exception):
@@ -277,12 +174,55 @@ class AgentProcess:
 
     async def _wait_exit(self) -> None:
         assert self.process
-        await self.process.wait()
+        await self._leader_gone()
+        # Nothing the agent started in its group may outlive it, nor keep its pipes (and so its session) open.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         # Let the drain read what the process wrote just before dying: it is the crash evidence.
         if self._drain_task:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._drain_task), 1.0)
         self.exited.set()
+
+    async def _leader_gone(self) -> None:
+        """Until the agent process itself has exited and been reaped. `Process.wait()` (Python 3.11) also waits
+        for its pipes to close, which a grandchild holding stdout delays for ever: the session then read `active`
+        with its agent long dead. A pidfd says when the process exits, whoever holds its pipes."""
+        assert self.process
+        waited = asyncio.ensure_future(self.process.wait())
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except (OSError, AttributeError):  # already reaped, or no pidfd on this kernel: the pipes will tell
+            await waited
+            return
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await asyncio.wait({waited, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        # The child watcher reaps it and sets the return code in a moment.
+        for _ in range(200):
+            if self.process.returncode is not None:
+                break
+            await asyncio.sleep(0.01)
+
+    def _stdout_closed(self) -> None:
+        """The agent's stdout reached EOF. An agent that lives on without it can never answer again: unless it
+        exits within the grace, its group is killed, whether or not a request was waiting (an idle one used to
+        read `healthy` until the next prompt failed)."""
+        if self._closed_task is None and self.process is not None:
+            self._closed_task = asyncio.ensure_future(self._reap_after_stdout_closed())
+
+    async def _reap_after_stdout_closed(self) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS)
+        if not self.exited.is_set() and self.process is not None and self.process.returncode is None:
+            logger.warning("agent pid %s closed its stdout but kept running; killing its process group", self.pid)
+            self.killed_for_closed_stdout = True
+            self.signal_group(signal.SIGKILL)
 
     async def _handle(self, method: str, params: Any, is_notification: bool) -> Any:
         if is_notification:
@@ -305,18 +245,14 @@ class AgentProcess:
         """The connection closed under a request: wait for the process to exit before reporting it.
 
         Waiters on `exited` wake in FIFO order and the runtime's exit watcher registered at start, so it
-        runs before this request's caller resumes. A process that closed stdout but lives on can never
-        answer again: kill its group, or its session would sit `active` forever.
+        runs before this request's caller resumes. A process that closed stdout but lives on is killed by
+        `_reap_after_stdout_closed`; a connection lost for another reason starts the same wait here.
         """
         if self.process is None:
             return
+        self._stdout_closed()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS)
-        if not self.exited.is_set():
-            logger.warning("agent pid %s closed its stdout but kept running; killing its process group", self.pid)
-            self.signal_group(signal.SIGKILL)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.exited.wait(), STOP_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS + STOP_TIMEOUT_SECONDS)
         await asyncio.sleep(0)
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:

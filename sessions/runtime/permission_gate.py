@@ -14,6 +14,18 @@ from sessions.runtime.permissions import option_for
 
 logger = logging.getLogger(__name__)
 
+def _bad_fs_params(method: str, params: dict[str, Any]) -> str:
+    """What is wrong with an fs request's parameters (ACP: `content` a string, `line` ≥ 1, `limit` ≥ 0), or "".
+    An object `content` used to be written as its Python repr, and `line: "abc"` was an internal error."""
+    if method == "fs/write_text_file" and not isinstance(params.get("content"), str):
+        return "a content that is not a string"
+    for name, least in (("line", 1), ("limit", 0)):
+        value = params.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            return f"{name} {value!r:.40} (an integer ≥ {least} or null)"
+    return ""
+
+
 class PermissionGateMixin:
     """SessionRuntime's answers to the agent's requests."""
 
@@ -32,6 +44,10 @@ class PermissionGateMixin:
 
         path = str(params.get("path", ""))
         loop = asyncio.get_running_loop()
+        bad = _bad_fs_params(method, params)
+        if bad:
+            self.protocol_violation(f"{method} with {bad}")
+            raise RequestError.invalid_params({"path": path, "reason": bad})
         try:
             target = workspace_fs.confine(path, self.roots)
             self.touch_activity("fs", f"{method} {target.path}")
@@ -54,7 +70,8 @@ class PermissionGateMixin:
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
-        options = [o for o in params.get("options", []) if isinstance(o, dict)]
+        raw_options = params.get("options")
+        options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
         mode = str(self.meta.get("effective_permissions") or self.config.permissions_mode)
         call_id = str(tool_call.get("toolCallId", ""))
         base = {

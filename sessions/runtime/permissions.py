@@ -48,8 +48,14 @@ class PermissionBoard:
 
     def open(self, request_id: str, turn_id: str, tool_call: dict[str, Any],
              options: list[dict[str, Any]]) -> PendingPermission:
-        item = PendingPermission(request_id, turn_id, tool_call, options)
-        self.pending[request_id] = item
+        """A pending request under `request_id`, or `request_id#2`, … while that one still waits: an agent that
+        asked twice with one toolCallId had its first request overwritten, never answerable, never cancelled."""
+        unique, n = request_id, 1
+        while unique in self.pending:
+            n += 1
+            unique = f"{request_id}#{n}"
+        item = PendingPermission(unique, turn_id, tool_call, options)
+        self.pending[unique] = item
         return item
 
     def resolve(self, request_id: str, decision: str, option_id: str | None) -> bool:

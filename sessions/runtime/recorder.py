@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sessions.store.clean import scrub
 from sessions.store.events import (
     MERGEABLE_TYPES,
     ChunkRun,
@@ -283,6 +284,7 @@ class Recorder:
         started = time.monotonic()
         delay = RETRY_FIRST_SECONDS
         attempt = 0
+        scrubbed = False
         while True:
             attempt += 1
             try:
@@ -297,6 +299,12 @@ class Recorder:
                     logger.warning("store %s: batch committed after %d attempts", self.name, attempt)
                 return stored, self.log.last_rows
             except Exception as exc:
+                if isinstance(exc, UnicodeEncodeError) and not scrubbed:
+                    # A lone surrogate (agents' messages are cleaned as parsed; this is the last line): never one
+                    # value failing its whole batch, and its session, as a storage failure.
+                    logger.warning("store %s: a value no UTF-8 encoder takes; stored with U+FFFD instead", self.name)
+                    ops, scrubbed = [_scrubbed(op) for op in ops], True
+                    continue
                 reason = classify(exc, self.path)
                 if reason is None:
                     # Not a storage condition (a bug or a value SQLite refuses): retrying cannot help.
@@ -347,3 +355,13 @@ class Recorder:
             self._thread_done = asyncio.get_running_loop().create_future()
             self._queue.put(None)  # after any batch still queued (a failed store's retries are over)
         await asyncio.shield(self._thread_done)
+
+
+def _scrubbed(op: Any) -> Any:
+    if isinstance(op, NewEvent):
+        return NewEvent(op.type, op.turn_id, scrub(op.content), op.id)
+    if isinstance(op, UsageUpdate):
+        return UsageUpdate(op.turn_id, scrub(op.usage))
+    if isinstance(op, HookRun):
+        return HookRun(scrub(op.row))
+    return op

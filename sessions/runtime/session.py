@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
                                "permission.request"})
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
+# Protocol violations recorded one by one before only every power of ten is.
+VIOLATIONS_RECORDED = 10
 
 
 class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateMixin, ActivityMixin,
@@ -79,6 +81,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self._exit_watch: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._loading = False
+        self.violations = 0  # protocol violations by this session's agents
         self._stop_task: asyncio.Task[None] | None = None
         self.boot_task: asyncio.Task[None] | None = None
         self.permissions = PermissionBoard()
@@ -170,6 +173,12 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             return  # session/load replays history we already hold; never record it twice
         update = params.get("update")
         if not isinstance(update, dict):
+            self.protocol_violation("a session/update without an update object")
+            return
+        sid = params.get("sessionId")
+        if sid and sid != self.meta.get("acp_session_id") and self.state == SessionState.ACTIVE:
+            # Another ACP session's update must not be stored as this one's (labelled with our id).
+            self.protocol_violation(f"an update for another ACP session ({str(sid)[:80]!r}) was dropped")
             return
         mapped = map_update(update, self.tool_titles)
         if mapped is None:
@@ -199,6 +208,17 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         if type_ == EventType.TOOL_RESULT and self.steer is not None and not self.steer.delivering and self.turn:
             self.steer.delivering = True
             spawn(self._deliver_steer(self.turn))
+
+    def protocol_violation(self, what: str) -> None:
+        """Something the agent sent that ACP does not allow: recorded on the session (the first few, then every
+        power of ten), logged likewise. A garbage flood once wrote a traceback a line: 33 MB of log for 100k."""
+        self.violations += 1
+        count = self.violations
+        if count <= VIOLATIONS_RECORDED or str(count).rstrip("0") == "1":
+            more = f" ({count} so far)" if count > VIOLATIONS_RECORDED else ""
+            self.record(EventType.SYSTEM, {"title": "protocol_violation", "text": f"{what}{more}"},
+                        turn_id=self.turn.id if self.turn else "")
+            logger.warning("session %s: agent protocol violation%s: %s", self.id, more, what)
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 

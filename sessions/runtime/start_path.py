@@ -83,7 +83,8 @@ class StartPathMixin:
             started = launch.resolve(command, provider=self.provider.name, env=self.provider.env,
                                      package=self.provider.npm if command[0] == self.provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=self.provider.env, on_update=self.on_update,
-                                 on_request=self.on_request, others_waiting=self.recorder.others_waiting)
+                                 on_request=self.on_request, others_waiting=self.recorder.others_waiting,
+                                 on_violation=self.protocol_violation)
             self.agent = agent
             await agent.start()
         except AgentNotFound as exc:

@@ -37,7 +37,11 @@ class StopPathMixin:
             await self.hook("agent.crashed" if code else "agent.stopped", pid=self.agent.pid, error=str(code))
         if self.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
-        reason, kind, detail = lifecycle.classify_unexpected_exit(code, turn_active)
+        if self.agent.killed_for_closed_stdout:
+            reason, kind, detail = (StopReason.ERROR, FailureKind.TRANSPORT_FAILURE,
+                                    "the agent closed its stdout and kept running; the daemon stopped it")
+        else:
+            reason, kind, detail = lifecycle.classify_unexpected_exit(code, turn_active)
         failure = await self._failure(kind, f"{detail}") if kind else None
         await self.stop(reason, detail, failure=failure, process_gone=True)
 

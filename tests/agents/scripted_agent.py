@@ -29,6 +29,7 @@ import logging
 import re
 import select
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -192,6 +193,9 @@ class ScriptedAgent:
             "wedge": self._cmd_wedge,
             "tools": self._cmd_tools,
             "exitidle": self._cmd_exitidle,
+            "hostile": self._cmd_hostile,
+            "orphanpipe": self._cmd_orphanpipe,
+            "closeoutidle": self._cmd_closeoutidle,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -613,6 +617,47 @@ class ScriptedAgent:
         await self._raw.flush()
         self._raw.close()
         await asyncio.sleep(3600)
+        return "end_turn"
+
+    async def _cmd_hostile(self, turn: Turn) -> StopReason:
+        """Output ACP does not allow, between valid chunks: `hostile surrogate` (a lone surrogate escape in a chunk)
+        or `hostile garbage` (a line that is not JSON, a chunk for another ACP session, a response nobody asked for
+        with a list as its id)."""
+        kind = turn.args[0] if turn.args else "garbage"
+
+        def chunk(text: str, session_id: str) -> bytes:
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+            return (json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                                "params": {"sessionId": session_id, "update": update}}) + "\n").encode()
+
+        await self._raw.write(chunk("before ", turn.session_id))
+        if kind == "surrogate":
+            await self._raw.write(chunk("lone \ud800 here ", turn.session_id))  # json.dumps writes `\ud800`
+        else:
+            await self._raw.write(b"this is not json\n")
+            await self._raw.write(chunk("INJECTED ", "another-acp-session"))
+            await self._raw.write(b'{"jsonrpc":"2.0","id":[1,2],"result":{}}\n')
+        await self._raw.write(chunk("after", turn.session_id))
+        return "end_turn"
+
+    async def _cmd_orphanpipe(self, turn: Turn) -> StopReason:
+        # Exit mid-turn while a grandchild (same group) still holds our stdout: the exit is the process's, not the
+        # pipe's. `orphanpipe setsid` puts the grandchild in a session of its own, out of our group's reach.
+        new_session = bool(turn.args) and turn.args[0] == "setsid"
+        child = subprocess.Popen(["sleep", "120"], stdin=subprocess.DEVNULL, start_new_session=new_session)
+        await self._say(turn, f"grandchild {child.pid}")
+        await self._raw.flush()
+        os._exit(0)
+
+    async def _cmd_closeoutidle(self, turn: Turn) -> StopReason:
+        # End the turn, then close stdout and live on, deaf: nothing can answer this session any more.
+        async def close_later() -> None:
+            await asyncio.sleep(0.3)
+            await self._raw.flush()
+            self._raw.close()
+
+        self._exit_task = asyncio.ensure_future(close_later())
+        await self._say(turn, "closing soon")
         return "end_turn"
 
     async def _cmd_wedge(self, turn: Turn) -> StopReason:

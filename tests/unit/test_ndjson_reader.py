@@ -1,4 +1,4 @@
-"""The agent-stdout reader (RecordingTransport.receive in sessions/acp/driver.py) over a real StreamReader:
+"""The agent-stdout reader (RecordingTransport.receive in sessions/acp/transport.py) over a real StreamReader:
 bulk reads must keep arrival order between updates and requests/responses, join lines (and UTF-8 characters)
 that a read cut in two, skip what is not a JSON-RPC object, keep a last line that lacks its newline, and
 hand the loop back during a long burst of updates."""
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sessions.acp import driver
-from sessions.acp.driver import RecordingTransport
+from sessions.acp import transport as transport_mod
+from sessions.acp.transport import RecordingTransport
 
 TEST_TIMEOUT = 10.0
 
@@ -43,6 +43,7 @@ def line(message: Any) -> bytes:
 
 @contextlib.asynccontextmanager
 async def opened(on_update: Callable[[dict[str, Any]], None], others_waiting: Callable[[], bool] | None = None,
+                 on_violation: Callable[[str], None] | None = None, on_eof: Callable[[], None] | None = None,
                  ) -> AsyncIterator[tuple[asyncio.StreamReader, RecordingTransport]]:
     """A transport reading a StreamReader the test feeds, writing to a real pipe nobody reads."""
     loop = asyncio.get_running_loop()
@@ -50,7 +51,8 @@ async def opened(on_update: Callable[[dict[str, Any]], None], others_waiting: Ca
     read_fd, write_fd = os.pipe()
     pipe, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb"))
     writer = asyncio.StreamWriter(pipe, protocol, None, loop)
-    transport = RecordingTransport(reader, writer, on_update, others_waiting)
+    transport = RecordingTransport(reader, writer, on_update, others_waiting, on_violation=on_violation,
+                                   on_eof=on_eof)
     try:
         yield reader, transport
     finally:
@@ -162,14 +164,16 @@ def test_a_line_split_inside_a_utf8_character_is_parsed_once_and_whole() -> None
 
 
 def test_lines_that_are_not_json_objects_are_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    """A stray print or a non-object value on the agent's stdout is logged and dropped; it must not end the
-    stream or swallow the valid messages around it."""
+    """A stray print or a non-object value on the agent's stdout is reported as a protocol violation and dropped;
+    it must not end the stream or swallow the valid messages around it."""
     seen: list[int] = []
+    violations: list[str] = []
     junk = [b"this is not json\n", b"[1,2]\n", b"42\n", b'"text"\n', b"null\n", b'{"jsonrpc": "2.0"} {"id": 1}\n',
             b'{"truncated": \n', b"\n", b"   \r\n"]
 
     async def main() -> None:
-        async with opened(lambda params: seen.append(params["n"])) as (reader, transport):
+        async with opened(lambda params: seen.append(params["n"]), on_violation=violations.append) as (
+                reader, transport):
             reader.feed_data(line(update(1)) + b"".join(junk[:4]) + line(update(2)) + b"".join(junk[4:])
                              + line(response(9)) + b"not json either\n" + line(update(3)))
             reader.feed_eof()
@@ -178,10 +182,9 @@ def test_lines_that_are_not_json_objects_are_skipped(caplog: pytest.LogCaptureFi
             assert await transport.receive() is None
             assert seen == [1, 2, 3]
 
-    with caplog.at_level(logging.ERROR, logger=driver.logger.name):
-        run(main)
-    skipped = [r for r in caplog.records if "not a JSON-RPC message" in r.getMessage()]
-    assert len(skipped) == 8  # every junk line but the two blank ones, plus the one after the response
+    run(main)
+    # Every junk line but the two blank ones, plus the one after the response; no traceback in the log for any.
+    assert len(violations) == 8 and all("not one JSON object" in v for v in violations), violations
 
 
 def test_a_crlf_terminated_message_is_read() -> None:
@@ -258,7 +261,7 @@ def test_a_failing_recorder_does_not_stop_the_stream(caplog: pytest.LogCaptureFi
             reader.feed_eof()
             assert await transport.receive() == response(1)
 
-    with caplog.at_level(logging.ERROR, logger=driver.logger.name):
+    with caplog.at_level(logging.ERROR, logger=transport_mod.logger.name):
         run(main)
     assert seen == [1, 3]
     assert any("recording a session/update failed" in r.getMessage() for r in caplog.records)
@@ -286,7 +289,7 @@ def test_a_long_burst_of_updates_is_delivered_in_order_and_yields_to_the_loop() 
     assert seen == list(range(total))
     assert len(other_ran_at) == 1
     assert 0 < other_ran_at[0] < total
-    assert other_ran_at[0] <= driver.YIELD_EVERY_UPDATES  # the first hand-back comes within one stretch
+    assert other_ran_at[0] <= transport_mod.YIELD_EVERY_UPDATES  # the first hand-back comes within one stretch
 
 
 def test_a_burst_breathes_only_while_another_sessions_commit_waits_and_once_per_stretch() -> None:
@@ -298,10 +301,10 @@ def test_a_burst_breathes_only_while_another_sessions_commit_waits_and_once_per_
         async with opened(lambda params: None, lambda: waiting[0]) as (_, transport):
             assert transport._pause() == 0, "nobody waits: a plain yield"
             waiting[0] = True
-            assert transport._pause() == driver.BREATHE_SECONDS
+            assert transport._pause() == transport_mod.BREATHE_SECONDS
             assert transport._pause() == 0, "within BREATHE_EVERY of the last breath"
-            transport._breathed -= driver.BREATHE_EVERY
-            assert transport._pause() == driver.BREATHE_SECONDS
+            transport._breathed -= transport_mod.BREATHE_EVERY
+            assert transport._pause() == transport_mod.BREATHE_SECONDS
         async with opened(lambda params: None) as (_, transport):
             assert transport._pause() == 0, "no recorder to ask (a title pass): never pauses"
 
@@ -320,3 +323,73 @@ def test_a_burst_with_a_commit_waiting_is_still_delivered_whole_and_in_order() -
 
     run(main)
     assert seen == list(range(total))
+
+
+def test_lone_surrogates_from_the_agent_become_replacement_characters() -> None:
+    """`\\ud800` is legal JSON but no UTF-8 encoder takes it: one in a chunk failed its session's whole commit batch."""
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async with opened(seen.append) as (reader, transport):
+            bad = update(1, "lone \ud800 surrogate, pair \ud83d\ude00")
+            reader.feed_data(json.dumps(bad).encode() + b"\n"
+                             + json.dumps(response(2, {"stopReason": "end\udfff"})).encode() + b"\n")
+            reader.feed_eof()
+            answer = await transport.receive()
+            assert answer is not None and answer["result"]["stopReason"] == "end\ufffd"
+
+    run(main)
+    text = seen[0]["update"]["content"]["text"]
+    assert text == "lone \ufffd surrogate, pair \U0001f600"
+    text.encode("utf-8")
+
+
+def test_malformed_responses_are_fixed_or_dropped_and_reported() -> None:
+    """A string `error` left the prompt it answered waiting for ever, and a list id killed the SDK's receive loop:
+    the first becomes a proper error (so the request fails), the second is dropped; both are reported."""
+    violations: list[str] = []
+
+    async def main() -> None:
+        async with opened(lambda params: None, on_violation=violations.append) as (reader, transport):
+            for message in ({"jsonrpc": "2.0", "id": 3, "error": "a string error"},
+                            {"jsonrpc": "2.0", "id": [1, 2], "result": {}},
+                            {"jsonrpc": "2.0", "id": 4},
+                            {"jsonrpc": "2.0", "method": 7},
+                            response(5)):
+                reader.feed_data(line(message))
+            reader.feed_eof()
+            first = await transport.receive()
+            assert first == {"jsonrpc": "2.0", "id": 3,
+                             "error": {"code": -32603, "message": "malformed error from the agent: 'a string error'"}}
+            assert (await transport.receive())["error"]["code"] == -32603  # id 4: neither result nor error
+            assert await transport.receive() == response(5)
+            assert await transport.receive() is None
+
+    run(main)
+    assert len(violations) == 4, violations
+
+
+def test_a_line_over_the_limit_is_dropped_without_being_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport_mod, "STDIO_LIMIT_BYTES", 1000)
+    seen: list[int] = []
+    violations: list[str] = []
+    eof: list[bool] = []
+
+    async def main() -> None:
+        async with opened(lambda params: seen.append(params["n"]), on_violation=violations.append,
+                          on_eof=lambda: eof.append(True)) as (reader, t):
+            reading = asyncio.ensure_future(t.receive())
+            reader.feed_data(line(update(1)))
+            for _ in range(5):  # 5 reads of 600 bytes, no newline: dropped once past 1000, never joined
+                await settle()
+                reader.feed_data(b"A" * 600)
+                await settle()
+                assert t._partial_bytes <= 1000
+            reader.feed_data(b"AAAA\n" + line(update(2)))
+            reader.feed_eof()
+            assert await reading is None
+
+    run(main)
+    assert seen == [1, 2]
+    assert len(violations) == 1 and "over" in violations[0]
+    assert eof == [True]

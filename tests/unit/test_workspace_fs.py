@@ -1,9 +1,10 @@
-"""Agents' fs access (sessions/acp/workspace_fs.py) on real files: what `confine` accepted is opened without
-following any symlink, so a swap between the check and the open is refused; only regular files are read or
-written, and never by a blocking open."""
+"""Agents' fs access (sessions/acp/workspace_fs.py, the checks in runtime/permission_gate.py) on real files:
+what `confine` accepted is opened without following any symlink, so a swap between the check and the open is
+refused; only regular files are read or written, never by a blocking open; malformed parameters are named."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 
 from sessions.acp import workspace_fs
 from sessions.acp.workspace_fs import NotARegularFile, OutsideWorkspace, confine, read_text, write_text
+from sessions.runtime.permission_gate import _bad_fs_params
+from sessions.runtime.permissions import PermissionBoard
 
 
 @pytest.fixture
@@ -124,3 +127,35 @@ def test_lines_and_limits_and_the_size_cap(layout: tuple[Path, Path], monkeypatc
     monkeypatch.setattr(workspace_fs, "MAX_READ_BYTES", 5)
     with pytest.raises(ValueError, match="too large"):
         read_text(target, None, None)
+
+
+@pytest.mark.parametrize(("method", "params", "bad"), [
+    ("fs/write_text_file", {"path": "/w/f", "content": {"a": 1}}, "content"),
+    ("fs/write_text_file", {"path": "/w/f"}, "content"),
+    ("fs/read_text_file", {"path": "/w/f", "line": "abc"}, "line"),
+    ("fs/read_text_file", {"path": "/w/f", "line": 0}, "line"),
+    ("fs/read_text_file", {"path": "/w/f", "limit": -1}, "limit"),
+    ("fs/read_text_file", {"path": "/w/f", "limit": True}, "limit"),
+])
+def test_fs_parameters_of_the_wrong_type_are_named(method: str, params: dict[str, object], bad: str) -> None:
+    # An object `content` was written as its Python repr; `line: "abc"` was an internal error with a traceback.
+    assert bad in _bad_fs_params(method, params)
+
+
+def test_well_formed_fs_parameters_pass() -> None:
+    assert _bad_fs_params("fs/read_text_file", {"path": "/w/f", "line": 3, "limit": 0}) == ""
+    assert _bad_fs_params("fs/read_text_file", {"path": "/w/f", "line": None}) == ""
+    assert _bad_fs_params("fs/write_text_file", {"path": "/w/f", "content": ""}) == ""
+
+
+def test_two_requests_with_one_tool_call_id_both_stay_answerable() -> None:
+    async def main() -> list[str]:
+        board = PermissionBoard()
+        first = board.open("same", "t1", {}, [])
+        second = board.open("same", "t1", {}, [])
+        assert first.request_id != second.request_id
+        assert board.waiting_count == 2
+        assert board.cancel_all() == 2  # a stop answers both
+        return [(await first.answer)[0], (await second.answer)[0]]
+
+    assert asyncio.run(main()) == ["cancelled", "cancelled"]

@@ -1,0 +1,193 @@
+"""The agent's stdout, read as the SDK's NDJSON framing, with session/update notifications peeled off for the
+recorder in arrival order, and every message checked before the SDK sees it (driver.py lists the traps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import json.scanner
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from acp._transport import NdjsonTransport
+from acp.task import MessageSender, TaskSupervisor
+
+from sessions.store.clean import may_hold_surrogate, scrub
+
+logger = logging.getLogger(__name__)
+
+# Generous line limit: agents send whole file contents and tool outputs as single JSON lines.
+STDIO_LIMIT_BYTES = 50 * 1024 * 1024
+
+UpdateSink = Callable[[dict[str, Any]], None]
+ViolationSink = Callable[[str], None]
+
+# Updates handled between hand-backs to the loop. Measured: a burst held the shared loop for 17 ms p99 (others'
+# ticks waited 37 ms); yielding every 256 lines cost the bare client no measurable rate, and 64 keeps one
+# stretch under half a millisecond at ~7 µs an update.
+YIELD_EVERY_UPDATES = 64
+# A burst holds the GIL along with the loop: a yield (a zero-timeout select) releases it too briefly for another
+# thread to take it, so other sessions' store threads got it only by forced switches (5 ms each, several per
+# commit) and their ticks waited behind a 20k-chunk turn. Once per BREATHE_EVERY of one burst, while another
+# session's commit waits, the receive loop sleeps instead (the selector rounds up to 1 ms): their writers commit
+# in the gap. Measured (bench latency, 5 runs each): ticks beside the burst p99 35-59 → 13-23 ms; a lone burst
+# never pauses, so ingest is unchanged.
+BREATHE_EVERY = 0.005
+BREATHE_SECONDS = 0.0005
+
+
+# One read takes what the pipe's reader holds, up to this; lines are split and parsed from it in one pass.
+READ_BYTES = 1024 * 1024
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: one object from a str, no wrapper
+
+
+class RecordingTransport(NdjsonTransport):
+    """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder.
+
+    Lines are read in bulk: one `read` takes what the pipe holds, one decode and one split serve all its lines,
+    and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
+    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink,
+                 others_waiting: Callable[[], bool] | None = None, on_violation: ViolationSink | None = None,
+                 on_eof: Callable[[], None] | None = None) -> None:
+        self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
+        super().__init__(reader, MessageSender(writer, self._supervisor))
+        self._on_update = on_update
+        self._on_violation = on_violation
+        self._on_eof = on_eof
+        self._lines: deque[str] = deque()  # complete lines read and not yet handled, in arrival order
+        self._partial: list[bytes] = []  # the reads holding a line whose newline has not arrived
+        self._partial_bytes = 0
+        self._skipping = False  # inside a line over STDIO_LIMIT_BYTES: dropped up to its newline
+        self._eof = False
+        self._others_waiting = others_waiting
+        self._breathed = 0.0  # time.monotonic() of the last breath
+
+    async def receive(self) -> dict[str, Any] | None:
+        handled = 0
+        lines = self._lines
+        while True:
+            if not lines:
+                if self._eof or not await self._fill():
+                    return None
+                continue
+            line = lines.popleft().strip()
+            if not line:
+                continue
+            try:
+                message, end = _scan_json(line, 0)
+                if end != len(line) or not isinstance(message, dict):
+                    raise ValueError
+            except Exception:
+                self._violation(f"a line that is not one JSON object ({len(line)} characters): {line[:80]!r}")
+                continue
+            if may_hold_surrogate(line):
+                message = scrub(message)
+            if message.get("method") == "session/update" and "id" not in message:
+                params = message.get("params")
+                if isinstance(params, dict):
+                    try:
+                        self._on_update(params)
+                    except Exception:
+                        logger.exception("recording a session/update failed")
+                else:
+                    self._violation("a session/update whose params are not an object")
+                handled += 1
+                if handled % YIELD_EVERY_UPDATES == 0:
+                    # A full pipe read returns without waiting, so a fast agent's burst would otherwise hold the
+                    # loop every session and stream shares: let the others run.
+                    await asyncio.sleep(self._pause())
+                continue
+            message = self._checked(message)
+            if message is not None:
+                return message  # what follows it stays queued: requests and responses keep their place in the order
+
+    def _checked(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """A message the SDK can handle, or None. A response with an id the SDK cannot look up (a list) killed its
+        receive loop, and an `error` that is not an object left the prompt it answered waiting forever: the first
+        is dropped, the second becomes a proper error, so the request it answers fails instead of hanging."""
+        if "method" in message:
+            if isinstance(message["method"], str):
+                return message
+            self._violation(f"a message whose method is not a string: {message['method']!r:.80}")
+            return None
+        ident = message.get("id")
+        if not isinstance(ident, int | str) or isinstance(ident, bool):
+            self._violation(f"a message that is neither a request, a notification nor a response: {message!r:.120}")
+            return None
+        if "error" in message:
+            error = message["error"]
+            if not (isinstance(error, dict) and isinstance(error.get("code"), int)
+                    and isinstance(error.get("message"), str)):
+                self._violation(f"response {ident!r} carries a malformed error: {error!r:.120}")
+                message = {**message, "error": {"code": -32603, "message": f"malformed error from the agent: "
+                                                                         f"{error!r:.200}"}}
+        elif "result" not in message:
+            self._violation(f"response {ident!r} has neither a result nor an error")
+            message = {**message, "error": {"code": -32603, "message": "response without a result or an error"}}
+        return message
+
+    def _violation(self, what: str) -> None:
+        if self._on_violation is None:
+            logger.warning("agent protocol violation: %s", what)
+            return
+        try:
+            self._on_violation(what)
+        except Exception:
+            logger.exception("reporting a protocol violation failed")
+
+    def _pause(self) -> float:
+        """0 (a plain yield), or BREATHE_SECONDS once per BREATHE_EVERY while another session's commit waits."""
+        if self._others_waiting is None:
+            return 0
+        now = time.monotonic()
+        if now - self._breathed < BREATHE_EVERY or not self._others_waiting():
+            return 0
+        self._breathed = now
+        return BREATHE_SECONDS
+
+    async def _fill(self) -> bool:
+        """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
+        data = await self._reader.read(READ_BYTES)
+        if not data:
+            self._eof = True
+            if self._on_eof is not None:
+                self._on_eof()
+            tail, self._partial, self._partial_bytes = b"".join(self._partial), [], 0
+            if tail.strip() and not self._skipping:
+                self._lines.append(tail.decode("utf-8", errors="replace"))  # a last line without its newline
+                return True
+            return False
+        if self._skipping:
+            first = data.find(b"\n")
+            if first < 0:
+                return True
+            self._skipping = False
+            data = data[first + 1:]
+            if not data:
+                return True
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial.append(data)  # joined once its newline comes: a long line is copied once, not per read
+            self._partial_bytes += len(data)
+            if self._partial_bytes > STDIO_LIMIT_BYTES:
+                # Never held whole: a 300 MB line once took the daemon past 1 GB and stalled every stream.
+                self._partial, self._partial_bytes, self._skipping = [], 0, True
+                self._violation(f"a line over {STDIO_LIMIT_BYTES // (1024 * 1024)} MiB was dropped")
+            return True
+        complete = b"".join([*self._partial, data[:cut]]) if self._partial else data[:cut]
+        self._partial = [data[cut + 1:]] if cut + 1 < len(data) else []
+        self._partial_bytes = len(data) - cut - 1
+        # Complete lines only: a read may end inside a multi-byte character, never inside a finished line.
+        self._lines.extend(complete.decode("utf-8", errors="replace").split("\n"))
+        return True
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self._supervisor.shutdown()

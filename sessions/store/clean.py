@@ -1,0 +1,33 @@
+"""Text that can be stored and sent. JSON may carry a lone UTF-16 surrogate (`"\\ud800"` is a legal escape), which
+no UTF-8 encoder accepts: one such character from an agent failed a whole commit batch (and so its session, as a
+storage failure with a healthy disk), a catalog row and `compozy session list -o json`. Agent messages are cleaned
+as they are parsed; the store cleans a batch again before it gives up on one."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def scrub_text(text: str) -> str:
+    return _SURROGATE_RE.sub(REPLACEMENT, text)
+
+
+def scrub(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (dict keys included) replaced by U+FFFD; new containers
+    only where something changed."""
+    if isinstance(value, str):
+        return _SURROGATE_RE.sub(REPLACEMENT, value) if _SURROGATE_RE.search(value) else value
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
+
+
+def may_hold_surrogate(line: str) -> bool:
+    """A cheap test on the raw JSON text: a surrogate can only come from a `\\uD800`-`\\uDFFF` escape."""
+    return "\\ud" in line or "\\uD" in line
