@@ -37,14 +37,15 @@ def session_stopped_event(daemon: Daemon, session_id: str) -> dict[str, Any]:
     return rows[0]
 
 
-def assert_crashed(daemon: Daemon, session_id: str, reason: str = "agent_crashed") -> dict[str, Any]:
+def assert_crashed(daemon: Daemon, session_id: str, reason: str = "agent_crashed",
+                   kind: str = "process_exit") -> dict[str, Any]:
     session = daemon.wait_state(session_id, {"stopped"})
     assert session["stop_reason"] == reason
     failure = session["failure"]
-    assert failure["kind"] == "process_exit"
+    assert failure["kind"] == kind
     assert failure["crash_bundle_path"] and Path(failure["crash_bundle_path"]).is_file()
     bundle = json.loads(Path(failure["crash_bundle_path"]).read_text())
-    assert bundle["session_id"] == session_id and bundle["failure"]["kind"] == "process_exit"
+    assert bundle["session_id"] == session_id and bundle["failure"]["kind"] == kind
     stopped = session_stopped_event(daemon, session_id)["content"]
     assert stopped["stop_reason"] == reason and stopped["failure"] == failure
     return session
@@ -99,8 +100,10 @@ def test_agent_that_closes_stdout_but_lives_on_is_killed_not_left_active(daemon:
     session = daemon.create(workspace)
     pid = daemon.meta(session["id"])["liveness"]["subprocess_pid"]
     assert daemon.prompt(session["id"], "closeout").status_code == 200
-    # The driver gives the agent a grace period to exit after EOF, then kills its group.
-    assert_crashed(daemon, session["id"])
+    # The driver gives the agent a grace period to exit after EOF, then kills its group: the daemon's own kill,
+    # a transport failure, not a crash "by SIGKILL".
+    stopped = assert_crashed(daemon, session["id"], reason="error", kind="transport_failure")
+    assert "closed its stdout" in stopped["failure"]["summary"]
     assert wait_gone(pid)
 
 
