@@ -234,6 +234,21 @@ START_TIMEOUT_SECONDS = 60.0
 ABANDON_GRACE_SECONDS = 5.0
 
 
+# daemon.log is the background daemon's stdout and stderr. It is never cut while a daemon writes it; a start finds it
+# over this size and keeps it as daemon.log.1 (one generation), so a past flood cannot fill the disk start by start.
+LOG_ROTATE_BYTES = 32 * 1024 * 1024
+
+
+def rotate_log(path: Path, limit: int = LOG_ROTATE_BYTES) -> bool:
+    try:
+        if path.stat().st_size <= limit:
+            return False
+    except FileNotFoundError:
+        return False
+    os.replace(path, path.with_name(path.name + ".1"))
+    return True
+
+
 def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECONDS) -> dict[str, Any]:
     """Spawn `compozy daemon start --foreground` in the background; wait until it answers. A child that is not
     ready in `timeout` is stopped (its whole process group) before the failure is reported."""
@@ -250,6 +265,7 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     args = [sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--foreground"]
     if port is not None:
         args += ["--port", str(port)]
+    rotate_log(log_dir / "daemon.log")
     log_fd = os.open(log_dir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.fchmod(log_fd, 0o600)
     with os.fdopen(log_fd, "ab") as log:

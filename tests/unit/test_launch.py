@@ -61,3 +61,4 @@ def test_a_command_of_ones_own_drops_the_npm_fallback_but_env_alone_keeps_it() -
     providers = _providers({"claude": {"env": {"K": "v"}}, "codex": {"command": "my-codex --acp"}})
     assert providers["claude"].npm is NPM_PACKAGES["claude"]
     assert providers["codex"].npm is None
+
