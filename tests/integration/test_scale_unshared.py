@@ -77,6 +77,12 @@ def test_when_the_owner_dies_the_survivor_corrects_the_catalog_row(
         nodes: tuple[Daemon, Daemon], workspace: Path) -> None:
     a, b = nodes
     sid = a.create(workspace)["id"]
+    # The API answers `active` as soon as the runtime is; the kill must come once the catalog row (the survivor's
+    # only record) says so too, or the survivor rightly repairs a start that did not complete (CI saw that once:
+    # `error`, not `agent_crashed`).
+    wait_for(lambda: any(s["id"] == sid and s["state"] == "active" for s in b.http.get(
+        "/api/sessions", params={"all": "true", "limit": 100}).json()["sessions"]), timeout=10,
+        what="the catalog row to say active")
     a.stop(signal.SIGKILL)
 
     def listed() -> dict[str, object] | None:
