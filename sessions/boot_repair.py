@@ -96,8 +96,11 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
 
 
 # A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or
-# fail over together, and two appended repairs would close one turn twice. The claim never falls due again.
-TRANSCRIPT_CLAIM_EVERY = 10 * 365 * 86400.0
+# fail over together, and two appended repairs would close one turn twice. The claim is a lease, not for ever: a
+# daemon killed between its claim and its verdict left the turn open for good (followers hung, `repair --all`
+# said all was well). Once the lease ends, or at once when the holder was a process of this host that is gone,
+# the judgement runs again; it is idempotent (the store says whether the turn is still open).
+TRANSCRIPT_CLAIM_LEASE = 60.0
 
 
 def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
@@ -105,9 +108,9 @@ def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -
     or another node claimed it."""
     if not transcript_check_pending(meta):
         return None
-    from sessions.claims import claim_tick
+    from sessions.claims import claim_lease
 
-    if not claim_tick(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_EVERY):
+    if not claim_lease(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_LEASE):
         return None
     outcome = _boot_transcript_repair(session_id)
     _mark_checked(session_id, outcome, manager)

@@ -48,3 +48,30 @@ def claim_tick(name: str, every: float, *, now: datetime | None = None, claimer:
         next_run_at=now + timedelta(seconds=every), claimed_by=claimer or claimer_id(), claimed_at=now,
         claims=F("claims") + 1)
     return changed == 1
+
+
+def _holder_gone(claimed_by: str) -> bool:
+    """Whether a claim's holder was a process on this host that no longer runs (`claimer_id`'s host:pid:thread)."""
+    host, _, rest = claimed_by.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False  # alive (ourselves included): its lease stands
+
+
+def claim_lease(name: str, lease: float) -> bool:
+    """Claim `name` for `lease` seconds: work that must run once, whose worker may die before it records that it
+    ran. The claim falls due again when the lease ends, or at once when its holder was a process on this host that
+    is gone (a daemon killed between its claim and its verdict, restarted: it must not wait out the lease)."""
+    if claim_tick(name, lease):
+        return True
+    row = SweepClaim.objects.filter(name=name).first()
+    if row is None or not _holder_gone(row.claimed_by or ""):
+        return False
+    return claim_tick(name, lease, now=row.next_run_at)  # the same compare-and-set, from the row read

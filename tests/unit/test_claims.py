@@ -3,6 +3,10 @@ number of workers may race for the same tick and exactly one runs it."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
@@ -14,7 +18,7 @@ ensure_django(migrate=True)
 
 from django.db import connection  # noqa: E402
 
-from sessions.claims import claim_tick  # noqa: E402
+from sessions.claims import claim_lease, claim_tick, claimer_id  # noqa: E402
 from sessions.models import SweepClaim  # noqa: E402
 from sessions.store import folder  # noqa: E402
 
@@ -83,3 +87,26 @@ def test_racing_workers_claim_each_tick_exactly_once() -> None:
     claimed = sorted(tick for ticks_won in won for tick in ticks_won)
     assert claimed == list(range(ticks)), won
     assert SweepClaim.objects.get(name="supervision:race").claims == ticks
+
+
+def test_a_lease_held_by_a_process_of_this_host_that_is_gone_is_taken_over_at_once() -> None:
+    # A daemon killed between its transcript claim and its verdict: the next daemon must not wait out the lease
+    # (it used to be ten years: the cut turn stayed open for good).
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    name = "transcript:sess_x:run1"
+    assert claim_tick(name, 3600.0, claimer=f"{socket.gethostname()}:{dead.pid}:MainThread")
+    assert claim_lease(name, 60.0)
+    assert SweepClaim.objects.get(name=name).claimed_by == claimer_id()
+
+
+def test_a_lease_held_by_a_live_process_or_another_host_stands_until_it_ends() -> None:
+    name = "transcript:sess_y:run1"
+    assert claim_tick(name, 3600.0, claimer=f"{socket.gethostname()}:{os.getpid()}:MainThread")
+    assert not claim_lease(name, 60.0)
+    other = "transcript:sess_z:run1"
+    assert claim_tick(other, 3600.0, claimer="another-host:1:MainThread")
+    assert not claim_lease(other, 60.0)
+    now = folder.utcnow()
+    assert claim_tick("transcript:sess_w:run1", 60.0, now=now - timedelta(seconds=61), claimer="another-host:1:x")
+    assert claim_lease("transcript:sess_w:run1", 60.0)  # the lease ended
