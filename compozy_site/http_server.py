@@ -33,6 +33,11 @@ IDLE_TIMEOUT_SECONDS = 60
 # timeout restarts with every byte, and daphne hands nothing to the guard before the body is complete, so a
 # client sending a byte every few seconds held a connection, unauthenticated, for as long as it liked.
 BODY_TIMEOUT_SECONDS = 30.0
+# daphne gives the app no backpressure: eight stalled viewers of one fast turn queued 15 GB before the kernel killed
+# the daemon. Each request's scope carries `compozy.backlog` (bytes queued for its connection), which the event
+# streams wait on (sessions/sse.py `drained`). Behind that, an event stream with this much queued is cut (the viewer
+# resumes with Last-Event-ID from the store); other responses (a download) are never cut: they cannot resume.
+STREAM_BACKLOG_BYTES = 64 * 1024 * 1024
 # After a 413 the client is usually still sending: closing at once would reset the connection and lose the answer,
 # so the rest is read and dropped, for at most this long.
 LINGER_SECONDS = 10.0
@@ -70,6 +75,13 @@ class GuardedRequest(WebRequest):
             self._refuse("a chunked body over the cap")
             return
         super().handleContentChunk(data)
+
+    def handle_reply(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "http.response.start" and self.channel is not None:
+            content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+            if content_type.startswith(b"text/event-stream") and self.channel.transport is not None:
+                self.channel.transport.compozy_backlog_cap = STREAM_BACKLOG_BYTES
+        super().handle_reply(message)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         self._cancel(self._body_timer)
@@ -176,6 +188,11 @@ class GuardedHTTPFactory(HTTPFactory):
         return protocol
 
 
+def queued_bytes(transport: Any) -> int:
+    """What Twisted holds for this connection, not yet taken by the socket."""
+    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
 def write_through(transport: Any) -> None:
     """Send what is written at once when nothing is queued before it, as asyncio's own transports do.
 
@@ -184,8 +201,8 @@ def write_through(transport: Any) -> None:
     another `epoll_ctl` to stop watching, per viewer per event. A send the socket cannot take whole (a slow
     client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's."""
     sock = getattr(transport, "socket", None)
-    if sock is None or not all(hasattr(transport, a) for a in ("_tempDataBuffer", "dataBuffer", "offset",
-                                                               "_writeDisconnected", "connected")):
+    if sock is None or not all(hasattr(transport, a) for a in ("_tempDataBuffer", "_tempDataLen", "dataBuffer",
+                                                               "offset", "_writeDisconnected", "connected")):
         return  # not a plain TCP/UNIX connection of the Twisted version this was written against: keep its path
     queued_write = transport.write
 
@@ -199,6 +216,13 @@ def write_through(transport: Any) -> None:
             if sent == len(data):
                 return
             data = data[sent:]
+        cap = getattr(transport, "compozy_backlog_cap", 0)
+        if cap and queued_bytes(transport) > cap:  # already behind by that much: one large write is not cut
+            if not getattr(transport, "compozy_cut", False):
+                transport.compozy_cut = True
+                logger.warning("cut an event stream whose client stopped reading (%d MiB queued)", cap >> 20)
+                transport.abortConnection()
+            return
         queued_write(data)
 
     def write_sequence(iovec: Any) -> None:
@@ -228,6 +252,8 @@ class GuardedServer(Server):
         if transport is not None and isinstance(transport.getHost(), UNIXAddress):
             scope[LOCAL_SOCKET] = True
             scope[PEER_UID] = peer_uid(transport.getHandle())
+        if transport is not None and hasattr(transport, "dataBuffer") and hasattr(transport, "_tempDataLen"):
+            scope["compozy.backlog"] = lambda: queued_bytes(transport)
         return super().create_application(protocol, scope)
 
 

@@ -34,6 +34,7 @@ from sessions.runtime.signals import CATALOG_GROUP
 from sessions.schemas import MAX_SEQUENCE, rfc3339
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.stream_pressure import BACKLOG, STALL_SECONDS, drained
 from sessions.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,15 @@ class StreamingConsumer(AsyncHttpConsumer):
                                            event="error"), more_body=True)
         finally:
             await self.finish()
+
+    async def send_frames(self, out: bytes) -> bool:
+        """Frames to the client once it has taken what was sent before; False when it stopped reading."""
+        if not await drained(self.scope.get(BACKLOG), name=f"{self.metric_stream}:{id(self):x}"):
+            logger.warning("ended a %s stream whose client read nothing for %.0f s", self.metric_stream,
+                           STALL_SECONDS)
+            return False
+        await self.send_body(out, more_body=True)
+        return True
 
     async def finish(self) -> None:
         # A finished response needs no more rows, even while a keep-alive connection stays open.
@@ -277,8 +287,8 @@ class SessionStreamConsumer(StreamingConsumer):
         The feed wakes the viewer when it has new rows (from a doorbell or its own poll)."""
         loop = asyncio.get_running_loop()
         out, terminal = await asyncio.to_thread(self.tail.open)
-        if out:
-            await self.send_body(out, more_body=True)
+        if out and not await self.send_frames(out):
+            return
         last_sent = loop.time()
         woke = False
         feed = self.feed
@@ -292,7 +302,8 @@ class SessionStreamConsumer(StreamingConsumer):
                 # framed off the loop, which every other stream and session shares.
                 out, terminal, more = await asyncio.to_thread(self.tail.poll)
             if out:
-                await self.send_body(out, more_body=True)
+                if not await self.send_frames(out):
+                    return
                 last_sent = loop.time()
             if terminal or more:
                 continue
@@ -349,6 +360,6 @@ class CatalogStreamConsumer(StreamingConsumer):
                 await self.send_body(b": keepalive\n\n", more_body=True)
                 continue
             batch, self.pending = self.pending, []
-            if batch:
-                await self.send_body(b"".join(frame(item, event="session_catalog_changed") for item in batch),
-                                     more_body=True)
+            if batch and not await self.send_frames(
+                    b"".join(frame(item, event="session_catalog_changed") for item in batch)):
+                return

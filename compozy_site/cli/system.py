@@ -41,7 +41,8 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                               ("http", f"http://{d['http_host']}:{d['http_port']}"), ("socket", d["socket"]),
                               ("home", d.get("home")), ("config", d.get("config")),
                               ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total"),
-                              ("tasks", _task_line(data.get("tasks")))])
+                              ("tasks", _task_line(data.get("tasks"))),
+                              ("slow viewers", _streams_line(data.get("streams")))])
         cluster = data.get("cluster") or {}
         services = cluster.get("services") or {}
         if cluster.get("clustered") or len(cluster.get("nodes") or []) > 1:
@@ -56,6 +57,13 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                     f.get("crash_bundle_path")) for f in failures["recent"]])
 
     emit(data, fmt, human)
+
+
+def _streams_line(streams: dict[str, Any] | None) -> str:
+    """Event streams waiting for a client that reads slowly or not at all (their backlog is bounded)."""
+    if not streams or not streams.get("waiting_on_client"):
+        return "none"
+    return f"{streams['waiting_on_client']} waiting ({streams['queued_bytes'] / 1048576:.1f} MiB queued)"
 
 
 def _task_line(tasks: dict[str, Any] | None) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import Count
 
 from compozy_site.home import compozy_home
-from sessions import cluster
+from sessions import cluster, stream_pressure
 from sessions.config import get_config
 from sessions.enums import SessionState
 from sessions.models import Session
@@ -54,6 +54,7 @@ def runtime_status() -> dict[str, Any]:
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
         "event_loop": {"lag": MONITOR.report()},
+        "streams": stream_pressure.report(),
         "cluster": cluster.status(),
         "tasks": _task_totals(),
         "health": {

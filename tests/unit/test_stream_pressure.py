@@ -1,0 +1,44 @@
+"""Backpressure for event streams (sessions/stream_pressure.py): a stream waits while more than the high-water
+mark is queued for its client, goes on once the client takes it, and ends when the client takes nothing for the
+stall time; `report` shows the streams waiting."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sessions import stream_pressure
+from sessions.stream_pressure import drained
+
+
+def test_nothing_to_wait_for_under_the_mark_or_without_a_transport() -> None:
+    assert asyncio.run(drained(None))
+    assert asyncio.run(drained(lambda: 10, high_water=100))
+
+
+def test_a_stream_waits_until_the_client_takes_its_backlog() -> None:
+    queued = [500]
+
+    async def main() -> tuple[bool, dict[str, int]]:
+        async def client() -> None:
+            while queued[0] > 0:
+                await asyncio.sleep(0.03)
+                queued[0] -= 100
+
+        reader = asyncio.ensure_future(client())
+        await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(drained(lambda: queued[0], name="s1", high_water=150, stall=5))
+        await asyncio.sleep(0.05)
+        seen = stream_pressure.report()
+        ok = await waiting
+        await reader
+        return ok, seen
+
+    ok, seen = asyncio.run(main())
+    assert ok and queued[0] <= 150
+    assert seen["waiting_on_client"] == 1 and seen["queued_bytes"] > 150
+    assert stream_pressure.report()["waiting_on_client"] == 0
+
+
+def test_a_client_that_takes_nothing_for_the_stall_time_ends_its_stream() -> None:
+    assert asyncio.run(drained(lambda: 500, name="s2", high_water=100, stall=0.1)) is False
+    assert stream_pressure.report()["waiting_on_client"] == 0
