@@ -90,17 +90,33 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     return fixed
 
 
+def _kill_orphaned_group(liveness: dict[str, Any]) -> None:
+    """The dead daemon's agent group has no owner any more: its leader if it still runs, and whatever it started
+    (a build, a test run: they kept changing the workspace with nobody watching, even after the agent exited).
+    With the leader gone its pid still names the group, and Linux never reuses a pid a process group still holds;
+    a pid that runs again as another process means the group is gone, and that process's group is not ours."""
+    pid = liveness.get("subprocess_pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return
+    if not _agent_alive(liveness):
+        try:
+            os.kill(pid, 0)
+            return  # the pid was reused: never signal another process's group
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, 9)
+
+
 def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the stale fix (`fixed`, when the caller computed it already) back to meta.json and the catalog; return
     the (possibly new) metadata."""
     fixed = fixed or stale_fix(meta)
     if fixed is None:
         return meta
-    liveness = fixed.get("liveness") or {}
-    if _agent_alive(liveness):
-        # An orphaned agent from the dead daemon: its process group has no owner any more.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(liveness["subprocess_pid"]), 9)
+    _kill_orphaned_group(fixed.get("liveness") or {})
     folder.write_meta(fixed)
     with contextlib.suppress(Exception):
         catalog.upsert_session_row(fixed)

@@ -24,6 +24,12 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     manager = get_manager()
     text = manager.inputs.check_text(message)
+    if mode is not None and mode not in set(BusyMode):
+        raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
+    if not await asyncio.to_thread(has_free_space, folder.session_dir(session_id)):
+        # Refused before anything is recorded or started: the prompt either lands whole or not at all, and a
+        # stopped session stays stopped (its agent was started, and the session made active, before this check).
+        raise StorageError("not enough disk space for a new prompt", data={"reason": "disk_full"})
     if (runtime is None and meta["state"] == SessionState.STOPPED) or (
             runtime is not None and meta["state"] == SessionState.STARTING):
         # A prompt to a stopped, eligible session reactivates it under the same id (§15); one that is starting
@@ -33,11 +39,6 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
         raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
                              data={"state": meta["state"]})
-    if mode is not None and mode not in set(BusyMode):
-        raise InvalidRequest("mode must be queue, interrupt or steer", code="invalid_mode")
-    if not await asyncio.to_thread(has_free_space, folder.session_dir(session_id)):
-        # Refused before anything is recorded: the prompt either lands whole or not at all.
-        raise StorageError("not enough disk space for a new prompt", data={"reason": "disk_full"})
     if not runtime.busy and not runtime.handover:
         try:
             turn = await runtime.start_turn(text)

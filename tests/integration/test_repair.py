@@ -171,3 +171,27 @@ def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_pat
         assert workspaces[0]["root_dir"] == str(workspace.resolve())
     finally:
         d.stop()
+
+
+def test_what_a_crashed_daemons_agent_started_does_not_outlive_boot_repair(tmp_path: Path, workspace: Path) -> None:
+    # The agent exits with its stdin when the daemon dies, but a tool it started (here `sleep 300`, in the agent's
+    # process group) ran on, changing the workspace with nobody watching: repair only killed a leader still alive.
+    home = tmp_path / "home"
+    first = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        session_id = first.create(workspace)["id"]
+        assert first.prompt(session_id, "spawnchild").status_code == 200
+        reply = first.wait_event(session_id, "agent_message")["content"]["text"]
+        child = int(reply.removeprefix("child pid "))
+        agent_pid = first.meta(session_id)["liveness"]["subprocess_pid"]
+        assert os.getpgid(child) == agent_pid
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    assert not wait_gone(child, 1), "the tool should still run until repair"
+    second = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        assert second.wait_state(session_id, {"stopped"})["stop_reason"] == "agent_crashed"
+        assert wait_gone(child, 30), "the crashed daemon's tool outlived boot repair"
+    finally:
+        second.stop()

@@ -75,6 +75,8 @@ def test_a_full_disk_loses_no_acknowledged_event_stops_the_session_refuses_new_w
     try:
         streaming = d.create(workspace)["id"]
         bystander = d.create(workspace)["id"]
+        resting = d.create(workspace)["id"]  # cleanly stopped before the disk fills
+        assert d.http.post(d.scoped(resting, "/stop")).status_code == 204
         assert d.run_turn(bystander, "echo ready")[-1]["type"] == "done"
         before_bystander = d.all_events(bystander)
         agent_pid = d.meta(streaming)["liveness"]["subprocess_pid"]
@@ -110,6 +112,11 @@ def test_a_full_disk_loses_no_acknowledged_event_stops_the_session_refuses_new_w
         assert refused.status_code == 507 and refused.json()["code"] == "storage_full", refused.text
         assert d.all_events(bystander) == before_bystander
         assert d.session(bystander)["state"] == "active"
+        # A prompt to a stopped session is refused the same way, and leaves it stopped: it used to start its
+        # agent and make it active before the space check.
+        woken = d.prompt(resting, "echo wake up")
+        assert woken.status_code == 507 and woken.json()["code"] == "storage_full", woken.text
+        assert d.session(resting)["state"] == "stopped"
 
         # Space returns: no restart needed.
         filler.unlink()
