@@ -60,12 +60,34 @@ def migrate() -> None:
 
 def _bind_socket_path(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    _clear_stale_lock(path.with_name(path.name + ".lock"))
     if path.exists() or path.is_symlink():
         import stat
 
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise DaemonError(f"existing path {path} is not a unix socket; refusing to replace it")
         path.unlink()
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """Twisted's socket lock (a symlink naming the holder's pid) outlives a kill -9. It refused every restart with
+    "Cannot acquire lock" while that pid ran again as something else, or while the dead daemon was still a zombie
+    (about 1.6 s here). Only a running Compozy daemon holds it: any other holder is stale, and the lock goes."""
+    try:
+        pid = int(os.readlink(lock))
+    except (OSError, ValueError):
+        return
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            zombie = stat_file.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X")
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            ours = b"compozy" in cmdline.read() and pid != os.getpid()
+    except OSError:
+        zombie, ours = True, False
+    if zombie or not ours:
+        logger.warning("removed the stale socket lock %s (pid %d is not a running daemon)", lock, pid)
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
 
 
 def run_foreground(port: int | None = None) -> int:
