@@ -44,6 +44,11 @@ KEEPALIVE_SECONDS = 20.0
 # A viewer with nothing new wakes this often to ask whether its session stopped (the session's live feed,
 # not the viewer, polls the store for rows whose doorbell was dropped: sessions/feed.py).
 QUIET_SECONDS = 0.5
+# A transcript delta upserts each changed entry whole (events reference §6), so a message that grows by a row at a
+# time was resent at every row: a 3.2 MB reply cost a dashboard viewer 1.48 GB and slowed the agent's recording
+# tenfold. Deltas are sent at most this often: rows that arrive in between join the next one (20 a second is
+# still live to a person; raw frames, for machines, are never held).
+TRANSCRIPT_DELTA_SECONDS = 0.05
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -293,7 +298,10 @@ class SessionStreamConsumer(StreamingConsumer):
         woke = False
         feed = self.feed
         assert feed is not None  # subscribed in handle()
+        paced, more = isinstance(self.tail, TranscriptTail), False
         while not terminal:
+            if paced and not more and (wait := TRANSCRIPT_DELTA_SECONDS - (loop.time() - last_sent)) > 0:
+                await asyncio.sleep(wait)  # live rows wait to share a delta; catch-up pages never do
             taken = self.tail.take(feed)
             if taken is not None:
                 out, terminal, more = taken

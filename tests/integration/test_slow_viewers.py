@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from pathlib import Path
 
 from sessions.stream_pressure import HIGH_WATER_BYTES
@@ -43,3 +44,30 @@ def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every
     stalled.close()
     assert ids == list(range(1, done + 1)), "frames lost or repeated"
     assert daemon.http.get("/api/status").json()["streams"]["waiting_on_client"] == 0
+
+
+def test_a_dashboard_viewer_gets_a_growing_message_a_bounded_number_of_times(daemon: Daemon,
+                                                                              workspace: Path) -> None:
+    # Transcript deltas upsert whole entries; sent at every row, a reply streamed in 2,000 rows cost one viewer
+    # 1,021 times its size. Rows arriving within 50 ms now share one delta.
+    sid = daemon.create(workspace)["id"]
+    received: list[bytes] = []
+    connected = threading.Event()
+
+    def watch() -> None:
+        with daemon.client() as client, client.stream("GET", daemon.scoped(sid, "/stream"),
+                                                      headers={"Accept": "text/event-stream"}) as response:
+            connected.set()
+            for data in response.iter_bytes():
+                received.append(data)
+                if b"prompt_stop_reason" in data or b'"type":"done"' in data or b"end_turn" in data:
+                    return
+
+    viewer = threading.Thread(target=watch, daemon=True)
+    viewer.start()
+    assert connected.wait(30)
+    turn = daemon.run_turn(sid, "slow 600 0.002", timeout=60)
+    viewer.join(30)
+    reply = "".join(e["content"]["text"] for e in of_type(turn, "agent_message"))
+    sent = sum(len(b) for b in received)
+    assert reply and sent < 60 * len(reply), f"{sent:,} bytes for a {len(reply):,}-character reply"
