@@ -20,10 +20,9 @@ from sessions.repair import (
     Severity,
     leased_elsewhere,
     local_manager,
-    repair_stale_meta,
     repair_transcript,
-    stale_fix,
 )
+from sessions.stale_repair import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
 

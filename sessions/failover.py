@@ -14,7 +14,8 @@ from typing import Any
 from sessions import cluster
 from sessions.boot_repair import check_transcript_once
 from sessions.models import Session, SessionLease
-from sessions.repair import repair_stale_meta, runs_here, stale_fix
+from sessions.repair import runs_here
+from sessions.stale_repair import repair_stale_meta, stale_fix
 from sessions.store import folder
 from sessions.store.folder import load_meta
 

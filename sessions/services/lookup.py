@@ -55,7 +55,7 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
         return unsaved
     meta = load_meta(session_id)
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
-        from sessions.repair import repair_stale_meta, stale_fix
+        from sessions.stale_repair import repair_stale_meta, stale_fix
 
         fixed = stale_fix(meta)
         if fixed is not None:

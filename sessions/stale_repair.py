@@ -1,0 +1,118 @@
+"""Stale metadata after an unclean daemon exit (sessions reference §13): a live state no daemon owns becomes
+`stopped`, on read and at boot, and what the dead daemon's agent left running is killed. Transcript repair is
+`repair.py`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from datetime import timedelta
+from typing import Any
+
+from sessions import catalog
+from sessions.enums import FailureKind, SessionState, StopReason
+from sessions.runtime import lifecycle
+from sessions.store import folder
+
+logger = logging.getLogger(__name__)
+
+STALE_RULES = {
+    SessionState.ACTIVE: (StopReason.AGENT_CRASHED, FailureKind.PROCESS_EXIT, "daemon crashed while session active"),
+    SessionState.STOPPING: (StopReason.AGENT_CRASHED, FailureKind.PROCESS_EXIT, "stop did not complete"),
+    SessionState.STARTING: (StopReason.ERROR, FailureKind.STARTUP_FAILURE, "start did not complete"),
+}
+STALL_AGE = timedelta(minutes=2)
+
+
+def _agent_alive(liveness: dict[str, Any]) -> bool:
+    """The recorded agent still runs, checked by pid AND start time (the pid may have been reused)."""
+    from compozy_site.daemon_record import is_same_process
+
+    started = folder.parse_time(liveness.get("subprocess_started_at"))
+    return is_same_process(liveness.get("subprocess_pid"), started.timestamp() if started else None)
+
+
+def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
+    """The stop the daemon decided but could not write to meta.json (a full sessions disk): the catalog row is
+    written first in that case (`catalog.save_meta`), so a newer stopped row with its cause is the truth."""
+    from django.db import DatabaseError
+
+    from sessions.models import Session
+
+    try:
+        row = Session.objects.filter(id=meta["id"]).first()
+    except DatabaseError:
+        return {}
+    updated = folder.parse_time(meta.get("updated_at"))
+    if row is None or row.state != SessionState.STOPPED or not row.stop_reason or \
+            (updated is not None and row.updated_at is not None and row.updated_at < updated):
+        return {}
+    return {"stop_reason": row.stop_reason, "stop_detail": row.stop_detail, "failure": row.failure}
+
+
+def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The repaired metadata for a live state no daemon owns, or None when nothing is stale."""
+    state = SessionState(meta["state"])
+    if state not in STALE_RULES:
+        return None
+    # "Daemon crashed" only when the daemon recorded no stop of its own: a storage failure stays one.
+    meta = {**meta, **_recorded_stop(meta)}
+    reason, kind, detail = STALE_RULES[state]
+    fixed = dict(meta)
+    liveness = dict(fixed.get("liveness") or {})
+    if state != SessionState.STARTING and _agent_alive(liveness):
+        detail = "daemon exited while session subprocess remained alive"
+        last = folder.parse_time((liveness.get("activity") or {}).get("last_activity_at"))
+        if last is None or folder.utcnow() - last >= STALL_AGE:
+            detail = "daemon exited while stalled session subprocess remained alive"
+            liveness["stall_state"] = "stalled"
+        fixed["liveness"] = liveness
+    fixed["state"] = SessionState.STOPPED.value
+    # Keep values already present; fill only the blanks.
+    fixed["stop_reason"] = meta.get("stop_reason") or reason.value
+    fixed["stop_detail"] = meta.get("stop_detail") or detail
+    fixed["failure"] = meta.get("failure") or lifecycle.failure_object(kind, detail)
+    if state == SessionState.STARTING:
+        fixed["acp_session_id"] = ""
+    fixed["updated_at"] = folder.isoformat(folder.utcnow())
+    return fixed
+
+
+def _kill_orphaned_group(liveness: dict[str, Any]) -> None:
+    """The dead daemon's agent group has no owner any more: its leader if it still runs, and whatever it started
+    (a build, a test run: they kept changing the workspace with nobody watching, even after the agent exited).
+    With the leader gone its pid still names the group, and Linux never reuses a pid a process group still holds;
+    a pid that runs again as another process means the group is gone, and that process's group is not ours."""
+    pid = liveness.get("subprocess_pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return
+    if not _agent_alive(liveness):
+        try:
+            os.kill(pid, 0)
+            return  # the pid was reused: never signal another process's group
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, 9)
+
+
+def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the stale fix (`fixed`, when the caller computed it already) back to meta.json and the catalog; return
+    the (possibly new) metadata."""
+    fixed = fixed or stale_fix(meta)
+    if fixed is None:
+        return meta
+    _kill_orphaned_group(fixed.get("liveness") or {})
+    folder.write_meta(fixed)
+    with contextlib.suppress(Exception):
+        catalog.upsert_session_row(fixed)
+        catalog.meta_saved(fixed)
+        from sessions.models import InputEntry
+
+        InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(
+            status=InputEntry.Status.QUEUED)
+    logger.info("repaired stale %s session %s: %s", meta["state"], meta["id"], fixed["stop_detail"])
+    return fixed
