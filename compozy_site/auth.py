@@ -23,6 +23,8 @@ MACHINE_PATHS = ("/api/", "/metrics")
 
 def is_machine_path(path: str) -> bool:
     return path.startswith(MACHINE_PATHS) or path == "/api"  # `/api` without its slash is the API too
+
+
 # A login link is for clicking now, not for keeping: long enough to copy it into a browser, short enough that a
 # link left in a terminal's scrollback is useless.
 TICKET_TTL_SECONDS = 120.0

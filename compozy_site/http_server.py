@@ -22,6 +22,7 @@ from twisted.internet import reactor
 from twisted.internet.address import UNIXAddress
 
 from compozy_site.guard import LOCAL_SOCKET, PEER_UID
+from sessions.stream_pressure import BACKLOG
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ IDLE_TIMEOUT_SECONDS = 60
 # client sending a byte every few seconds held a connection, unauthenticated, for as long as it liked.
 BODY_TIMEOUT_SECONDS = 30.0
 # daphne gives the app no backpressure: eight stalled viewers of one fast turn queued 15 GB before the kernel killed
-# the daemon. Each request's scope carries `compozy.backlog` (bytes queued for its connection), which the event
-# streams wait on (sessions/sse.py `drained`). Behind that, an event stream with this much queued is cut (the viewer
+# the daemon. Each request's scope carries `BACKLOG` (bytes queued for its connection), which the event streams
+# wait on (sessions/stream_pressure.py `drained`). Behind that, an event stream with this much queued is cut (the viewer
 # resumes with Last-Event-ID from the store); other responses (a download) are never cut: they cannot resume.
 STREAM_BACKLOG_BYTES = 64 * 1024 * 1024
 # After a 413 the client is usually still sending: closing at once would reset the connection and lose the answer,
@@ -77,10 +78,11 @@ class GuardedRequest(WebRequest):
         super().handleContentChunk(data)
 
     def handle_reply(self, message: dict[str, Any]) -> None:
-        if message.get("type") == "http.response.start" and self.channel is not None:
+        if message.get("type") == "http.response.start" and self.channel is not None and self.channel.transport:
+            # Per response: a keep-alive connection's next response (a download) is not an event stream.
             content_type = dict(message.get("headers") or []).get(b"content-type", b"")
-            if content_type.startswith(b"text/event-stream") and self.channel.transport is not None:
-                self.channel.transport.compozy_backlog_cap = STREAM_BACKLOG_BYTES
+            stream = content_type.startswith(b"text/event-stream")
+            self.channel.transport.compozy_backlog_cap = STREAM_BACKLOG_BYTES if stream else 0
         super().handle_reply(message)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
@@ -188,9 +190,18 @@ class GuardedHTTPFactory(HTTPFactory):
         return protocol
 
 
+# The parts of Twisted's FileDescriptor this module reads: a transport without them (another Twisted version, another
+# kind of connection) keeps Twisted's own write path and reports no backlog.
+_QUEUE_ATTRS = ("dataBuffer", "offset", "_tempDataBuffer", "_tempDataLen")
+
+
 def queued_bytes(transport: Any) -> int:
     """What Twisted holds for this connection, not yet taken by the socket."""
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
+def has_queue(transport: Any) -> bool:
+    return all(hasattr(transport, a) for a in _QUEUE_ATTRS)
 
 
 def write_through(transport: Any) -> None:
@@ -201,8 +212,7 @@ def write_through(transport: Any) -> None:
     another `epoll_ctl` to stop watching, per viewer per event. A send the socket cannot take whole (a slow
     client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's."""
     sock = getattr(transport, "socket", None)
-    if sock is None or not all(hasattr(transport, a) for a in ("_tempDataBuffer", "_tempDataLen", "dataBuffer",
-                                                               "offset", "_writeDisconnected", "connected")):
+    if sock is None or not has_queue(transport) or not hasattr(transport, "_writeDisconnected"):
         return  # not a plain TCP/UNIX connection of the Twisted version this was written against: keep its path
     queued_write = transport.write
 
@@ -252,8 +262,8 @@ class GuardedServer(Server):
         if transport is not None and isinstance(transport.getHost(), UNIXAddress):
             scope[LOCAL_SOCKET] = True
             scope[PEER_UID] = peer_uid(transport.getHandle())
-        if transport is not None and hasattr(transport, "dataBuffer") and hasattr(transport, "_tempDataLen"):
-            scope["compozy.backlog"] = lambda: queued_bytes(transport)
+        if transport is not None and has_queue(transport):
+            scope[BACKLOG] = lambda: queued_bytes(transport)
         return super().create_application(protocol, scope)
 
 

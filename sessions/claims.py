@@ -60,8 +60,8 @@ def _holder_gone(claimed_by: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
-        return False
+    except PermissionError:  # alive, as another user
+        pass
     return False  # alive (ourselves included): its lease stands
 
 

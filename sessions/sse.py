@@ -113,7 +113,7 @@ class StreamingConsumer(AsyncHttpConsumer):
 
     async def send_frames(self, out: bytes) -> bool:
         """Frames to the client once it has taken what was sent before; False when it stopped reading."""
-        if not await drained(self.scope.get(BACKLOG), name=f"{self.metric_stream}:{id(self):x}"):
+        if not await drained(self.scope.get(BACKLOG)):
             logger.warning("ended a %s stream whose client read nothing for %.0f s", self.metric_stream,
                            STALL_SECONDS)
             return False

@@ -16,11 +16,11 @@ STALL_SECONDS = 60.0
 DRAIN_POLL_SECONDS = 0.02
 BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (compozy_site.http_server)
 
-# Streams waiting on their client now: name -> the connection's backlog. Written on the loop, read by status.
-_waiting: dict[str, Callable[[], int]] = {}
+# The backlogs of the streams waiting on their client now (one per connection). Written on the loop, read by status.
+_waiting: set[Callable[[], int]] = set()
 
 
-async def drained(backlog: Callable[[], int] | None, *, name: str = "", high_water: int = HIGH_WATER_BYTES,
+async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_WATER_BYTES,
                   stall: float = STALL_SECONDS) -> bool:
     """Wait until at most `high_water` bytes are queued for the client; False when it took none for `stall`
     seconds (a viewer gone quiet: end its stream). `backlog` is the connection's count, or None (no transport
@@ -32,7 +32,7 @@ async def drained(backlog: Callable[[], int] | None, *, name: str = "", high_wat
         return True
     loop = asyncio.get_running_loop()
     progress_at = loop.time()
-    _waiting[name] = backlog
+    _waiting.add(backlog)
     try:
         while queued > high_water:
             await asyncio.sleep(DRAIN_POLL_SECONDS)
@@ -44,13 +44,13 @@ async def drained(backlog: Callable[[], int] | None, *, name: str = "", high_wat
             queued = now_queued
         return True
     finally:
-        _waiting.pop(name, None)
+        _waiting.discard(backlog)
 
 
 def report() -> dict[str, Any]:
     """For `compozy status`: streams waiting on a slow client and what is queued for them."""
     queued = []
-    for backlog in list(_waiting.values()):
+    for backlog in list(_waiting):
         try:
             queued.append(int(backlog()))
         except Exception:  # the connection closed under us

@@ -203,6 +203,7 @@ class AgentProcess:
         finally:
             loop.remove_reader(pidfd)
             os.close(pidfd)
+            waited.cancel()  # still pending while a grandchild holds the pipes: not ours to wait on any more
         # The child watcher reaps it and sets the return code in a moment.
         for _ in range(200):
             if self.process.returncode is not None:

@@ -15,13 +15,14 @@ that file (the agent itself, with the user's rights), and package managers such 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from compozy_site.home import user_umask
 
@@ -110,29 +111,37 @@ def _open_parent(target: Confined, *, create: bool) -> int:
     return fd
 
 
-def _regular(fd: int, target: Confined) -> os.stat_result:
-    """fstat of an opened target; closes it and raises unless it is a regular file."""
+def _open_file(target: Confined, flags: int, *, create: bool = False) -> tuple[int, os.stat_result, bool]:
+    """The target, a regular file, opened from its checked parent without following any symlink: (fd, its stat,
+    whether this open created it). No O_TRUNC: a FIFO or device must be refused before anything is done to it."""
+    if not target.parts:
+        raise NotARegularFile(f"not a regular file: {target.path}")
+    parent = _open_parent(target, create=create)
+    name, created = target.parts[-1], False
+    try:
+        fd = -1
+        if create:
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(name, flags | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o666, dir_fd=parent)
+                created = True
+        if fd < 0:
+            fd = os.open(name, flags | _FILE_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        raise _refused(exc, target, parent, name) from exc
+    finally:
+        os.close(parent)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotARegularFile(f"not a regular file: {target.path}")
-    return st
+    return fd, st, created
 
 
 def read_text(target: Confined, line: int | None, limit: int | None) -> str:
-    if not target.parts:
-        raise NotARegularFile(f"not a regular file: {target.path}")
-    parent = _open_parent(target, create=False)
-    try:
-        fd = os.open(target.parts[-1], os.O_RDONLY | _FILE_FLAGS, dir_fd=parent)
-    except OSError as exc:
-        raise _refused(exc, target, parent, target.parts[-1]) from exc
-    finally:
-        os.close(parent)
-    size = _regular(fd, target).st_size
+    fd, st, _ = _open_file(target, os.O_RDONLY)
     with os.fdopen(fd, "rb") as file:
-        if size > MAX_READ_BYTES:
-            raise ValueError(f"file too large to read through ACP ({size} bytes)")
+        if st.st_size > MAX_READ_BYTES:
+            raise ValueError(f"file too large to read through ACP ({st.st_size} bytes)")
         text = file.read(MAX_READ_BYTES + 1).decode("utf-8", errors="replace")
     if line is None and limit is None:
         return text
@@ -145,21 +154,7 @@ def read_text(target: Confined, line: int | None, limit: int | None) -> str:
 def write_text(target: Confined, content: str) -> None:
     """Write for the agent. The daemon's umask keeps its own home private; what it creates in the user's workspace
     gets the user's umask instead, as if the agent had written it."""
-    if not target.parts:
-        raise NotARegularFile(f"not a regular file: {target.path}")
-    parent = _open_parent(target, create=True)
-    name, created = target.parts[-1], True
-    try:
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o666, dir_fd=parent)
-        except FileExistsError:
-            # No O_TRUNC: a FIFO or device must be refused before anything is done to it.
-            fd, created = os.open(name, os.O_WRONLY | _FILE_FLAGS, dir_fd=parent), False
-    except OSError as exc:
-        raise _refused(exc, target, parent, target.parts[-1]) from exc
-    finally:
-        os.close(parent)
-    _regular(fd, target)
+    fd, _, created = _open_file(target, os.O_WRONLY, create=True)
     with os.fdopen(fd, "wb") as file:
         os.set_blocking(fd, True)
         mask = user_umask()
@@ -167,6 +162,18 @@ def write_text(target: Confined, content: str) -> None:
             os.fchmod(fd, 0o666 & ~mask)
         file.truncate(0)
         file.write(content.encode("utf-8"))
+
+
+def bad_params(method: str, params: dict[str, Any]) -> str:
+    """What is wrong with an fs request's parameters (ACP: `content` a string, `line` ≥ 1, `limit` ≥ 0), or "".
+    An object `content` used to be written as its Python repr, and `line: "abc"` was an internal error."""
+    if method == "fs/write_text_file" and not isinstance(params.get("content"), str):
+        return "a content that is not a string"
+    for name, least in (("line", 1), ("limit", 0)):
+        value = params.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            return f"{name} {value!r:.40} (an integer ≥ {least} or null)"
+    return ""
 
 
 def fs_error(path: str, exc: OSError | ValueError) -> Exception:

@@ -22,6 +22,7 @@ from sessions.store.failures import StoreFailure
 
 logger = logging.getLogger(__name__)
 
+
 def _apply_touch(activity: dict[str, Any], chunk_kind: str | None, at: float) -> str:
     """The touches kept in memory (the last chunk's kind, the wall-clock time), applied to an activity dict: meta's
     own when it is written, a copy for a read. Returns the time stamp."""

@@ -14,17 +14,6 @@ from sessions.runtime.permissions import option_for
 
 logger = logging.getLogger(__name__)
 
-def _bad_fs_params(method: str, params: dict[str, Any]) -> str:
-    """What is wrong with an fs request's parameters (ACP: `content` a string, `line` ≥ 1, `limit` ≥ 0), or "".
-    An object `content` used to be written as its Python repr, and `line: "abc"` was an internal error."""
-    if method == "fs/write_text_file" and not isinstance(params.get("content"), str):
-        return "a content that is not a string"
-    for name, least in (("line", 1), ("limit", 0)):
-        value = params.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
-            return f"{name} {value!r:.40} (an integer ≥ {least} or null)"
-    return ""
-
 
 class PermissionGateMixin:
     """SessionRuntime's answers to the agent's requests."""
@@ -44,7 +33,7 @@ class PermissionGateMixin:
 
         path = str(params.get("path", ""))
         loop = asyncio.get_running_loop()
-        bad = _bad_fs_params(method, params)
+        bad = workspace_fs.bad_params(method, params)
         if bad:
             self.protocol_violation(f"{method} with {bad}")
             raise RequestError.invalid_params({"path": path, "reason": bad})
@@ -55,8 +44,7 @@ class PermissionGateMixin:
                 text = await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.read_text, target,
                                                   params.get("line"), params.get("limit"))
                 return {"content": text}
-            await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.write_text, target,
-                                       str(params.get("content", "")))
+            await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.write_text, target, params["content"])
             return {}
         except workspace_fs.OutsideWorkspace as exc:
             self.record(EventType.PERMISSION, {

@@ -216,8 +216,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         count = self.violations
         if count <= VIOLATIONS_RECORDED or str(count).rstrip("0") == "1":
             more = f" ({count} so far)" if count > VIOLATIONS_RECORDED else ""
-            self.record(EventType.SYSTEM, {"title": "protocol_violation", "text": f"{what}{more}"},
-                        turn_id=self.turn.id if self.turn else "")
+            self.record(EventType.SYSTEM, {"title": "protocol_violation", "text": f"{what}{more}"})
             logger.warning("session %s: agent protocol violation%s: %s", self.id, more, what)
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------

@@ -17,10 +17,9 @@ def scrub_text(text: str) -> str:
 
 
 def scrub(value: Any) -> Any:
-    """`value` with every lone surrogate in its strings (dict keys included) replaced by U+FFFD; new containers
-    only where something changed."""
+    """`value` with every lone surrogate in its strings (dict keys included) replaced by U+FFFD."""
     if isinstance(value, str):
-        return _SURROGATE_RE.sub(REPLACEMENT, value) if _SURROGATE_RE.search(value) else value
+        return scrub_text(value)
     if isinstance(value, dict):
         return {scrub(k): scrub(v) for k, v in value.items()}
     if isinstance(value, list):

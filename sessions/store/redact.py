@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 __all__ = [
+    "PROVIDER_PREFIXES",
     "REDACTED",
     "bound_tail",
     "bound_text",
@@ -24,6 +25,7 @@ __all__ = [
     "redact_argv",
     "redact_text",
     "redact_value",
+    "register_secret",
 ]
 
 REDACTED = "[REDACTED]"
@@ -116,6 +118,11 @@ _BEARER_RE = re.compile(
 # one list for the pattern and for its cheap gate, which tests these exact prefixes, not "gl" and "-" (common in
 # prose and code, they would run the full pattern over most chunks).
 _GITLAB_PREFIXES = ("glpat-", "glptt-", "gldt-", "glrt-", "glsoat-", "glft-", "glcbt-", "glimt-", "glagent-")
+
+# How each shape of _PROVIDER_RE begins: a streamed chunk that ends inside one is held until the rest arrives
+# (redact_stream.py). Kept beside the pattern so the two change together.
+PROVIDER_PREFIXES = ("sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "ASIA",
+                     "AIza", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-", *_GITLAB_PREFIXES, "eyJ")
 
 # Provider credential shapes, redacted wherever they appear.
 _PROVIDER_RE = re.compile(
@@ -276,16 +283,16 @@ def _redact_keyed(text: str, low: str, hits: list[int]) -> str:
         # before it, a quote before it (quoted keys may hold other characters), or a blank and then a value
         # (`aws_secret_access_key VALUE`).
         after = low[end : end + 1]
-        before = low[start - 1] if start else ""
-        if after not in _AFTER_KEY and after not in " \t" and low[start] != "-" and before not in _QUOTES:
-            continue
-        if after in " \t" and low[start] != "-" and before not in _QUOTES:
-            m = _SPACED_RE.match(text, start)
-            if m is not None and is_secret_key(m.group("key")):
-                pieces.append(text[done : m.start("val")])
-                pieces.append(REDACTED)
-                done = m.end()
-            continue
+        if low[start] != "-" and (low[start - 1] if start else "") not in _QUOTES:
+            if after in (" ", "\t"):
+                m = _SPACED_RE.match(text, start)
+                if m is not None and is_secret_key(m.group("key")):
+                    pieces.append(text[done : m.start("val")])
+                    pieces.append(REDACTED)
+                    done = m.end()
+                continue
+            if after not in _AFTER_KEY:
+                continue
         m = _keyed_edit(text, start)
         if m is None:
             continue

@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import re
 
-from sessions.store.redact import REDACTED, is_secret_key
+from sessions.store.redact import PROVIDER_PREFIXES, REDACTED, is_secret_key
 
 # Look no further back than this for the start of a secret: longer tails are released as they are.
 _TAIL_CHARS = 512
-_PROVIDER_PREFIXES = ("sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "ASIA",
-                      "AIza", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-", "glpat-", "glptt-", "gldt-", "glrt-",
-                      "glsoat-", "glft-", "glcbt-", "glimt-", "glagent-", "eyJ")
 # Every proper beginning of a prefix ("g", "gh", "ghp"): the chunk may end right inside the prefix itself.
-_PREFIX_STARTS = frozenset(p[:i] for p in _PROVIDER_PREFIXES for i in range(1, len(p)))
+_PREFIX_STARTS = frozenset(p[:i] for p in PROVIDER_PREFIXES for i in range(1, len(p)))
+# Whole words a chunk may end inside (redact.py's key words are fragments such as "passw", found in finished text).
 _KEY_WORDS = ("token", "secret", "password", "passwd", "key", "credential", "auth", "bearer")
 
 _BOUNDARY = r"(?<![A-Za-z0-9_\-])"
 # A provider token under way: its prefix, then token characters up to the end of the text.
 _PROVIDER_OPEN_RE = re.compile(
-    _BOUNDARY + "(?:" + "|".join(re.escape(p) for p in _PROVIDER_PREFIXES) + r")[A-Za-z0-9_\-.]*\Z")
+    _BOUNDARY + "(?:" + "|".join(re.escape(p) for p in PROVIDER_PREFIXES) + r")[A-Za-z0-9_\-.]*\Z")
 # What may follow a key's separator while its value is still being streamed: `=hunt`, `: "ab`, `: `.
 _VALUE_OPEN_RE = re.compile(r"""[ \t]*["']?[^\s"',;]*""")
 _IDENTIFIER_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_\-][A-Za-z0-9]+)+")

@@ -94,10 +94,25 @@ def test_a_secret_streamed_six_characters_at_a_time_is_stored_whole_and_redacted
     assert rows[-1]["type"] == "done"
 
 
-def test_without_redaction_nothing_is_held(tmp_path: Path) -> None:
+def test_without_redaction_nothing_is_held_and_nothing_redacted(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stored text is the streamed text; and a tail that would be held with redaction on (`sk-`) reaches the
+    # store with no flush and no timer to release it.
     text = f"first {GHP} done. "
-    rows = stream(tmp_path / "events.db", sixes(text), 0.02, redact=False)
+    rows = stream(tmp_path / "plain.db", sixes(text), 0.02, redact=False)
     assert "".join(r["content"]["text"] for r in rows if r["type"] == "agent_message") == text
+    monkeypatch.setattr(recorder_mod, "HOLD_SECONDS", 3600.0)
+    committed: list[str] = []
+
+    async def main() -> None:
+        rec = Recorder(tmp_path / "events.db", "general",
+                       lambda stored, rows: committed.extend(e["content"]["text"] for e in stored), redact=False)
+        rec.record("agent_message", "t1", {"type": "text", "text": "ends in sk-"})
+        await until(lambda: committed)
+        await rec.close()
+
+    asyncio.run(main())
+    assert committed == ["ends in sk-"]
 
 
 async def until(check: Any, seconds: float = 10.0) -> None:

@@ -26,7 +26,7 @@ def test_a_stream_waits_until_the_client_takes_its_backlog() -> None:
 
         reader = asyncio.ensure_future(client())
         await asyncio.sleep(0)
-        waiting = asyncio.ensure_future(drained(lambda: queued[0], name="s1", high_water=150, stall=5))
+        waiting = asyncio.ensure_future(drained(lambda: queued[0], high_water=150, stall=5))
         await asyncio.sleep(0.05)
         seen = stream_pressure.report()
         ok = await waiting
@@ -40,5 +40,5 @@ def test_a_stream_waits_until_the_client_takes_its_backlog() -> None:
 
 
 def test_a_client_that_takes_nothing_for_the_stall_time_ends_its_stream() -> None:
-    assert asyncio.run(drained(lambda: 500, name="s2", high_water=100, stall=0.1)) is False
+    assert asyncio.run(drained(lambda: 500, high_water=100, stall=0.1)) is False
     assert stream_pressure.report()["waiting_on_client"] == 0

@@ -1,4 +1,4 @@
-"""Agents' fs access (sessions/acp/workspace_fs.py, the checks in runtime/permission_gate.py) on real files:
+"""Agents' fs access (sessions/acp/workspace_fs.py) on real files:
 what `confine` accepted is opened without following any symlink, so a swap between the check and the open is
 refused; only regular files are read or written, never by a blocking open; malformed parameters are named."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessions.acp import workspace_fs
-from sessions.acp.workspace_fs import NotARegularFile, OutsideWorkspace, confine, read_text, write_text
-from sessions.runtime.permission_gate import _bad_fs_params
+from sessions.acp.workspace_fs import NotARegularFile, OutsideWorkspace, bad_params, confine, read_text, write_text
 from sessions.runtime.permissions import PermissionBoard
 
 
@@ -139,13 +138,13 @@ def test_lines_and_limits_and_the_size_cap(layout: tuple[Path, Path], monkeypatc
 ])
 def test_fs_parameters_of_the_wrong_type_are_named(method: str, params: dict[str, object], bad: str) -> None:
     # An object `content` was written as its Python repr; `line: "abc"` was an internal error with a traceback.
-    assert bad in _bad_fs_params(method, params)
+    assert bad in bad_params(method, params)
 
 
 def test_well_formed_fs_parameters_pass() -> None:
-    assert _bad_fs_params("fs/read_text_file", {"path": "/w/f", "line": 3, "limit": 0}) == ""
-    assert _bad_fs_params("fs/read_text_file", {"path": "/w/f", "line": None}) == ""
-    assert _bad_fs_params("fs/write_text_file", {"path": "/w/f", "content": ""}) == ""
+    assert bad_params("fs/read_text_file", {"path": "/w/f", "line": 3, "limit": 0}) == ""
+    assert bad_params("fs/read_text_file", {"path": "/w/f", "line": None}) == ""
+    assert bad_params("fs/write_text_file", {"path": "/w/f", "content": ""}) == ""
 
 
 def test_two_requests_with_one_tool_call_id_both_stay_answerable() -> None:
