@@ -328,3 +328,24 @@ def test_a_writer_whose_loop_closed_still_commits_and_closes_its_store(tmp_path:
     with pytest.raises(sqlite3.ProgrammingError):
         rec.log._conn.execute("SELECT 1")  # closed by the writer thread
     assert sink.commits == []  # nobody was told
+
+
+def test_a_value_no_utf8_encoder_takes_is_stored_with_a_replacement_not_failing_its_batch(tmp_path: Path) -> None:
+    # Agents' messages are cleaned as parsed; this is the store's last line: a lone surrogate from any other path
+    # once failed the whole batch (its neighbours, `done`) and the session, as a storage failure.
+    path = tmp_path / "events.db"
+    sink = Sink()
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "before"})
+        rec.record("tool_call", "t1", {"title": "lone \ud800 surrogate"})
+        rec.record("done", "t1", {})
+        await rec.flush()
+        await rec.close()
+
+    asyncio.run(main())
+    assert sink.failures == []
+    rows = read_events(path, limit=10)
+    assert [r["type"] for r in rows] == ["user_message", "tool_call", "done"]
+    assert rows[1]["content"]["title"] == "lone \ufffd surrogate"
