@@ -52,6 +52,7 @@ from sessions.schemas import (
     WorkspaceIn,
     responses,
 )
+from sessions.stream_pressure import BACKLOG
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])
@@ -150,7 +151,8 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
     started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
     if status != 200 or not started or prompt_stream.wants_json(request.headers.get("Accept")):
         return status, result
-    return prompt_stream.response_for_turn(session_id, started, raw=filters.format == "raw")
+    return prompt_stream.response_for_turn(session_id, started, raw=filters.format == "raw",
+                                           backlog=getattr(request, "scope", {}).get(BACKLOG))
 
 
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from sessions.runtime.manager import get_manager
 from sessions.services.payloads import envelope
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.stream_pressure import STALL_SECONDS, drained
 from sessions.transcript import event_data, permission_data
 
 logger = logging.getLogger(__name__)
@@ -226,7 +227,10 @@ def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
 
 # ---- the response ------------------------------------------------------------------------------
 
-async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | None, raw: bool) -> AsyncIterator[bytes]:
+async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | None, raw: bool,
+                  backlog: Callable[[], int] | None) -> AsyncIterator[bytes]:
+    """The response body. Like the session stream, it writes nothing more while about a megabyte waits for a
+    client that stopped reading, and ends for one that took nothing for STALL_SECONDS (the turn goes on)."""
     session_id = meta["id"]
     ui = UIMessageChunks(meta, turn_id)
     metrics.SSE_CLIENTS.labels(stream="prompt").inc()
@@ -234,6 +238,10 @@ async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | Non
         if not raw:
             yield _data_frames(ui.start())
         async for batch in turn_events(session_id, folder.events_path(session_id), turn_id, ended):
+            if not await drained(backlog):
+                logger.warning("ended the prompt stream of %s turn %s: its client read nothing for %.0f s",
+                               session_id, turn_id, STALL_SECONDS)
+                return
             if batch is None:
                 yield b": keepalive\n\n"
             elif raw:
@@ -250,13 +258,15 @@ async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | Non
         metrics.SSE_CLIENTS.labels(stream="prompt").dec()
 
 
-def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False) -> StreamingHttpResponse:
-    """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started)."""
+def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False,
+                      backlog: Callable[[], int] | None = None) -> StreamingHttpResponse:
+    """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started).
+    `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none."""
     runtime = get_manager().get(session_id)
     meta = {"id": session_id, "workspace_id": (runtime.meta.get("workspace_id") if runtime else None)}
     turn = runtime.turn if runtime is not None else None
     ended = turn.ended if turn is not None and turn.id == turn_id else None
-    response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw),
+    response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw, backlog),
                                      content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

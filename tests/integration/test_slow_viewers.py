@@ -71,3 +71,39 @@ def test_a_dashboard_viewer_gets_a_growing_message_a_bounded_number_of_times(dae
     reply = "".join(e["content"]["text"] for e in of_type(turn, "agent_message"))
     sent = sum(len(b) for b in received)
     assert reply and sent < 60 * len(reply), f"{sent:,} bytes for a {len(reply):,}-character reply"
+
+
+def test_a_prompt_stream_whose_client_stops_reading_waits_for_it_and_then_ends_with_the_turn(
+        daemon: Daemon, workspace: Path) -> None:
+    # The prompt's own answer is a stream too (`compozy session prompt`, a useChat app): it used to have only the
+    # transport's 64 MiB cut behind it, so a stalled client cost the daemon that much per prompt.
+    sid = daemon.create(workspace)["id"]
+    body = b'{"message": "stream 100000 1000"}'
+    client = socket.create_connection(("127.0.0.1", daemon.port), timeout=60)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    client.sendall(f"POST {daemon.scoped(sid, '/prompt')}?format=raw HTTP/1.1\r\nHost: localhost\r\n"
+                   f"Authorization: Bearer {daemon.token}\r\nAccept: text/event-stream\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    head = client.recv(4096)  # the headers, and maybe the first frames
+    assert head.startswith(b"HTTP/1.1 200")
+    turn_id = wait_for(lambda: [e["turn_id"] for e in daemon.events(sid, type="user_message")], timeout=30,
+                       what="the prompt's user_message")[-1]
+    events = daemon.turn_events(sid, turn_id, timeout=180)
+    assert of_type(events, "done"), "the turn did not finish while its client was not reading"
+    streams = wait_for(lambda: (s := daemon.http.get("/api/status").json()["streams"])["waiting_on_client"] and s,
+                       timeout=30, what="the stalled prompt stream to wait on its client")
+    assert streams["waiting_on_client"] == 1
+    assert streams["queued_bytes"] < HIGH_WATER_BYTES + 8 * 1024 * 1024, streams
+
+    text, tail = bytearray(head), head[-64:]
+    while b"event: done\n" not in tail:
+        chunk = client.recv(1 << 20)
+        assert chunk, "the stream ended before done"
+        text += chunk
+        tail = tail[-64:] + chunk
+    client.close()
+    sent = [int(line[3:]) for line in bytes(text).split(b"\n")
+            if line.startswith(b"id:") and line[3:].strip().isdigit()]
+    stored = [e["sequence"] for e in events if e["type"] != "user_message"]
+    assert sent == stored, "frames lost or repeated"
+    assert daemon.http.get("/api/status").json()["streams"]["waiting_on_client"] == 0
