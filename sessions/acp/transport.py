@@ -66,6 +66,14 @@ class RecordingTransport(NdjsonTransport):
         self._eof = False
         self._others_waiting = others_waiting
         self._breathed = 0.0  # time.monotonic() of the last breath
+        # Ids of our requests not answered yet (one given up on stays: its late answer is no violation). The SDK
+        # drops a response it cannot match without a word, and the request the agent meant to answer then waits.
+        self._asked: set[int | str] = set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            self._asked.add(message["id"])  # before the write: the answer cannot come first
+        await super().send(message)
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0
@@ -109,7 +117,8 @@ class RecordingTransport(NdjsonTransport):
     def _checked(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message the SDK can handle, or None. A response with an id the SDK cannot look up (a list) killed its
         receive loop, and an `error` that is not an object left the prompt it answered waiting forever: the first
-        is dropped, the second becomes a proper error, so the request it answers fails instead of hanging."""
+        is dropped, the second becomes a proper error, so the request it answers fails instead of hanging. A
+        response to nothing we asked is dropped as a violation (the SDK dropped it unseen)."""
         if "method" in message:
             if isinstance(message["method"], str):
                 return message
@@ -119,6 +128,10 @@ class RecordingTransport(NdjsonTransport):
         if not isinstance(ident, int | str) or isinstance(ident, bool):
             self._violation(f"a message that is neither a request, a notification nor a response: {message!r:.120}")
             return None
+        if ident not in self._asked:
+            self._violation(f"a response to request {ident!r:.40}, which was never sent or was already answered")
+            return None
+        self._asked.discard(ident)
         if "error" in message:
             error = message["error"]
             if not (isinstance(error, dict) and isinstance(error.get("code"), int)

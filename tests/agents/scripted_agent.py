@@ -622,7 +622,7 @@ class ScriptedAgent:
     async def _cmd_hostile(self, turn: Turn) -> StopReason:
         """Output ACP does not allow, between valid chunks: `hostile surrogate` (a lone surrogate escape in a chunk)
         or `hostile garbage` (a line that is not JSON, a chunk for another ACP session, a response nobody asked for
-        with a list as its id)."""
+        with a list as its id, answers to a request never sent and to one answered long ago)."""
         kind = turn.args[0] if turn.args else "garbage"
 
         def chunk(text: str, session_id: str) -> bytes:
@@ -637,6 +637,8 @@ class ScriptedAgent:
             await self._raw.write(b"this is not json\n")
             await self._raw.write(chunk("INJECTED ", "another-acp-session"))
             await self._raw.write(b'{"jsonrpc":"2.0","id":[1,2],"result":{}}\n')
+            await self._raw.write(b'{"jsonrpc":"2.0","id":"never-asked","result":{}}\n')
+            await self._raw.write(b'{"jsonrpc":"2.0","id":0,"result":{}}\n')  # initialize was answered long ago
         await self._raw.write(chunk("after", turn.session_id))
         return "end_turn"
 

@@ -39,6 +39,9 @@ def test_garbage_and_another_sessions_updates_are_recorded_as_violations_not_sto
     assert any("not one JSON object" in v for v in found), found
     assert any("another ACP session" in v for v in found), found
     assert any("neither a request" in v for v in found), found  # the list id: once, it killed the reader
+    # Answers to requests never sent, or answered already: the SDK dropped them without a word.
+    assert any("request 'never-asked', which was never sent" in v for v in found), found
+    assert any("request 0, which was never sent or was already answered" in v for v in found), found
     assert daemon.session(sid)["state"] == "active"
     assert of_type(daemon.run_turn(sid, "hello again"), "done")  # the reader lives on
 

@@ -19,6 +19,7 @@ from sessions.acp import transport as transport_mod
 from sessions.acp.transport import RecordingTransport
 
 TEST_TIMEOUT = 10.0
+ASKED = range(10)  # the request ids every test's transport has sent
 
 
 def update(n: int, text: str = "") -> dict[str, Any]:
@@ -53,6 +54,8 @@ async def opened(on_update: Callable[[dict[str, Any]], None], others_waiting: Ca
     writer = asyncio.StreamWriter(pipe, protocol, None, loop)
     transport = RecordingTransport(reader, writer, on_update, others_waiting, on_violation=on_violation,
                                    on_eof=on_eof)
+    for id_ in ASKED:  # our requests, so that the agent's responses answer something
+        await transport.send({"jsonrpc": "2.0", "id": id_, "method": "session/prompt", "params": {}})
     try:
         yield reader, transport
     finally:
@@ -367,6 +370,26 @@ def test_malformed_responses_are_fixed_or_dropped_and_reported() -> None:
 
     run(main)
     assert len(violations) == 4, violations
+
+
+def test_a_response_to_a_request_never_sent_or_already_answered_is_dropped_and_reported() -> None:
+    """The SDK dropped such a response without a word, and the request the agent meant to answer waited on."""
+    violations: list[str] = []
+
+    async def main() -> None:
+        async with opened(lambda params: None, on_violation=violations.append) as (reader, transport):
+            for message in (response(5), response(5), response(99), {"jsonrpc": "2.0", "id": "x", "result": {}},
+                            response(6)):
+                reader.feed_data(line(message))
+            reader.feed_eof()
+            assert await transport.receive() == response(5)
+            assert await transport.receive() == response(6)
+            assert await transport.receive() is None
+
+    run(main)
+    assert violations == ["a response to request 5, which was never sent or was already answered",
+                          "a response to request 99, which was never sent or was already answered",
+                          "a response to request 'x', which was never sent or was already answered"]
 
 
 def test_a_line_over_the_limit_is_dropped_without_being_held(monkeypatch: pytest.MonkeyPatch) -> None:
