@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from sessions import catalog
+from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
 from sessions.runtime import lifecycle
 from sessions.store import folder
@@ -79,11 +80,15 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     return fixed
 
 
-def _kill_orphaned_group(liveness: dict[str, Any]) -> None:
+def _kill_orphaned_group(session_id: str, liveness: dict[str, Any]) -> None:
     """The dead daemon's agent group has no owner any more: its leader if it still runs, and whatever it started
     (a build, a test run: they kept changing the workspace with nobody watching, even after the agent exited).
     With the leader gone its pid still names the group, and Linux never reuses a pid a process group still holds;
-    a pid that runs again as another process means the group is gone, and that process's group is not ours."""
+    a pid that runs again as another process means the group is gone, and that process's group is not ours.
+    What the agent started outside its group carries the run's mark (sessions/acp/stragglers.py)."""
+    started_at = liveness.get("subprocess_started_at")
+    if isinstance(started_at, str) and started_at:
+        stragglers.kill_marked(stragglers.mark(session_id, started_at))
     pid = liveness.get("subprocess_pid")
     if not isinstance(pid, int) or pid <= 1:
         return
@@ -105,7 +110,7 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     fixed = fixed or stale_fix(meta)
     if fixed is None:
         return meta
-    _kill_orphaned_group(fixed.get("liveness") or {})
+    _kill_orphaned_group(fixed["id"], fixed.get("liveness") or {})
     folder.write_meta(fixed)
     with contextlib.suppress(Exception):
         catalog.upsert_session_row(fixed)

@@ -36,6 +36,7 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 
 from compozy_site.home import user_umask
+from sessions.acp import stragglers
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 
 logger = logging.getLogger(__name__)
@@ -114,8 +115,10 @@ class AgentProcess:
         on_request: RequestHandler,
         others_waiting: Callable[[], bool] | None = None,
         on_violation: ViolationSink | None = None,
+        owner: str = "agent",
     ) -> None:
         self.command = list(command)
+        self.owner = owner  # a session id: with the start time, the run's straggler mark (stragglers.py)
         self.cwd = cwd
         self.env = agent_environment(env)
         self.on_update = on_update
@@ -127,6 +130,7 @@ class AgentProcess:
         self.stderr = StderrTail()
         self.exited = asyncio.Event()
         self.started_at: str | None = None
+        self.mark: str | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._wait_task: asyncio.Task[None] | None = None
         self._closed_task: asyncio.Task[None] | None = None
@@ -145,6 +149,8 @@ class AgentProcess:
     async def start(self) -> None:
         from sessions.store.folder import isoformat, utcnow
 
+        self.started_at = isoformat(utcnow())
+        self.mark = stragglers.mark(self.owner, self.started_at)
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command,
@@ -152,14 +158,13 @@ class AgentProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=str(self.cwd),
-                env=self.env,
+                env={**self.env, stragglers.MARK_ENV: self.mark},
                 start_new_session=True,
                 limit=STDIO_LIMIT_BYTES,
                 umask=user_umask(),  # the daemon's own 077 would make the agent's workspace files private
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise AgentNotFound(f"cannot start agent {self.command[0]!r}: {exc.strerror or exc}") from exc
-        self.started_at = isoformat(utcnow())
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self._drain_task = asyncio.create_task(self._drain_stderr(self.process.stderr))
         self._wait_task = asyncio.create_task(self._wait_exit())
@@ -178,6 +183,9 @@ class AgentProcess:
         # Nothing the agent started in its group may outlive it, nor keep its pipes (and so its session) open.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        if self.mark:  # and what it started outside its group (setsid): found by its mark, off the loop
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(stragglers.kill_marked, self.mark)
         # Let the drain read what the process wrote just before dying: it is the crash evidence.
         if self._drain_task:
             with contextlib.suppress(Exception):

@@ -84,7 +84,7 @@ class StartPathMixin:
                                      package=self.provider.npm if command[0] == self.provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=self.provider.env, on_update=self.on_update,
                                  on_request=self.on_request, others_waiting=self.recorder.others_waiting,
-                                 on_violation=self.protocol_violation)
+                                 on_violation=self.protocol_violation, owner=self.meta["id"])
             self.agent = agent
             await agent.start()
         except AgentNotFound as exc:

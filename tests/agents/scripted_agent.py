@@ -602,9 +602,10 @@ class ScriptedAgent:
     async def _cmd_spawnchild(self, turn: Turn) -> StopReason:
         # A tool-like grandchild in our process group; the client's stop must kill the whole group.
         # We neither kill nor reap it on cancel: that is the client's job, and what the test checks.
+        # `spawnchild setsid` puts it in a session of its own (a daemonizing tool), out of the group kill's reach.
         child = await asyncio.create_subprocess_exec(
             "sleep", "300", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=bool(turn.args) and turn.args[0] == "setsid",
         )
         self._children.append(child)
         await self._say(turn, f"child pid {child.pid}")

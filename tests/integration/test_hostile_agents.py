@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Daemon, of_type
 
 
@@ -46,18 +48,20 @@ def test_garbage_and_another_sessions_updates_are_recorded_as_violations_not_sto
     assert of_type(daemon.run_turn(sid, "hello again"), "done")  # the reader lives on
 
 
-def test_an_agent_that_exits_while_a_grandchild_holds_its_stdout_is_noticed(daemon: Daemon,
-                                                                           workspace: Path) -> None:
+@pytest.mark.parametrize("setsid", [False, True], ids=["in-group", "setsid"])
+def test_an_agent_that_exits_while_a_grandchild_holds_its_stdout_is_noticed(daemon: Daemon, workspace: Path,
+                                                                           setsid: bool) -> None:
     # Python 3.11's Process.wait() also waits for the pipes: the session read `active`, prompting, for 30 minutes.
+    # A grandchild in a session of its own (setsid) escaped the group kill and held the pipe for ever.
     sid = daemon.create(workspace)["id"]
-    assert daemon.prompt(sid, "orphanpipe").status_code == 200
+    assert daemon.prompt(sid, "orphanpipe setsid" if setsid else "orphanpipe").status_code == 200
     started = time.monotonic()
     stopped = daemon.wait_state(sid, {"stopped"}, timeout=20)
     assert time.monotonic() - started < 15
     assert stopped["stop_reason"] == "error" and stopped["failure"]["kind"] == "process_exit"
     grandchild = int(daemon.wait_event(sid, "agent_message")["content"]["text"].split()[-1])
     deadline = time.monotonic() + 10
-    while _alive(grandchild) and time.monotonic() < deadline:  # the agent's group dies with it
+    while _alive(grandchild) and time.monotonic() < deadline:  # what the agent started dies with it
         time.sleep(0.1)
     assert not _alive(grandchild)
 
