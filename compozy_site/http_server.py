@@ -90,6 +90,13 @@ class GuardedRequest(WebRequest):
         if self._over_cap:
             self.channel.transport.loseConnection()  # the 413 is written; the dropped body is fully read
             return
+        if any(b"websocket" in value.lower() for value in self.requestHeaders.getRawHeaders(b"upgrade", [])):
+            # No route speaks WebSocket: daphne would upgrade, find no app and answer a bare 403 with no code.
+            _write_error(self.channel.transport, 400, "Bad Request", "websocket_unsupported",
+                         "this daemon has no WebSocket endpoints: live events are server-sent events (GET …/stream "
+                         "with Accept: text/event-stream)")
+            self.channel.transport.loseConnection()
+            return
         super().requestReceived(command, path, version)
 
     def connectionLost(self, reason: Any) -> None:

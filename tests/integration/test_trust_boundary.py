@@ -429,6 +429,22 @@ def test_a_request_head_twisted_cannot_read_gets_the_apis_error_shape(daemon: Da
     assert error["code"] == "bad_request_head" and error["error"] and isinstance(error["diagnostic"], dict)
     assert daemon.http.get("/api/status").status_code == 200, "the daemon goes on serving"
 
+
+@pytest.mark.parametrize("path", ["/api/status", "/api/sessions/catalog-stream", "/"])
+def test_a_websocket_upgrade_gets_a_coded_json_refusal(daemon: Daemon, path: str) -> None:
+    """daphne upgraded it, found no app and answered a bare 403: a client could not tell why."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                       f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 400"), head
+    error = json.loads(body)
+    assert error["code"] == "websocket_unsupported" and "server-sent events" in error["error"], error
+    assert daemon.http.get("/api/status").status_code == 200, "the daemon goes on serving"
+
 # ---- admission control ---------------------------------------------------------------------------------
 
 def test_a_third_live_agent_is_refused_at_max_concurrent_agents_2(tmp_path: Path, workspace: Path) -> None:
