@@ -25,8 +25,8 @@ def mark(owner: str, started_at: str) -> str:
 
 def kill_marked(run_mark: str, *, proc: Path = PROC) -> int:
     """SIGKILL every process (of ours: others' environments are unreadable) that carries `run_mark`; the count.
-    Blocking (/proc reads): call it off the loop. The process is held by a pidfd while its environment is read,
-    so a pid reused in between is never signalled."""
+    Blocking (/proc reads): call it off the loop. A match is read again once a pidfd holds the process, so a pid
+    reused in between is never signalled."""
     entry = f"{MARK_ENV}={run_mark}".encode()
     me = os.getpid()
     killed = 0
@@ -35,23 +35,28 @@ def kill_marked(run_mark: str, *, proc: Path = PROC) -> int:
     except OSError:
         return 0
     for pid in pids:
-        if pid == me:
-            continue
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:  # gone already, or no pidfd on this kernel
-            continue
-        try:
-            with open(proc / str(pid) / "environ", "rb") as environ:
-                if entry not in environ.read().split(b"\0"):
-                    continue
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            killed += 1
-        except OSError:  # not ours, or it exited while we looked
-            continue
-        finally:
-            os.close(pidfd)
+        if pid != me and _carries(proc, pid, entry):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:  # gone already, or no pidfd on this kernel
+                continue
+            try:
+                if _carries(proc, pid, entry):  # still the same process: the pidfd now holds it
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                    killed += 1
+            except OSError:  # it exited while we looked
+                pass
+            finally:
+                os.close(pidfd)
     if killed:
         logger.warning("killed %d process(es) an agent (%s) left running outside its process group", killed,
                        run_mark)
     return killed
+
+
+def _carries(proc: Path, pid: int, entry: bytes) -> bool:
+    try:
+        with open(proc / str(pid) / "environ", "rb") as environ:
+            return entry in environ.read().split(b"\0")
+    except OSError:  # not ours, or gone
+        return False
