@@ -7,10 +7,12 @@ import os
 import shutil
 from typing import Any
 
+from django.db import transaction
+
 from sessions import catalog
 from sessions.config import get_config
 from sessions.enums import LIVE_STATES
-from sessions.errors import Conflict, NotFound
+from sessions.errors import Conflict, NotFound, StorageError
 from sessions.models import Session, Workspace
 from sessions.services.control import delete_session_files
 from sessions.services.lookup import read_session_meta
@@ -47,13 +49,28 @@ def workspace_info(ref: str) -> dict[str, Any]:
 
 
 def remove_workspace(ref: str) -> dict[str, Any]:
+    """Delete a workspace, its sessions' folders and rows, and its finished tasks. Everything that can refuse is
+    checked first: a workspace with live sessions or unfinished tasks answers 409 with nothing deleted (a task
+    once made it a 500 after its sessions were already gone)."""
+    from sessions.work.enums import FINAL
+
     ws = catalog.find_workspace(ref)
     live = Session.objects.filter(workspace_id=ws.id, state__in=[s.value for s in LIVE_STATES])
     if live.exists():
         raise Conflict("workspace has active sessions", code="workspace_has_active_sessions")
+    unfinished = ws.tasks.exclude(status__in=[s.value for s in FINAL])
+    if unfinished.exists():
+        raise Conflict("workspace has queued or running tasks: cancel them first",
+                       code="workspace_has_active_tasks", data={"tasks": list(unfinished.values_list("id", flat=True))})
     record = catalog.workspace_record(ws)
     for row in Session.objects.filter(workspace_id=ws.id):
-        with contextlib.suppress(OSError):
+        try:
             delete_session_files(row.id, ws.id)
-    ws.delete()
+        except FileNotFoundError:  # its folder is gone already: only the row is left
+            catalog.delete_session_row(row.id)
+        except OSError as exc:  # the sessions deleted so far stay deleted; the workspace and the rest stay
+            raise StorageError.from_exception(exc) from exc
+    with transaction.atomic():
+        ws.tasks.all().delete()  # finished: their sessions are deleted above
+        ws.delete()
     return record

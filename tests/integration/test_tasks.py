@@ -270,3 +270,18 @@ def test_the_task_api_refuses_bad_bodies_with_stable_codes(daemon: Daemon, works
                                                                                                  "agent_not_found")
     assert daemon.http.get("/api/tasks/task_0000000000000000").json()["code"] == "task_not_found"
     assert daemon.cli("task", "show", "task_0000000000000000").returncode == 69
+
+
+def test_a_workspace_whose_tasks_finished_is_removed_with_them(daemon: Daemon, tmp_path: Path) -> None:
+    # A task holds its workspace: removing it answered 500 after its sessions' folders were already deleted.
+    root = tmp_path / "finished-work"
+    root.mkdir()
+    task = create(daemon, root, "hello", max_attempts=1)
+    session = run_session(daemon, task["id"], 1)
+    daemon.http.post(daemon.scoped(session, "/stop"))
+    wait_task(daemon, task["id"], {"succeeded", "failed", "canceled", "needs_attention"})
+    daemon.wait_state(session, {"stopped"})
+    response = daemon.http.delete(f"/api/workspaces/{task['workspace_id']}")
+    assert response.status_code == 204, response.text
+    assert daemon.http.get(f"/api/tasks/{task['id']}").status_code == 404
+    assert not (daemon.home / "sessions" / session).exists()
