@@ -30,8 +30,11 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
         # Refused before anything is recorded or started: the prompt either lands whole or not at all, and a
         # stopped session stays stopped (its agent was started, and the session made active, before this check).
         raise StorageError("not enough disk space for a new prompt", data={"reason": "disk_full"})
-    if (runtime is None and meta["state"] == SessionState.STOPPED) or (
-            runtime is not None and meta["state"] == SessionState.STARTING):
+    # A runtime that still reads `stopped` and has not stopped is a reactivation just launched (a concurrent
+    # prompt's, before its boot wrote `starting`); one whose stop finished is on its way out.
+    reviving = runtime is not None and not runtime.stopped.is_set() and meta["state"] in (
+        SessionState.STOPPED, SessionState.STARTING)
+    if (runtime is None and meta["state"] == SessionState.STOPPED) or reviving:
         # A prompt to a stopped, eligible session reactivates it under the same id (§15); one that is starting
         # here (a reactivation under way, perhaps won against a prompt another node routed to us) waits for it.
         await reactivate(session_id, workspace_ref)

@@ -340,6 +340,32 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     assert of_type(turn, "done")[0]["content"]["prompt_stop_reason"] == "end_turn"
 
 
+def test_prompts_racing_to_a_stopped_session_all_land_on_one_reactivation(daemon: Daemon, workspace: Path) -> None:
+    # The losers of the race found the winner's runtime launched but still reading `stopped`: 400
+    # session_not_active in about one round of two, though a prompt to a stopped session continues it.
+    sid = daemon.create(workspace, agent="scripted")["id"]
+
+    def user_messages() -> int:
+        return len(of_type(daemon.all_events(sid), "user_message"))
+
+    for round_ in range(4):
+        stop(daemon, sid)
+        answers: list[Any] = [None] * 3
+
+        def send(index: int, round_: int = round_, answers: list[Any] = answers) -> None:
+            answers[index] = daemon.prompt(sid, f"round {round_} prompt {index}")
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert all(a is not None and a.status_code in (200, 202) for a in answers), [a and a.text for a in answers]
+        wait_for(lambda round_=round_: user_messages() == 3 * (round_ + 1), timeout=60,
+                 what=f"the three prompts of round {round_} to run")
+        daemon.wait_state(sid, {"active"})
+
+
 def test_a_stop_ends_the_lease_and_a_named_holder_detaches_from_the_cli(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace, agent="scripted")["id"]
     first = daemon.cli_json("session", "resume", sid)  # a script's lease, held after the CLI process exits
