@@ -25,10 +25,20 @@ def workspace_record(ws: Workspace) -> dict[str, Any]:
     }
 
 
+def resolved_path(path: str, field: str = "workspace_path") -> Path:
+    """`path` with its symlinks resolved. A symlink loop is the caller's bad input, not a 500 (Python 3.11 raises
+    RuntimeError for it)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise InvalidRequest(f"{field} cannot be resolved: {exc}", code="workspace_path_unresolvable",
+                             data={"path": path}) from exc
+
+
 def canonical_dir(path: str, field: str = "workspace_path") -> Path:
     if not path or not os.path.isabs(path):
         raise InvalidRequest(f"{field} must be an absolute path", code="workspace_path_not_absolute")
-    resolved = Path(path).resolve()
+    resolved = resolved_path(path, field)
     if not resolved.exists():
         raise Gone("workspace root directory no longer exists", code="workspace_root_missing",
                    data={"path": str(resolved)})
@@ -56,7 +66,7 @@ def find_workspace(ref: str) -> Workspace:
         if ws is None:
             ws = Workspace.objects.filter(name=ref).first()
     elif os.path.isabs(ref):
-        ws = _enclosing(Path(ref).resolve())
+        ws = _enclosing(resolved_path(ref, "workspace"))
     else:
         ws = Workspace.objects.filter(name=ref).first()
     if ws is None:
@@ -97,10 +107,16 @@ def register_workspace(root_dir: str, *, name: str = "", add_dirs: list[str] | N
         raise Conflict("workspace path already registered", code="workspace_path_taken") from exc
 
 
+def workspace_for_path(path: str) -> tuple[Workspace | None, Path]:
+    """What `workspace_path` names, without registering: (the registered workspace it lies in or None, the
+    directory). A create checks everything else against it first, so a refused create registers nothing."""
+    resolved = canonical_dir(path)
+    return _enclosing(resolved), resolved
+
+
 def resolve_or_register(path: str) -> Workspace:
     """`workspace_path` semantics: inside a registered tree → that workspace; else register the path."""
-    resolved = canonical_dir(path)
-    ws = _enclosing(resolved)
+    ws, resolved = workspace_for_path(path)
     if ws is not None:
         return ws
     try:

@@ -48,8 +48,14 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     speed = body.get("speed") or "normal"
     if speed not in SPEEDS:
         raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
+    # Everything that can refuse the body is checked before resolve-or-register: a refused create registers nothing.
     if body.get("agent_name"):
-        _agent(config, body["agent_name"])  # before resolve-or-register: a refused create registers nothing
+        _agent(config, body["agent_name"])
+    if body.get("provider"):
+        _provider(config, body["provider"])
+    manager = get_manager()
+    # An explicit but blank first prompt is refused like a blank `prompt` (message_required), never dropped unseen.
+    prompt = manager.inputs.check_text(body["prompt"]) if body.get("prompt") is not None else ""
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
@@ -76,9 +82,6 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
-    manager = get_manager()
-    # An explicit but blank first prompt is refused like a blank `prompt` (message_required), never dropped unseen.
-    prompt = manager.inputs.check_text(body["prompt"]) if body.get("prompt") is not None else ""
     directory = folder.session_dir(session_id)
     if not has_free_space(directory):
         raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})

@@ -7,25 +7,26 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
-from pydantic import ConfigDict
+from pydantic import StrictInt
 
-from sessions.schemas import Ident, responses
+from sessions.schemas import Ident, Name, PathText, Ref, StrictIn, Text, responses
 from sessions.work import services
 from sessions.work.enums import TaskStatus
 
 router = Router(tags=["tasks"])
 
 
-class TaskCreateIn(Schema):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, never silently dropped
+class TaskCreateIn(StrictIn):
+    """A misspelt field is refused, never silently dropped; text is bounded and readable (no NUL, no lone
+    surrogate) as in every other body."""
 
-    prompt: str = Field(..., description="What the agent should do; staged as the session's first prompt.")
-    title: str | None = Field(None, description="Defaults to the prompt's first line.")
-    agent_name: str | None = Field(None, description="Defaults to the workspace's, then the config's agent.")
-    workspace: str | None = Field(None, description="A registered workspace id, name or path.")
-    workspace_path: str | None = Field(None, description="An absolute path; registered when new.")
-    cwd: str | None = Field(None, description="Where the agent works, inside the workspace; defaults to its root.")
-    max_attempts: int = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
+    prompt: Text = Field(..., description="What the agent should do; staged as the session's first prompt.")
+    title: Name | None = Field(None, description="Defaults to the prompt's first line.")
+    agent_name: Ref | None = Field(None, description="Defaults to the workspace's, then the config's agent.")
+    workspace: Ref | None = Field(None, description="A registered workspace id, name or path.")
+    workspace_path: PathText | None = Field(None, description="An absolute path; registered when new.")
+    cwd: PathText | None = Field(None, description="Where the agent works, inside the workspace; defaults to its root.")
+    max_attempts: StrictInt = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
 
 
 class RunOut(Schema):

@@ -84,14 +84,22 @@ def create_task(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest("give exactly one of workspace and workspace_path", code="workspace_required")
     if workspace_path and not os.path.isabs(workspace_path):
         raise InvalidRequest("workspace_path must be an absolute path", code="workspace_path_not_absolute")
-    ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
-    catalog.check_root(ws)
     if body.get("cwd") and not os.path.isabs(body["cwd"]):
         raise InvalidRequest("cwd must be an absolute path", code="invalid_cwd")
-    cwd = body.get("cwd") or (str(Path(workspace_path).resolve()) if workspace_path else ws.root_dir)
-    resolved = Path(cwd).resolve()
-    if not resolved.is_dir() or not resolved.is_relative_to(Path(ws.root_dir).resolve()):
-        raise InvalidRequest(f"cwd {cwd} must be a directory inside the workspace {ws.root_dir}", code="invalid_cwd")
+    # Everything is checked before a new workspace_path is registered: a refused create registers nothing.
+    if workspace:
+        ws: Any = catalog.find_workspace(workspace)
+        catalog.check_root(ws)
+        root, named = Path(ws.root_dir), None
+    else:
+        ws, named = catalog.workspace_for_path(workspace_path)
+        root = Path(ws.root_dir) if ws is not None else named
+    cwd = body.get("cwd") or str(named or root)
+    resolved = catalog.resolved_path(cwd, "cwd")
+    if not resolved.is_dir() or not resolved.is_relative_to(catalog.resolved_path(str(root), "root_dir")):
+        raise InvalidRequest(f"cwd {cwd} must be a directory inside the workspace {root}", code="invalid_cwd")
+    if ws is None:
+        ws = catalog.resolve_or_register(workspace_path)
     now = folder.utcnow()
     with transaction.atomic():
         task = Task.objects.create(id=new_task_id(), title=title, prompt=prompt, agent_name=agent_name,
