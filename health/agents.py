@@ -68,5 +68,9 @@ def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.M
         raise InvalidRequest("session_id is required", code="session_id_required")
     wake.require_recomputed()
     if workspace:
-        _workspace_id(workspace)  # an unknown workspace is a 404, as for every workspace-scoped call
+        # An unknown workspace, or a session of another one, is a 404, as for every workspace-scoped call: a wake
+        # scoped to one workspace once prompted a session of another.
+        from sessions import services as session_services
+
+        session_services.scoped_meta(session_id, workspace)
     return wake.wake(name, session_id, source=source, dry_run=dry_run)

@@ -65,7 +65,9 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     """stopped → starting → active under the same Compozy id (daemon-managed; used by prompt and resume)."""
     manager = get_manager()
     runtime = manager.get(session_id)
-    if runtime is None:
+    if runtime is not None:  # a live session is scoped like a stopped one: the wrong workspace never finds it
+        await sync_to_async(check_workspace_scope)(workspace_ref, runtime.meta)
+    else:
         with manager.admission():
             meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
             await sync_to_async(check_workspace_scope)(workspace_ref, meta)
