@@ -263,7 +263,8 @@ async def list_workspaces(request: HttpRequest) -> dict[str, Any]:
 @workspaces.post("/workspaces", response=responses({201: WorkspaceEnvelope}), exclude_unset=True)
 async def add_workspace(request: HttpRequest, payload: WorkspaceIn) -> tuple[int, dict[str, Any]]:
     record = await sync_to_async(services.add_workspace)(
-        payload.root_dir, payload.name or "", payload.add_dirs or [], payload.default_agent or "")
+        payload.root_dir, payload.name or "", payload.add_dirs or [], payload.default_agent or "",
+        payload.sandbox_ref or "")
     return 201, {"workspace": record}
 
 

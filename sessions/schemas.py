@@ -68,7 +68,10 @@ def rfc3339(value: str) -> str:
         raise PydanticCustomError("invalid_since", "since must be an RFC 3339 timestamp") from None
     if moment.tzinfo is None:
         raise PydanticCustomError("invalid_since", "since needs a time zone (e.g. Z)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except OverflowError:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+        raise PydanticCustomError("invalid_since", "since is out of range once converted to UTC") from None
 
 
 def split_commas(values: Any) -> Any:
@@ -271,7 +274,8 @@ class WorkspaceIn(StrictIn):
     name: Name | None = None
     add_dirs: list[PathText] | None = None
     default_agent: Ref | None = None
-    sandbox_ref: Ref | None = None
+    sandbox_ref: Ref | None = Field(None, description="Not supported yet: a non-empty value answers 400 "
+                                                     "sandbox_unsupported.")
 
 
 class ResolveWorkspaceIn(StrictIn):

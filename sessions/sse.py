@@ -71,6 +71,7 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.pump: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
         self.finished = False
+        self.started = False  # the 200 and its headers are sent: an error can only end the stream now
         if self.scope.get("method") not in ("GET", "HEAD"):
             # A stream is read, never written: a POST or DELETE must not open one and look accepted.
             await self.send_json_error(405, "method not allowed", "method_not_allowed", {"allow": "GET"},
@@ -80,6 +81,12 @@ class StreamingConsumer(AsyncHttpConsumer):
             await self.handle(b"".join(self.body))
         except CompozyError as exc:
             await self.send_json_error(exc.status, exc.message, exc.code, exc.data)
+            raise StopConsumer() from None
+        except Exception:
+            # Not daphne's HTML 500 page: every error a client gets is JSON with a code.
+            logger.exception("opening a %s stream failed", self.metric_stream)
+            if not self.started:
+                await self.send_json_error(500, "internal error", "internal_error")
             raise StopConsumer() from None
 
     async def send_json_error(self, status: int, message: str, code: str, data: dict[str, Any] | None = None,
@@ -92,6 +99,7 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.groups_to_join = groups
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        self.started = True
         await self.send_headers(status=200, headers=SSE_HEADERS)
         metrics.SSE_CLIENTS.labels(stream=self.metric_stream).inc()
         self.counted = True

@@ -12,10 +12,10 @@ from django.db import transaction
 from sessions import catalog
 from sessions.config import get_config
 from sessions.enums import LIVE_STATES
-from sessions.errors import Conflict, NotFound, StorageError
+from sessions.errors import Conflict, InvalidRequest, NotFound, StorageError
 from sessions.models import Session, Workspace
 from sessions.services.control import delete_session_files
-from sessions.services.lookup import read_session_meta
+from sessions.services.lookup import _agent, read_session_meta
 from sessions.services.payloads import session_payload
 
 
@@ -24,7 +24,14 @@ def list_workspaces() -> list[dict[str, Any]]:
 
 
 def add_workspace(root_dir: str, name: str = "", add_dirs: list[str] | None = None,
-                  default_agent: str = "") -> dict[str, Any]:
+                  default_agent: str = "", sandbox_ref: str = "") -> dict[str, Any]:
+    """Register a root. A default agent that is not defined is refused here, not at every later create; a
+    sandbox is refused outright: none is supported yet, and a caller must not believe its agents run in one."""
+    if sandbox_ref:
+        raise InvalidRequest("sandboxes are not supported yet: agents run with the user's rights in the workspace",
+                             code="sandbox_unsupported", data={"sandbox_ref": sandbox_ref})
+    if default_agent:
+        _agent(get_config(), default_agent)
     return catalog.workspace_record(catalog.register_workspace(root_dir, name=name, add_dirs=add_dirs,
                                                                default_agent=default_agent))
 

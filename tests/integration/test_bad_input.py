@@ -176,6 +176,11 @@ def test_unknown_filter_values_and_limit_zero_are_refused(daemon: Daemon, sessio
     stream = daemon.scoped(session["id"], "/stream")
     error(daemon.http.get(stream, params={"frames": "raw", "type": "zombie"}), 400, "invalid_type")
     error(daemon.http.get(stream, params={"frames": "raw", "since": "notadate"}), 400, "invalid_since")
+    # Valid RFC 3339, but before year 1 (or after 9999) once in UTC: an OverflowError was a 500, daphne's HTML page
+    # on the stream.
+    for edge in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
+        error(daemon.http.get(events, params={"since": edge}), 400, "invalid_since")
+        error(daemon.http.get(stream, params={"frames": "raw", "since": edge}), 400, "invalid_since")
     error(daemon.http.get("/api/sessions", params={"type": "zombie"}), 400, "invalid_type")
     error(daemon.http.get("/api/sessions", params={"state": "zombie"}), 400, "invalid_state")
     error(daemon.http.get("/api/sessions", params={"limit": "0"}), 400, "invalid_limit")
@@ -245,3 +250,78 @@ def test_a_missing_body_is_body_required(daemon: Daemon, session: dict[str, Any]
     error(daemon.http.post("/api/workspaces"), 400, "body_required")
     error(daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={}), 400, "message_required")
     assert snapshot(daemon, session["id"]) == before
+
+
+def test_a_symlink_loop_is_a_path_that_cannot_be_resolved_not_a_500(daemon: Daemon, session: dict[str, Any],
+                                                                     tmp_path: Path) -> None:
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    looped = str(tmp_path / "loop1" / "x")
+    before = snapshot(daemon, session["id"])
+    # Python 3.11 raises RuntimeError for the loop (3.13 returns the path unresolved: then it does not exist).
+    codes = {"workspace_path_unresolvable", "workspace_root_missing"}
+    for response in (daemon.http.post("/api/workspaces/resolve", json={"path": looped}),
+                     daemon.http.post("/api/workspaces", json={"root_dir": looped}),
+                     daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": looped}),
+                     daemon.http.post("/api/tasks", json={"prompt": "x", "workspace_path": looped}),
+                     daemon.http.get("/api/sessions", params={"workspace": looped})):
+        assert response.status_code in (400, 404, 410), response.text
+        assert response.json()["code"] in codes | {"workspace_not_found"}, response.text
+    assert snapshot(daemon, session["id"]) == before
+
+
+def test_refused_creates_register_no_workspace(daemon: Daemon, session: dict[str, Any], tmp_path: Path) -> None:
+    # The provider, first prompt, cwd and title were checked after the new workspace_path was registered.
+    before = snapshot(daemon, session["id"])
+    fresh = [tmp_path / f"fresh-{i}" for i in range(4)]
+    for path in fresh:
+        path.mkdir()
+    error(daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(fresh[0]),
+                                                  "provider": "nope"}), 404, "provider_not_found")
+    error(daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(fresh[1]),
+                                                  "prompt": "   "}), 400, "message_required")
+    error(daemon.http.post("/api/tasks", json={"prompt": "x", "workspace_path": str(fresh[2]), "cwd": "/"}), 400,
+          "invalid_cwd")
+    error(post_raw(daemon, "/api/tasks", json.dumps({"prompt": "x", "title": "t\ud800",
+                                                      "workspace_path": str(fresh[3])}).encode()), 400,
+          "invalid_text")
+    assert snapshot(daemon, session["id"]) == before
+
+
+def test_task_bodies_follow_the_same_text_and_integer_rules_as_every_other_body(daemon: Daemon,
+                                                                                session: dict[str, Any],
+                                                                                ws: Path) -> None:
+    before = snapshot(daemon, session["id"])
+    error(daemon.http.post("/api/tasks", json={"prompt": "x\u0000y", "workspace_path": str(ws)}), 400,
+          "invalid_text")
+    error(daemon.http.post("/api/tasks", json={"prompt": "x", "title": "a\u0000", "workspace_path": str(ws)}), 400,
+          "invalid_text")
+    assert daemon.http.post("/api/tasks", json={"prompt": "x", "workspace_path": str(ws),
+                                                "max_attempts": True}).status_code == 400
+    assert daemon.http.get("/api/tasks").json()["tasks"] == []
+    assert snapshot(daemon, session["id"]) == before
+
+
+def test_a_workspace_default_agent_or_sandbox_is_checked_when_it_is_registered(
+        daemon: Daemon, session: dict[str, Any], tmp_path: Path) -> None:
+    before = snapshot(daemon, session["id"])
+    error(daemon.http.post("/api/workspaces", json={"root_dir": str(tmp_path), "default_agent": "nope"}), 404,
+          "agent_not_found")
+    error(daemon.http.post("/api/workspaces", json={"root_dir": str(tmp_path), "sandbox_ref": "box"}), 400,
+          "sandbox_unsupported")
+    assert snapshot(daemon, session["id"]) == before
+
+
+def test_the_wrong_workspace_never_finds_a_live_session(daemon: Daemon, session: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    other = daemon.http.post("/api/workspaces", json={"root_dir": str(tmp_path)}).json()["workspace"]["id"]
+    before = snapshot(daemon, session["id"])
+    # Reactivate skipped the scope check for a live session (200 with the whole session).
+    error(daemon.http.post(f"/api/workspaces/{other}/sessions/{session['id']}/reactivate"), 404, "session_not_found")
+    error(daemon.http.post(f"/api/workspaces/nope/sessions/{session['id']}/reactivate"), 404, "session_not_found")
+    # A wake scoped to another workspace prompted this session.
+    wake = daemon.http.post("/api/agents/scripted/heartbeat/wake",
+                            json={"session_id": session["id"], "workspace_id": other})
+    error(wake, 404, "session_not_found")
+    assert snapshot(daemon, session["id"]) == before
+    assert daemon.http.delete(f"/api/workspaces/{other}").status_code == 204
