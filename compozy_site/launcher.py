@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -22,7 +23,11 @@ logger = logging.getLogger("compozy.daemon")
 
 
 class DaemonError(RuntimeError):
-    pass
+    """A start that failed; `exit_code` is the CLI's documented class (69 unavailable, 78 invalid config)."""
+
+    def __init__(self, message: str, exit_code: int = 69) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class DaemonAlreadyRunning(DaemonError):
@@ -118,13 +123,14 @@ def run_foreground(port: int | None = None) -> int:
     try:
         config = get_config()
     except ConfigError as exc:
-        raise DaemonError(f"invalid config: {exc}") from exc
+        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
     # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
     for secret in (ensure_token(home), cluster_token()):
         register_secret(secret)
     migrate()
     http_port = config.http_port if port is None else port
+    _check_port_free(config.http_host, http_port)
     sock = config.socket
     _bind_socket_path(sock)
 
@@ -288,6 +294,9 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     if port is not None:
         args += ["--port", str(port)]
     rotate_log(log_dir / "daemon.log")
+    started_at = 0  # where this start's lines begin in the log
+    with contextlib.suppress(OSError):
+        started_at = (log_dir / "daemon.log").stat().st_size
     log_fd = os.open(log_dir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.fchmod(log_fd, 0o600)
     with os.fdopen(log_fd, "ab") as log:
@@ -299,7 +308,11 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
         if record and record.get("pid") == proc.pid:
             return record
         if proc.poll() is not None:
-            raise DaemonError(f"daemon exited during start (code {proc.returncode}); see {log_dir / 'daemon.log'}")
+            # The reason is the child's own error line: "see the log" sent every newcomer to read it.
+            reason = _start_error(log_dir / "daemon.log", started_at)
+            raise DaemonError(f"daemon exited during start: {reason or f'code {proc.returncode}'} "
+                              f"(log: {log_dir / 'daemon.log'})",
+                              exit_code=proc.returncode if proc.returncode in (69, 78) else 69)
         time.sleep(0.1)
     record = read_daemon_record()
     if record and record.get("pid") == proc.pid:
@@ -307,6 +320,34 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     _abandon(proc)
     raise DaemonError(f"daemon did not become ready in {timeout:g}s and was stopped (pid={proc.pid}); "
                       f"see {log_dir / 'daemon.log'}")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A taken port, said in one line before anything starts (daphne only logs the listen failure and stops)."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Twisted listens: TIME_WAIT is no conflict
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise DaemonError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another daemon or program "
+                              f"holds it; set [http] port or COMPOZY_HTTP_PORT)") from exc
+
+
+def _start_error(log: Path, offset: int) -> str:
+    """The last `error: …` line a failed foreground start wrote to the log after `offset`, without its prefix."""
+    try:
+        with open(log, "rb") as file:
+            file.seek(offset)
+            lines = file.read(1024 * 1024).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return re.sub(r" \([a-z_]+\)$", "", errors[-1]) if errors else ""  # its code is the caller's to add
 
 
 def _abandon(proc: Any) -> None:

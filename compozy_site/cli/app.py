@@ -46,7 +46,20 @@ def _scoped(session: dict[str, Any], suffix: str = "") -> str:
     return f"/api/workspaces/{session['workspace_id']}/sessions/{session['id']}{suffix}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class HelpGroup(click.RichGroup):
+    """A command group named without a command shows its help and exits 0 (rich-click exits 2 for it, a code
+    the CLI does not document)."""
+
+    group_class = type  # its subgroups are HelpGroups too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:
+            click.echo(ctx.get_help())
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=HelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option("0.1.0", prog_name="compozy")
 def cli() -> None:
     """**Compozy** keeps long ACP coding-agent sessions durable and diagnosable.

@@ -21,7 +21,7 @@ from compozy_site.cli.app import (
     session,
 )
 from compozy_site.cli.client import ApiError, Client
-from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv
+from compozy_site.cli.output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv
 
 # ---- sessions ----------------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
     if not no_wait and s["state"] == "stopped" and not s.get("activated_at"):
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
-             fmt, 1, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
+             fmt, EXIT_FAILED, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
     emit(s, fmt, lambda: _render_session(s))
 
 
@@ -187,9 +187,6 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
 
     click.echo(event_line(row, terminal_width(), clock(row.get("timestamp"))))
 
-
-# EX_SOFTWARE: the request was fine, the agent's turn was not.
-EXIT_TURN_FAILED = 70
 
 
 @session.command("prompt")
@@ -275,11 +272,11 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
         kind = failure.get("kind") or "turn_failed"
         detail = failure.get("summary") or content.get("error") or content.get("stop_detail") or \
             content.get("stop_reason") or "turn failed"
-        fail(str(detail), kind, fmt, EXIT_TURN_FAILED)
+        fail(str(detail), kind, fmt, EXIT_FAILED)
     if last.get("type") == "done" and (last.get("content") or {}).get("prompt_stop_reason") == "cancelled":
         # Stopped or interrupted from elsewhere: what was printed is not the whole reply.
         fail("turn cancelled before it ended (a stop or an interrupt); the reply above is partial",
-             "turn_cancelled", fmt, EXIT_TURN_FAILED)
+             "turn_cancelled", fmt, EXIT_FAILED)
 
 
 @session.command("stop")

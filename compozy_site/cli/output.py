@@ -18,19 +18,22 @@ FORMATS = ("human", "json", "jsonl")
 # Exit codes mirror sysexits (surfaces reference §1) so scripts can branch on the class of failure.
 EXIT_USAGE = 65
 EXIT_UNAVAILABLE = 69
+EXIT_FAILED = 70  # the agent's turn, or a session's start, failed
 EXIT_NOPERM = 77
 EXIT_CONFIG = 78
 
 
 def exit_code_for(status: int) -> int:
-    if status in (400, 409, 413):
-        return EXIT_USAGE
+    """Every HTTP status maps to one documented code: 408 and 429 are worth retrying later (unavailable, like
+    404 and 5xx), any other 4xx is the request's fault (usage)."""
     if status in (401, 403):
         return EXIT_NOPERM
     if status == 422:
         return EXIT_CONFIG
-    if status == 0 or status in (404, 410) or status >= 500:
+    if status == 0 or status in (404, 408, 410, 429) or status >= 500:
         return EXIT_UNAVAILABLE
+    if 400 <= status < 500:
+        return EXIT_USAGE
     return 1
 
 
@@ -38,11 +41,21 @@ def dump(data: Any) -> str:
     return scrub_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+# An error line shows this much of its message; the whole of it is in the session record or the daemon log.
+ERROR_CHARS = 400
+
+
+def one_line(text: str) -> str:
+    """A message as one readable line: an agent's stderr pasted into a failure summary spanned several."""
+    line = printable(" ".join(str(text).split()))
+    return line if len(line) <= ERROR_CHARS else line[:ERROR_CHARS - 1] + "…"
+
+
 def fail(message: str, code: str = "error", fmt: str = "human", exit_code: int = 1, body: Any = None) -> NoReturn:
     if fmt in ("json", "jsonl"):
         click.echo(json.dumps(body or {"error": message, "code": code}, sort_keys=True), err=True)
     else:
-        click.echo(f"error: {message}" + (f" ({code})" if code and code != "error" else ""), err=True)
+        click.echo(f"error: {one_line(message)}" + (f" ({code})" if code and code != "error" else ""), err=True)
     sys.exit(exit_code)
 
 

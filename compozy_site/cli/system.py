@@ -154,7 +154,7 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
     except DaemonAlreadyRunning as exc:
         fail(str(exc), "daemon_already_running", fmt, EXIT_USAGE)
     except DaemonError as exc:
-        fail(str(exc), "daemon_start_failed", fmt)
+        fail(str(exc), "daemon_start_failed", fmt, exc.exit_code)
     emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def test_session_new_returns_a_started_session_whose_staged_turn_crashed(daemon:
 def test_session_new_still_exits_non_zero_when_the_start_failed(daemon: Daemon, workspace: Path) -> None:
     result = daemon.cli("session", "new", "--agent", "failnew", "--cwd", str(workspace), "--prompt", "hello",
                         "-o", "json")
-    assert result.returncode == 1
+    assert result.returncode == 70  # a failed start, like a failed turn
     error = json.loads(result.stderr)
     assert error["code"] == "startup_failure" and error["session"]["activated_at"] is None
     assert error["session"]["failure"]["kind"] == "startup_failure"
@@ -51,7 +52,7 @@ def test_a_daemon_start_that_times_out_leaves_no_daemon(tmp_path: Path) -> None:
     home = tmp_path / "home"
     # Python cannot even import the daemon in 0.2 s: readiness times out with the child alive.
     result = compozy(home, "daemon", "start", "--port", "0", "--timeout", "0.2", "-o", "json")
-    assert result.returncode == 1
+    assert result.returncode == 69  # unavailable
     error = json.loads(result.stderr)
     assert error["code"] == "daemon_start_failed" and "was stopped" in error["error"]
     pid = int(error["error"].split("pid=")[1].split(")")[0])
@@ -72,3 +73,28 @@ def test_a_detached_daemon_start_prints_the_record_of_a_running_daemon(tmp_path:
         stopped = compozy(home, "daemon", "stop", "-o", "json")
         assert stopped.returncode == 0, stopped.stderr
     assert wait_gone(record["pid"])
+
+
+def test_a_daemon_that_cannot_start_says_why_in_one_line_with_its_exit_class(tmp_path: Path) -> None:
+    # It exited 1 with "see …/daemon.log": the reason was only in the log.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[limits]\nmax_concurrent_agents = "two"\n')
+    bad = compozy(home, "daemon", "start", "--port", "0")
+    assert bad.returncode == 78, bad.stderr
+    assert bad.stderr.count("\n") == 1 and "limits.max_concurrent_agents: must be a positive integer" in bad.stderr
+    (home / "config.toml").unlink()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = compozy(home, "daemon", "start", "--port", str(taken.getsockname()[1]))
+    assert busy.returncode == 69, busy.stderr
+    assert busy.stderr.count("\n") == 1 and "Address already in use" in busy.stderr
+    assert json.loads(compozy(home, "daemon", "status", "-o", "json").stdout)["status"] == "stopped"
+
+
+def test_a_command_group_named_alone_shows_its_help_and_exits_0(tmp_path: Path) -> None:
+    for group in ([], ["session"], ["task"], ["agent", "heartbeat"]):
+        shown = compozy(tmp_path, *group)
+        assert shown.returncode == 0, (group, shown.returncode, shown.stderr)
+        assert "Usage:" in shown.stdout and "Commands" in shown.stdout

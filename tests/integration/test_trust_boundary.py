@@ -457,7 +457,7 @@ def test_a_third_live_agent_is_refused_at_max_concurrent_agents_2(tmp_path: Path
         assert refused.json()["diagnostic"]["evidence"] == {"live": 2, "max_concurrent_agents": 2}
         assert d.http.get("/api/sessions", params={"all": "true"}).json()["page"]["total"] == total  # nothing made
         cli = d.cli("session", "new", "--agent", "scripted", "--cwd", str(workspace), "-o", "json")
-        assert cli.returncode != 0 and json.loads(cli.stderr)["code"] == "agent_limit_reached"
+        assert cli.returncode == 69 and json.loads(cli.stderr)["code"] == "agent_limit_reached"
 
         # A stopped session frees its slot, and reactivating it counts against the limit like a create.
         assert d.http.post(d.scoped(first, "/stop")).status_code == 204

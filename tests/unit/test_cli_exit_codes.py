@@ -1,0 +1,29 @@
+"""Every HTTP status the daemon answers maps to one of the CLI's documented exit codes (README): 1 was the
+answer for 408, 429 and any 4xx the table did not name."""
+
+from __future__ import annotations
+
+import pytest
+
+from compozy_site.cli.output import exit_code_for as code
+from compozy_site.cli.output import one_line
+
+DOCUMENTED = {65, 69, 70, 77, 78}
+
+
+@pytest.mark.parametrize("status", [0, *range(400, 418), *range(421, 430), 431, 451, *range(500, 512)])
+def test_every_error_status_has_a_documented_exit_code(status: int) -> None:
+    assert code(status) in DOCUMENTED
+
+
+def test_the_classes() -> None:
+    assert [code(s) for s in (400, 405, 409, 413, 415)] == [65] * 5
+    assert [code(s) for s in (0, 404, 408, 410, 429, 500, 503, 507)] == [69] * 8
+    assert (code(401), code(403), code(422)) == (77, 77, 78)
+
+
+def test_an_error_message_is_one_readable_line() -> None:
+    pasted = "agent said:\n  Traceback (most recent call last):\n\x1b[31m  boom\x1b[0m\n"
+    line = one_line(pasted)
+    assert "\n" not in line and "\x1b" not in line and line.startswith("agent said: Traceback")
+    assert len(one_line("x" * 5000)) == 400
