@@ -67,10 +67,9 @@ def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.M
     if not session_id:
         raise InvalidRequest("session_id is required", code="session_id_required")
     wake.require_recomputed()
-    if workspace:
-        # An unknown workspace, or a session of another one, is a 404, as for every workspace-scoped call: a wake
-        # scoped to one workspace once prompted a session of another.
-        from sessions import services as session_services
+    # A session that does not exist, or one of another workspace, is a 404 with nothing recorded: a wake for a made-up
+    # id answered `skipped` and wrote an audit event, and one scoped to a workspace prompted another's session.
+    from sessions import services as session_services
 
-        session_services.scoped_meta(session_id, workspace)
+    session_services.scoped_meta(session_id, workspace or None)
     return wake.wake(name, session_id, source=source, dry_run=dry_run)

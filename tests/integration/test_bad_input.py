@@ -323,5 +323,8 @@ def test_the_wrong_workspace_never_finds_a_live_session(daemon: Daemon, session:
     wake = daemon.http.post("/api/agents/scripted/heartbeat/wake",
                             json={"session_id": session["id"], "workspace_id": other})
     error(wake, 404, "session_not_found")
+    # A made-up id answered `skipped` and left an audit event.
+    made_up = daemon.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": "sess_0000000000000000"})
+    error(made_up, 404, "session_not_found")
     assert snapshot(daemon, session["id"]) == before
     assert daemon.http.delete(f"/api/workspaces/{other}").status_code == 204
