@@ -198,3 +198,19 @@ def test_what_a_crashed_daemons_agent_started_does_not_outlive_boot_repair(tmp_p
         assert wait_gone(child, 30), "the crashed daemon's tool outlived boot repair"
     finally:
         second.stop()
+
+
+def test_the_repair_commands_follow_the_clis_command_line_rules(tmp_path: Path) -> None:
+    # A bad command line printed argparse's usage block and exited 2 (1 with no arguments), and rebuild_catalog
+    # knew only --json.
+    home = tmp_path / "home"
+    for args in (["repair_sessions"], ["repair_sessions", "--bogus", "-o", "json"], ["rebuild_catalog", "--all"]):
+        refused = manage(home, *args)
+        assert refused.returncode == 65, (args, refused.returncode, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    rebuilt = manage(home, "rebuild_catalog", "-o", "json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(rebuilt.stdout)["errors"] == []
+    for command in ("repair_sessions", "rebuild_catalog"):
+        helped = manage(home, command, "--help")
+        assert helped.returncode == 0 and "examples:" in helped.stdout and "exit codes: 0" in helped.stdout

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from compozy_site.daemon_record import daemon_running
 from sessions import catalog
+from sessions.management.commands._cli import CliCommand
 from sessions.models import Session, Workspace
 from sessions.store import folder
 
@@ -64,13 +65,16 @@ def orphan_ids(seen: set[str], limit: int) -> list[str]:
     return found
 
 
-class Command(BaseCommand):
-    # The system checks import the URL conf and with it the whole ACP runtime: slow, and not needed here.
-    requires_system_checks: list[str] = []
+class Command(CliCommand):
     help = "Recreate catalog rows (workspaces and sessions) from the session folders' meta.json. Idempotent."
+    epilog = """examples:
+  python manage.py rebuild_catalog            after a lost or damaged catalog.sqlite3
+  python manage.py rebuild_catalog -o json    counts and per-folder errors as one JSON document
+
+exit codes: 0 every folder cataloged, 1 a folder could not be (listed), 65 a bad command line"""
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document on stdout.")
+        self.add_json_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if daemon_running():
@@ -105,7 +109,7 @@ class Command(BaseCommand):
         orphans = orphan_ids(seen, MAX_LISTED + 1)
         result = {**counts, "workspaces_total": Workspace.objects.count(), "sessions_total": Session.objects.count(),
                   "orphan_rows": orphans[:MAX_LISTED], "errors": errors[:MAX_LISTED]}
-        if options["as_json"]:
+        if self.wants_json(options):
             self.stdout.write(json.dumps(result, indent=2, sort_keys=True))
         else:
             for error in result["errors"]:

@@ -17,10 +17,11 @@ from collections import Counter
 from enum import StrEnum
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from sessions.enums import LIVE_STATES
 from sessions.errors import CompozyError
+from sessions.management.commands._cli import EXIT_USAGE, CliCommand
 from sessions.repair import IssueCode, Severity, repair_transcript
 from sessions.store import folder
 from sessions.store.ids import is_session_id
@@ -90,11 +91,15 @@ def _describe(entry: dict[str, Any]) -> str:
     return "; ".join(parts) or "nothing to report"
 
 
-class Command(BaseCommand):
-    # The system checks import the URL conf and with it the whole ACP runtime: slow, and not needed here.
-    requires_system_checks: list[str] = []
+class Command(CliCommand):
     help = ("Repair interrupted session transcripts (append an interrupted tool_result per dangling tool call, "
             "then a terminal error). Append-only and idempotent; works with the daemon down.")
+    epilog = """examples:
+  python manage.py repair_sessions --all --dry-run     what would be repaired, nothing written
+  python manage.py repair_sessions --all               repair every session that needs it
+  python manage.py repair_sessions sess_0123456789abcdef --force -o json
+
+exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last line), 65 a bad command line"""
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("session_ids", nargs="*", metavar="ID", help="Session ids to repair.")
@@ -102,17 +107,15 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Report issues and planned actions; write nothing.")
         parser.add_argument("--force", action="store_true",
                             help="Also repair sessions stopped for reasons other than agent_crashed or error.")
-        parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON document on stdout.")
-        parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                            help="`json` is the same as --json.")
+        self.add_json_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         ids: list[str] = options["session_ids"]
         sweep = bool(options["all_sessions"])
         if sweep == bool(ids):
-            raise CommandError("give session IDs or --all (not both)")
+            raise CommandError("give session IDs or --all (not both); see --help", returncode=EXIT_USAGE)
         dry_run, force = options["dry_run"], options["force"]
-        as_json = options["as_json"] or options["output"] == "json"
+        as_json = self.wants_json(options)
         every_line = options["verbosity"] >= 2
         if sweep:
             ids = folder.list_session_dirs()
