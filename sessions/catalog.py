@@ -39,9 +39,8 @@ def canonical_dir(path: str, field: str = "workspace_path") -> Path:
     if not path or not os.path.isabs(path):
         raise InvalidRequest(f"{field} must be an absolute path", code="workspace_path_not_absolute")
     resolved = resolved_path(path, field)
-    if not resolved.exists():
-        raise Gone("workspace root directory no longer exists", code="workspace_root_missing",
-                   data={"path": str(resolved)})
+    if not resolved.exists():  # a path given now: it may never have existed ("no longer" is check_root's)
+        raise Gone(f"{field} {resolved} does not exist", code="workspace_root_missing", data={"path": str(resolved)})
     if not resolved.is_dir():
         raise InvalidRequest(f"{field} is not a directory", code="workspace_path_not_directory")
     return resolved
