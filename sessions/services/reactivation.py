@@ -26,6 +26,10 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig,
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
+        # Another node's reactivation won the race since the caller read `stopped`: the session is that node's.
+        holder = cluster.holder_elsewhere(session_id)
+        if holder is not None:
+            raise SessionOwnedElsewhere(session_id, holder)
         raise Conflict(f"session is {meta['state']}, not stopped", code="session_not_stopped")
 
     def refuse(message: str, code: str) -> Conflict:
