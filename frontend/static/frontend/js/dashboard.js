@@ -180,13 +180,17 @@ function repaintTimes() {
 }
 
 let loadSeq = 0;
+// How many rows the person asked to see: "Load more" raises it before its fetch, so a refresh that overtakes
+// that fetch still loads them (a refresh started before the click used to land after it and cut the list back).
+let asked = PAGE_LIMIT;
 
-// A refresh keeps as many rows as are loaded (what "Load more" added stays; a list loaded to its end stays
-// whole); a filter change starts over with one page.
+// A refresh keeps as many rows as are loaded or asked for (what "Load more" added stays; a list loaded to its
+// end stays whole); a filter change starts over with one page. The latest load wins; older ones are dropped.
 async function reload({ keep = true } = {}) {
   const mine = ++loadSeq;
+  if (!keep) asked = PAGE_LIMIT;
   let want = PAGE_LIMIT;
-  if (keep) want = nextCursor ? Math.max(PAGE_LIMIT, sessions.length) : Infinity;
+  if (keep) want = nextCursor ? Math.max(asked, sessions.length) : Infinity;
   try {
     let rows = [];
     let cursor = null;
@@ -210,15 +214,19 @@ async function reload({ keep = true } = {}) {
 
 async function more() {
   if (!nextCursor) return;
+  const mine = ++loadSeq;
+  asked = sessions.length + PAGE_LIMIT;
   loadMore.disabled = true;
   try {
     const { data: page } = await api("GET", listUrl(nextCursor));
+    if (mine !== loadSeq) return; // a refresh started since: it loads what was asked for
     const seen = new Set(sessions.map((s) => s.id));
     sessions = sessions.concat((page.sessions || []).filter((s) => !seen.has(s.id)));
     nextCursor = page.page && page.page.has_more ? page.page.next_cursor : null;
     lastPage = page.page;
     render(page.page);
   } catch (err) {
+    if (mine !== loadSeq) return;
     count.textContent = `Could not load more: ${errorText(err)}`;
   } finally {
     loadMore.disabled = false;
