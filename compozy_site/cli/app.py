@@ -69,7 +69,13 @@ def cli() -> None:
         compozy session new --agent general --cwd "$PWD" --prompt "hello"
 
     Debugging a session: `compozy status`, then `compozy session status ID -o json`,
-    `compozy session events ID`, `compozy session history ID`.
+    `compozy session events ID`, `compozy session history ID`. Every command takes `-o json` for scripts;
+    errors are one line on stderr.
+
+    Exit codes: 0 ok; 65 bad request, conflict or bad command line; 69 not found, daemon unavailable or retry
+    later (408, 429, 5xx, a daemon that could not start); 70 the agent's turn or a session's start failed;
+    77 forbidden; 78 unprocessable or invalid `config.toml`; `doctor` and `session repair` exit 1 for a failed
+    check or a blocked repair. A command group named alone (`compozy session`) shows its help and exits 0.
     """
 
 

@@ -68,10 +68,14 @@ def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
 @click.option("--workspace", default=None, help="A registered workspace id, name or path (exclusive with --cwd).")
 @click.option("--name", default=None, help="Session name (optional).")
 @click.option("--provider", default=None, help="Provider override, e.g. `demo`, `claude`, `codex`.")
-@click.option("--model", default=None)
+@click.option("--model", default=None,
+              help="Model id as the agent offers it, e.g. `demo-large` (default: the agent's, else the provider's); "
+              "one it does not offer is reported in `session status`, not applied.")
 @click.option("--reasoning-effort", default=None,
-              type=click.Choice(["none", "minimal", "low", "medium", "high", "xhigh", "max"]))
-@click.option("--speed", default=None, type=click.Choice(["normal", "fast"]))
+              type=click.Choice(["none", "minimal", "low", "medium", "high", "xhigh", "max"]),
+              help="How hard the agent thinks (default: the agent's config); applied if the agent offers it.")
+@click.option("--speed", default=None, type=click.Choice(["normal", "fast"]),
+              help="`fast` uses the agent's fast mode where it offers one (default `normal`).")
 @click.option("--prompt", default=None, help="First prompt, staged durably and sent once the agent is active.")
 @click.option("--no-wait", is_flag=True, help="Return the `starting` record at once.")
 @output_option
@@ -81,7 +85,15 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
                 no_wait: bool, fmt: str, as_json: bool) -> None:
     """Create a session and wait until it is `active` (or failed to start).
 
-    With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory.
+    With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory. Start
+    progress (an npx install) goes to stderr; stdout gets the session record (`-o json`: the record itself, so
+    `jq -r .id` reads its id). Exits 70 when the session fails to start.
+
+    Examples:
+
+        compozy session new --cwd "$PWD" --prompt "Run the tests and fix what fails."
+        compozy session new --workspace ws_0123456789abcdef --provider demo --model demo-large
+        compozy session new --agent general --name review --no-wait -o json | jq -r .id
     """
     fmt = _fmt(fmt, as_json)
     if cwd and workspace:
@@ -123,6 +135,12 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
     health.
 
     JSON is `{"session": {...}, "health": {...}, "wake_state": ...}`, so `jq '.session.failure'` reads the failure.
+    Exits 69 when no such session exists.
+
+    Examples:
+
+        compozy session status sess_0123456789abcdef
+        compozy session status sess_0123456789abcdef -o json | jq '.session.failure'
     """
     from compozy_site.cli.app import session_call
     from compozy_site.cli.health import health_pairs
@@ -140,12 +158,14 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 
 @session.command("list")
 @click.option("--all", "all_states", is_flag=True, help="Every state, not only active sessions.")
-@click.option("--state", type=click.Choice(["starting", "active", "stopping", "stopped"]))
+@click.option("--state", type=click.Choice(["starting", "active", "stopping", "stopped"]),
+              help="Only sessions in this state (replaces the active-only default).")
 @click.option("--resumable", is_flag=True, help="Only sessions you can attach to now.")
-@click.option("--workspace", default=None)
-@click.option("--agent", default=None)
-@click.option("--query", default=None, help="Match name or id.")
-@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@click.option("--workspace", default=None, help="Only this workspace (id, name or absolute path).")
+@click.option("--agent", default=None, help="Only sessions of this agent name.")
+@click.option("--query", default=None, help="Only sessions whose name or id contains this text.")
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True,
+              help="Sessions per page (1-100).")
 @click.option("--cursor", default=None, help="`page.next_cursor` from the previous page.")
 @click.option("--wide", is_flag=True, help="More columns (badge, provider, stop reason, failure, workspace, created).")
 @click.option("--include-health", is_flag=True, help="Attach each session's health DTO (`.health` in JSON).")
@@ -154,7 +174,16 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
                  query: str | None, limit: int, cursor: str | None, wide: bool, include_health: bool, fmt: str,
                  as_json: bool) -> None:
-    """List sessions (active ones by default). JSON: `{sessions: [...], page: {...}}`."""
+    """List sessions (active ones by default), most recently updated first.
+
+    `-o json` prints `{sessions: [...], page: {total, has_more, next_cursor}}`; `-o jsonl` one session a line.
+
+    Examples:
+
+        compozy session list --all --wide
+        compozy session list --state stopped --workspace "$PWD" --limit 20
+        compozy session list --resumable -o jsonl | jq -r .id
+    """
     from compozy_site.cli.events_view import session_rows
 
     fmt = _fmt(fmt, as_json)
@@ -195,7 +224,8 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
 @click.option("--queue", "queue_", is_flag=True, help="If busy, queue it (FIFO).")
 @click.option("--interrupt", "interrupt", is_flag=True, help="If busy, cancel the turn and run this instead.")
 @click.option("--steer", "steer", is_flag=True, help="If busy, inject at the next tool result.")
-@click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID", help="Cancel a queued entry by id.")
+@click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID",
+              help="Cancel a queued entry by id (`inq_…`, printed by `--queue` and `session queue`); no MESSAGE.")
 @click.option("--no-follow", is_flag=True, help="Return once accepted instead of streaming the turn.")
 @output_option
 @json_flag
@@ -203,13 +233,16 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
                    cancel_entry: str | None, no_follow: bool, fmt: str, as_json: bool) -> None:
     """Send a prompt. On an idle session the turn streams here until it is `done`.
 
-    Busy sessions follow the busy-input mode (default from `session.busy_input.default_mode`). Exits 70
-    when the turn fails or is cancelled before it ends (a stop or an interrupt from elsewhere).
+    A stopped session is continued under the same id. Busy sessions follow the busy-input mode (default
+    from `session.busy_input.default_mode`); a queued prompt prints its entry id. `-o jsonl` prints each
+    event as it arrives, `-o json` the turn's events as one array at the end. Exits 70 when the turn fails
+    or is cancelled before it ends (a stop or an interrupt from elsewhere), 69 when the stream is cut first.
 
-    \b
-      compozy session prompt sess_0123456789abcdef "Explain the stop path."
-      compozy session prompt sess_0123456789abcdef "then run the tests" --queue
-      compozy session prompt sess_0123456789abcdef --cancel inp_0123456789abcdef
+    Examples:
+
+        compozy session prompt sess_0123456789abcdef "Explain the stop path."
+        compozy session prompt sess_0123456789abcdef "then run the tests" --queue
+        compozy session prompt sess_0123456789abcdef --cancel inq_0123456789abcdef0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
     chosen = [name for name, on in (("queue", queue_), ("interrupt", interrupt), ("steer", steer)) if on]
@@ -284,7 +317,15 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
 @output_option
 @json_flag
 def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
-    """Stop a session (cancel, then escalate), then print the stopped record."""
+    """Stop a session (cancel, then escalate), then print the stopped record.
+
+    `-o json` prints the session record; a stop from here has stop reason `user_canceled`.
+
+    Examples:
+
+        compozy session stop sess_0123456789abcdef
+        compozy session stop sess_0123456789abcdef -o json | jq -r .stop_reason
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
@@ -300,7 +341,14 @@ def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
-    """Delete a session's history for good (stops it first); prints the record as it was."""
+    """Delete a session's history for good (stops it first); prints the record as it was.
+
+    Keep a copy first with `compozy session evidence ID` if it may be needed later.
+
+    Examples:
+
+        compozy session remove sess_0123456789abcdef
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
@@ -314,8 +362,10 @@ def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
 @session.command("events")
 @click.argument("session_id")
 @click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N events.")
-@click.option("--after", type=click.IntRange(0), default=None, help="Events after this sequence.")
-@click.option("--type", "types", multiple=True, help="Only these event types (repeatable).")
+@click.option("--after", type=click.IntRange(0), default=None,
+              help="Only events after this sequence number (the first column).")
+@click.option("--type", "types", multiple=True,
+              help="Only these event types, e.g. `error`, `system`, `tool_call` (repeatable).")
 @click.option("--since", default=None, help="Events from this time on: RFC3339, or a duration back (`5m`, `1h30m`).")
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming new events until the session stops.")
 @output_option
@@ -325,7 +375,15 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
     """Read the append-only event store: the best evidence of what happened.
 
     One line per event: sequence, age, type and what it says. `-o json`/`-o jsonl` print whole rows.
-    `--follow` reads raw persisted events over SSE and reconnects with `Last-Event-ID` after a drop.
+    `--follow` reads raw persisted events over SSE (one JSON row a line under `-o json`), reconnects with
+    `Last-Event-ID` after a drop, ends when the session stops, and exits 69 if the daemon stays away
+    (about 2 minutes).
+
+    Examples:
+
+        compozy session events sess_0123456789abcdef --since 10m
+        compozy session events sess_0123456789abcdef --type error --type system -o jsonl
+        compozy session events sess_0123456789abcdef --follow
     """
     from compozy_site.cli.events_view import event_lines, since_timestamp
 
@@ -391,11 +449,20 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
 @session.command("history")
 @click.argument("session_id")
 @click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N turns.")
-@click.option("--after", type=click.IntRange(0), default=None, help="Events after this sequence.")
+@click.option("--after", type=click.IntRange(0), default=None,
+              help="Only events after this sequence number (see `session events`).")
 @output_option
 @json_flag
 def session_history(session_id: str, last: int | None, after: int | None, fmt: str, as_json: bool) -> None:
-    """The user-visible turn sequence: events grouped by turn, in order."""
+    """The user-visible turn sequence: events grouped by turn, in order.
+
+    `-o json` prints `[{"turn_id": ..., "events": [...]}, ...]`, oldest turn first.
+
+    Examples:
+
+        compozy session history sess_0123456789abcdef --last 3
+        compozy session history sess_0123456789abcdef -o json | jq -r '.[-1].turn_id'
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:

@@ -65,7 +65,14 @@ def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool)
     """Collect everything the debugging guide asks for in one redacted archive (tar.gz, mode 0600).
 
     `status`, `doctor`, the session's status, its events (JSONL), history, recap, crash bundles and
-    the daemon-log lines of this session. Attach it to a bug report.
+    the daemon-log lines of this session. Attach it to a bug report. Never overwrites: exits 65 when the
+    file exists. `-o json` prints `{path, bytes, manifest}`.
+
+    Examples:
+
+        compozy session evidence sess_0123456789abcdef
+        compozy session evidence sess_0123456789abcdef --out /tmp/
+        compozy session evidence sess_0123456789abcdef -O bug-1234.tar.gz -o json | jq -r .path
     """
     fmt = _fmt(fmt, as_json)
     try:

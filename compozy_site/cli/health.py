@@ -30,7 +30,12 @@ def health_pairs(h: dict[str, Any]) -> list[tuple[str, Any]]:
 def session_health(session_id: str, fmt: str, as_json: bool) -> None:
     """Session health: state, health, whether a prompt can be delivered now and whether a wake may target it.
 
-    Metadata only: never calls the model. JSON is `{"health": {...}}`.
+    Metadata only: never calls the model. JSON is `{"health": {...}}`. Exits 69 when no such session exists.
+
+    Examples:
+
+        compozy session health sess_0123456789abcdef
+        compozy session health sess_0123456789abcdef -o json | jq -r .health.attachable
     """
     fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "GET", "/health")
@@ -45,7 +50,15 @@ def session_health(session_id: str, fmt: str, as_json: bool) -> None:
 @json_flag
 def session_inspect(session_id: str, include_wake_events: int, fmt: str, as_json: bool) -> None:
     """Health plus the HEARTBEAT.md correlation: policy snapshot id and digest, wake state, last wake audit,
-    and the redacted last error."""
+    and the redacted last error.
+
+    `-o json` also carries the recent wake decisions (`.wake_events`, as many as `--include-wake-events`).
+
+    Examples:
+
+        compozy session inspect sess_0123456789abcdef
+        compozy session inspect sess_0123456789abcdef --include-wake-events 20 -o json
+    """
     fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "GET", "/inspect", query={"include_recent_wake_events": include_wake_events})
 
@@ -64,7 +77,7 @@ def session_inspect(session_id: str, include_wake_events: int, fmt: str, as_json
 
 @cli.group()
 def agent() -> None:
-    """Agent-level surfaces."""
+    """Agent-level commands: the HEARTBEAT.md wake policy of an agent (`compozy agent heartbeat`)."""
 
 
 @agent.group()
@@ -82,7 +95,17 @@ def heartbeat() -> None:
 @json_flag
 def heartbeat_status(name: str, workspace: str | None, session_id: str | None, include_session_health: bool,
                      include_wake_events: bool, fmt: str, as_json: bool) -> None:
-    """Policy status of an agent: present, valid, digest, snapshot, diagnostics, wake service state."""
+    """Policy status of an agent: present, valid, digest, snapshot, diagnostics, wake service state.
+
+    NAME is an agent from config.toml (e.g. `general`); its policy is `<workspace>/.compozy/agents/NAME/HEARTBEAT.md`,
+    else `$COMPOZY_HOME/agents/NAME/HEARTBEAT.md`.
+
+    Examples:
+
+        compozy agent heartbeat status general
+        compozy agent heartbeat status general --workspace "$PWD" --include-wake-events
+        compozy agent heartbeat status general --session sess_0123456789abcdef -o json
+    """
     fmt = _fmt(fmt, as_json)
     try:
         data = _client().request("GET", f"/api/agents/{seg(name)}/heartbeat/status", query={
@@ -113,7 +136,16 @@ def heartbeat_status(name: str, workspace: str | None, session_id: str | None, i
 @json_flag
 def heartbeat_wake(name: str, session_id: str, dry_run: bool, fmt: str, as_json: bool) -> None:
     """Ask the wake service to re-orient a session now. A refused wake is not an error: the decision says why
-    (`result` and a closed `reason`)."""
+    (`result` and a closed `reason`).
+
+    Any decision, sent or refused, exits 0 (an unknown agent or session exits 69); `-o json` prints
+    `{"decision": {"result": ..., "reason": ..., ...}}`.
+
+    Examples:
+
+        compozy agent heartbeat wake general --session sess_0123456789abcdef --dry-run
+        compozy agent heartbeat wake general --session sess_0123456789abcdef -o json
+    """
     fmt = _fmt(fmt, as_json)
     try:
         data = _client().request("POST", f"/api/agents/{seg(name)}/heartbeat/wake",

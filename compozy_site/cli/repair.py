@@ -54,8 +54,14 @@ def session_repair(session_id: str, dry_run: bool, force: bool, fmt: str, as_jso
     """Repair an interrupted transcript: an interrupted `tool_result` per dangling tool call, then a
     terminal `error`. Append-only and idempotent; the session must be stopped.
 
-    Exits 1 when the report has blocking errors (a damaged event store, a stop reason that needs
-    `--force`).
+    Exits 1 when the report has blocking errors (a damaged event store, a live session, a stop reason that
+    needs `--force`). `-o json` prints the report: `{session_id, persisted, issues: [...], actions: [...]}`.
+
+    Examples:
+
+        compozy session repair sess_0123456789abcdef --dry-run
+        compozy session repair sess_0123456789abcdef
+        compozy session repair sess_0123456789abcdef --force -o json
     """
     fmt = _fmt(fmt, as_json)
     try:

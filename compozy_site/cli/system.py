@@ -27,7 +27,13 @@ from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fa
 def status_cmd(fmt: str, as_json: bool) -> None:
     """Consolidated runtime status: the daemon, session counts and recent session failures.
 
-    The first step when debugging. Exits 69 when the daemon is unreachable.
+    The first step when debugging. Exits 69 when the daemon is unreachable. `-o json` adds what the table
+    leaves out, such as `.event_loop.lag` when everything feels slow.
+
+    Examples:
+
+        compozy status
+        compozy status -o json | jq '.health.failures.recent'
     """
     fmt = _fmt(fmt, as_json)
     try:
@@ -75,7 +81,8 @@ def _task_line(tasks: dict[str, Any] | None) -> str | None:
 
 
 @cli.command("doctor")
-@click.option("--only", multiple=True, help="Only these check ids or categories (repeatable).")
+@click.option("--only", multiple=True,
+              help="Only these check ids or categories, e.g. `security`, `sessions`, `cluster` (repeatable).")
 @click.option("--exclude", multiple=True, help="Skip these check ids or categories (repeatable).")
 @click.option("--quiet", is_flag=True, help="Omit OK items.")
 @output_option
@@ -83,7 +90,15 @@ def _task_line(tasks: dict[str, Any] | None) -> str | None:
 def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt: str, as_json: bool) -> None:
     """Check the daemon's subsystems (catalog, event storage, socket, job queue, providers) before the agent.
 
-    Exits 1 when any item is an error.
+    Exits 1 when any item is an error (or critical), 65 for an unknown check id or category (the message
+    lists the known ones). Categories: `daemon`, `persistence`, `sessions`, `agents`, `providers`,
+    `security`, `cluster`.
+
+    Examples:
+
+        compozy doctor --quiet
+        compozy doctor --only security --only sessions
+        compozy doctor -o json | jq -r '.items[] | select(.severity != "ok") | .id'
     """
     fmt = _fmt(fmt, as_json)
     try:
@@ -108,7 +123,12 @@ def dashboard_cmd(no_open: bool, fmt: str, as_json: bool) -> None:
     """Sign a browser in to the dashboard: prints (and, with a desktop, opens) a one-time login link.
 
     The link works once, for 2 minutes, and leaves an HttpOnly cookie in that browser. Scripts send the token
-    instead: `Authorization: Bearer $(cat ~/.compozy/token)`.
+    instead: `Authorization: Bearer $(cat ~/.compozy/token)`. `-o json` prints `{url, expires_at, opened}`.
+
+    Examples:
+
+        compozy dashboard
+        compozy dashboard --no-open -o json | jq -r .url
     """
     fmt = _fmt(fmt, as_json)
     client = _client()
@@ -142,7 +162,14 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
     """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
 
     Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
-    a daemon that is not ready in time is stopped, so a failed start never leaves one running.
+    a daemon that is not ready in time is stopped, so a failed start never leaves one running. Exits 65
+    when this home's daemon already runs, 78 for an invalid `config.toml`, 69 when it could not start.
+
+    Examples:
+
+        compozy daemon start
+        compozy daemon start --foreground --port 2124
+        COMPOZY_HOME=~/.compozy-b compozy daemon start --port 0 -o json
     """
     from compozy_site.launcher import DaemonAlreadyRunning, DaemonError, run_foreground, start_detached
 
@@ -162,7 +189,14 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
 @output_option
 @json_flag
 def daemon_stop(fmt: str, as_json: bool) -> None:
-    """Stop the daemon: live sessions stop with reason `shutdown`, then it exits (waits up to 15 s)."""
+    """Stop the daemon: live sessions stop with reason `shutdown`, then it exits (waits up to 15 s).
+
+    Exits 69 when no daemon runs for this home.
+
+    Examples:
+
+        compozy daemon stop
+    """
     from compozy_site.launcher import DaemonError, stop_daemon
 
     fmt = _fmt(fmt, as_json)
@@ -177,7 +211,16 @@ def daemon_stop(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def daemon_status(fmt: str, as_json: bool) -> None:
-    """Print the daemon record; `stopped` (exit 0) when no daemon runs."""
+    """Print the daemon record; `stopped` (exit 0) when no daemon runs.
+
+    Reads this home's record and checks its process is alive, without calling the daemon (`compozy status`
+    does that).
+
+    Examples:
+
+        compozy daemon status
+        compozy daemon status -o json | jq -r .status
+    """
     from compozy_site.daemon_record import read_daemon_record, running_record
 
     fmt = _fmt(fmt, as_json)

@@ -28,6 +28,8 @@ def task() -> None:
     `needs_attention`. A new attempt starts from the files the last one left; anything it did outside them
     (a push, a message) may happen twice, so check before retrying by hand.
 
+    Examples:
+
         compozy task create "Fix the flaky test in tests/test_io.py" --cwd "$PWD"
         compozy task list                      # needs_attention first
         compozy task show TASK_ID              # attempts, their sessions, the history
@@ -71,14 +73,24 @@ def _show(data: dict[str, Any]) -> None:
 @click.option("--agent", "agent_name", default=None, help="Agent to run (default: the workspace's, then config's).")
 @click.option("--cwd", default=None, help="Directory to work in (default: the current directory). Registered as a "
               "workspace when it is not inside one.")
-@click.option("--workspace", default=None, help="A registered workspace id or name instead of --cwd.")
+@click.option("--workspace", default=None, help="A registered workspace id, name or path; the agent works in its "
+              "root, or in --cwd inside it.")
 @click.option("--max-attempts", type=click.IntRange(1, 20), default=2, show_default=True,
               help="Attempts in all, automatic recoveries included; 1 disables automatic retry.")
 @output_option
 @json_flag
 def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str | None, workspace: str | None,
                 max_attempts: int, fmt: str, as_json: bool) -> None:
-    """Queue PROMPT as a task; the daemon starts it in a new session as soon as an agent slot is free."""
+    """Queue PROMPT as a task; the daemon starts it in a new session as soon as an agent slot is free.
+
+    Prints `TASK_ID queued: TITLE`; `-o json` prints `{"task": {...}}` (`.task.id`, `.task.status`).
+
+    Examples:
+
+        compozy task create "Fix the flaky test in tests/test_io.py" --cwd "$PWD"
+        compozy task create "Update the changelog" --workspace ws_0123456789abcdef --max-attempts 1
+        compozy task create "Review the open diff" --title review -o json | jq -r .task.id
+    """
     fmt = _fmt(fmt, as_json)
     body: dict[str, Any] = {"prompt": prompt, "title": title, "agent_name": agent_name, "max_attempts": max_attempts}
     if workspace:
@@ -90,12 +102,23 @@ def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str
 
 
 @task.command("list")
-@click.option("--status", type=click.Choice(STATUSES), default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only tasks with this status.")
+@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True,
+              help="At most this many tasks, the most recently updated (1-500).")
 @output_option
 @json_flag
 def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
-    """List tasks, those that need a person first. JSON: `{tasks: [...], totals: {...}}`."""
+    """List tasks, those that need a person first.
+
+    Newest first within a status; the totals line counts every task. `-o json` prints
+    `{tasks: [...], totals: {total, by_status, needs_attention, requeued, ...}}`.
+
+    Examples:
+
+        compozy task list
+        compozy task list --status needs_attention
+        compozy task list --status running -o json | jq -r '.tasks[].id'
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "GET", "/api/tasks", query={"status": status, "limit": limit})
 
@@ -116,7 +139,15 @@ def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def task_show(task_id: str, fmt: str, as_json: bool) -> None:
-    """A task, its attempts (each with its session) and its history (`task.run_recovered`, …)."""
+    """A task, its attempts (each with its session) and its history (`task.run_recovered`, …).
+
+    `-o json` prints `{"task": {..., "runs": [...]}, "history": [...]}`. Exits 69 when no such task exists.
+
+    Examples:
+
+        compozy task show task_0123456789abcdef
+        compozy task show task_0123456789abcdef -o json | jq -r '.task.runs[-1].session_id'
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}")
     emit(data, fmt, lambda: _show(data))
@@ -127,7 +158,14 @@ def task_show(task_id: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def task_cancel(task_id: str, fmt: str, as_json: bool) -> None:
-    """Cancel a task: its running session is stopped and it is never retried automatically."""
+    """Cancel a task: its running session is stopped and it is never retried automatically.
+
+    Cancelling a canceled task is a no-op; a succeeded one exits 65 (`task_finished`).
+
+    Examples:
+
+        compozy task cancel task_0123456789abcdef
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/cancel")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']}"))
@@ -141,7 +179,14 @@ def task_retry(task_id: str, fmt: str, as_json: bool) -> None:
     """Queue one more attempt of a failed, canceled or needs_attention task, with a fresh attempt budget.
 
     Check first what the last attempt left behind (`compozy task show`, then `compozy session events`):
-    committed files stay, and external effects are not undone."""
+    committed files stay, and external effects are not undone. A queued, running or succeeded task exits 65
+    (`task_not_retryable`).
+
+    Examples:
+
+        compozy task retry task_0123456789abcdef
+        compozy task retry task_0123456789abcdef -o json | jq -r .task.status
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']} (attempt {data['task']['attempts']})"))

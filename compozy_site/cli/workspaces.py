@@ -22,7 +22,15 @@ def _ws_rows(items: list[dict[str, Any]]) -> None:
 @output_option
 @json_flag
 def workspace_list(fmt: str, as_json: bool) -> None:
-    """Every registered workspace."""
+    """Every registered workspace.
+
+    `-o json` prints a list of workspace records (`id`, `name`, `root_dir`, `add_dirs`, `default_agent`, …).
+
+    Examples:
+
+        compozy workspace list
+        compozy workspace list -o json | jq -r '.[].root_dir'
+    """
     fmt = _fmt(fmt, as_json)
     try:
         items = _client().request("GET", "/api/workspaces")["workspaces"]
@@ -36,8 +44,16 @@ def workspace_list(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def workspace_info(ref: str | None, fmt: str, as_json: bool) -> None:
-    """Root, extra roots, sessions, visible agents and providers. No REF: the cwd's nearest workspace."""
+    """Root, extra roots, sessions, visible agents and providers. No REF: the cwd's nearest workspace.
 
+    REF is a workspace id, name or absolute path. Exits 69 when REF names no workspace, or without REF
+    when none contains the current directory. `-o json` prints `{workspace, sessions, agents, providers, …}`.
+
+    Examples:
+
+        compozy workspace info
+        compozy workspace info ws_0123456789abcdef -o json | jq '.providers'
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
@@ -65,14 +81,26 @@ def workspace_info(ref: str | None, fmt: str, as_json: bool) -> None:
 
 @workspace.command("add")
 @click.argument("path")
-@click.option("--name", default=None)
+@click.option("--name", default=None,
+              help="Name to refer to it by (default: the directory's name, made unique with `-2`, `-3`, …).")
 @click.option("--add-dir", "add_dirs", multiple=True, help="Extra root (absolute, repeatable).")
-@click.option("--default-agent", default=None)
+@click.option("--default-agent", default=None,
+              help="Agent for sessions and tasks here that name none (an agent defined in config.toml).")
 @output_option
 @json_flag
 def workspace_add(path: str, name: str | None, add_dirs: tuple[str, ...], default_agent: str | None, fmt: str,
                   as_json: bool) -> None:
-    """Register an absolute path as a workspace."""
+    """Register an absolute path as a workspace.
+
+    `session new --cwd` registers a new directory by itself; add one here to name it, give it extra roots or
+    a default agent. Exits 65 when PATH is relative or already registered, or the name is taken; 69 when
+    PATH does not exist.
+
+    Examples:
+
+        compozy workspace add "$PWD"
+        compozy workspace add /srv/src/app --name app --add-dir /srv/src/lib --default-agent general
+    """
     fmt = _fmt(fmt, as_json)
     body: dict[str, Any] = {"root_dir": path, "add_dirs": list(add_dirs)}
     if name:
@@ -91,8 +119,16 @@ def workspace_add(path: str, name: str | None, add_dirs: tuple[str, ...], defaul
 @output_option
 @json_flag
 def workspace_remove(ref: str, fmt: str, as_json: bool) -> None:
-    """Unregister a workspace (refused while a session is live; stopped sessions go with it)."""
+    """Unregister a workspace; its stopped sessions (their history) and finished tasks are deleted with it.
 
+    REF is a workspace id, name or absolute path. Refused with exit 65, deleting nothing, while a session
+    is live or a task queued or running there.
+
+    Examples:
+
+        compozy workspace remove ws_0123456789abcdef
+        compozy workspace remove app
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
