@@ -45,10 +45,10 @@ def dump(data: Any) -> str:
 ERROR_CHARS = 400
 
 
-def one_line(text: str) -> str:
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
     """A message as one readable line: an agent's stderr pasted into a failure summary spanned several."""
     line = printable(" ".join(str(text).split()))
-    return line if len(line) <= ERROR_CHARS else line[:ERROR_CHARS - 1] + "…"
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def fail(message: str, code: str = "error", fmt: str = "human", exit_code: int = 1, body: Any = None) -> NoReturn:
@@ -63,11 +63,13 @@ def fail_api(exc: ApiError, fmt: str) -> NoReturn:
     fail(exc.message, exc.code, fmt, exit_code_for(exc.status), exc.body)
 
 
-def emit(data: Any, fmt: str, human: Any = None) -> None:
+def emit(data: Any, fmt: str, human: Any = None, rows: list[Any] | None = None) -> None:
+    """`-o json` prints `data` whole; `-o jsonl` one JSON line per row: `rows` when the command lists something
+    inside a wrapper (tasks, queue entries, permissions, doctor items), else `data`'s items or `data` itself."""
     if fmt == "json":
         click.echo(dump(data))
     elif fmt == "jsonl":
-        rows = data if isinstance(data, list) else [data]
+        rows = rows if rows is not None else data if isinstance(data, list) else [data]
         for row in rows:
             click.echo(scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False)))
     elif human is not None:
@@ -81,6 +83,9 @@ def emit(data: Any, fmt: str, human: Any = None) -> None:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+_ID = re.compile(r"[a-z]+_[0-9a-f]{8,}")  # sess_…, ws_…, task_…, run_…, inq_…
+
+
 def printable(text: str) -> str:
     return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
 
@@ -90,11 +95,16 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     from rich.console import Console
     from rich.table import Table
 
+    cells = [["" if v is None else printable(str(v)) for v in row] for row in rows]
     t = Table(title=title, show_lines=False, header_style="bold")
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*["" if v is None else printable(str(v)) for v in row])
+    for index, col in enumerate(columns):
+        # A column of ids never wraps (folded at 80 columns, `task_1b1ac` / `63cdce64e6` could not be copied):
+        # the others give way.
+        ids = bool(cells) and all(not row[index] or _ID.fullmatch(row[index]) for row in cells if index < len(row))
+        t.add_column(col, overflow="fold", no_wrap=ids, min_width=max((len(r[index]) for r in cells), default=0)
+                     if ids else None)
+    for row in cells:
+        t.add_row(*row)
     Console().print(t)
 
 

@@ -17,7 +17,7 @@ from compozy_site.cli.app import (
     output_option,
 )
 from compozy_site.cli.client import ApiError
-from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, table
+from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, one_line, table
 
 # ---- status ------------------------------------------------------------------------------------
 
@@ -59,7 +59,7 @@ def status_cmd(fmt: str, as_json: bool) -> None:
         failures = data["health"]["failures"]
         if failures["recent"]:
             table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],
-                  [(f["session_id"], f["agent_name"], f["state"], f["failure_kind"], f["summary"],
+                  [(f["session_id"], f["agent_name"], f["state"], f["failure_kind"], one_line(f["summary"], 100),
                     f.get("crash_bundle_path")) for f in failures["recent"]])
 
     emit(data, fmt, human)
@@ -110,7 +110,7 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
     colours = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "red", "critical": "red"}
     emit(data, fmt, lambda: table(f"compozy doctor: {data['status']}", ["Severity", "Check", "Message", "Try"], [
         (f"[{colours.get(i['severity'], 'white')}]{i['severity']}[/]", i["title"], i["message"],
-         i.get("suggested_command")) for i in data["items"]]))
+         i.get("suggested_command")) for i in data["items"]]), rows=data["items"])
     if data["status"] == "error":
         sys.exit(1)
 

@@ -131,7 +131,7 @@ def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
         click.echo(f"{totals['total']} tasks, {totals['needs_attention']} need attention, "
                    f"{totals['requeued']} requeued")
 
-    emit(data, fmt, human)
+    emit(data, fmt, human, rows=data["tasks"])
 
 
 @task.command("show")

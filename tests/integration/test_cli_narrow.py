@@ -13,10 +13,10 @@ from tests.conftest import ROOT, Daemon, of_type
 COLUMNS = 80
 
 
-def narrow(d: Daemon, *args: str, columns: int = COLUMNS) -> subprocess.CompletedProcess[str]:
+def narrow(d: Daemon, *args: str, columns: int = COLUMNS, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], cwd=str(ROOT), capture_output=True,
                             text=True, timeout=60, env={**d.env, "COLUMNS": str(columns), "LINES": "24"})
-    assert result.returncode == 0, result.stderr or result.stdout
+    assert result.returncode == 0 or not check, result.stderr or result.stdout
     return result
 
 
@@ -95,3 +95,19 @@ def test_the_follow_lines_fit_80_columns(daemon: Daemon, workspace: Path) -> Non
     daemon.http.post(daemon.scoped(sid, "/stop"))
     lines = assert_fits(narrow(daemon, "session", "events", sid, "--follow").stdout)
     assert lines[-1].split()[2] == "session_stopped"
+
+
+def test_task_and_workspace_tables_keep_ids_whole_and_jsonl_is_one_row_per_line(daemon: Daemon,
+                                                                                 tmp_path: Path) -> None:
+    # At 80 columns ids were folded (`task_1b1ac` / `63cdce64e6` / `f`), and `-o jsonl` printed the wrapper.
+    created = [json.loads(narrow(daemon, "task", "create", "a task with a title long enough to wrap " * 3,
+                                 "--cwd", str(tmp_path), "--agent", "missing", "--max-attempts", "1",
+                                 "-o", "json").stdout)["task"]["id"] for _ in range(2)]
+    shown = narrow(daemon, "task", "list").stdout
+    assert all(task_id in shown for task_id in created), shown
+    jsonl = [json.loads(line) for line in narrow(daemon, "task", "list", "-o", "jsonl").stdout.splitlines()]
+    assert {row["id"] for row in jsonl} >= set(created) and all("status" in row for row in jsonl)
+    workspace_id = jsonl[0]["workspace_id"]
+    assert workspace_id in narrow(daemon, "workspace", "list").stdout
+    items = [json.loads(line) for line in narrow(daemon, "doctor", "-o", "jsonl", check=False).stdout.splitlines()]
+    assert items and all({"severity", "id"} <= set(item) for item in items)
