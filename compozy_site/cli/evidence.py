@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tarfile
@@ -29,11 +30,10 @@ def _save(session_id: str, out: Path | None) -> tuple[Path, int]:
             raise _api_error(resp, _decode(resp.read()))
         disposition = resp.getheader("Content-Disposition") or ""
         name = disposition.split("filename=", 1)[-1].strip('"') if "filename=" in disposition else ""
-        target = out if out is not None else Path(name or f"compozy-evidence-{session_id}.tar.gz")
-        if target.is_dir():
-            target = target / (name or f"compozy-evidence-{session_id}.tar.gz")
-        # Owner-only from the first byte: the archive holds a whole conversation.
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        default = name or f"compozy-evidence-{session_id}.tar.gz"
+        named = out is not None and not out.is_dir()  # a file the person chose: never replaced, never renamed
+        target = out if named else (out or Path()) / default
+        target, fd = _create(target, numbered=not named)
         written = 0
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -46,6 +46,20 @@ def _save(session_id: str, out: Path | None) -> tuple[Path, int]:
         return target, written
     finally:
         conn.close()
+
+
+def _create(target: Path, *, numbered: bool) -> tuple[Path, int]:
+    """Open a new file owner-only from the first byte (the archive holds a whole conversation). The default name
+    has the time to the second, so a second archive within it gets `-2`, `-3`… instead of failing."""
+    stem = target.name.removesuffix(".tar.gz")
+    for n in range(1, 100 if numbered else 2):
+        candidate = target if n == 1 else target.with_name(f"{stem}-{n}.tar.gz")
+        try:
+            return candidate, os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if not numbered:
+                raise
+    raise FileExistsError(errno.EEXIST, "too many archives of this second", str(target))
 
 
 def _manifest(path: Path) -> dict[str, Any]:

@@ -70,6 +70,11 @@ def test_the_evidence_of_a_crashed_session_is_one_redacted_archive(daemon: Daemo
     nowhere = daemon.cli("session", "evidence", sid, "--out", str(tmp_path / "missing" / "x.tar.gz"), "-o", "json")
     assert nowhere.returncode == 65 and json.loads(nowhere.stderr)["code"] == "file_not_writable", nowhere.stderr
     assert not (tmp_path / "missing").exists()
+    # Into a directory, twice within the second its default name carries: the second gets -2, never an error.
+    (tmp_path / "dir").mkdir()
+    twice = [daemon.cli("session", "evidence", sid, "--out", str(tmp_path / "dir"), "-o", "json") for _ in range(2)]
+    paths = [json.loads(result.stdout)["path"] for result in twice if result.returncode == 0]
+    assert len(set(paths)) == 2, [result.stderr for result in twice]
 
 
 def test_the_evidence_route_answers_a_gzip_download(daemon: Daemon, workspace: Path) -> None:
