@@ -38,6 +38,8 @@ def seg(value: str) -> str:
 
 def _session_path(client: Client, session_id: str, suffix: str = "") -> str:
     """Session-scoped commands take just the id; the client finds the workspace route."""
+    if not session_id.strip():  # it read as a bare `not found` from the list route
+        raise click.UsageError("a session id is required (compozy session list shows them)")
     return _scoped(client.request("GET", f"/api/sessions/{seg(session_id)}")["session"], suffix)
 
 

@@ -3,6 +3,11 @@ answer for 408, 429 and any 4xx the table did not name."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from compozy_site.cli.output import exit_code_for as code
@@ -27,3 +32,10 @@ def test_an_error_message_is_one_readable_line() -> None:
     line = one_line(pasted)
     assert "\n" not in line and "\x1b" not in line and line.startswith("agent said: Traceback")
     assert len(one_line("x" * 5000)) == 400
+
+
+def test_an_empty_session_id_is_a_usage_error_not_a_bare_not_found(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", "session", "status", ""], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "COMPOZY_HOME": str(tmp_path)})
+    assert result.returncode == 65 and "a session id is required" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
