@@ -21,6 +21,7 @@ from compozy_site.cli.app import (
     session,
 )
 from compozy_site.cli.client import ApiError, Client
+from compozy_site.cli.live import follow_turn
 from compozy_site.cli.output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv
 
 # ---- sessions ----------------------------------------------------------------------------------
@@ -271,21 +272,7 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
                 f"{prompt['status']}" + (f": entry {prompt['queue_entry_id']}{position}"
                                          if prompt.get("queue_entry_id") else "")))
             return
-        events = []
-        try:
-            for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": prompt["turn_id"]}):
-                row = json.loads(data)
-                if event == "error" and "sequence" not in row:
-                    fail(str(row.get("error")), "stream_error", fmt)
-                events.append(row)
-                if fmt == "jsonl":
-                    _print_event(row, fmt)
-                elif fmt == "human" and row.get("type") == "agent_message":
-                    click.echo(row["content"].get("text", ""), nl=False)
-                if row.get("type") in ("done", "error", "session_stopped"):
-                    break
-        except (OSError, http.client.HTTPException):
-            pass  # cut mid-stream: no terminal row, so the check below fails the command
+        events = follow_turn(client, base, session_id, prompt["turn_id"], fmt)
     except ApiError as exc:
         fail_api(exc, fmt)
     if fmt == "json":

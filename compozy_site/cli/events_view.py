@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from compozy_site.cli.output import printable
+
 # Width when stdout is no terminal and COLUMNS is unset (a pipe, a file): wide enough for a summary worth
 # grepping, narrow enough that one huge tool output does not make a multi-kilobyte line.
 PIPE_COLUMNS = 160
@@ -102,7 +104,8 @@ def event_summary(row: dict[str, Any]) -> str:
 def event_line(row: dict[str, Any], width: int, when: str, type_width: int = 13) -> str:
     """`  SEQ  WHEN  TYPE  summary`, cut to `width` columns."""
     head = f"{row['sequence']:>5}  {when:>9}  {row['type']:<{type_width}}  "
-    return (head + clip(event_summary(row), width - len(head))).rstrip()
+    # Stored text is the agent's: its ESC and BEL sequences must not recolour or retitle the terminal.
+    return (head + clip(printable(event_summary(row)), width - len(head))).rstrip()
 
 
 def event_lines(rows: Sequence[dict[str, Any]], width: int | None = None, now: datetime | None = None) -> list[str]:
@@ -122,7 +125,7 @@ def fit_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], flexible: s
     """A plain table: two spaces between columns, never a wrapped cell. Columns not in `flexible` (ids,
     states, times) keep their full width; flexible ones shrink, widest first, with an ellipsis, until the
     line fits `width` (None: no limit)."""
-    cells = [["" if v is None else " ".join(str(v).split()) for v in row] for row in rows]
+    cells = [["" if v is None else " ".join(printable(str(v)).split()) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     if width is not None:
         flex = [i for i, c in enumerate(columns) if c in flexible]

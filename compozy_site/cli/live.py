@@ -1,11 +1,14 @@
-"""Commands that act on a live session: interrupt, steer, the queue, permissions, resume (attach)."""
+"""Commands that act on a live session: interrupt, steer, the queue, permissions, resume (attach), and
+`follow_turn`, the live view of one turn that `session prompt` and `session resume` print."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import shlex
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import rich_click as click
 
@@ -21,7 +24,76 @@ from compozy_site.cli.app import (
     session_call,
 )
 from compozy_site.cli.client import ApiError, Client
-from compozy_site.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api, kv, table
+from compozy_site.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    emit,
+    fail,
+    fail_api,
+    kv,
+    printable,
+    table,
+)
+
+TURN_END = ("done", "error", "session_stopped")
+
+
+def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: str) -> list[dict[str, Any]]:
+    """Stream one turn's raw events until it ends and return them; the last is a `TURN_END` row unless the
+    stream was cut (the caller says so). `jsonl` prints each row, `human` the reply as it comes and a line for
+    each permission request, `json` nothing (the caller prints the list).
+
+    Ctrl-C ends only this view: the turn goes on in the daemon, so the exit says where to follow or stop it.
+    """
+    rows: list[dict[str, Any]] = []
+    mid_line = False  # the reply streams without newlines; a line of ours must not start inside it
+    try:
+        for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": turn_id}):
+            row: dict[str, Any] = json.loads(data)
+            if event == "error" and "sequence" not in row:
+                fail(str(row.get("error")), "stream_error", fmt)
+            rows.append(row)
+            if fmt == "jsonl":
+                click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+            elif fmt == "human":
+                mid_line = _echo_live(row, session_id, mid_line)
+            if row.get("type") in TURN_END:
+                break
+    except (OSError, http.client.HTTPException):
+        pass  # cut mid-stream: no terminal row
+    except KeyboardInterrupt:
+        _interrupted(session_id, fmt)
+    return rows
+
+
+def _echo_live(row: dict[str, Any], session_id: str, mid_line: bool) -> bool:
+    """Print one streamed row for a person; whether the terminal is now mid-line.
+
+    Agent text is stored as the agent sent it: control characters (ESC, BEL) are replaced so it cannot drive
+    the terminal; newlines and tabs stay. A permission request waiting for a person would otherwise look like a
+    hung turn: one line says how to answer it."""
+    content = row.get("content") or {}
+    if row.get("type") == "agent_message":
+        text = printable(str(content.get("text") or "").replace("\r\n", "\n"))
+        click.echo(text, nl=False)
+        return mid_line if not text else not text.endswith("\n")
+    if row.get("type") == "permission" and content.get("decision") == "pending":
+        what = " ".join(printable(str(content.get("title") or content.get("resource") or "")).split())
+        request = shlex.quote(printable(str(content.get("request_id"))))  # agent-chosen: safe to paste
+        click.echo(("\n" if mid_line else "") + "waiting for approval" + (f" ({what})" if what else "")
+                   + f": compozy session approve {session_id} {request}")
+        return False
+    return mid_line
+
+
+def _interrupted(session_id: str, fmt: str) -> NoReturn:
+    message = (f"the turn goes on in session {session_id}; follow it with `compozy session events {session_id} "
+               f"--follow`, or stop it with `compozy session interrupt {session_id}`")
+    if fmt != "human":
+        fail(message, "interrupted", fmt, EXIT_INTERRUPTED)
+    click.echo(f"\ninterrupted: {message}", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 @session.command("interrupt")
@@ -56,7 +128,7 @@ def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
     emit(data, fmt, lambda: table(f"Queue (generation {data['queue_generation']})",
                                   ["#", "Entry", "Mode", "Status", "Text"],
                                   [(e["queue_position"], e["queue_entry_id"], e["mode"], e["status"], e["text"][:80])
-                                   for e in data["queue"]]))
+                                   for e in data["queue"]]), rows=data["queue"])
 
 
 @session.command("permissions")
@@ -69,7 +141,7 @@ def session_permissions(session_id: str, fmt: str, as_json: bool) -> None:
     data = session_call(fmt, session_id, "GET", "/permissions")
     emit(data, fmt, lambda: table("Pending permissions", ["Request", "Kind", "Title", "Since"],
                                   [(p["request_id"], p.get("kind"), p.get("title"), p["created_at"])
-                                   for p in data["permissions"]]))
+                                   for p in data["permissions"]]), rows=data["permissions"])
 
 
 def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
@@ -116,10 +188,11 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
     it too). Refusals say why; read `session recap|history` and `session repair --dry-run` before
     starting new work.
 
-    \b
-      compozy session resume sess_0123456789abcdef
-      compozy session resume --latest --workspace "$PWD"
-      compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json
+    Examples:
+
+        compozy session resume sess_0123456789abcdef
+        compozy session resume --latest --workspace "$PWD"
+        compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json
     """
     fmt = _fmt(fmt, as_json)
     if bool(session_id) == bool(latest):
@@ -178,12 +251,7 @@ def _interactive(client: Client, session_id: str, base: str, holder: str) -> Non
             if result["status"] != "accepted":
                 click.echo(f"{result['status']}: {result.get('queue_entry_id', '')}")
                 continue
-            for _, _event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": result["turn_id"]}):
-                row: dict[str, Any] = json.loads(data)
-                if row.get("type") == "agent_message":
-                    click.echo(row["content"].get("text", ""), nl=False)
-                if row.get("type") in ("done", "error", "session_stopped"):
-                    break
+            follow_turn(client, base, session_id, result["turn_id"], "human")
             click.echo()
     finally:
         try:

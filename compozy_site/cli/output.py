@@ -21,6 +21,7 @@ EXIT_UNAVAILABLE = 69
 EXIT_FAILED = 70  # the agent's turn, or a session's start, failed
 EXIT_NOPERM = 77
 EXIT_CONFIG = 78
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended by Ctrl-C
 
 
 def exit_code_for(status: int) -> int:
