@@ -235,6 +235,23 @@ def listening_port(pid: int) -> int | None:
     return None
 
 
+# The auto-title pass is a second agent run per session: tests that count runs, rows or prompts turn it off.
+NO_TITLE = "[roles.auto_title]\nenabled = false\n"
+
+
+def module_daemon(extra_config: str = "", timeout: float = 120.0) -> Any:
+    """A module-scoped `daemon` fixture (`daemon = module_daemon(NO_TITLE)`): one real daemon for every test of
+    the module, started with `extra_config` appended to the test config."""
+
+    @pytest.fixture(scope="module")
+    def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+        d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=extra_config, timeout=timeout)
+        yield d
+        d.stop()
+
+    return daemon
+
+
 def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] | None = None,
                  timeout: float = 60.0, port: int | None = None) -> Daemon:
     """Start a foreground daemon on `port` (default 0: any free port, race-free). The port is read from

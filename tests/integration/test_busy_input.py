@@ -16,19 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Daemon, chunk_count, markers, start_daemon, wait_for
+from tests.conftest import NO_TITLE, ROOT, Daemon, chunk_count, markers, module_daemon, start_daemon, wait_for
 
-NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
 UNKNOWN_ENTRY = "inq_" + "0" * 32
 STALE_TURN = "turn_0000000000000000"
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=NO_TITLE, timeout=START_TIMEOUT)
-    yield d
-    d.stop()
+daemon = module_daemon(NO_TITLE, timeout=START_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.conftest import NO_TITLE, ROOT, Daemon, module_daemon
 
-from tests.conftest import ROOT, Daemon, start_daemon
-
-NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
 # Long enough for a loaded machine to start the CLI and stream a turn; a hang fails well before pytest's own.
 CLI_TIMEOUT = 30.0
@@ -31,11 +28,7 @@ HOSTILE = "echo \x1b]0;PWNED\x07\x1b[31mred\tand a tab\nline two"
 THROUGH_HEAD = 'set +o pipefail; "$@" | head -1; exit "${PIPESTATUS[0]}"'
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=NO_TITLE, timeout=START_TIMEOUT)
-    yield d
-    d.stop()
+daemon = module_daemon(NO_TITLE, timeout=START_TIMEOUT)
 
 
 def compozy(*args: str) -> list[str]:

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, markers, of_type, start_daemon, wait_for
+from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for
 
-NO_TITLE = '[roles.auto_title]\nenabled = false\n'
 START_TIMEOUT = 120.0
 SUPERVISION = (
     '[session.supervision]\nactivity_heartbeat_interval = "0.5s"\ninactivity_warning_after = "2s"\n'
@@ -23,11 +22,7 @@ SUPERVISION = (
 INACTIVITY_TIMEOUT = 4.0
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=NO_TITLE, timeout=START_TIMEOUT)
-    yield d
-    d.stop()
+daemon = module_daemon(NO_TITLE, timeout=START_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

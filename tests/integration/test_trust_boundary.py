@@ -409,6 +409,17 @@ def test_a_body_must_arrive_within_the_body_timeout_even_before_auth(daemon: Dae
     assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "body_timeout", answer
 
 
+def raw_exchange(daemon: Daemon, request: str) -> tuple[str, dict[str, Any]]:
+    """Send a raw request head, read until the daemon closes; (status line and headers, the JSON error body)."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as client:
+        client.sendall(request.encode())
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    return head, json.loads(body) if body else {}
+
+
 @pytest.mark.parametrize("request_head", [
     # A query of percent-encoded values passes Twisted's 16 KiB request-line limit long before any schema sees it.
     "GET /api/doctor?" + "&".join(["exclude=" + "%F4%84%B1%AD" * 128] * 16) + " HTTP/1.1\r\nHost: localhost\r\n\r\n",
@@ -418,14 +429,8 @@ def test_a_body_must_arrive_within_the_body_timeout_even_before_auth(daemon: Dae
 ], ids=["request line too long", "line and headers too long", "malformed header"])
 def test_a_request_head_twisted_cannot_read_gets_the_apis_error_shape(daemon: Daemon, request_head: str) -> None:
     """Twisted answers these itself with a bare 400 and no body; every error a client gets must carry a code."""
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as client:
-        client.sendall(request_head.encode())
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
-    head, _, body = answer.decode().partition("\r\n\r\n")
+    head, error = raw_exchange(daemon, request_head)
     assert head.startswith("HTTP/1.1 400"), head
-    error = json.loads(body)
     assert error["code"] == "bad_request_head" and error["error"] and isinstance(error["diagnostic"], dict)
     assert daemon.http.get("/api/status").status_code == 200, "the daemon goes on serving"
 
@@ -433,15 +438,10 @@ def test_a_request_head_twisted_cannot_read_gets_the_apis_error_shape(daemon: Da
 @pytest.mark.parametrize("path", ["/api/status", "/api/sessions/catalog-stream", "/"])
 def test_a_websocket_upgrade_gets_a_coded_json_refusal(daemon: Daemon, path: str) -> None:
     """daphne upgraded it, found no app and answered a bare 403: a client could not tell why."""
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as client:
-        client.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                       f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
-    head, _, body = answer.decode().partition("\r\n\r\n")
+    head, error = raw_exchange(daemon, f"GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                                       f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                       f"Sec-WebSocket-Version: 13\r\n\r\n")
     assert head.startswith("HTTP/1.1 400"), head
-    error = json.loads(body)
     assert error["code"] == "websocket_unsupported" and "server-sent events" in error["error"], error
     assert daemon.http.get("/api/status").status_code == 200, "the daemon goes on serving"
 
