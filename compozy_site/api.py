@@ -34,14 +34,16 @@ logger = logging.getLogger(__name__)
 
 
 class StrictJsonParser(Parser):
-    """Bodies must be one JSON object. Deep nesting (RecursionError) and integers past Python's digit limit
-    (ValueError) are malformed JSON too, not server errors."""
+    """Bodies must be one JSON object (or `null`, read as no body). Deep nesting (RecursionError) and integers
+    past Python's digit limit (ValueError) are malformed JSON too, not server errors."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
         try:
             body = json.loads(request.body)
         except (ValueError, RecursionError) as exc:
             raise InvalidRequest(f"malformed JSON body: {str(exc)[:200]}", code="malformed_json") from exc
+        if body is None:
+            return {}  # `null`: no body, as the OpenAPI document allows for the routes whose body is optional
         if not isinstance(body, dict):
             raise InvalidRequest("the JSON body must be an object", code="malformed_json")
         return body

@@ -328,3 +328,14 @@ def test_the_wrong_workspace_never_finds_a_live_session(daemon: Daemon, session:
     error(made_up, 404, "session_not_found")
     assert snapshot(daemon, session["id"]) == before
     assert daemon.http.delete(f"/api/workspaces/{other}").status_code == 204
+
+
+def test_a_null_body_is_no_body_where_the_body_is_optional(daemon: Daemon, ws: Path) -> None:
+    # The OpenAPI document declares these bodies `anyOf [model, null]`, but `null` answered 400 malformed_json.
+    sid = daemon.create(ws, name="null-body")["id"]
+    assert post_raw(daemon, daemon.scoped(sid, "/interrupt"), b"null").status_code == 200
+    assert post_raw(daemon, daemon.scoped(sid, "/stop"), b"null").status_code == 204
+    assert daemon.session(sid)["state"] == "stopped"
+    # Where a body is required, null is still refused, naming what is missing.
+    refused = post_raw(daemon, daemon.scoped(sid, "/prompt"), b"null")
+    assert refused.status_code == 400 and refused.json()["code"] != "internal_error", refused.text
