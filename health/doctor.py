@@ -288,10 +288,36 @@ def check_cluster() -> list[dict[str, Any]]:
     return items
 
 
+def broad_roots(roots: list[str], home: Path) -> list[str]:
+    """Roots that hold the whole filesystem or the user's home (`/`, `/home`, `~`): an agent confined to one is
+    not confined, since its fs requests reach `~/.ssh` and every other project."""
+    broad = []
+    for root in roots:
+        path = Path(root)
+        if path == Path("/") or path == home or path in home.parents:
+            broad.append(root)
+    return broad
+
+
+def check_workspace_roots() -> dict[str, Any]:
+    from sessions.models import Workspace
+
+    home = Path.home().resolve()
+    found = {ws.id: broad_roots([ws.root_dir, *(ws.add_dirs or [])], home) for ws in Workspace.objects.all()}
+    found = {ws_id: roots for ws_id, roots in found.items() if roots}
+    if not found:
+        return item("workspace_roots", "security", "ok", "Workspace roots", "no workspace spans / or the home folder")
+    first_id, first_roots = next(iter(found.items()))
+    return item("workspace_roots", "security", "warn", "Broad workspace roots",
+                f"{len(found)} workspace(s) span {first_roots[0]}: agents' file requests there reach every file "
+                f"under it (~/.ssh included); register the project folder instead",
+                f"compozy workspace remove {first_id}", evidence={"workspaces": found})
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
     check_failures, check_live_streams, check_providers, check_health_rows, check_session_metadata,
-    check_wake_service, check_heartbeat_policies, check_cluster,
+    check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots,
 ]
 
 

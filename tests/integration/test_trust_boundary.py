@@ -472,3 +472,15 @@ def test_a_third_live_agent_is_refused_at_max_concurrent_agents_2(tmp_path: Path
         assert soft == hard, limits
     finally:
         d.stop()
+
+
+def test_doctor_warns_about_a_workspace_that_spans_the_whole_filesystem(daemon: Daemon) -> None:
+    # A root of `/` (or the home folder) is accepted, but an agent confined to it reaches ~/.ssh: say so.
+    assert daemon.cli_json("doctor", "--only", "workspace_roots")["items"][0]["severity"] == "ok"
+    root = daemon.http.post("/api/workspaces", json={"root_dir": "/", "name": "everything"}).json()["workspace"]
+    try:  # while it is registered, every new workspace_path of this module's daemon would land in it
+        [found] = daemon.cli_json("doctor", "--only", "workspace_roots")["items"]
+        assert found["severity"] == "warn" and found["evidence"]["workspaces"] == {root["id"]: ["/"]}
+        assert found["suggested_command"] == f"compozy workspace remove {root['id']}"
+    finally:
+        assert daemon.http.delete(f"/api/workspaces/{root['id']}").status_code == 204
