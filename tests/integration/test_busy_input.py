@@ -231,7 +231,10 @@ def test_a_dedicated_interrupt_then_steer_composes_the_canceled_prompt_once(daem
     user = wait_turn_event(daemon, sid, composed_turn, "user_message")
     assert user["content"]["text"] == composed
     assert user["content"]["authored_text"] == "focus on the tests"
-    sent = [json.loads(line)["text"] for line in (daemon.home / "prompts.jsonl").read_text().splitlines()]
+    # The user_message row is written before the agent reads the prompt: wait for the agent's own log of it.
+    sent = wait_for(lambda: (texts := [json.loads(line)["text"] for line in
+                                       (daemon.home / "prompts.jsonl").read_text().splitlines()])
+                    and composed in texts and texts, timeout=30, what="the agent to log the composed prompt")
     assert sent.count(composed) == 1
 
     # A second steer while the composed turn runs is an ordinary staged steer: no salvage left to reuse.
