@@ -82,10 +82,12 @@ class PermissionGateMixin:
                                                                                         "options": options}})
                 await self.recorder.flush()
                 self.touch_activity("agent_waiting", "waiting for a permission decision")
+                self.announce()  # the dashboard's "needs approval" comes from the catalog stream
                 try:
                     person, chosen = await pending.answer
                 finally:
                     self.permissions.close(pending.request_id)
+                    self.announce()
                 if person == "cancelled":
                     decision, option_id, source = "cancelled", None, "turn_cancelled"
                 else:

@@ -126,6 +126,11 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             logger.error("session %s: writing its metadata failed (%s); retrying in the background", self.id, exc)
             self.manager.keep_unsaved(snapshot)
             return
+        self.announce()
+
+    def announce(self) -> None:
+        """Ring the catalog doorbell for a change that is not saved metadata (a turn started, a permission
+        request opened or closed): list viewers refetch, as after a save."""
         signals.ring_catalog("upserted", self.meta["workspace_id"], self.id)
 
     async def transition(self, target: SessionState, **fields: Any) -> None:

@@ -113,6 +113,7 @@ class TurnsMixin:
 
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
             turn.task = spawn(self._run_turn(turn))
+            self.announce()  # `running` on the dashboard now, not at its next poll (the turn's end persists)
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = spawn(self._heartbeat_loop())
         return turn

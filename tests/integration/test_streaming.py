@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sessions.transcript import TRANSCRIPT_GENERATION as GEN
-from tests.conftest import ROOT, Daemon, chunk_count, start_daemon, wait_for
+from tests.conftest import ROOT, Daemon, chunk_count, of_type, start_daemon, wait_for
 from tests.sse import Frame, frames, open_stream, watch_raw
 
 
@@ -364,6 +364,20 @@ def test_the_catalog_stream_announces_a_created_session(daemon: Daemon, tmp_path
                 if seen[-1]["session_id"] == created["id"]:
                     break
     assert seen[-1] == {"kind": "upserted", "workspace_id": created["workspace_id"], "session_id": created["id"]}
+
+
+def test_the_catalog_stream_announces_a_turn_while_it_runs(daemon: Daemon, tmp_path: Path) -> None:
+    # Only saved metadata rang it, and a turn start saves none: the dashboard showed `running` 27 s late.
+    sid = daemon.create(tmp_path)["id"]
+    with daemon.client() as client, open_stream(client, "/api/sessions/catalog-stream") as resp:
+        lines = resp.iter_lines()
+        assert next(lines) == ": connected"
+        assert daemon.prompt(sid, "slow 30 0.2").status_code == 200  # six seconds
+        for line in lines:
+            if line.startswith("data:") and json.loads(line[5:])["session_id"] == sid:
+                break
+        assert not of_type(daemon.all_events(sid), "done"), "announced only when the turn ended"
+        assert daemon.session(sid)["prompt_state"] != "idle"
 
 
 # ---- CLI follow -----------------------------------------------------------------------------
