@@ -322,7 +322,7 @@ def test_unknown_session_page_is_a_readable_404(page: Page, daemon: Daemon) -> N
 
 def test_unknown_page_addresses_are_a_readable_404_and_api_misses_stay_json(page: Page, daemon: Daemon,
                                                                           workspace: Path) -> None:
-    for path in ("/nope", "/sessions/", "/tasks/", "/sessions/sess_0000000000000000/nope"):
+    for path in ("/nope", "/sessions/", "/tasks/nope", "/sessions/sess_0000000000000000/nope"):
         response = page.goto(daemon.base_url + path)
         assert response is not None and response.status == 404, path
         assert response.headers["content-type"].startswith("text/html"), path

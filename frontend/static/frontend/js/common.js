@@ -34,7 +34,9 @@ export async function api(method, url, body) {
   try {
     response = await fetch(url, init);
   } catch (err) {
-    throw new ApiError(0, { error: "the daemon is unreachable", code: "daemon_unreachable" });
+    // Say what to do: this page comes back by itself once the daemon answers again.
+    throw new ApiError(0, { error: "the daemon is unreachable: start it with `compozy daemon start` (or `make run`); "
+      + "this page reconnects by itself", code: "daemon_unreachable" });
   }
   const text = await response.text();
   let data = null;
@@ -179,7 +181,7 @@ export function startDaemonStatus(features = {}) {
       document.dispatchEvent(new CustomEvent("compozy:status", { detail: data }));
     } catch (err) {
       box.dataset.state = "down";
-      text.textContent = "daemon unreachable";
+      text.textContent = "daemon unreachable: run compozy daemon start";
       box.title = errorText(err);
     } finally {
       inflight = false;

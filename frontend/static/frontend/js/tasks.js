@@ -36,6 +36,7 @@ function sessionsCell(task) {
 
 async function act(task, action) {
   error.hidden = true;
+  loadFailed = false;
   try {
     await api("POST", `/api/tasks/${task.id}/${action}`);
   } catch (err) {
@@ -80,12 +81,18 @@ function render(data) {
   document.getElementById("stat-total").textContent = totals.total;
 }
 
+// Set while the last refresh failed: the next one that works clears its message (an action's error stays).
+let loadFailed = false;
+
 async function refresh() {
   try {
     render((await api("GET", "/api/tasks")).data);
+    if (loadFailed) error.hidden = true;
+    loadFailed = false;
   } catch (err) {
     error.textContent = errorText(err);
     error.hidden = false;
+    loadFailed = true;
   }
 }
 
