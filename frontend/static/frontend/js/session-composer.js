@@ -14,10 +14,11 @@ const modeSelect = $("prompt-mode");
 const sendButton = $("prompt-send");
 const composerStatus = $("composer-status");
 
-export function setComposerStatus(text, tone = "", sticky = false) {
+export function setComposerStatus(text, tone = "", sticky = false, entry = "") {
   composerStatus.textContent = text;
   composerStatus.dataset.tone = tone;
   composerStatus.dataset.sticky = sticky ? "1" : "";
+  composerStatus.dataset.entry = entry; // a queued entry this message is about: it changes once the entry runs
 }
 
 export function setupModes() {
@@ -77,7 +78,7 @@ async function sendPrompt(event) {
     if (result.status === "queued") {
       addQueued({ ...result, text: message });
       renderQueue();
-      setComposerStatus(`Queued at position ${result.queue_position ?? "?"}.`, "ok", true);
+      setComposerStatus(`Queued at position ${result.queue_position ?? "?"}.`, "ok", true, result.queue_entry_id || "");
     } else if (result.status === "staged") {
       setComposerStatus("Steer staged for the next tool result (falls back to the queue).", "ok", true);
     } else if (result.mode === "interrupt" || result.status === "interrupted") {
@@ -167,6 +168,9 @@ export async function refreshQueue() {
       if (entry.status === "queued") addQueued(entry);
     }
     renderQueue();
+    // "Queued at position 1." stayed after the prompt had run: say it left the queue.
+    const mine = composerStatus.dataset.entry;
+    if (mine && !queue.has(mine)) setComposerStatus("Your queued prompt left the queue.", "ok");
   } catch {
     // The derived queue stays on screen.
   }
