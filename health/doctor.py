@@ -259,8 +259,10 @@ def check_heartbeat_policies() -> dict[str, Any]:
                             "codes": sorted({d["code"] for d in snap.diagnostics})})
     if invalid:
         first = invalid[0]
+        # A home-level file serves every workspace without one of its own: one file, however many snapshots.
+        files = len({entry["source_path"] for entry in invalid})
         return item("heartbeat_policies", "agents", "warn", "Invalid HEARTBEAT.md",
-                    f"{len(invalid)} policy file(s) invalid, wakes paused (heartbeat_invalid); e.g. "
+                    f"{files} policy file(s) invalid, wakes paused (heartbeat_invalid); e.g. "
                     f"{first['source_path']}: {', '.join(first['codes'])}",
                     f"compozy agent heartbeat status {first['agent']}", {"invalid": invalid})
     return item("heartbeat_policies", "agents", "ok", "HEARTBEAT.md policies", "no invalid policy file")

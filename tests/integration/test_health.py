@@ -207,6 +207,8 @@ def test_doctor_reports_health_rows_the_wake_service_and_invalid_policies(hd: Da
         assert items["session_health_rows"]["evidence"]["missing"] == 0
         policies = items["heartbeat_policies"]
         assert policies["severity"] == "warn" and "heartbeat_forbidden_field" in policies["message"]
+        # One home-level file, however many workspaces' snapshots resolved to it.
+        assert policies["message"].startswith("1 policy file(s) invalid"), policies
         assert policies["suggested_command"] == "compozy agent heartbeat status reader"
         status = hd.cli_json("agent", "heartbeat", "status", "reader")
         assert (status["validation_status"], status["active"]) == ("invalid", False)
