@@ -64,5 +64,8 @@ def test_the_heartbeat_panel_shows_each_agents_policy(page: Page, daemon: Daemon
     reader = page.locator('#heartbeat-body tr[data-agent="reader"]')
     expect(reader).to_have_attribute("data-policy", "invalid")
     expect(reader).to_contain_text("heartbeat_forbidden_field")
+    # The fix itself and the file, in the cell: they were only in a tooltip, out of keyboard and touch reach.
+    expect(reader).to_contain_text("is not for HEARTBEAT.md")
+    expect(reader).to_contain_text("HEARTBEAT.md")
     expect(page.locator('#heartbeat-body tr[data-agent="general"]')).to_have_attribute("data-policy", "missing")
     expect(page.locator("#wake-service")).to_contain_text("wake service:")

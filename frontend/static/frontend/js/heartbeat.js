@@ -17,13 +17,16 @@ function policyCell(a) {
 function render(agents) {
   clear(tbody);
   for (const a of agents) {
-    const diags = (a.diagnostics || []).map((d) => `${d.severity}: ${d.code}`).join(", ");
+    // The fix is in each message: shown in the cell, not only in a tooltip keyboard and touch users cannot reach.
+    const diags = (a.diagnostics || []).map((d) => el("div", { class: `diag diag-${d.severity}` },
+      el("code", {}, d.code), `: ${d.message || d.severity}`));
+    if (diags.length && a.source_path) diags.push(el("div", { class: "muted" }, a.source_path));
     tbody.append(el("tr", { dataset: { agent: a.agent_name, policy: a.validation_status } },
       el("td", {}, a.agent_name),
       policyCell(a),
       el("td", { class: "small" }, a.summary || el("span", { class: "muted" }, "–")),
       el("td", {}, a.digest ? el("code", { class: "small", title: a.digest }, a.digest.slice(0, 15)) : "–"),
-      el("td", { class: "small", title: (a.diagnostics || []).map((d) => d.message).join("\n") }, diags || "–")));
+      el("td", { class: "small" }, ...(diags.length ? diags : ["–"]))));
   }
   const svc = (agents[0] && agents[0].service) || {};
   service.textContent = svc.health_recomputed_at
