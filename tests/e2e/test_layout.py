@@ -70,3 +70,15 @@ def test_a_trailing_slash_on_tasks_finds_the_page(page: Page, daemon: Daemon) ->
     page.goto(daemon.base_url + "/tasks/")
     assert page.url.endswith("/tasks")
     expect(page.locator("h1")).to_have_text("Tasks")
+
+
+def test_a_workspace_registered_while_the_page_is_open_joins_the_filter(page: Page, daemon: Daemon,
+                                                                        tmp_path: Path) -> None:
+    page.goto(daemon.base_url + "/")
+    expect(page.locator("#live-indicator")).to_have_text("live")
+    fresh = tmp_path / "registered-later"
+    fresh.mkdir()
+    session = daemon.create(fresh, name="in a new workspace")
+    expect(page.locator(f'tr[data-session-id="{session["id"]}"]')).to_be_visible(timeout=20_000)
+    expect(page.locator(f'#f-workspace option[value="{session["workspace_id"]}"]')).to_have_count(1)
+    expect(page.locator(f'#ns-workspaces option[value="{fresh.resolve()}"]')).to_have_count(1)

@@ -206,9 +206,29 @@ async function reload({ keep = true } = {}) {
     nextCursor = cursor;
     lastPage = page.page;
     render(page.page);
+    syncWorkspaces();
   } catch (err) {
     if (mine !== loadSeq) return;
     count.textContent = `Could not load sessions: ${errorText(err)}`;
+  }
+}
+
+// The workspace filter and the New session suggestions are rendered with the page: a session in a workspace
+// registered since (`compozy session new --cwd /new/dir`) brings its workspace into both.
+async function syncWorkspaces() {
+  const known = new Set([...filterInputs.workspace.options].map((o) => o.value));
+  if (sessions.every((s) => known.has(s.workspace_id))) return;
+  try {
+    const { data } = await api("GET", "/api/workspaces");
+    const suggestions = document.getElementById("ns-workspaces");
+    for (const ws of data.workspaces || []) {
+      if (known.has(ws.id)) continue;
+      filterInputs.workspace.append(el("option", { value: ws.id }, ws.name || ws.root_dir));
+      if (suggestions) suggestions.append(el("option", { value: ws.root_dir }, ws.name));
+      known.add(ws.id);
+    }
+  } catch {
+    // The next refresh tries again; the list itself is already shown.
   }
 }
 
