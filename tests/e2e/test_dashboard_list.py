@@ -112,3 +112,23 @@ def test_a_clean_stop_is_neutral_and_not_unhealthy(page: Page, daemon: Daemon, w
     loaded = rows(page).count()
     # The filter works on the loaded rows, and says so.
     expect(page.locator("#sessions-count")).to_have_text(re.compile(rf"^{loaded} shown of \d+ loaded"))
+
+
+def test_the_unhealthy_filter_looks_beyond_the_first_page(page: Page, daemon: Daemon, workspace: Path) -> None:
+    # Ticked with only the first 100 rows loaded, it said "No sessions match" (or too few) while failed sessions
+    # sat on the pages not loaded; opening `/?unhealthy=true` found them.
+    while total(daemon) < 105:
+        failed_session(daemon, workspace, "more-failures")
+    sessions = daemon.http.get("/api/sessions", params={"all": "true", "limit": 100}).json()
+    everything = sessions["sessions"]
+    while sessions["page"]["has_more"]:
+        sessions = daemon.http.get("/api/sessions", params={"all": "true", "limit": 100,
+                                                            "cursor": sessions["page"]["next_cursor"]}).json()
+        everything += sessions["sessions"]
+    failed = [s for s in everything if s.get("failure")]
+    assert len(failed) > 100
+    page.goto(daemon.base_url + "/")
+    expect(rows(page)).to_have_count(100)
+    page.check("#f-unhealthy")
+    expect(page.locator(f'tr[data-session-id="{failed[-1]["id"]}"]')).to_be_visible(timeout=LIST_TIMEOUT_MS)
+    expect(page.locator("#sessions-count")).to_have_text(re.compile(rf"^{len(failed)} shown of"))

@@ -350,10 +350,15 @@ for (const input of [filterInputs.workspace, filterInputs.state, filterInputs.re
     reload({ keep: false });
   });
 }
-// Health is filtered here, over the loaded rows: no refetch.
+// Health is filtered here, over the loaded rows (the daemon does not filter by health). Turned on with more
+// pages unloaded, it loads them all first, as opening `/?unhealthy=true` does: it said "No sessions match"
+// while the failed ones sat beyond the first page.
 filterInputs.unhealthy.addEventListener("change", () => {
   syncUrl();
-  render(lastPage);
+  if (filterInputs.unhealthy.checked && nextCursor) {
+    asked = Infinity;
+    reload();
+  } else render(lastPage);
 });
 filterInputs.q.addEventListener("input", debounce(() => {
   syncUrl();
