@@ -82,14 +82,13 @@ def _clear_stale_lock(lock: Path) -> None:
         pid = int(os.readlink(lock))
     except (OSError, ValueError):
         return
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            zombie = stat_file.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X")
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            ours = b"compozy" in cmdline.read() and pid != os.getpid()
-    except OSError:
-        zombie, ours = True, False
-    if zombie or not ours:
+    from compozy_site.daemon_record import pid_alive
+
+    ours = False
+    if pid != os.getpid() and pid_alive(pid):  # pid_alive counts a zombie as gone
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            ours = b"compozy" in cmdline.read()
+    if not ours:
         logger.warning("removed the stale socket lock %s (pid %d is not a running daemon)", lock, pid)
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()

@@ -293,12 +293,7 @@ def check_cluster() -> list[dict[str, Any]]:
 def broad_roots(roots: list[str], home: Path) -> list[str]:
     """Roots that hold the whole filesystem or the user's home (`/`, `/home`, `~`): an agent confined to one is
     not confined, since its fs requests reach `~/.ssh` and every other project."""
-    broad = []
-    for root in roots:
-        path = Path(root)
-        if path == Path("/") or path == home or path in home.parents:
-            broad.append(root)
-    return broad
+    return [root for root in roots if Path(root) == home or Path(root) in home.parents]
 
 
 def check_workspace_roots() -> dict[str, Any]:

@@ -116,8 +116,11 @@ def workspace_for_path(path: str) -> tuple[Workspace | None, Path]:
 def resolve_or_register(path: str) -> Workspace:
     """`workspace_path` semantics: inside a registered tree → that workspace; else register the path."""
     ws, resolved = workspace_for_path(path)
-    if ws is not None:
-        return ws
+    return ws if ws is not None else register_found(resolved)
+
+
+def register_found(resolved: Path) -> Workspace:
+    """Register a directory `workspace_for_path` found in no workspace."""
     try:
         return register_workspace(str(resolved))
     except Conflict:

@@ -33,7 +33,7 @@ from sessions.runtime.manager import get_manager
 from sessions.services.payloads import envelope
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.stream_pressure import STALL_SECONDS, drained
+from sessions.stream_pressure import writable
 from sessions.transcript import event_data, permission_data
 
 logger = logging.getLogger(__name__)
@@ -238,9 +238,7 @@ async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | Non
         if not raw:
             yield _data_frames(ui.start())
         async for batch in turn_events(session_id, folder.events_path(session_id), turn_id, ended):
-            if not await drained(backlog):
-                logger.warning("ended the prompt stream of %s turn %s: its client read nothing for %.0f s",
-                               session_id, turn_id, STALL_SECONDS)
+            if not await writable(backlog, "prompt"):
                 return
             if batch is None:
                 yield b": keepalive\n\n"

@@ -34,7 +34,7 @@ from sessions.runtime.signals import CATALOG_GROUP
 from sessions.schemas import MAX_SEQUENCE, rfc3339
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.stream_pressure import BACKLOG, STALL_SECONDS, drained
+from sessions.stream_pressure import BACKLOG, writable
 from sessions.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
 
 logger = logging.getLogger(__name__)
@@ -121,9 +121,7 @@ class StreamingConsumer(AsyncHttpConsumer):
 
     async def send_frames(self, out: bytes) -> bool:
         """Frames to the client once it has taken what was sent before; False when it stopped reading."""
-        if not await drained(self.scope.get(BACKLOG)):
-            logger.warning("ended a %s stream whose client read nothing for %.0f s", self.metric_stream,
-                           STALL_SECONDS)
+        if not await writable(self.scope.get(BACKLOG), self.metric_stream):
             return False
         await self.send_body(out, more_body=True)
         return True

@@ -8,8 +8,11 @@ waiting on their clients."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 HIGH_WATER_BYTES = 1024 * 1024
 STALL_SECONDS = 60.0
@@ -45,6 +48,14 @@ async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_W
         return True
     finally:
         _waiting.discard(backlog)
+
+
+async def writable(backlog: Callable[[], int] | None, stream: str) -> bool:
+    """`drained`, for a stream about to write: False (logged) when its client stopped reading, so it ends."""
+    if await drained(backlog):
+        return True
+    logger.warning("ended a %s stream whose client read nothing for %.0f s", stream, STALL_SECONDS)
+    return False
 
 
 def report() -> dict[str, Any]:

@@ -22,7 +22,17 @@ from compozy_site.cli.app import (
 )
 from compozy_site.cli.client import ApiError, Client
 from compozy_site.cli.live import follow_turn
-from compozy_site.cli.output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, dump, emit, fail, fail_api, kv
+from compozy_site.cli.output import (
+    EXIT_FAILED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    dump,
+    emit,
+    fail,
+    fail_api,
+    json_line,
+    kv,
+)
 
 # ---- sessions ----------------------------------------------------------------------------------
 
@@ -211,12 +221,11 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
 
 def _print_event(row: dict[str, Any], fmt: str) -> None:
     if fmt in ("json", "jsonl"):
-        click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+        click.echo(json_line(row))
         return
     from compozy_site.cli.events_view import clock, event_line, terminal_width
 
     click.echo(event_line(row, terminal_width(), clock(row.get("timestamp"))))
-
 
 
 @session.command("prompt")

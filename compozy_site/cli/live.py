@@ -31,6 +31,7 @@ from compozy_site.cli.output import (
     emit,
     fail,
     fail_api,
+    json_line,
     kv,
     printable,
     table,
@@ -55,7 +56,7 @@ def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: s
                 fail(str(row.get("error")), "stream_error", fmt)
             rows.append(row)
             if fmt == "jsonl":
-                click.echo(json.dumps(row, sort_keys=True, ensure_ascii=False))
+                click.echo(json_line(row))
             elif fmt == "human":
                 mid_line = _echo_live(row, session_id, mid_line)
             if row.get("type") in TURN_END:

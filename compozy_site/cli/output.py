@@ -64,15 +64,19 @@ def fail_api(exc: ApiError, fmt: str) -> NoReturn:
     fail(exc.message, exc.code, fmt, exit_code_for(exc.status), exc.body)
 
 
+def json_line(row: Any) -> str:
+    """One row for `-o jsonl`: sorted keys, as written, anything no UTF-8 encoder takes replaced."""
+    return scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False))
+
+
 def emit(data: Any, fmt: str, human: Any = None, rows: list[Any] | None = None) -> None:
     """`-o json` prints `data` whole; `-o jsonl` one JSON line per row: `rows` when the command lists something
     inside a wrapper (tasks, queue entries, permissions, doctor items), else `data`'s items or `data` itself."""
     if fmt == "json":
         click.echo(dump(data))
     elif fmt == "jsonl":
-        rows = rows if rows is not None else data if isinstance(data, list) else [data]
-        for row in rows:
-            click.echo(scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False)))
+        for row in rows if rows is not None else data if isinstance(data, list) else [data]:
+            click.echo(json_line(row))
     elif human is not None:
         human()
     else:
@@ -101,9 +105,9 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for index, col in enumerate(columns):
         # A column of ids never wraps (folded at 80 columns, `task_1b1ac` / `63cdce64e6` could not be copied):
         # the others give way.
-        ids = bool(cells) and all(not row[index] or _ID.fullmatch(row[index]) for row in cells if index < len(row))
-        t.add_column(col, overflow="fold", no_wrap=ids, min_width=max((len(r[index]) for r in cells), default=0)
-                     if ids else None)
+        column = [row[index] for row in cells if index < len(row)]
+        ids = bool(column) and all(not cell or _ID.fullmatch(cell) for cell in column)
+        t.add_column(col, overflow="fold", no_wrap=ids, min_width=max(map(len, column)) if ids else None)
     for row in cells:
         t.add_row(*row)
     Console().print(t)

@@ -12,6 +12,7 @@ from django.db.models import Count, Sum
 from sessions import catalog
 from sessions.config import get_config
 from sessions.errors import Conflict, InvalidRequest, NotFound
+from sessions.models import Workspace
 from sessions.store import folder
 from sessions.work.enums import RETRYABLE, RunOutcome, RunStatus, TaskAction, TaskEventKind, TaskReason, TaskStatus
 from sessions.work.history import event_record, new_run_id, new_task_id, note
@@ -87,19 +88,19 @@ def create_task(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("cwd") and not os.path.isabs(body["cwd"]):
         raise InvalidRequest("cwd must be an absolute path", code="invalid_cwd")
     # Everything is checked before a new workspace_path is registered: a refused create registers nothing.
+    ws: Workspace | None
     if workspace:
-        ws: Any = catalog.find_workspace(workspace)
+        ws = catalog.find_workspace(workspace)
         catalog.check_root(ws)
-        root, named = Path(ws.root_dir), None
+        named = root = Path(ws.root_dir)
     else:
         ws, named = catalog.workspace_for_path(workspace_path)
         root = Path(ws.root_dir) if ws is not None else named
-    cwd = body.get("cwd") or str(named or root)
+    cwd = body.get("cwd") or str(named)
     resolved = catalog.resolved_path(cwd, "cwd")
     if not resolved.is_dir() or not resolved.is_relative_to(catalog.resolved_path(str(root), "root_dir")):
         raise InvalidRequest(f"cwd {cwd} must be a directory inside the workspace {root}", code="invalid_cwd")
-    if ws is None:
-        ws = catalog.resolve_or_register(workspace_path)
+    ws = ws or catalog.register_found(named)
     now = folder.utcnow()
     with transaction.atomic():
         task = Task.objects.create(id=new_task_id(), title=title, prompt=prompt, agent_name=agent_name,
