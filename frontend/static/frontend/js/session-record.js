@@ -40,17 +40,6 @@ async function refreshSession() {
 
 export const refreshSessionSoon = debounce(refreshSession, 150);
 
-// The stream's closing `session_stopped` frame, applied to the record shown: when the daemon itself went away
-// (a shutdown), the refetch that follows fails, and the header read `active` with a Stop button beneath a
-// "Session stopped" banner. The next record that does arrive replaces this one.
-export function applyStopped(frame) {
-  if (!frame || session.state === "stopped") return;
-  session = { ...session, state: "stopped", prompt_state: "idle", badge: frame.failure ? "failed" : "stopped",
-    stop_reason: frame.stop_reason || session.stop_reason, stop_detail: frame.stop_detail || "",
-    failure: frame.failure || null, pending_permissions: 0 };
-  render();
-}
-
 let pollTimer = null;
 
 // Rescheduled on every state change, so a stopped page that sees its session resume polls fast again.
