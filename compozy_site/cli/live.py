@@ -103,7 +103,17 @@ def _interrupted(session_id: str, fmt: str) -> NoReturn:
 @output_option
 @json_flag
 def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, as_json: bool) -> None:
-    """Cancel the running turn without a replacement; its text is kept for one `--steer` correction."""
+    """Cancel the running turn without a replacement; its text is kept for one `--steer` correction.
+
+    Queued prompts are dropped with it (their count is printed). With `--expected-turn-id`, a turn that
+    already ended is left alone, so a script cannot cancel the next one by mistake.
+
+    Examples:
+
+        compozy session interrupt sess_0123456789abcdef
+        compozy session interrupt sess_0123456789abcdef --expected-turn-id turn_0123456789abcdef -o json
+        compozy session prompt sess_0123456789abcdef --steer "use the v2 API instead"
+    """
     fmt = _fmt(fmt, as_json)
     body = {"expected_turn_id": expected_turn_id} if expected_turn_id else {}
     result = session_call(fmt, session_id, "POST", "/interrupt", body)
@@ -123,7 +133,17 @@ def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, a
 @output_option
 @json_flag
 def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
-    """Pending input: queued prompts and staged steers, in dispatch order, with their entry ids."""
+    """Pending input: queued prompts and staged steers, in dispatch order, with their entry ids.
+
+    Each entry runs when the turn before it ends; `session prompt ID --cancel ENTRY_ID` drops one, and an
+    interrupt drops them all (the generation number counts those resets).
+
+    Examples:
+
+        compozy session queue sess_0123456789abcdef
+        compozy session queue sess_0123456789abcdef -o jsonl | jq -r .queue_entry_id
+        compozy session prompt sess_0123456789abcdef --cancel inq_0123456789abcdef0123456789abcdef
+    """
     fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "GET", "/prompt/queue")
     emit(data, fmt, lambda: table(f"Queue (generation {data['queue_generation']})",
@@ -137,7 +157,16 @@ def session_queue(session_id: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def session_permissions(session_id: str, fmt: str, as_json: bool) -> None:
-    """Permission requests waiting for a person (the `approve-reads` policy leaves non-reads to you)."""
+    """Permission requests waiting for a person (the `approve-reads` policy leaves non-reads to you).
+
+    The turn waits on each one; answer with `session approve` or `session deny`. A stop or an interrupt
+    cancels those still open.
+
+    Examples:
+
+        compozy session permissions sess_0123456789abcdef
+        compozy session permissions sess_0123456789abcdef -o jsonl | jq -r .request_id
+    """
     fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "GET", "/permissions")
     emit(data, fmt, lambda: table("Pending permissions", ["Request", "Kind", "Title", "Since"],
@@ -156,7 +185,16 @@ def _decide(session_id: str, request_id: str, decision: str, fmt: str) -> None:
 @output_option
 @json_flag
 def session_approve(session_id: str, request_id: str, fmt: str, as_json: bool) -> None:
-    """Approve a pending permission request (ids from `session permissions ID`)."""
+    """Approve a pending permission request (ids from `session permissions ID`).
+
+    The agent's tool call goes ahead with the allow option it offered (allow-once before allow-always).
+    A request already decided, or cancelled with its turn, answers `permission_not_found` (exit 69).
+
+    Examples:
+
+        compozy session approve sess_0123456789abcdef call_0001
+        compozy session permissions "$SID" -o jsonl | jq -r .request_id | xargs -n1 compozy session approve "$SID"
+    """
     _decide(session_id, request_id, "approve", _fmt(fmt, as_json))
 
 
@@ -166,7 +204,16 @@ def session_approve(session_id: str, request_id: str, fmt: str, as_json: bool) -
 @output_option
 @json_flag
 def session_deny(session_id: str, request_id: str, fmt: str, as_json: bool) -> None:
-    """Deny a pending permission request; the agent's tool call fails with "permission denied"."""
+    """Deny a pending permission request; the agent's tool call fails with "permission denied".
+
+    The turn goes on: the agent decides what to do without the tool. A request already decided, or
+    cancelled with its turn, answers `permission_not_found` (exit 69).
+
+    Examples:
+
+        compozy session deny sess_0123456789abcdef call_0001
+        compozy session deny sess_0123456789abcdef call_0001 -o json
+    """
     _decide(session_id, request_id, "deny", _fmt(fmt, as_json))
 
 
@@ -228,7 +275,16 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
 @output_option
 @json_flag
 def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> None:
-    """Release a holder lease taken by `session resume` (a no-op when NAME does not hold it)."""
+    """Release a holder lease taken by `session resume` (a no-op when NAME does not hold it).
+
+    The session keeps running; only the holder's claim ends. An interactive `session resume` releases
+    its own lease when you press Ctrl-D.
+
+    Examples:
+
+        compozy session detach sess_0123456789abcdef --holder ci-job-42
+        compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json   # the lease to release later
+    """
     fmt = _fmt(fmt, as_json)
     data = session_call(fmt, session_id, "DELETE", "/attach", query={"attached_to": holder})
     emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
@@ -267,7 +323,15 @@ def _interactive(client: Client, session_id: str, base: str, holder: str) -> Non
 @output_option
 @json_flag
 def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
-    """Name a session; an explicit name always wins over the auto-title."""
+    """Name a session; an explicit name always wins over the auto-title.
+
+    The name shows in `session list`, the dashboard and `session recap`; the session id never changes.
+
+    Examples:
+
+        compozy session rename sess_0123456789abcdef "fix flaky login test"
+        compozy session rename sess_0123456789abcdef "nightly triage" -o json
+    """
     fmt = _fmt(fmt, as_json)
     s = session_call(fmt, session_id, "PATCH", "", {"name": name})["session"]
     emit(s, fmt, lambda: click.echo(f"renamed {session_id} to {s['name']!r}"))
@@ -286,7 +350,16 @@ def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
 @json_flag
 def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None, prompt: str | None,
                   permissions: str | None, fmt: str, as_json: bool) -> None:
-    """Spawn a child session (type `spawned`) that is reaped when its TTL expires or its parent stops."""
+    """Spawn a child session (type `spawned`) that is reaped when its TTL expires or its parent stops.
+
+    The parent must be running; the child shares its workspace, and `session status CHILD -o json` shows
+    its `lineage` (parent, role, TTL).
+
+    Examples:
+
+        compozy session spawn sess_0123456789abcdef --role reviewer --ttl 3600 --prompt "review the diff"
+        compozy session spawn sess_0123456789abcdef --role scout --ttl 600 --permissions deny-all -o json
+    """
     fmt = _fmt(fmt, as_json)
     body: dict[str, Any] = {"role": role, "ttl_seconds": ttl_seconds}
     for key, value in (("agent_name", agent), ("prompt", prompt), ("permissions", permissions)):
@@ -310,7 +383,15 @@ def hooks() -> None:
 @output_option
 @json_flag
 def hooks_runs(session_id: str, event: str | None, last: int | None, fmt: str, as_json: bool) -> None:
-    """Every hook run of a session (from its events.db), oldest first."""
+    """Every hook run of a session (from its events.db), oldest first.
+
+    One row per run: the hook, the event that fired it, sync or async, its outcome and how long it took.
+
+    Examples:
+
+        compozy hooks runs --session sess_0123456789abcdef
+        compozy hooks runs --session sess_0123456789abcdef --event session.post_stop --last 5 -o json
+    """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:

@@ -70,6 +70,11 @@ def session_recap(session_id: str, limit: int | None, fmt: str, as_json: bool) -
 
     Read it before `session resume`, or instead of it for a stopped session. The same store prints
     the same bytes (`-o json`).
+
+    Examples:
+
+        compozy session recap sess_0123456789abcdef
+        compozy session recap sess_0123456789abcdef --limit 5 -o json | jq .recap.pending_markers
     """
     fmt = _fmt(fmt, as_json)
     client = _client()
