@@ -1,6 +1,7 @@
 """What a newcomer's probe of the dashboard found, in Chromium against the real daemon: a long name without
 spaces pushed every column off the page, a phone-wide window scrolled sideways with the daemon status cut off,
-the tasks page kept "unreachable" after the daemon answered again, and `/tasks/` was a 404."""
+the tasks page kept "unreachable" after the daemon answered again, `/tasks/` was a 404, and a session page
+read `active` after the daemon itself shut down."""
 
 from __future__ import annotations
 
@@ -82,3 +83,26 @@ def test_a_workspace_registered_while_the_page_is_open_joins_the_filter(page: Pa
     expect(page.locator(f'tr[data-session-id="{session["id"]}"]')).to_be_visible(timeout=20_000)
     expect(page.locator(f'#f-workspace option[value="{session["workspace_id"]}"]')).to_have_count(1)
     expect(page.locator(f'#ns-workspaces option[value="{fresh.resolve()}"]')).to_have_count(1)
+
+
+def test_a_session_page_shows_the_stop_when_the_daemon_itself_goes_away(page: Page, tmp_path: Path,
+                                                                        workspace: Path) -> None:
+    # The daemon's shutdown stops its sessions; the refetch after the stream's last frame then failed, and the
+    # header read `active` with a Stop button beneath the "Session stopped" banner.
+    own = start_daemon(tmp_path / "home")
+    try:
+        sid = own.create(workspace)["id"]
+        page.goto(own.login_url())
+        page.goto(own.base_url + f"/sessions/{sid}")
+        expect(page.locator("#s-state")).to_have_text("active")
+        expect(page.locator("#s-health")).to_have_text("healthy", timeout=20_000)
+        expect(page.locator("#btn-stop")).to_be_visible()
+    finally:
+        own.stop()
+    expect(page.locator("#s-state")).to_have_text("stopped", timeout=15_000)
+    expect(page.locator("#s-stop")).to_have_text("shutdown")
+    expect(page.locator("#btn-stop")).to_be_hidden()
+    # The running session's health is greyed, not passed off as the stopped one's (unless the daemon's own
+    # record of the stop arrived before it went away: then the pill shows that record's health).
+    pill = page.locator("#s-health")
+    assert "stale" in (pill.get_attribute("class") or "").split() or pill.inner_text() != "healthy"

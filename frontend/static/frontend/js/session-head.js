@@ -13,6 +13,10 @@ import { $, features, pollSession, session } from "./session-record.js";
 import { resumeIfReactivated, view } from "./session-stream.js";
 
 let lastState = session.state;
+// The state of the last record the daemon sent: a provisional one (the stream's closing frame) changes what the
+// page offers at once, but the health pill and `compozy:session` follow only the daemon's record, whose health
+// is derived by then (read at the provisional stop, the pill said `unknown` and was never read again).
+let lastRecordState = session.state;
 
 export function renderHead() {
   const s = session;
@@ -60,8 +64,15 @@ export function renderHead() {
   lastState = s.state;
   renderDiagnostics();
   resumeIfReactivated(previousState);
-  if (s.state !== previousState) {
-    pollSession();
+  if (s.state !== previousState) pollSession();
+  if (s.provisional) {
+    // Greyed until the daemon's record comes: the health it showed was the running session's.
+    const pill = $("s-health");
+    pill.classList.add("stale");
+    pill.title = "health from before the stop; waiting for the daemon's record";
+  }
+  if (!s.provisional && s.state !== lastRecordState) {
+    lastRecordState = s.state;
     // The health pill and panel would otherwise contradict the new state until their next poll.
     if (features.health) loadHealth();
     document.dispatchEvent(new CustomEvent("compozy:session", { detail: s }));

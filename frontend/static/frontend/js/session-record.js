@@ -40,6 +40,18 @@ async function refreshSession() {
 
 export const refreshSessionSoon = debounce(refreshSession, 150);
 
+// The stream's closing `session_stopped` frame, shown until the daemon's own record arrives: after a daemon
+// shutdown that refetch fails, and the header read `active` with a Stop button beneath "Session stopped".
+// It is marked `provisional`: the daemon has not derived the stopped session's health yet, so the health pill
+// waits for the record (session-head.js).
+export function applyStopped(frame) {
+  if (!frame || session.state === "stopped") return;
+  session = { ...session, state: "stopped", prompt_state: "idle", badge: frame.failure ? "failed" : "stopped",
+    stop_reason: frame.stop_reason || session.stop_reason, stop_detail: frame.stop_detail || "",
+    failure: frame.failure || null, pending_permissions: 0, provisional: true };
+  render();
+}
+
 let pollTimer = null;
 
 // Rescheduled on every state change, so a stopped page that sees its session resume polls fast again.

@@ -14,7 +14,7 @@ import { api, errorText } from "./common.js";
 import { EntryView } from "./entries.js";
 import { applyQueueMarker, refreshQueueSoon, renderQueue } from "./session-composer.js";
 import { decidePermission, refreshPermissionsSoon } from "./session-permissions.js";
-import { $, data, features, refreshSessionSoon, scoped, session } from "./session-record.js";
+import { $, applyStopped, data, features, refreshSessionSoon, scoped, session } from "./session-record.js";
 
 // The first snapshot holds this many entries; older ones load a page of OLDER_PAGE at a time.
 const SNAPSHOT_ENTRIES = (data.transcript && data.transcript.limit) || 100;
@@ -197,7 +197,10 @@ export function openStream(resume = false) {
     const frame = parse(message);
     if (frame) onDelta(frame);
   });
-  source.addEventListener("session_stopped", () => endStream("ended"));
+  source.addEventListener("session_stopped", (message) => {
+    applyStopped(parse(message));
+    endStream("ended");
+  });
   source.addEventListener("error", onStreamError);
 }
 
