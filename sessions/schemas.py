@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from sessions import recap, transcript
@@ -51,6 +51,16 @@ def readable(value: str) -> str:
     return value
 
 
+def whole_number(value: Any) -> Any:
+    """JSON numbers only: `true` and `"60"` are refused (pydantic's lax int takes both), `60.0` is the integer
+    JSON Schema's `integer` says it is; `60.5` is then refused by the int itself."""
+    if isinstance(value, bool | str | bytes):
+        raise PydanticCustomError("int_type", "must be a whole JSON number, not a boolean or a string")
+    return value
+
+
+# An integer field of a body: a whole JSON number, `60` or `60.0`.
+WholeInt = Annotated[int, BeforeValidator(whole_number)]
 Text = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(readable)]
 Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(readable)]
 Ref = Annotated[str, Field(max_length=MAX_REF), AfterValidator(readable)]
@@ -197,7 +207,7 @@ class PermissionDecisionIn(StrictIn):
 
 class SpawnChildIn(StrictIn):
     role: Name
-    ttl_seconds: Annotated[StrictInt, Field(ge=1, le=MAX_TTL_SECONDS)]
+    ttl_seconds: Annotated[WholeInt, Field(ge=1, le=MAX_TTL_SECONDS)]
     agent_name: Ref | None = None
     prompt: Text | None = None
     permissions: PermissionMode | None = None
@@ -206,7 +216,7 @@ class SpawnChildIn(StrictIn):
 
 class AttachIn(StrictIn):
     attached_to: Ref | None = None
-    ttl_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 900
+    ttl_seconds: Annotated[WholeInt, Field(ge=1, le=86400)] = 900
 
 
 # ---- sessions: queries --------------------------------------------------------------------------

@@ -7,9 +7,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
-from pydantic import StrictInt
 
-from sessions.schemas import Ident, Name, PathText, Ref, StrictIn, Text, responses
+from sessions.schemas import Ident, Name, PathText, Ref, StrictIn, Text, WholeInt, responses
 from sessions.work import services
 from sessions.work.enums import TaskStatus
 
@@ -26,7 +25,7 @@ class TaskCreateIn(StrictIn):
     workspace: Ref | None = Field(None, description="A registered workspace id, name or path.")
     workspace_path: PathText | None = Field(None, description="An absolute path; registered when new.")
     cwd: PathText | None = Field(None, description="Where the agent works, inside the workspace; defaults to its root.")
-    max_attempts: StrictInt = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
+    max_attempts: WholeInt = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
 
 
 class RunOut(Schema):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +340,20 @@ def test_a_null_body_is_no_body_where_the_body_is_optional(daemon: Daemon, ws: P
     # Where a body is required, null is still refused, naming what is missing.
     refused = post_raw(daemon, daemon.scoped(sid, "/prompt"), b"null")
     assert refused.status_code == 400 and refused.json()["code"] != "internal_error", refused.text
+
+
+def test_an_integer_field_takes_a_whole_json_number_and_nothing_else(daemon: Daemon,
+                                                                      session: dict[str, Any]) -> None:
+    # JSON Schema's `integer` (what the OpenAPI contract says) admits 60.0; a boolean, a string or 60.5 is not one.
+    attach = daemon.scoped(session["id"], "/attach")
+    for wrong in (True, "60", 60.5, None):
+        answer = daemon.http.post(attach, json={"attached_to": "probe", "ttl_seconds": wrong})
+        assert answer.status_code == 400, (wrong, answer.text)
+        assert answer.json()["code"] == "invalid_ttl" and "ttl_seconds" in answer.json()["error"], answer.text
+    taken = daemon.http.post(attach, json={"attached_to": "probe", "ttl_seconds": 60.0})
+    assert taken.status_code == 200, taken.text
+    lease = taken.json()["attach"]
+    assert lease["attached_to"] == "probe", lease
+    held = datetime.fromisoformat(lease["attach_expires_at"]) - datetime.fromisoformat(lease["attached_at"])
+    assert held.total_seconds() == 60
+    assert daemon.http.delete(attach, params={"attached_to": "probe"}).status_code == 200
