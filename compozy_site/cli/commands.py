@@ -187,7 +187,8 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
                  as_json: bool) -> None:
     """List sessions (active ones by default), most recently updated first.
 
-    `-o json` prints `{sessions: [...], page: {total, has_more, next_cursor}}`; `-o jsonl` one session a line.
+    `-o json` prints one page, `{sessions: [...], page: {total, has_more, next_cursor}}`; `-o jsonl` every
+    matching session, one a line, following the pages (`--limit` sets their size).
 
     Examples:
 
@@ -198,11 +199,25 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
     from compozy_site.cli.events_view import session_rows
 
     fmt = _fmt(fmt, as_json)
+    client = _client()
+    filters = {"all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
+               "workspace": workspace, "agent": agent, "q": query, "limit": limit,
+               "include_health": "true" if include_health else None}
     try:
-        data = _client().request("GET", "/api/sessions", query={
-            "all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
-            "workspace": workspace, "agent": agent, "q": query, "limit": limit, "cursor": cursor,
-            "include_health": "true" if include_health else None})
+        data = client.request("GET", "/api/sessions", query={**filters, "cursor": cursor})
+        if fmt == "jsonl":
+            # A script reading lines has no page object to find the next cursor in, so it gets every match.
+            # A session updated while the pages are read can move to a later page: it is printed once.
+            printed: set[str] = set()
+            while True:
+                for row in data["sessions"]:
+                    if row["id"] not in printed:
+                        printed.add(row["id"])
+                        click.echo(json_line(row))
+                if not data["page"].get("has_more"):
+                    return
+                data = client.request("GET", "/api/sessions",
+                                      query={**filters, "cursor": data["page"]["next_cursor"]})
     except ApiError as exc:
         fail_api(exc, fmt)
 
@@ -216,7 +231,7 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
         if page.get("has_more"):
             click.echo(f"{len(data['sessions'])} of {page['total']}; next page: --cursor {page.get('next_cursor')}")
 
-    emit(data if fmt == "json" else data["sessions"], fmt, human)
+    emit(data, fmt, human)
 
 
 def _print_event(row: dict[str, Any], fmt: str) -> None:

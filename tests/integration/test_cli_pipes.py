@@ -1,7 +1,7 @@
 """The CLI as a person and a shell use it, against the real daemon and the scripted agent: stored text cannot
 drive the terminal, a reader that closes the pipe (`| head -1`) ends any command quietly with 0, Ctrl-C on a
-streaming prompt says the turn goes on and how to follow or stop it, and a turn waiting for a person's
-approval says how to give it."""
+streaming prompt says the turn goes on and how to follow or stop it, a turn waiting for a person's
+approval says how to give it, and a listing read line by line holds every match, not its first page."""
 
 from __future__ import annotations
 
@@ -157,3 +157,18 @@ def test_a_turn_waiting_for_approval_says_how_to_approve_it(daemon: Daemon, work
         _, err = proc.communicate(timeout=CLI_TIMEOUT)
     assert proc.returncode == 0, err.decode()
     assert (workspace / "out.txt").read_text() == "hello"
+
+
+def test_a_session_listing_read_line_by_line_holds_every_page(daemon: Daemon, workspace: Path) -> None:
+    # `-o jsonl` has no page object to carry a cursor: a script that pipes it into `jq` got the first page only.
+    ids = {daemon.create(workspace)["id"] for _ in range(5)}
+    listed = subprocess.run(compozy("session", "list", "--workspace", str(workspace), "--limit", "2", "-o", "jsonl"),
+                            env=daemon.env, cwd=str(ROOT), capture_output=True, text=True, timeout=CLI_TIMEOUT)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert sorted(row["id"] for row in rows) == sorted(ids)
+    # `-o json` stays one page, with the cursor to the next.
+    page = json.loads(subprocess.run(compozy("session", "list", "--workspace", str(workspace), "--limit", "2",
+                                             "-o", "json"), env=daemon.env, cwd=str(ROOT), capture_output=True,
+                                     text=True, timeout=CLI_TIMEOUT).stdout)
+    assert len(page["sessions"]) == 2 and page["page"]["has_more"] and page["page"]["next_cursor"]
