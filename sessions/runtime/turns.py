@@ -112,6 +112,9 @@ class TurnsMixin:
                 from sessions.errors import HookDenied
 
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
+            # Health follows prompt activity (health reference §3): `prompting` and wake-ineligible once the turn
+            # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
+            spawn(self.persist())
             turn.task = spawn(self._run_turn(turn))
             self.announce()  # `running` on the dashboard now, not at its next poll (the turn's end persists)
         if self._heartbeat is None or self._heartbeat.done():

@@ -112,15 +112,21 @@ def test_a_stopped_session_reads_stopped_and_not_attachable_on_every_surface(hd:
     assert (decision["result"], decision["reason"]) == ("skipped", "session_unhealthy")
 
 
-def test_a_prompt_started_inside_the_wake_gate_skips_the_wake(hd: Daemon, workspace: Path) -> None:
+def test_a_running_prompt_reads_prompting_and_is_never_woken(hd: Daemon, workspace: Path) -> None:
     s = hd.create(workspace)
     response = hd.prompt(s["id"], "slow 6 0.5")
     assert response.status_code == 200, response.text
-    # Health still reads idle (turn heartbeats persist every 30 s): the gate passes, the send finds the turn.
-    assert health(hd, s["id"])["state"] == "idle"
+    # Health follows the prompt at once: it read `idle` and wake-eligible until the turn's first heartbeat (30 s).
+    during = wait_for(lambda: (h := health(hd, s["id"]))["state"] == "prompting" and h, timeout=3,
+                      what="health to read prompting")
+    assert during["active_prompt"] is True and during["health"] == "healthy"
+    assert during["eligible_for_wake"] is False and during["ineligibility_reason"] == "session_prompt_active"
     decision = hd.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": s["id"]}).json()["decision"]
-    assert (decision["result"], decision["reason"]) == ("skipped", "session_prompt_active_race")
+    assert (decision["result"], decision["reason"]) == ("skipped", "session_prompt_active")
     hd.turn_events(s["id"], response.json()["prompt"]["turn_id"])
+    after = wait_for(lambda: (h := health(hd, s["id"]))["state"] == "idle" and h, timeout=5,
+                     what="health to read idle after the turn")
+    assert after["active_prompt"] is False and after["eligible_for_wake"] is True
     assert of_type(hd.all_events(s["id"]), "synthetic_reentry") == []
 
 

@@ -1,14 +1,17 @@
 """Health and wake through lifecycle hooks, on the real daemon: `session.health.update.after` fires on transitions
 only and at most once per `session_health_hook_min_interval`; a hook refusing the synthetic prompt makes the wake
-`synthetic_prompt_failed`."""
+`synthetic_prompt_failed`; a prompt that starts after health was read makes a wake `session_prompt_active_race`,
+never a second turn."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,9 +20,12 @@ from tests.integration.test_health import HEARTBEAT, write_policy
 
 RECORD = "import sys, json; p = json.load(sys.stdin); open(sys.argv[1], 'a').write(json.dumps(p) + chr(10))"
 DENY_SYNTHETIC = "import json; print(json.dumps({'deny': True, 'deny_reason': 'no wakes here'}))"
+# Holds a starting turn in its workspace: the runtime is busy while health, written once the turn may start,
+# still reads idle.
+HOLD_TURN = "import time; time.sleep(4); print('{}')"
 
 
-def hooks_config(log: Path) -> str:
+def hooks_config(log: Path, held: Path) -> str:
     return f"""
 [agents.heartbeat]
 session_health_hook_min_interval = "3s"
@@ -41,6 +47,16 @@ command = "{sys.executable}"
 args = ["-c", {json.dumps(DENY_SYNTHETIC)}]
 [hooks.declarations.matcher]
 input_class = "synthetic_reentry"
+
+[[hooks.declarations]]
+name = "hold-turn"
+event = "turn.start"
+mode = "sync"
+timeout = "20s"
+command = "{sys.executable}"
+args = ["-c", {json.dumps(HOLD_TURN)}]
+[hooks.declarations.matcher]
+workspace_root = {json.dumps(str(held))}
 """
 
 
@@ -48,7 +64,8 @@ input_class = "synthetic_reentry"
 def hk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("health-hooks")
     write_policy(home, text=HEARTBEAT.replace("  min_interval: 1s\n", ""))
-    d = start_daemon(home, hooks_config(home / "health-hook.jsonl"))
+    (home / "held").mkdir()
+    d = start_daemon(home, hooks_config(home / "health-hook.jsonl", (home / "held").resolve()))
     yield d
     d.stop()
 
@@ -90,3 +107,24 @@ def test_a_synthetic_prompt_refused_by_a_hook_is_synthetic_prompt_failed(hk: Dae
     assert of_type(hk.all_events(s["id"]), "synthetic_reentry") == []
     health = hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]
     assert health["state"] == "idle"  # a refused wake leaves the session as it was
+
+
+def test_a_prompt_that_starts_after_health_was_read_makes_the_wake_a_race(hk: Daemon) -> None:
+    s = hk.create(hk.home / "held")
+    prompted: list[Any] = []
+    sender = threading.Thread(target=lambda: prompted.append(hk.prompt(s["id"], "hello")))
+    sender.start()
+    try:
+        # The turn holds the runtime (its turn.start hook runs) while health still reads idle and eligible.
+        wait_for(lambda: hk.session(s["id"])["prompt_state"] == "prompting", timeout=10, what="the turn to start")
+        health = hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]
+        assert (health["state"], health["eligible_for_wake"]) == ("idle", True)
+        decision = hk.http.post("/api/agents/scripted/heartbeat/wake",
+                                json={"session_id": s["id"]}).json()["decision"]
+        assert (decision["result"], decision["reason"]) == ("skipped", "session_prompt_active_race")
+    finally:
+        sender.join(30)
+    [response] = prompted
+    assert response.status_code == 200, response.text
+    hk.turn_events(s["id"], response.json()["prompt"]["turn_id"])
+    assert of_type(hk.all_events(s["id"]), "synthetic_reentry") == []

@@ -2,7 +2,8 @@
 real catalog, real HEARTBEAT.md files and health rows derived by `health.services` from meta snapshots.
 
 `session_prompt_active_race` and `wake_sent` need a live agent turn: they are pinned against the real daemon in
-`tests/integration/test_health.py` (and `synthetic_prompt_failed` there too, from a hook that refuses the prompt)."""
+`tests/integration/test_health.py` and `test_health_hooks.py` (with `synthetic_prompt_failed`, from a hook that
+refuses the prompt, and the race, from a hook that holds a starting turn)."""
 
 from __future__ import annotations
 
