@@ -33,14 +33,13 @@ from sessions.services.prompts import (
     prompt_session,
     steer_session,
 )
-from sessions.services.reactivation import REACTIVATION_HINT, attach, detach, reactivate
+from sessions.services.reactivation import attach, detach, reactivate
 from sessions.services.reads import history, hook_runs, list_events, list_sessions
 from sessions.services.status import runtime_status
 from sessions.services.workspaces import add_workspace, list_workspaces, remove_workspace, workspace_info
 from sessions.store.folder import load_meta
 
 __all__ = [
-    "REACTIVATION_HINT",
     "REASONING_EFFORTS",
     "SPEEDS",
     "SessionOwnedElsewhere",

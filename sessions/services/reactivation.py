@@ -19,7 +19,17 @@ from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scop
 from sessions.store import events as event_store
 from sessions.store import folder
 
-REACTIVATION_HINT = "inspect `compozy session recap|history ID` and `compozy session repair ID --dry-run`"
+
+def reactivation_hint(session_id: str) -> str:
+    """Where to look before new work, with the id filled in (a literal `ID` made the operator find it)."""
+    return (f"inspect `compozy session recap {session_id}` (or `history`) and "
+            f"`compozy session repair {session_id} --dry-run`")
+
+
+def _unreadable_store_hint(session_id: str) -> str:
+    """recap, history and repair read the same store: they fail alike, so they are no help here."""
+    return (f"keep what is left with `compozy session evidence {session_id}`; "
+            f"`compozy session remove {session_id}` deletes it and its history")
 
 
 def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig, list[Path]]:
@@ -33,7 +43,9 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig,
         raise Conflict(f"session is {meta['state']}, not stopped", code="session_not_stopped")
 
     def refuse(message: str, code: str) -> Conflict:
-        return Conflict(f"session cannot be reactivated: {message}; {REACTIVATION_HINT}", code=code,
+        hint = _unreadable_store_hint(session_id) if code == "event_store_unreadable" else \
+            reactivation_hint(session_id)
+        return Conflict(f"session cannot be reactivated: {message}; {hint}", code=code,
                         data={"session_id": session_id, "reason": code})
 
     if (meta.get("session_type") or "user") != SessionType.USER:
@@ -93,7 +105,7 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     if payload["state"] != SessionState.ACTIVE:
         failure = payload.get("failure") or {}
         raise Conflict(f"reactivation failed: {failure.get('summary') or payload.get('stop_detail') or 'timed out'}; "
-                       f"{REACTIVATION_HINT}", code="session_reactivation_failed",
+                       f"{reactivation_hint(session_id)}", code="session_reactivation_failed",
                        data={"session": payload})
     return payload
 
@@ -107,7 +119,8 @@ def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_sec
     payload = get_session(session_id, workspace_ref)
     if not payload["attachable"]:
         raise Conflict(f"session is not attachable (state {payload['state']}, badge {payload['badge']}); "
-                       f"{REACTIVATION_HINT}", code="session_not_attachable", data={"session": payload})
+                       f"{reactivation_hint(session_id)}", code="session_not_attachable",
+                       data={"session": payload})
     now = folder.utcnow()
     expires = now + timedelta(seconds=ttl_seconds)
     from django.db.models import Q

@@ -202,6 +202,10 @@ def test_a_corrupt_event_store_is_a_clear_error_and_the_page_still_renders(daemo
     for suffix in ("/events", "/history", "/transcript", "/recap"):
         error(daemon.http.get(daemon.scoped(sid, suffix)), 409, "event_store_unreadable")
     error(daemon.http.get(f"/sessions/{sid}/events.jsonl"), 409, "event_store_unreadable")
+    # A prompt refuses to reactivate it, pointing at what still works (recap, history and repair read the
+    # same store and fail alike).
+    refused = error(daemon.prompt(sid, "hello?"), 409, "event_store_unreadable")
+    assert f"compozy session evidence {sid}" in refused["error"] and "recap" not in refused["error"]
     page = daemon.http.get(f"/sessions/{sid}")
     assert page.status_code == 200 and 'id="store-error"' in page.text
     assert daemon.session(sid)["state"] == "stopped"

@@ -274,7 +274,8 @@ def test_a_session_whose_workspace_root_is_gone_refuses_reactivation(daemon: Dae
     for response in (daemon.http.post(daemon.scoped(sid, "/reactivate")), daemon.prompt(sid, "hello?")):
         body = error_code(response, 409)
         assert body["code"] == "workspace_root_missing"
-        for hint in ("recap", "history", "repair"):
+        # Commands to run as they are: the id filled in, not a literal `ID`.
+        for hint in (f"compozy session recap {sid}", "history", f"compozy session repair {sid} --dry-run"):
             assert hint in body["error"]
     assert cli_error_code(daemon.cli("session", "resume", sid, "-o", "json")) == "workspace_root_missing"
     attach = daemon.http.post(daemon.scoped(sid, "/attach"), json={"attached_to": "http:me", "ttl_seconds": 60})
