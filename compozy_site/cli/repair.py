@@ -54,8 +54,10 @@ def session_repair(session_id: str, dry_run: bool, force: bool, fmt: str, as_jso
     """Repair an interrupted transcript: an interrupted `tool_result` per dangling tool call, then a
     terminal `error`. Append-only and idempotent; the session must be stopped.
 
-    Exits 1 when the report has blocking errors (a damaged event store, a live session, a stop reason that
-    needs `--force`). `-o json` prints the report: `{session_id, persisted, issues: [...], actions: [...]}`.
+    Exits 1 when the report has blocking errors (a stop reason that needs `--force`). A live session
+    (`session_not_stopped`) or an unreadable event store (`event_store_unreadable`) is refused before any
+    report: one error line, exit 65. `-o json` prints the report:
+    `{session_id, persisted, issues: [...], actions: [...]}`.
 
     Examples:
 
