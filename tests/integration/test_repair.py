@@ -160,6 +160,15 @@ def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_pat
             counts["errors"]) == (2, 2, 0, 1, [])
     again = json.loads(manage(home, "rebuild_catalog", "--json").stdout)
     assert (again["sessions_created"], again["sessions_updated"], again["workspaces_created"]) == (0, 2, 0)
+    # A folder whose meta.json is unreadable is an error to fix, and its row is no orphan: its folder is there.
+    meta_path = home / "sessions" / stopped / "meta.json"
+    good = meta_path.read_bytes()
+    meta_path.write_text("{ not json")
+    broken = manage(home, "rebuild_catalog", "--json")
+    assert broken.returncode == 1, broken.stderr
+    report = json.loads(broken.stdout)
+    assert [e["session_id"] for e in report["errors"]] == [stopped] and report["orphan_rows"] == []
+    meta_path.write_bytes(good)
 
     d = start_daemon(home, timeout=START_TIMEOUT)
     try:

@@ -50,15 +50,15 @@ ORPHAN_SCAN_CHUNK = 2000
 REBUILD_BATCH = 500  # folders per catalog transaction
 
 
-def orphan_ids(seen: set[str], limit: int) -> list[str]:
-    """Catalog session ids without a folder in `seen`, at most `limit`.
+def orphan_ids(folders: set[str], limit: int) -> list[str]:
+    """Catalog session ids without a folder in `folders`, at most `limit`.
 
-    A set difference in Python over the ids streamed in chunks: `exclude(id__in=seen)` binds one SQL variable
+    A set difference in Python over the ids streamed in chunks: `exclude(id__in=folders)` binds one SQL variable
     per session and fails past SQLite's limit (32,766 on common builds; 999 on old ones)."""
     found: list[str] = []
     ids = Session.objects.order_by("id").values_list("id", flat=True)
     for session_id in ids.iterator(chunk_size=ORPHAN_SCAN_CHUNK):
-        if session_id not in seen:
+        if session_id not in folders:
             found.append(session_id)
             if len(found) >= limit:
                 break
@@ -83,7 +83,6 @@ exit codes: 0 every folder cataloged, 1 a folder could not be (listed), 65 a bad
         counts = {"scanned": 0, "workspaces_created": 0, "sessions_created": 0, "sessions_updated": 0,
                   "sessions_skipped": 0}
         errors: list[dict[str, str]] = []
-        seen: set[str] = set()
         ids = folder.list_session_dirs()
         for start in range(0, len(ids), REBUILD_BATCH):
             # One commit per batch (a commit per session took 22 s for 5k folders); a savepoint per session
@@ -104,9 +103,9 @@ exit codes: 0 every folder cataloged, 1 a folder could not be (listed), 65 a bad
                         message = str(exc) if not isinstance(exc, KeyError) else f"meta.json lacks {exc}"
                         errors.append({"session_id": session_id, "error": message})
                         continue
-                    seen.add(session_id)
                     counts["sessions_updated" if existed else "sessions_created"] += 1
-        orphans = orphan_ids(seen, MAX_LISTED + 1)
+        # A folder whose meta.json could not be read is skipped above, but it exists: its row is no orphan.
+        orphans = orphan_ids(set(ids), MAX_LISTED + 1)
         result = {**counts, "workspaces_total": Workspace.objects.count(), "sessions_total": Session.objects.count(),
                   "orphan_rows": orphans[:MAX_LISTED], "errors": errors[:MAX_LISTED]}
         if self.wants_json(options):
