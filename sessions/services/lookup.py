@@ -53,7 +53,15 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
     unsaved = _unsaved_meta(session_id)
     if unsaved is not None:
         return unsaved
-    meta = load_meta(session_id)
+    try:
+        meta = load_meta(session_id)
+    except Conflict:
+        # meta.json damaged under a session this daemon runs (by hand, a bad disk): the runtime's copy is the
+        # truth, so the session can still be read and stopped, and its next write puts the file right.
+        live = _runtime_meta(session_id)
+        if live is None:
+            raise
+        return live
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
         from sessions.stale_repair import repair_stale_meta, stale_fix
 
@@ -68,6 +76,18 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
                                session_id, exc)
                 meta = fixed
     return meta
+
+
+def _runtime_meta(session_id: str) -> dict[str, Any] | None:
+    runtime = _live_runtime(session_id)
+    if runtime is None:
+        return None
+    for _ in range(3):
+        try:
+            return copy.deepcopy(runtime.meta)
+        except RuntimeError:  # changed by the loop while copied (this may run on a worker thread): read again
+            continue
+    return None
 
 
 def _unsaved_meta(session_id: str) -> dict[str, Any] | None:

@@ -361,3 +361,18 @@ def test_an_integer_field_takes_a_whole_json_number_and_nothing_else(daemon: Dae
     held = datetime.fromisoformat(lease["attach_expires_at"]) - datetime.fromisoformat(lease["attached_at"])
     assert held.total_seconds() == 60
     assert daemon.http.delete(attach, params={"attached_to": "probe"}).status_code == 200
+
+
+def test_a_live_session_whose_meta_json_was_damaged_can_still_be_read_and_stopped(daemon: Daemon,
+                                                                                  ws: Path) -> None:
+    # Its runtime holds the truth: a stop answered 409 session_meta_invalid and the agent ran on.
+    sid = daemon.create(ws)["id"]
+    meta_path = daemon.home / "sessions" / sid / "meta.json"
+    meta_path.write_text(meta_path.read_text().replace('"state": "active"', '"state": "zombie"'))
+    assert '"zombie"' in meta_path.read_text()
+    assert daemon.session(sid)["state"] == "active"
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+    stopped = daemon.session(sid)
+    assert stopped["state"] == "stopped" and stopped["stop_reason"] == "user_canceled"
+    # The stop's own write put the file right.
+    assert json.loads(meta_path.read_text())["state"] == "stopped"
