@@ -163,30 +163,67 @@ def check_live_streams() -> dict[str, Any]:
                 f"{viewers} viewer(s) on {len(streams)} session(s)", evidence={"sessions": streams})
 
 
-def check_session_metadata() -> dict[str, Any]:
-    """Sessions the last boot repair could not repair (an unreadable meta.json, a repair that failed), re-checked
-    now: they are listed from their catalog row with `meta_error` until a person fixes them."""
-    from sessions.boot_repair import read_report
-    from sessions.store.folder import read_meta
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
-    report = read_report()
-    if report is None:
-        return item("session_metadata", "sessions", "info", "Session metadata", "no boot repair has run yet")
-    invalid = []
-    for session_id in report.get("invalid") or []:
+
+def damaged_store(path: Path) -> str | None:
+    """Why a session's events.db cannot hold its history, from its size and 100-byte header alone (cheap enough
+    for every session): empty (SQLite would read it as a store with no events), not SQLite, or shorter than its
+    first page (truncated). None when it looks whole, or is missing (a session that recorded nothing yet)."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(100)
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if size == 0:
+        # SQLite creates the file empty and writes its first page a moment later: only an old empty file is damage.
+        return "empty" if time.time() - path.stat().st_mtime > 60 else None
+    if not header.startswith(SQLITE_MAGIC) or len(header) < 100:
+        return "not an SQLite database"
+    page = int.from_bytes(header[16:18], "big")
+    if size < (65536 if page == 1 else page):
+        return f"truncated ({size} bytes, shorter than its first page)"
+    return None
+
+
+def check_session_metadata() -> dict[str, Any]:
+    """Every session folder read now: an unreadable meta.json, or an events.db that cannot hold its history,
+    and what the last boot repair could not repair. A session listed here is shown from its catalog row."""
+    from sessions.boot_repair import read_report
+    from sessions.store.folder import events_path, list_session_dirs, read_meta, session_dir
+
+    invalid, damaged = [], {}
+    folders = list_session_dirs()
+    for session_id in folders:
         try:
             read_meta(session_id)
         except ValueError:
             invalid.append(session_id)
+        why = damaged_store(events_path(session_id))
+        if why is not None:
+            damaged[session_id] = why
+    report = read_report() or {}
     failed = list(report.get("failed") or [])
-    evidence = {"invalid": invalid, "failed": failed, "boot_repair_at": report.get("at")}
-    if invalid or failed:
-        first = (invalid or failed)[0]
-        return item("session_metadata", "sessions", "warn", "Sessions boot repair could not repair",
-                    f"{len(invalid)} unreadable meta.json (session_meta_invalid), {len(failed)} failed repair(s); "
-                    f"e.g. {first}", f"compozy session repair {first} --dry-run", evidence)
-    return item("session_metadata", "sessions", "ok", "Session metadata",
-                f"every meta.json read at the last boot repair ({report.get('at')})", evidence=evidence)
+    evidence = {"invalid": invalid, "damaged_stores": damaged, "failed": failed, "boot_repair_at": report.get("at"),
+                "folders": len(folders)}
+    if not (invalid or damaged or failed):
+        return item("session_metadata", "sessions", "ok", "Session metadata",
+                    f"{len(folders)} session folder(s) read: every meta.json valid, every events.db whole",
+                    evidence=evidence)
+    if invalid:
+        # Nothing in Compozy reads past a broken meta.json: a person fixes it (its events.db keeps the history).
+        hint = f"fix or move aside {session_dir(invalid[0])}/meta.json"
+    elif damaged:
+        hint = f"compozy session evidence {next(iter(damaged))}"
+    else:
+        hint = f"compozy session repair {failed[0]} --dry-run"
+    first = (invalid or list(damaged) or failed)[0]
+    return item("session_metadata", "sessions", "warn", "Session folders that need a person",
+                f"{len(invalid)} unreadable meta.json (session_meta_invalid), {len(damaged)} damaged events.db, "
+                f"{len(failed)} failed boot repair(s); e.g. {first}", hint, evidence)
 
 
 # The wake cycle is late when no tick was claimed for this many cycle intervals (a stuck or dead consumer).

@@ -120,6 +120,17 @@ def test_a_zombie_and_a_broken_meta_json_do_not_stop_the_boot_repair_of_a_crashe
                  if s["id"] == victim]
         assert row["meta_error"]["code"] == "session_meta_invalid" and row["attachable"] is False
         meta_json.write_text(kept)  # repaired by hand: a clean stopped session from here on
+        # A truncated events.db read as a clean stopped session everywhere; doctor reads every folder now.
+        files = {f: home / "sessions" / victim / f for f in ("events.db", "events.db-wal", "events.db-shm")}
+        saved = {f: path.read_bytes() for f, path in files.items() if path.exists()}
+        for path in files.values():
+            path.unlink(missing_ok=True)
+        files["events.db"].write_bytes(saved["events.db"][:100])
+        [check] = second.cli_json("doctor", "--only", "session_metadata")["items"]
+        assert check["evidence"]["damaged_stores"] == {victim: "truncated (100 bytes, shorter than its first page)"}
+        assert sorted(check["evidence"]["invalid"]) == [zombie, broken] and check["severity"] == "warn"
+        for f, data in saved.items():  # put back: a clean stopped session again
+            files[f].write_bytes(data)
     finally:
         second.stop()
 
