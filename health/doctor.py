@@ -272,9 +272,16 @@ def check_wake_service() -> dict[str, Any]:
                     "session health is not recomputed yet for this daemon start; wakes wait for it", evidence=state)
     last = parse_time(state["last_cycle_at"])
     late = WAKE_LATE_CYCLES * wake_every()
-    if last is None or (utcnow() - last).total_seconds() > late:
+    # Late counts from this daemon's start too: a cycle of an earlier run, or none yet, is no alarm a second in.
+    since = max((t for t in (last, parse_time(current_run())) if t is not None), default=None)
+    if since is None or (utcnow() - since).total_seconds() > late:
         return item("wake_service", "daemon", "warn", "Wake service not cycling",
-                    f"no wake cycle in the last {int(late)} s", "compozy doctor --only job_queue", evidence=state)
+                    f"no wake cycle in the last {int(late)} s; the daemon log says why its job consumer stalled",
+                    "compozy daemon stop && compozy daemon start", evidence=state)
+    if last is None or last < since:
+        return item("wake_service", "daemon", "info", "Wake service starting",
+                    f"no wake cycle yet since this daemon started (one is due within {int(wake_every())} s)",
+                    evidence=state)
     return item("wake_service", "daemon", "ok", "Wake service", f"last cycle {state['last_cycle_at']}",
                 evidence=state)
 
