@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from compozy_site.home import compozy_home, crash_bundles_dir
-from sessions import recap, services
+from sessions import catalog, recap, services
+from sessions.errors import Conflict
+from sessions.models import Session
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.redact import redact_text, redact_value
@@ -101,10 +103,26 @@ def _write_events(session_id: str, meta: dict[str, Any], out: IO[bytes]) -> int:
         after = page[-1]["sequence"]
 
 
+def _meta_or_row(session_id: str, workspace_ref: str | None) -> tuple[dict[str, Any], str | None]:
+    """meta.json, or, when it is unreadable (session_meta_invalid), its catalog row and the error: evidence is
+    most wanted for a session nothing else can read."""
+    try:
+        return services.scoped_meta(session_id, workspace_ref), None
+    except Conflict as exc:
+        if exc.code != "session_meta_invalid":
+            raise
+        row = Session.objects.filter(id=session_id).first()
+        if row is None:
+            raise
+        meta = catalog.row_meta(row)
+        services.check_workspace_scope(workspace_ref, meta)
+        return meta, redact_text(f"{exc.code}: {exc}")
+
+
 def build_evidence(session_id: str, workspace_ref: str | None = None) -> tuple[IO[bytes], str]:
     """(the tar.gz, rewound, and its file name). A part that cannot be collected is named in the manifest's
     `errors` and the rest is still collected: evidence is gathered when things are broken."""
-    meta = services.scoped_meta(session_id, workspace_ref)  # 404 before any work
+    meta, meta_error = _meta_or_row(session_id, workspace_ref)  # 404 before any work
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     root = f"evidence-{session_id}"
     archive = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - handed to the caller
@@ -133,9 +151,18 @@ def build_evidence(session_id: str, workspace_ref: str | None = None) -> tuple[I
 
         from health.doctor import run_doctor
 
+        if meta_error is not None:
+            # The case evidence exists for: the broken file itself, redacted, and the error; the rest from the row.
+            errors["session.json"] = meta_error
+            try:
+                raw = (folder.session_dir(session_id) / folder.META_FILE).read_bytes()
+                add("meta.json.broken", redact_text(raw.decode("utf-8", "replace")).encode())
+            except OSError as exc:
+                errors["meta.json.broken"] = str(exc)
         collect("status.json", services.runtime_status)
         collect("doctor.json", run_doctor)
-        collect("session.json", lambda: {"session": services.get_session(session_id, workspace_ref)})
+        if meta_error is None:
+            collect("session.json", lambda: {"session": services.get_session(session_id, workspace_ref)})
         try:
             with tempfile.TemporaryFile() as spool:
                 counts["events"] = _write_events(session_id, meta, spool)

@@ -11,8 +11,8 @@ from typing import Any
 
 import rich_click as click
 
-from compozy_site.cli.app import _client, _fmt, _session_path, json_flag, output_option, session
-from compozy_site.cli.client import ApiError, _api_error, _decode
+from compozy_site.cli.app import _client, _fmt, _scoped, _session_path, json_flag, output_option, session
+from compozy_site.cli.client import ApiError, Client, _api_error, _decode
 from compozy_site.cli.output import EXIT_USAGE, emit, fail, fail_api
 
 CHUNK = 1024 * 1024
@@ -20,9 +20,23 @@ CHUNK = 1024 * 1024
 DOWNLOAD_TIMEOUT = 300.0
 
 
+def _evidence_path(client: Client, session_id: str) -> str:
+    try:
+        return _session_path(client, session_id, "/evidence")
+    except ApiError as exc:
+        if exc.code != "session_meta_invalid":
+            raise
+    # Its meta.json is unreadable, the case evidence is most wanted for: the list still has its catalog row.
+    rows = client.request("GET", "/api/sessions", query={"all": "true", "q": session_id, "limit": 100})["sessions"]
+    row = next((r for r in rows if r["id"] == session_id), None)
+    if row is None:
+        raise ApiError(404, f"session {session_id} not found", "session_not_found")
+    return _scoped(row, "/evidence")
+
+
 def _save(session_id: str, out: Path | None) -> tuple[Path, int]:
     client = _client()
-    path = _session_path(client, session_id, "/evidence")
+    path = _evidence_path(client, session_id)
     # The client answers JSON; the archive is bytes, so read the response ourselves on the client's connection.
     conn, resp = client._open("GET", path, headers={"Accept": "application/gzip"}, timeout=DOWNLOAD_TIMEOUT)
     try:
@@ -104,7 +118,9 @@ def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool)
     def human() -> None:
         # Plain lines, not a table: the path must stay whole to be copied.
         click.echo(f"wrote {result['path']}")
-        click.echo(f"  {size} bytes, mode 0600, redacted; status, doctor, session, history, recap")
+        parts = ", ".join(part for part in ("status", "doctor", "session", "history", "recap")
+                          if f"{part}.json" not in (manifest.get("errors") or {}))
+        click.echo(f"  {size} bytes, mode 0600, redacted; {parts}")
         click.echo(f"  {counts.get('events', 0)} events, {counts.get('crash_bundles', 0)} crash bundle(s), "
                    f"{counts.get('daemon_log_lines', 0)} daemon-log lines")
         for name, error in (manifest.get("errors") or {}).items():

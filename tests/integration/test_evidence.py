@@ -89,3 +89,29 @@ def test_the_evidence_route_answers_a_gzip_download(daemon: Daemon, workspace: P
     missing = daemon.http.get(daemon.scoped(sid, "").replace(sid, "sess_0000000000000000") + "/evidence")
     assert missing.status_code == 404
     assert daemon.cli("session", "evidence", "sess_0000000000000000").returncode == 69
+
+
+def test_a_session_whose_meta_json_is_broken_still_gives_evidence(daemon: Daemon, workspace: Path) -> None:
+    # The case evidence is for: it answered 409 session_meta_invalid and wrote nothing.
+    session = daemon.create(workspace)
+    sid = session["id"]
+    route = daemon.scoped(sid, "/evidence")
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+    meta_json = daemon.home / "sessions" / sid / "meta.json"
+    meta_json.write_text('{"id": "' + sid + '", "state": "zombie", "token": "' + PLANTED["api key"] + '"}')
+    response = daemon.http.get(route)
+    assert response.status_code == 200, response.text
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
+        got = members(archive, sid)
+    assert {"manifest.json", "meta.json.broken", "events.jsonl", "doctor.json"} <= set(got)
+    manifest = json.loads(got["manifest.json"])
+    assert "session_meta_invalid" in manifest["errors"]["session.json"]
+    assert manifest["counts"]["events"] > 0 and manifest["workspace_id"] == session["workspace_id"]
+    assert b'"state": "zombie"' in got["meta.json.broken"]
+    for part in SECRET_PARTS:
+        assert part.encode() not in got["meta.json.broken"]
+
+    # The CLI finds it from its catalog row (its own lookup of the session answers 409 too) and says what is missing.
+    shown = daemon.cli("session", "evidence", sid, "--out", str(workspace))
+    assert shown.returncode == 0, shown.stderr
+    assert "session, " not in shown.stdout and "not collected: session.json: session_meta_invalid" in shown.stdout
