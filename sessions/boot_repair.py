@@ -22,7 +22,7 @@ from sessions.repair import (
     local_manager,
     repair_transcript,
 )
-from sessions.stale_repair import repair_stale_meta, stale_fix
+from sessions.stale_repair import repair_row_only, repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
 
@@ -161,6 +161,12 @@ def boot_repair_all() -> dict[str, int]:
             counts["invalid"] += 1
             needs_a_person["invalid"].append(session_id)
             logger.warning("boot repair: %s %s: %s", IssueCode.SESSION_META_INVALID.value, session_id, exc)
+            if not leased_elsewhere(session_id):
+                # Its row may still say `active` from the crashed run: no daemon runs it, so the row says stopped.
+                try:
+                    repair_row_only(session_id)
+                except Exception:
+                    logger.exception("boot repair: catalog row of %s not corrected", session_id)
             continue
         if meta is None:
             continue

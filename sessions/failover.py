@@ -13,10 +13,10 @@ from typing import Any
 
 from sessions import cluster
 from sessions.boot_repair import check_transcript_once
-from sessions.models import Session, SessionLease
+from sessions.errors import CompozyError
+from sessions.models import SessionLease
 from sessions.repair import runs_here
-from sessions.stale_repair import repair_stale_meta, stale_fix
-from sessions.store import folder
+from sessions.stale_repair import repair_row_only, repair_stale_meta
 from sessions.store.folder import load_meta
 
 logger = logging.getLogger(__name__)
@@ -35,12 +35,13 @@ def recover_expired(now: datetime | None = None) -> list[str]:
                 continue  # reactivated here meanwhile
             meta = load_meta(session_id)
             fixed = repair_stale_meta(meta)
-        except Exception:
-            # The folder is not shared with the dead node: the catalog row is all there is to correct.
-            logger.warning("failover: %s has no readable meta.json here; correcting its catalog row", session_id,
-                           exc_info=True)
+        except Exception as exc:
+            # The folder is not shared with the dead node, or its meta.json is invalid (known: one line, no
+            # traceback): the catalog row is all there is to correct.
+            logger.warning("failover: %s has no readable meta.json here (%s); correcting its catalog row",
+                           session_id, exc, exc_info=not isinstance(exc, CompozyError))
             in_folder = False
-            fixed = _repair_row_only(session_id)
+            fixed = repair_row_only(session_id)
         if fixed is not None:
             logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
                         fixed.get("stop_reason"))
@@ -59,18 +60,3 @@ def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
         check_transcript_once(session_id, meta, None)
     except Exception:
         logger.warning("failover: transcript of %s not checked", session_id, exc_info=True)
-
-
-def _repair_row_only(session_id: str) -> dict[str, Any] | None:
-    row = Session.objects.filter(id=session_id).first()
-    if row is None:
-        return None
-    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
-                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
-                       "liveness": {}})
-    if fixed is None:
-        return None
-    Session.objects.filter(id=session_id, state=row.state).update(
-        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
-        failure=fixed["failure"], updated_at=folder.utcnow())
-    return fixed

@@ -121,3 +121,22 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
             status=InputEntry.Status.QUEUED)
     logger.info("repaired stale %s session %s: %s", meta["state"], meta["id"], fixed["stop_detail"])
     return fixed
+
+
+def repair_row_only(session_id: str) -> dict[str, Any] | None:
+    """The stale-state rules applied to the catalog row alone, for a session whose meta.json cannot be read here
+    (another node's disk, or invalid): it must not read `active` with no daemon running it."""
+    from sessions.models import Session
+
+    row = Session.objects.filter(id=session_id).first()
+    if row is None:
+        return None
+    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
+                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
+                       "liveness": {}})
+    if fixed is None:
+        return None
+    Session.objects.filter(id=session_id, state=row.state).update(
+        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
+        failure=fixed["failure"], updated_at=folder.utcnow())
+    return fixed

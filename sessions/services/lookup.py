@@ -13,7 +13,7 @@ from sessions import catalog, cluster
 from sessions.config import AgentConfig, Config, ProviderConfig
 from sessions.enums import LIVE_STATES, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound
-from sessions.models import Workspace
+from sessions.models import Session, Workspace
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import _live_runtime, session_payload
 from sessions.store.folder import load_meta
@@ -108,6 +108,17 @@ def _daemon_may_own(session_id: str) -> bool:
 
         return daemon_running() or cluster.holder_elsewhere(session_id) is not None
     return manager.owns(session_id) or cluster.holder_elsewhere(session_id) is not None
+
+
+def row_meta_unreadable(row: Session) -> dict[str, Any]:
+    """The catalog row's metadata for a session whose meta.json is unreadable, with the stale-state rules applied
+    to the row when no daemon runs it (a crashed run's row said `active` until boot repair or failover came)."""
+    if row.state in LIVE_STATES and not _daemon_may_own(row.id):
+        from sessions.stale_repair import repair_row_only
+
+        if repair_row_only(row.id) is not None:
+            row.refresh_from_db()
+    return catalog.row_meta(row)
 
 
 class SessionOwnedElsewhere(Conflict):

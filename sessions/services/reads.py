@@ -8,7 +8,7 @@ from sessions import catalog
 from sessions.enums import SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session
-from sessions.services.lookup import read_session_meta, scoped_meta
+from sessions.services.lookup import read_session_meta, row_meta_unreadable, scoped_meta
 from sessions.services.payloads import envelope, session_payload
 from sessions.store import events as event_store
 from sessions.store import folder
@@ -55,7 +55,7 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
         except Conflict as exc:
             # meta.json is unreadable (session_meta_invalid): listed from its catalog row, marked and never
             # attachable, so the session does not vanish from the list while `page.total` still counts it.
-            payload = session_payload(catalog.row_meta(row))
+            payload = session_payload(row_meta_unreadable(row))
             payload.update(attachable=False, meta_error={"code": exc.code, "message": exc.message})
         lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
         if resumable and (not payload["attachable"] or lease_held):

@@ -151,6 +151,30 @@ def test_a_zombie_and_a_broken_meta_json_do_not_stop_the_boot_repair_of_a_crashe
     assert f"need a person: {zombie} (session_meta_invalid), {broken} (session_meta_invalid)" in swept.stderr
 
 
+def test_a_crashed_session_whose_meta_json_broke_reads_stopped_from_the_first_boot(tmp_path: Path,
+                                                                                   workspace: Path) -> None:
+    # Its catalog row said `active` until the dead run's lease expired (~15 s), and failover then logged a traceback.
+    home = tmp_path / "home"
+    first = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        sid = first.create(workspace)["id"]
+        agent_pid = first.meta(sid)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    meta_json = home / "sessions" / sid / "meta.json"
+    meta_json.write_text(meta_json.read_text().replace('"state": "active"', '"state": "zombie"'))
+    second = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        [row] = [s for s in second.http.get("/api/sessions", params={"all": "true"}).json()["sessions"]
+                 if s["id"] == sid]
+        assert row["state"] == "stopped" and row["meta_error"]["code"] == "session_meta_invalid", row
+        assert second.http.get("/api/status").json()["sessions"]["active"] == 0
+    finally:
+        second.stop()
+    assert "Traceback" not in second.log()
+
+
 def test_repair_sessions_all_says_what_it_repaired_and_what_needs_a_person(tmp_path: Path) -> None:
     home = tmp_path / "home"
     clean = ["sess_00000000000000a1", "sess_00000000000000a2", "sess_00000000000000a3"]
