@@ -217,6 +217,11 @@ def test_the_repair_commands_follow_the_clis_command_line_rules(tmp_path: Path) 
         refused = manage(home, *args)
         assert refused.returncode == 65, (args, refused.returncode, refused.stderr)
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        if "json" in args:  # a script that asked for JSON gets its error as JSON, as from `compozy`
+            assert json.loads(refused.stderr)["code"] == "usage_error"
+    # A session that does not exist is "not found" (69), as `compozy` answers, not "needs a person" (1).
+    unknown = manage(home, "repair_sessions", "sess_0123456789abcdef")
+    assert unknown.returncode == 69 and "no such session: sess_0123456789abcdef" in unknown.stderr, unknown.stderr
     rebuilt = manage(home, "rebuild_catalog", "-o", "json")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["errors"] == []

@@ -4,13 +4,21 @@ codes, kept as written. Django skips modules named with a leading underscore whe
 
 from __future__ import annotations
 
+import json
 import sys
 from argparse import RawDescriptionHelpFormatter
+from itertools import pairwise
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser, DjangoHelpFormatter
 
 EXIT_USAGE = 65
+EXIT_NOT_FOUND = 69
+
+
+def _json_asked(argv: list[str]) -> bool:
+    return "--json" in argv or "--output=json" in argv or "-ojson" in argv or any(
+        flag in ("-o", "--output") and value == "json" for flag, value in pairwise(argv))
 
 
 class _Formatter(DjangoHelpFormatter, RawDescriptionHelpFormatter):
@@ -29,7 +37,10 @@ class CliCommand(BaseCommand):
         def error(message: str) -> NoReturn:
             if not parser.called_from_command_line:
                 parser.__class__.error(parser, message)  # call_command: Django raises CommandError
-            sys.stderr.write(f"error: {message} (see `{parser.prog} --help`)\n")
+            if _json_asked(sys.argv):  # a script asked for JSON: its error is JSON too, as the CLI's are
+                sys.stderr.write(json.dumps({"error": message, "code": "usage_error"}) + "\n")
+            else:
+                sys.stderr.write(f"error: {message} (see `{parser.prog} --help`)\n")
             sys.exit(EXIT_USAGE)
 
         parser.error = error  # type: ignore[method-assign]

@@ -21,7 +21,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from sessions.enums import LIVE_STATES
 from sessions.errors import CompozyError
-from sessions.management.commands._cli import EXIT_USAGE, CliCommand
+from sessions.management.commands._cli import EXIT_NOT_FOUND, EXIT_USAGE, CliCommand
 from sessions.repair import IssueCode, Severity, repair_transcript
 from sessions.store import folder
 from sessions.store.ids import is_session_id
@@ -99,7 +99,8 @@ class Command(CliCommand):
   python manage.py repair_sessions --all               repair every session that needs it
   python manage.py repair_sessions sess_0123456789abcdef --force -o json
 
-exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last line), 65 a bad command line"""
+exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last line), 65 a bad command line,
+69 no session of that id (every one named needing attention is unknown), as `compozy` answers for one"""
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("session_ids", nargs="*", metavar="ID", help="Session ids to repair.")
@@ -149,6 +150,9 @@ exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last 
         if attention:
             named = ", ".join(f"{e['session_id']} ({_code(e)})" for e in attention[:MAX_NAMED])
             more = f" and {len(attention) - MAX_NAMED} more" if len(attention) > MAX_NAMED else ""
+            if all(_code(e) == "session_not_found" for e in attention):
+                raise CommandError(f"no such session: {', '.join(e['session_id'] for e in attention[:MAX_NAMED])}"
+                                   f"{more}", returncode=EXIT_NOT_FOUND)
             raise CommandError(f"{len(attention)} session(s) need a person: {named}{more}", returncode=1)
 
     def _repair_one(self, session_id: str, *, dry_run: bool, force: bool, sweep: bool) -> dict[str, Any]:
