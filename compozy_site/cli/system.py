@@ -211,7 +211,8 @@ def daemon_stop(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def daemon_status(fmt: str, as_json: bool) -> None:
-    """Print the daemon record; `stopped` (exit 0) when no daemon runs.
+    """Print the daemon record; `stopped` (exit 0) when no daemon runs, with a `note` when the last one was
+    killed or crashed (its record was left behind).
 
     Reads this home's record and checks its process is alive, without calling the daemon (`compozy status`
     does that).
@@ -225,5 +226,10 @@ def daemon_status(fmt: str, as_json: bool) -> None:
 
     fmt = _fmt(fmt, as_json)
     running = running_record()
-    record = {**(running or read_daemon_record() or {}), "status": "running" if running else "stopped"}
+    left = None if running else read_daemon_record()
+    record = {**(running or left or {}), "status": "running" if running else "stopped"}
+    if left:
+        # A clean stop removes the record: one left behind means the daemon was killed or crashed.
+        record["note"] = (f"the daemon (pid {left.get('pid')}) ended without a clean stop (killed or crashed); "
+                          "`compozy daemon start` repairs its sessions")
     emit(record, fmt, lambda: kv("Compozy daemon", sorted(record.items())))

@@ -162,6 +162,9 @@ def test_a_crashed_session_whose_meta_json_broke_reads_stopped_from_the_first_bo
     finally:
         first.stop(signal.SIGKILL)
     assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    # `daemon status` says the daemon was killed, not only "stopped".
+    killed = first.cli_json("daemon", "status")
+    assert killed["status"] == "stopped" and "without a clean stop" in killed["note"], killed
     meta_json = home / "sessions" / sid / "meta.json"
     meta_json.write_text(meta_json.read_text().replace('"state": "active"', '"state": "zombie"'))
     second = start_daemon(home, timeout=START_TIMEOUT)
@@ -173,6 +176,7 @@ def test_a_crashed_session_whose_meta_json_broke_reads_stopped_from_the_first_bo
     finally:
         second.stop()
     assert "Traceback" not in second.log()
+    assert second.cli_json("daemon", "status") == {"status": "stopped"}  # a clean stop leaves no record
 
 
 def test_repair_sessions_all_says_what_it_repaired_and_what_needs_a_person(tmp_path: Path) -> None:
