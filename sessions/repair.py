@@ -333,7 +333,8 @@ def inspect_transcript(session_id: str, *, force: bool = False) -> RepairReport:
     try:
         _scan_integrity(report, conn)
         if report.turn_id is None:
-            report.add(IssueCode.NO_REPAIRABLE_TURN, detail="no prompt turn in the transcript")
+            report.add(IssueCode.NO_REPAIRABLE_TURN,
+                       detail="the transcript ends outside any prompt turn: no turn was cut off")
         else:
             _scan_last_turn(report, conn)
     except sqlite3.DatabaseError as exc:
