@@ -164,6 +164,7 @@ def check_live_streams() -> dict[str, Any]:
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+LISTED = 100  # session ids named in an item's evidence, per kind
 
 
 def damaged_store(path: Path) -> str | None:
@@ -207,8 +208,9 @@ def check_session_metadata() -> dict[str, Any]:
             damaged[session_id] = why
     report = read_report() or {}
     failed = list(report.get("failed") or [])
-    evidence = {"invalid": invalid, "damaged_stores": damaged, "failed": failed, "boot_repair_at": report.get("at"),
-                "folders": len(folders)}
+    # Bounded like the boot report (a tree of broken folders must not make doctor's answer huge); the counts are whole.
+    evidence = {"invalid": invalid[:LISTED], "damaged_stores": dict(list(damaged.items())[:LISTED]),
+                "failed": failed[:LISTED], "boot_repair_at": report.get("at"), "folders": len(folders)}
     if not (invalid or damaged or failed):
         return item("session_metadata", "sessions", "ok", "Session metadata",
                     f"{len(folders)} session folder(s) read: every meta.json valid, every events.db whole",
