@@ -174,14 +174,15 @@ def damaged_store(path: Path) -> str | None:
     try:
         with path.open("rb") as handle:
             header = handle.read(100)
-        size = path.stat().st_size
+            info = os.fstat(handle.fileno())
     except FileNotFoundError:
         return None
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
+    size = info.st_size
     if size == 0:
         # SQLite creates the file empty and writes its first page a moment later: only an old empty file is damage.
-        return "empty" if time.time() - path.stat().st_mtime > 60 else None
+        return "empty" if time.time() - info.st_mtime > 60 else None
     if not header.startswith(SQLITE_MAGIC) or len(header) < 100:
         return "not an SQLite database"
     page = int.from_bytes(header[16:18], "big")
@@ -315,6 +316,7 @@ def check_heartbeat_policies() -> dict[str, Any]:
 def check_cluster() -> list[dict[str, Any]]:
     """Nodes of the cluster and the shared services (PostgreSQL, Redis); one node on SQLite is the embedded default."""
     from sessions import cluster
+    from sessions.models import Session
 
     report = cluster.status()
     db, redis = report["services"]["database"], report["services"]["redis"]
@@ -326,8 +328,6 @@ def check_cluster() -> list[dict[str, Any]]:
         items.append(item("shared_redis", "cluster", "ok" if redis["status"] == "ok" else "error", "Redis",
                           f"reachable in {redis.get('latency_ms')} ms" if redis["status"] == "ok"
                           else redis.get("error", ""), evidence=redis))
-    from sessions.models import Session
-
     down = [n for n in report["nodes"] if n["status"] != "up"]
     expired = [lease for lease in report["leases"] if lease["expired"]]
     # A dead run's lease on a session boot repair already stopped is clean-up the next failover sweep does (within

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from compozy_site.home import compozy_home, crash_bundles_dir
-from sessions import catalog, recap, services
+from sessions import recap, services
 from sessions.errors import Conflict
 from sessions.models import Session
+from sessions.services.lookup import row_meta_unreadable
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.redact import redact_text, redact_value
@@ -114,7 +115,7 @@ def _meta_or_row(session_id: str, workspace_ref: str | None) -> tuple[dict[str, 
         row = Session.objects.filter(id=session_id).first()
         if row is None:
             raise
-        meta = catalog.row_meta(row)
+        meta = row_meta_unreadable(row)  # as the list shows it: a crashed run's row never reads active
         services.check_workspace_scope(workspace_ref, meta)
         return meta, redact_text(f"{exc.code}: {exc}")
 

@@ -8,13 +8,16 @@ import contextlib
 import logging
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions import catalog
 from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
 from sessions.runtime import lifecycle
 from sessions.store import folder
+
+if TYPE_CHECKING:
+    from sessions.models import Session
 
 logger = logging.getLogger(__name__)
 
@@ -123,20 +126,23 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     return fixed
 
 
-def repair_row_only(session_id: str) -> dict[str, Any] | None:
-    """The stale-state rules applied to the catalog row alone, for a session whose meta.json cannot be read here
-    (another node's disk, or invalid): it must not read `active` with no daemon running it."""
+def repair_row_only(session_id: str, row: Session | None = None) -> dict[str, Any] | None:
+    """The stale-state rules applied to a catalog row alone, for a session whose meta.json cannot be read here
+    (another node's disk, or invalid): it must not read `active` with no daemon running it. A `row` already read
+    is used, and updated in place when the compare-and-set on its state lands."""
     from sessions.models import Session
 
-    row = Session.objects.filter(id=session_id).first()
+    row = row or Session.objects.filter(id=session_id).first()
     if row is None:
         return None
-    fixed = stale_fix({"id": session_id, "state": row.state, "stop_reason": row.stop_reason,
-                       "stop_detail": row.stop_detail, "failure": row.failure, "acp_session_id": row.acp_session_id,
-                       "liveness": {}})
+    fixed = stale_fix(catalog.row_meta(row))
     if fixed is None:
         return None
-    Session.objects.filter(id=session_id, state=row.state).update(
-        state=fixed["state"], stop_reason=fixed["stop_reason"], stop_detail=fixed["stop_detail"],
-        failure=fixed["failure"], updated_at=folder.utcnow())
+    changes = {key: fixed[key] for key in ("state", "stop_reason", "stop_detail", "failure")}
+    now = folder.utcnow()
+    if Session.objects.filter(id=session_id, state=row.state).update(**changes, updated_at=now):
+        for key, value in {**changes, "updated_at": now}.items():
+            setattr(row, key, value)
+    else:
+        row.refresh_from_db()  # changed meanwhile (reactivated, or fixed by another reader): theirs stands
     return fixed

@@ -116,7 +116,7 @@ class TurnsMixin:
             # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
             spawn(self.persist())
             turn.task = spawn(self._run_turn(turn))
-            self.announce()  # `running` on the dashboard now, not at its next poll (the turn's end persists)
+            self.announce()  # `running` on the dashboard now, not once the write above lands
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = spawn(self._heartbeat_loop())
         return turn

@@ -116,8 +116,7 @@ def row_meta_unreadable(row: Session) -> dict[str, Any]:
     if row.state in LIVE_STATES and not _daemon_may_own(row.id):
         from sessions.stale_repair import repair_row_only
 
-        if repair_row_only(row.id) is not None:
-            row.refresh_from_db()
+        repair_row_only(row.id, row)
     return catalog.row_meta(row)
 
 

@@ -25,39 +25,30 @@ DENY_SYNTHETIC = "import json; print(json.dumps({'deny': True, 'deny_reason': 'n
 HOLD_TURN = "import time; time.sleep(4); print('{}')"
 
 
+def declaration(name: str, event: str, mode: str, args: list[str], matcher: dict[str, str] | None = None,
+                timeout: str | None = None) -> str:
+    """One `[[hooks.declarations]]` running this Python with `args` (JSON strings are TOML basic strings)."""
+    lines = ["[[hooks.declarations]]", f'name = "{name}"', f'event = "{event}"', f'mode = "{mode}"',
+             f"command = {json.dumps(sys.executable)}", f"args = {json.dumps(args)}"]
+    if timeout:
+        lines.append(f'timeout = "{timeout}"')
+    if matcher:
+        lines += ["[hooks.declarations.matcher]", *(f"{key} = {json.dumps(value)}" for key, value in matcher.items())]
+    return "\n".join(lines) + "\n\n"
+
+
 def hooks_config(log: Path, held: Path) -> str:
-    return f"""
+    return ("""
 [agents.heartbeat]
 session_health_hook_min_interval = "3s"
 min_interval = "1s"
 default_interval = "1h"
 
-[[hooks.declarations]]
-name = "health-log"
-event = "session.health.update.after"
-mode = "async"
-command = "{sys.executable}"
-args = ["-c", {json.dumps(RECORD)}, {json.dumps(str(log))}]
-
-[[hooks.declarations]]
-name = "no-synthetic"
-event = "input.pre_submit"
-mode = "sync"
-command = "{sys.executable}"
-args = ["-c", {json.dumps(DENY_SYNTHETIC)}]
-[hooks.declarations.matcher]
-input_class = "synthetic_reentry"
-
-[[hooks.declarations]]
-name = "hold-turn"
-event = "turn.start"
-mode = "sync"
-timeout = "20s"
-command = "{sys.executable}"
-args = ["-c", {json.dumps(HOLD_TURN)}]
-[hooks.declarations.matcher]
-workspace_root = {json.dumps(str(held))}
 """
+            + declaration("health-log", "session.health.update.after", "async", ["-c", RECORD, str(log)])
+            + declaration("no-synthetic", "input.pre_submit", "sync", ["-c", DENY_SYNTHETIC],
+                          {"input_class": "synthetic_reentry"})
+            + declaration("hold-turn", "turn.start", "sync", ["-c", HOLD_TURN], {"workspace_root": str(held)}, "20s"))
 
 
 @pytest.fixture(scope="module")
