@@ -222,6 +222,8 @@ def test_the_repair_commands_follow_the_clis_command_line_rules(tmp_path: Path) 
     # A session that does not exist is "not found" (69), as `compozy` answers, not "needs a person" (1).
     unknown = manage(home, "repair_sessions", "sess_0123456789abcdef")
     assert unknown.returncode == 69 and "no such session: sess_0123456789abcdef" in unknown.stderr, unknown.stderr
+    # Its summary says so too: it ended "1 need(s) a person" just above the "no such session" line.
+    assert unknown.stdout.splitlines()[-1] == "1 session(s): 1 not_found; nothing needs a person", unknown.stdout
     rebuilt = manage(home, "rebuild_catalog", "-o", "json")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["errors"] == []

@@ -37,6 +37,7 @@ class Outcome(StrEnum):
     BLOCKED = "blocked"  # error issues: a damaged store, or a named session whose stop reason needs --force
     REFUSED = "refused"  # a running daemon owns the session
     FAILED = "failed"  # the session could not be read (e.g. session_meta_invalid)
+    NOT_FOUND = "not_found"  # a named id with no session: a typo, not a person's job (exit 69, as `compozy`)
 
 
 QUIET = frozenset({Outcome.CLEAN, Outcome.SKIPPED})  # not listed line by line unless -v 2
@@ -74,6 +75,12 @@ def _code(entry: dict[str, Any]) -> str:
     return ", ".join(dict.fromkeys(codes)) or entry["status"]
 
 
+def _first(names: list[str]) -> str:
+    """At most MAX_NAMED names for one error line, and how many more there are."""
+    more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return ", ".join(names[:MAX_NAMED]) + more
+
+
 def _describe(entry: dict[str, Any]) -> str:
     report = entry.get("repair")
     if report is None:
@@ -100,7 +107,7 @@ class Command(CliCommand):
   python manage.py repair_sessions sess_0123456789abcdef --force -o json
 
 exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last line), 65 a bad command line,
-69 no session of that id (every one named needing attention is unknown), as `compozy` answers for one"""
+69 no session of that id (and none needs a person), as `compozy` answers for one"""
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("session_ids", nargs="*", metavar="ID", help="Session ids to repair.")
@@ -147,18 +154,20 @@ exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last 
             self.stderr.write(line, style_func=lambda text: text)
         else:
             self.stdout.write(line)
+        unknown = [entry["session_id"] for entry in results if entry["status"] == Outcome.NOT_FOUND]
+        missing = f"no such session: {_first(unknown)}" if unknown else ""
         if attention:
-            named = ", ".join(f"{e['session_id']} ({_code(e)})" for e in attention[:MAX_NAMED])
-            more = f" and {len(attention) - MAX_NAMED} more" if len(attention) > MAX_NAMED else ""
-            if all(_code(e) == "session_not_found" for e in attention):
-                raise CommandError(f"no such session: {', '.join(e['session_id'] for e in attention[:MAX_NAMED])}"
-                                   f"{more}", returncode=EXIT_NOT_FOUND)
-            raise CommandError(f"{len(attention)} session(s) need a person: {named}{more}", returncode=1)
+            named = _first([f"{e['session_id']} ({_code(e)})" for e in attention])
+            raise CommandError(f"{len(attention)} session(s) need a person: {named}"
+                               + (f"; {missing}" if missing else ""), returncode=1)
+        if missing:
+            raise CommandError(missing, returncode=EXIT_NOT_FOUND)
 
     def _repair_one(self, session_id: str, *, dry_run: bool, force: bool, sweep: bool) -> dict[str, Any]:
         entry: dict[str, Any] = {"session_id": session_id, "dry_run": dry_run}
         if not is_session_id(session_id):
-            return {**entry, "status": Outcome.FAILED.value, "error": "not a session id", "code": "session_not_found"}
+            return {**entry, "status": Outcome.NOT_FOUND.value, "error": "not a session id",
+                    "code": "session_not_found"}
         try:
             before = folder.read_meta(session_id)
         except ValueError as exc:
@@ -167,7 +176,8 @@ exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last 
         try:
             report = repair_transcript(session_id, dry_run=dry_run, force=force)
         except CompozyError as exc:
-            return {**entry, "status": Outcome.FAILED.value, "error": exc.message, "code": exc.code}
+            status = Outcome.NOT_FOUND if exc.code == "session_not_found" else Outcome.FAILED
+            return {**entry, "status": status.value, "error": exc.message, "code": exc.code}
         except (OSError, ValueError) as exc:
             logger.exception("repair of %s failed", session_id)
             return {**entry, "status": Outcome.FAILED.value, "error": str(exc), "code": "repair_failed"}
