@@ -43,6 +43,11 @@ def daemon_record_path(home: Path | None = None) -> Path:
     return (home or compozy_home()) / "daemon.json"
 
 
+def boot_report_path(home: Path | None = None) -> Path:
+    """The last boot repair's verdict (sessions/boot_repair.py writes it; `daemon start` and doctor read it)."""
+    return (home or compozy_home()) / "boot-repair.json"
+
+
 def token_path(home: Path | None = None) -> Path:
     return (home or compozy_home()) / "token"
 

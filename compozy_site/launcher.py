@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import json
 import logging
 import os
 import re
@@ -305,7 +306,7 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     while time.monotonic() < deadline:
         record = read_daemon_record()
         if record and record.get("pid") == proc.pid:
-            return record
+            return {**record, "boot_repair": _await_boot_repair(home, record, proc, deadline)}
         if proc.poll() is not None:
             # The reason is the child's own error line: "see the log" sent every newcomer to read it.
             reason = _start_error(log_dir / "daemon.log", started_at)
@@ -319,6 +320,28 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     _abandon(proc)
     raise DaemonError(f"daemon did not become ready in {timeout:g}s and was stopped (pid={proc.pid}); "
                       f"see {log_dir / 'daemon.log'}")
+
+
+BOOT_REPAIR_WAIT_SECONDS = 30.0  # at most this long of `--timeout` for boot repair; the daemon serves meanwhile
+
+
+def _await_boot_repair(home: Path, record: dict[str, Any], proc: Any, deadline: float) -> dict[str, Any]:
+    """Wait, within the start's deadline, for this start's boot repair to finish: a script that reads a session
+    right after `daemon start` sees it repaired (it returned ~1 s before the repair rows). A repair still running
+    then is said, not waited for: the daemon is up and answers."""
+    from compozy_site.home import boot_report_path
+
+    until = min(deadline, time.monotonic() + BOOT_REPAIR_WAIT_SECONDS)
+    while True:
+        try:
+            report = json.loads(boot_report_path(home).read_text())
+        except (OSError, ValueError):
+            report = None
+        if isinstance(report, dict) and report.get("run") == record.get("started_at"):
+            return {"status": "done", **(report.get("counts") or {})}
+        if time.monotonic() >= until or proc.poll() is not None:
+            return {"status": "running"}
+        time.sleep(0.05)
 
 
 def _check_port_free(host: str, port: int) -> None:

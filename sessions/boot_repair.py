@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from compozy_site.home import compozy_home
+from compozy_site.home import boot_report_path
 from sessions.enums import LIVE_STATES, EventType, SessionState
 from sessions.repair import (
     NO_TURN_IDS,
@@ -133,7 +133,7 @@ def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
     return latest is None or not transcript_check_pending(latest)
 
 
-def boot_repair_all() -> dict[str, int]:
+def boot_repair_all(run: str | None = None) -> dict[str, int]:
     """Every session folder, each on its own (one bad folder never stops the others):
 
     1. unreadable or invalid meta.json → reported with `session_meta_invalid`, left alone;
@@ -142,6 +142,7 @@ def boot_repair_all() -> dict[str, int]:
        interrupted last turn, then the verdict is recorded in meta.json so no later boot opens that store again.
 
     Sessions the new daemon owns are skipped: they are in the manager, and their events.db is its to write.
+    `run` (the daemon start, daemon.json `started_at`) goes into the report: `daemon start` waits for it.
     """
     from compozy_site.daemon_record import read_daemon_record
 
@@ -191,26 +192,25 @@ def boot_repair_all() -> dict[str, int]:
     logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s) "
                 "(%d store(s) opened); %d invalid meta.json, %d failed", counts["scanned"], counts["repaired"],
                 counts["transcripts_repaired"], counts["transcripts_checked"], counts["invalid"], counts["failed"])
-    _write_report(counts, needs_a_person)
+    _write_report(counts, needs_a_person, run)
     return counts
 
 
 # The last boot repair's verdict, for `compozy doctor`: which sessions it could not repair (a person must look).
-REPORT_NAME = "boot-repair.json"
 REPORT_IDS = 100  # per kind; the counts say how many in all
 
 
-def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]]) -> None:
-    report = {"at": folder.isoformat(folder.utcnow()), "counts": counts,
+def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]], run: str | None) -> None:
+    report = {"at": folder.isoformat(folder.utcnow()), "run": run, "counts": counts,
               **{kind: ids[:REPORT_IDS] for kind, ids in needs_a_person.items()}}
     try:
-        folder.write_json_atomic(compozy_home() / REPORT_NAME, report)
+        folder.write_json_atomic(boot_report_path(), report)
     except OSError:
         logger.warning("boot repair report not written", exc_info=True)
 
 
 def read_report() -> dict[str, Any] | None:
     try:
-        return json.loads((compozy_home() / REPORT_NAME).read_text())
+        return json.loads(boot_report_path().read_text())
     except (OSError, ValueError):
         return None

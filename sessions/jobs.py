@@ -87,7 +87,7 @@ def boot_repair(run: str) -> dict[str, int] | None:
     from health.services import boot_recompute
 
     try:
-        return boot_repair_all()
+        return boot_repair_all(run)
     finally:
         # Health is recomputed from the repaired metadata, and before any wake consumer (they wait for it).
         boot_recompute(run)

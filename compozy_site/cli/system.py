@@ -162,7 +162,9 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
     """Start the daemon: HTTP on 127.0.0.1 and the owner-only socket `$COMPOZY_HOME/daemon.sock`.
 
     Without `--foreground` it starts in the background, waits until ready (`--timeout`) and prints its record;
-    a daemon that is not ready in time is stopped, so a failed start never leaves one running. Exits 65
+    a daemon that is not ready in time is stopped, so a failed start never leaves one running. It also waits,
+    at most 30 s, for this start's boot repair (`boot_repair`: what it scanned and repaired), so a session
+    a crash left open reads repaired right after it returns. Exits 65
     when this home's daemon already runs, 78 for an invalid `config.toml`, 69 when it could not start.
 
     Examples:
@@ -182,7 +184,18 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
         fail(str(exc), "daemon_already_running", fmt, EXIT_USAGE)
     except DaemonError as exc:
         fail(str(exc), "daemon_start_failed", fmt, exc.exit_code)
-    emit(record, fmt, lambda: kv("Compozy daemon started", sorted(record.items())))
+    emit(record, fmt, lambda: kv("Compozy daemon started", sorted(
+        (key, _boot_line(value) if key == "boot_repair" else value) for key, value in record.items())))
+
+
+def _boot_line(boot: dict[str, Any]) -> str:
+    """This start's boot repair in one line: what it found, or that it goes on in the background."""
+    if boot.get("status") != "done":
+        return "still running (the daemon serves meanwhile; `compozy doctor` shows its verdict)"
+    line = (f"done: {boot.get('scanned', 0)} session(s) scanned, {boot.get('repaired', 0)} stale state(s) and "
+            f"{boot.get('transcripts_repaired', 0)} transcript(s) repaired")
+    person = boot.get("invalid", 0) + boot.get("failed", 0)
+    return line + (f"; {person} need a person (`compozy doctor`)" if person else "")
 
 
 @daemon.command("stop")

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, Daemon, pid_alive, wait_gone
+import pytest
+
+from tests.conftest import ROOT, Daemon, pid_alive, start_daemon, wait_gone
 
 # ---- session new ------------------------------------------------------------------------------------------
 
@@ -72,6 +76,36 @@ def test_a_detached_daemon_start_prints_the_record_of_a_running_daemon(tmp_path:
     finally:
         stopped = compozy(home, "daemon", "stop", "-o", "json")
         assert stopped.returncode == 0, stopped.stderr
+    assert wait_gone(record["pid"])
+
+
+@pytest.mark.timeout(300)
+def test_a_daemon_start_after_a_crash_returns_once_boot_repair_has_repaired_the_session(tmp_path: Path,
+                                                                                       workspace: Path) -> None:
+    # It returned about 1 s before boot repair appended its rows: a script reading the session at once saw the
+    # crashed turn still open.
+    home = tmp_path / "home"
+    first = start_daemon(home, timeout=120)
+    try:
+        session_id = first.create(workspace)["id"]
+        assert first.prompt(session_id, "toolhang").status_code == 200
+        first.wait_event(session_id, "tool_call")
+        agent_pid = first.meta(session_id)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    started = compozy(home, "daemon", "start", "--port", "0", "-o", "json")
+    assert started.returncode == 0, started.stderr
+    record = json.loads(started.stdout)
+    try:
+        boot = record["boot_repair"]
+        assert (boot["status"], boot["repaired"], boot["transcripts_repaired"]) == ("done", 1, 1), boot
+        # Read straight from the store, before anything else could repair it: the repair rows are there.
+        with sqlite3.connect(home / "sessions" / session_id / "events.db") as db:
+            last = [row[0] for row in db.execute("SELECT type FROM events ORDER BY sequence DESC LIMIT 2")]
+        assert last == ["error", "tool_result"], last
+    finally:
+        assert compozy(home, "daemon", "stop", "-o", "json").returncode == 0
     assert wait_gone(record["pid"])
 
 
