@@ -195,6 +195,10 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         # A full disk or a locked store is a condition of this machine, not a bug: say so with a code.
         logger.error("storage error on %s %s: %s", request.method, request.path, exc, exc_info=True)
         return on_domain_error(request, StorageError.from_exception(exc))
+    if _catalog_down(exc):
+        logger.warning("catalog unavailable on %s %s: %s", request.method, request.path, exc)
+        return error_response(request, "the catalog database does not answer; try again when it is back",
+                              "catalog_unavailable", 503, {"detail": (str(exc).strip().splitlines() or [""])[0][:200]})
     if isinstance(exc, RequestDataTooBig):
         return error_response(request, "the request body is too large", "body_too_large", 413)
     if isinstance(exc, sqlite3.DatabaseError):
@@ -214,6 +218,15 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     # 5xx messages are masked; the log (redacted) keeps the detail.
     logger.exception("unhandled API error on %s %s", request.method, request.path)
     return error_response(request, "internal error", "internal_error", 500)
+
+
+def _catalog_down(exc: Exception) -> bool:
+    """A server catalog (PostgreSQL) that went away or refuses connections: a condition, not a bug. SQLite's own
+    errors (a locked or full catalog) are storage conditions, classified above."""
+    from django.db import connection
+    from django.db.utils import InterfaceError, OperationalError
+
+    return isinstance(exc, OperationalError | InterfaceError) and connection.vendor != "sqlite"
 
 
 STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

@@ -235,7 +235,7 @@ class Guard:
         ticket, expires = self.tickets.mint()
         body = {"ticket": ticket, "login_path": f"{LOGIN_PATH}?ticket={ticket}",
                 "expires_at": datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")}
-        await _send_json(send, 201, body, [(HOME_HEADER, quote(policy.home).encode())])
+        await send_json(send, 201, body, [(HOME_HEADER, quote(policy.home).encode())])
 
     # ---- pass-through with the body cap and the identity header -------------------------------------
 
@@ -293,7 +293,7 @@ def _cookie(header: str, name: str) -> str:
     return ""
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any],
+async def send_json(send: Send, status: int, body: dict[str, Any],
                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
@@ -308,7 +308,7 @@ async def _refuse(send: Send, refusal: Refusal) -> None:
         return
     from compozy_site.api import error_body
 
-    await _send_json(send, refusal.status, error_body(refusal.message, refusal.code, refusal.status,
+    await send_json(send, refusal.status, error_body(refusal.message, refusal.code, refusal.status,
                                                       refusal.evidence), refusal.headers)
 
 

@@ -51,7 +51,13 @@ class OwnerRouter:
         if session_id is None and read_id is None:
             await self.app(scope, receive, send)
             return
-        holder = await sync_to_async(_holder_elsewhere)(session_id, read_id)
+        try:
+            holder = await sync_to_async(_holder_elsewhere)(session_id, read_id)
+        except Exception as exc:
+            # The catalog does not answer (a server database gone): a coded JSON answer, not daphne's HTML 500.
+            logger.warning("could not read the lease of %s: %s", session_id or read_id, _first_line(exc))
+            await _catalog_unavailable(send, exc)
+            return
         if holder is None or not holder.address:
             await self.app(scope, receive, send)
             return
@@ -66,12 +72,25 @@ class OwnerRouter:
             return
         answer = await _send_to_owner(scope, body, holder.address, token)
         if answer is None:  # owner unreachable: answered here (409 with the owner, or repaired once expired)
-            await self.app(scope, _replay(messages), send)
+            # The caller's own receive follows the replayed body: a bare disconnect made Django drop the answer.
+            await self.app(scope, _replay(messages, then=receive), send)
             return
         status, headers, content = answer
         await send({"type": "http.response.start", "status": status,
                     "headers": [*headers, (NODE_HEADER, holder.node_id.encode())]})
         await send({"type": "http.response.body", "body": content})
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+async def _catalog_unavailable(send: Any, exc: BaseException) -> None:
+    from compozy_site.api import error_body
+    from compozy_site.guard import send_json
+
+    await send_json(send, 503, error_body("the catalog database does not answer; try again when it is back",
+                                           "catalog_unavailable", 503, {"detail": _first_line(exc)}))
 
 
 def _runtime_session(scope: dict[str, Any]) -> str | None:
@@ -105,6 +124,7 @@ def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Holder | N
 
     if read_id is not None and (sessions_dir() / read_id).is_dir():
         return None
+    cluster.usable_connection()  # outside Django's request cycle: nobody else replaces a dead connection here
     return cluster.holder_elsewhere(session_id or read_id or "")
 
 

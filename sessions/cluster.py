@@ -8,9 +8,14 @@ A lease is a `SessionLease` row (node id, the node's daemon start, address, expi
 3. "Is it live?" reads the lease: a session this process runs is live, so is one whose unexpired lease another
    node holds. A lease held under this node's id by an earlier daemon start is dead at once (one daemon per
    home): a restart never waits out its own leases.
-4. When a lease expires, a survivor claims it (compare-and-set delete) and applies the stale-state rules to that
-   session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck `active`
-   (`sessions/failover.py`: it builds on the repair rules, which read the leases here).
+4. When a lease expires, a survivor claims it and applies the stale-state rules to that session (sessions reference
+   §13), so a dead node's sessions end `stopped`, never stuck `active` (`sessions/failover.py`: it builds on the
+   repair rules, which read the leases here). The claim turns the row into a fence (compare-and-set, `run` =
+   `fenced:<the dead run>`, no address) instead of deleting it: any node may take a fenced lease (a reactivation),
+   but the run it fenced never gets it back. A node that was only cut off (a stalled process, a lost database
+   connection) learns at its next renewal that it was fenced and stops its agent without writing anything more,
+   and until a renewal confirms its leases (`lease_confirmed`) its sessions' commits wait. Fences are deleted
+   after `FENCE_KEEP`.
 
 The embedded default runs the same code on SQLite with one node; nothing here needs PostgreSQL or Redis.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,6 +39,11 @@ logger = logging.getLogger(__name__)
 
 # A node counts as up while it heartbeated within this many lease TTLs (status and doctor only).
 NODE_STALE_TTLS = 2.0
+FENCED = "fenced:"  # a failed-over lease's run: `fenced:<the run that held it>`
+FENCE_KEEP = timedelta(days=1)  # how long a fence outlives its failover (a node cut off longer may write again)
+# Commits wait once the last renewal that confirmed this node's leases is older than this share of the TTL: two
+# renewals (every third of it) were missed, and a survivor may fail the sessions over at the full TTL.
+CONFIRMED_SHARE = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,8 @@ def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
     me = _identity
     ttl = me.lease_ttl if me else 15.0
     counts: dict[str, int] = {}
-    for holder in SessionLease.objects.filter(expires_at__gte=now).values_list("node_id", flat=True):
+    live = SessionLease.objects.filter(expires_at__gte=now).exclude(run__startswith=FENCED)
+    for holder in live.values_list("node_id", flat=True):
         counts[holder] = counts.get(holder, 0) + 1
     out = []
     for node in Node.objects.order_by("id"):
@@ -111,7 +123,7 @@ def leases(limit: int = 100) -> list[dict[str, Any]]:
     return [{"session_id": row.session_id, "node_id": row.node_id, "address": row.address,
              "acquired_at": folder.isoformat(row.acquired_at), "expires_at": folder.isoformat(row.expires_at),
              "expired": row.expires_at < now}
-            for row in SessionLease.objects.order_by("expires_at")[:limit]]
+            for row in SessionLease.objects.exclude(run__startswith=FENCED).order_by("expires_at")[:limit]]
 
 
 # ---- leases ----------------------------------------------------------------------------------
@@ -121,12 +133,20 @@ class Holder:
     node_id: str
     address: str
     expires_at: datetime
+    fenced: bool = False  # not a holder: failover ended this run's lease (the run asking was cut off)
 
     def public(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "address": self.address, "expires_at": folder.isoformat(self.expires_at)}
 
 
+def _fences(row: SessionLease, me: Identity | None) -> bool:
+    """The row is the fence failover left on `me`'s own lease."""
+    return me is not None and row.node_id == me.node_id and row.run == FENCED + me.run
+
+
 def _dead(row: SessionLease, now: datetime, me: Identity | None) -> bool:
+    if row.run.startswith(FENCED):
+        return not _fences(row, me)  # free for any taker, never for the run it fenced
     if row.expires_at < now:
         return True
     # Our own node id under another daemon start: our predecessor, which no longer runs anything.
@@ -148,6 +168,7 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
         try:
             with transaction.atomic():
                 SessionLease.objects.create(session_id=session_id, **fields)
+            _unconfirmed.discard(session_id)
             return None
         except IntegrityError:  # another node inserted first: read what it wrote
             row = SessionLease.objects.filter(session_id=session_id).first()
@@ -156,19 +177,25 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
     if row.node_id == me.node_id and row.run == me.run:
         SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).update(
             expires_at=expires)
+        _unconfirmed.discard(session_id)
         return None
+    if _fences(row, me):
+        return Holder(row.node_id, "", row.expires_at, fenced=True)
     if not _dead(row, now, me):
         return Holder(row.node_id, row.address, row.expires_at)
     # Compare-and-set from the exact values read: of two nodes that both saw the lease dead, one moves it.
     changed = SessionLease.objects.filter(session_id=session_id, node_id=row.node_id, run=row.run,
                                           expires_at=row.expires_at).update(**fields)
     if changed == 1:
+        _unconfirmed.discard(session_id)
         return None
     row = SessionLease.objects.filter(session_id=session_id).first()
     if row is None:
         return take(session_id, me, now)
-    return None if (row.node_id, row.run) == (me.node_id, me.run) else Holder(row.node_id, row.address,
-                                                                             row.expires_at)
+    if (row.node_id, row.run) == (me.node_id, me.run):
+        _unconfirmed.discard(session_id)
+        return None
+    return Holder(row.node_id, row.address, row.expires_at)
 
 
 def release(session_id: str, me: Identity | None = None) -> None:
@@ -179,22 +206,56 @@ def release(session_id: str, me: Identity | None = None) -> None:
 
 
 def renew(session_ids: list[str], me: Identity | None = None, now: datetime | None = None) -> set[str]:
-    """Move the expiry of our leases forward; returns the ids whose lease is no longer ours."""
+    """Move the expiry of our leases forward; returns the ids whose lease is no longer ours. Once it answered,
+    the leases it kept are confirmed from when it began (`lease_confirmed`)."""
+    global _confirmed_at
     me = me or _identity
-    if me is None or not session_ids:
+    if me is None:
+        return set()
+    began = time.monotonic()
+    if not session_ids:
+        _confirmed_at = began
         return set()
     now = now or folder.utcnow()
     ours = SessionLease.objects.filter(session_id__in=session_ids, node_id=me.node_id, run=me.run)
     ours.update(expires_at=now + timedelta(seconds=me.lease_ttl))
-    held = set(ours.values_list("session_id", flat=True))
-    return set(session_ids) - held
+    lost = set(session_ids) - set(ours.values_list("session_id", flat=True))
+    _unconfirmed.update(lost)  # before the confirmation: a lost session's writer never sees it confirmed
+    _confirmed_at = began
+    return lost
+
+
+_confirmed_at = time.monotonic()  # when the last renewal that answered began
+_unconfirmed: set[str] = set()  # sessions a renewal found no longer ours, until this run takes them again
+
+
+def lease_confirmed(session_id: str) -> bool:
+    """Whether this node's lease of the session was confirmed recently enough that no survivor can have failed
+    it over: a clustered session's store writer waits while this is false (a node stalled or cut off from the
+    catalog, or a lease found lost and not yet taken back or fenced)."""
+    me = _identity
+    if me is None:
+        return True
+    return session_id not in _unconfirmed and time.monotonic() - _confirmed_at < me.lease_ttl * CONFIRMED_SHARE
+
+
+def usable_connection() -> None:
+    """Replace this thread's catalog connection if it failed and no longer answers (a server database that
+    restarted): Django does this at each request's start, but callers outside a request keep the dead one."""
+    from django.db import connection
+
+    if connection.connection is not None and connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
 
 
 def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | None:
     """The live holder of the session's lease when it is another node (a daemon start) than this process."""
     now = now or folder.utcnow()
     row = SessionLease.objects.filter(session_id=session_id).first()
-    if row is None or _dead(row, now, _identity):
+    if row is None or row.run.startswith(FENCED) or _dead(row, now, _identity):
         return None
     if _identity is not None and (row.node_id, row.run) == (_identity.node_id, _identity.run):
         return None
@@ -214,6 +275,7 @@ def expired(now: datetime | None = None, limit: int = 200) -> list[SessionLease]
         dead |= Q(node_id=_identity.node_id) & ~Q(run=_identity.run)
         # Ours, late (a suspended laptop, a stalled catalog): renewed by our next tick, never repaired by us.
         dead &= ~(Q(node_id=_identity.node_id) & Q(run=_identity.run))
+    dead &= ~Q(run__startswith=FENCED)  # failed over already
     return list(SessionLease.objects.filter(dead).order_by("expires_at")[:limit])
 
 
@@ -225,11 +287,23 @@ def holds(session_id: str, me: Identity | None = None) -> bool:
     return SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).exists()
 
 
-def claim_expired(row: SessionLease) -> bool:
-    """Compare-and-set delete of a dead lease: the one survivor that deletes it repairs the session."""
-    deleted, _ = SessionLease.objects.filter(session_id=row.session_id, node_id=row.node_id, run=row.run,
-                                             expires_at=row.expires_at).delete()
-    return deleted >= 1
+def claim_expired(row: SessionLease, now: datetime | None = None) -> bool:
+    """Compare-and-set of a dead lease into its fence: the one survivor that moves it repairs the session."""
+    now = now or folder.utcnow()
+    changed = SessionLease.objects.filter(session_id=row.session_id, node_id=row.node_id, run=row.run,
+                                          expires_at=row.expires_at).update(
+        run=FENCED + row.run, address="", expires_at=now + FENCE_KEEP)
+    return changed >= 1
+
+
+def drop_old_fences(now: datetime | None = None) -> int:
+    deleted, _ = SessionLease.objects.filter(run__startswith=FENCED, expires_at__lt=now or folder.utcnow()).delete()
+    return deleted
+
+
+def leased(session_id: str) -> bool:
+    """Some node holds (or is taking) the session's lease: a fence is no holder."""
+    return SessionLease.objects.filter(session_id=session_id).exclude(run__startswith=FENCED).exists()
 
 
 # ---- shared services (status, doctor) --------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import Any
 from sessions import cluster
 from sessions.boot_repair import check_transcript_once
 from sessions.errors import CompozyError
-from sessions.models import SessionLease
 from sessions.repair import runs_here
 from sessions.stale_repair import repair_row_only, repair_stale_meta
 from sessions.store.folder import load_meta
@@ -25,6 +24,7 @@ logger = logging.getLogger(__name__)
 def recover_expired(now: datetime | None = None) -> list[str]:
     """Failover: apply the stale-state rules to each session whose owner stopped renewing (rule 4)."""
     repaired = []
+    cluster.drop_old_fences(now)
     for row in cluster.expired(now):
         if not cluster.claim_expired(row):
             continue
@@ -55,7 +55,7 @@ def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
     """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
     transcript repair), not at some node's next boot."""
     try:
-        if SessionLease.objects.filter(session_id=session_id).exists():
+        if cluster.leased(session_id):
             return  # reactivated by some node meanwhile: its store is that node's to write
         check_transcript_once(session_id, meta, None)
     except Exception:

@@ -127,7 +127,9 @@ class SessionManager:
         def fence(runtime: SessionRuntime) -> Coroutine[Any, Any, Any]:
             runtime.fenced = True
             runtime.recorder.closed = True  # records are dropped (and logged), never written to its events.db
-            return runtime.stop(StopReason.AGENT_CRASHED, f"session lease lost to node {holder}")
+            detail = ("session lease ended by failover while this node was cut off" if holder == "failover"
+                      else f"session lease lost to node {holder}")
+            return runtime.stop(StopReason.AGENT_CRASHED, detail)
 
         return self._hand_off(f"fence:{session_id}", session_id, fence)
 

@@ -6,6 +6,10 @@ recorded while a commit is in flight becomes the next batch (group commit: the b
 bigger the batches). Commits run on the store's own thread, so a locked store or a slow fsync stalls
 only its own session, never the loop that every session, stream and request shares.
 
+In a cluster a commit first waits until the node's leases are confirmed (`may_write`: a node stalled or cut
+off from the catalog past two renewals may have been failed over, and a survivor may be writing this store);
+fenced meanwhile (`closed`), the batch is dropped, never written.
+
 A failed commit keeps its batch and is retried with bounded backoff; `MAX(sequence)` is re-read inside
 every write transaction. A store that stays unwritable past `WRITE_DEADLINE_SECONDS` puts the recorder
 in a failed state: nothing recorded afterwards is written, `flush` raises, and `on_failure` tells the
@@ -63,6 +67,7 @@ MAX_BATCH_OPS = 5000
 # token in well under a second); and how far back a tail is looked for.
 HOLD_SECONDS = 1.0
 HOLD_WINDOW_CHARS = 4096
+LEASE_WAIT_SECONDS = 0.05  # how often a commit waiting for the lease looks again
 
 # Batches handed to store threads and not yet reported back, per event loop, across every session on it: a
 # session streaming a burst reads it to leave the GIL to the other sessions' writers (`others_waiting`).
@@ -103,6 +108,7 @@ class Recorder:
         self._held_since: float | None = None  # when the tail kept back now was first kept back
         self._hold_timer: asyncio.TimerHandle | None = None
         self._key_carry = PrivateKeyCarry()  # the writer thread's: private-key blocks that span rows
+        self.may_write: Callable[[], bool] | None = None  # a cluster's lease check, read on the writer thread
 
     @property
     def name(self) -> str:
@@ -278,6 +284,8 @@ class Recorder:
 
     def _commit_with_retry(self, batch: list[PendingOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """Runs on the store's thread. Retries a failing batch until it commits or the deadline passes."""
+        if self.may_write is not None and not self._await_lease():
+            return [], []
         ops = materialize(batch)
         if self.redact:
             ops = self._carry_private_keys(ops)
@@ -318,6 +326,21 @@ class Recorder:
                                reason, delay, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def _await_lease(self) -> bool:
+        """Wait while the lease is unconfirmed. False: the session was fenced (`closed` with a batch still out:
+        a plain close flushes first), so nothing is written."""
+        assert self.may_write is not None
+        waited = False
+        while not self.closed and not self.may_write():
+            if not waited:
+                logger.warning("store %s: commits wait until this node's session leases are confirmed", self.name)
+                waited = True
+            time.sleep(LEASE_WAIT_SECONDS)
+        if self.closed:
+            logger.error("store %s: a batch was not written: this node lost the session's lease", self.name)
+            return False
+        return True
 
     def _fail(self, failure: StoreFailure) -> None:
         self.failure = failure

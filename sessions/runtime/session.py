@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from compozy_site import metrics
-from sessions import catalog
+from sessions import catalog, cluster
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
 from sessions.config import Config, ProviderConfig
@@ -68,6 +70,9 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.recorder = Recorder(folder.events_path(self.id), meta["agent_name"], self._on_commit,
                                  self._on_store_failure, redact=config.redact_enabled)
         self.recorder.commit_seconds = metrics.STORE_COMMIT_SECONDS.observe
+        if cluster.clustered() and os.environ.get("COMPOZY_SESSIONS_DIR"):
+            # A shared store: a node cut off from the others must not write what a survivor may be writing.
+            self.recorder.may_write = functools.partial(cluster.lease_confirmed, self.id)
         self.agent: AgentProcess | None = None
         self.turn: Turn | None = None
         self.tool_titles: dict[str, str] = {}

@@ -271,6 +271,37 @@ def test_a_node_cut_off_past_its_lease_stops_its_agent_without_writing_over_the_
     assert b.http.post(b.scoped(sid, "/stop")).status_code == 204
 
 
+def test_a_node_cut_off_past_its_lease_while_nobody_took_it_is_fenced_and_writes_nothing(
+        cluster: Cluster, workspace: Path) -> None:
+    # Failover deleted the lease: A, woken, found no holder, took the lease back ("ours again") and appended its
+    # turn's chunks, a second error and session_stopped after B's repair, and rewrote meta.json.
+    a, b = cluster.a, cluster.b
+    sid = a.create(workspace)["id"]
+    accepted = a.prompt(sid, "slow 400 0.05")
+    assert accepted.status_code == 200, accepted.text
+    a.wait_event(sid, "agent_message")
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: meta(cluster, sid)["state"] == "stopped", timeout=60, what="failover on node B")
+        # Its interrupted turn is closed by B: the repair's error row ends the log.
+        wait_for(lambda: b.all_events(sid)[-1]["type"] == "error", timeout=30, what="B's repair of the turn")
+        repaired = b.all_events(sid)
+        stopped = meta(cluster, sid)
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    wait_for(lambda: "failed over while this node was cut off" in a.log() or "lease is held elsewhere" in a.log(),
+             timeout=30, what="node A noticing it was fenced")
+    time.sleep(LEASE_TTL * 2)  # renewals, the agent's exit and A's stop path have all run by now
+    assert b.all_events(sid) == repaired, "node A wrote into the store after B's failover"
+    assert meta(cluster, sid) == stopped
+    assert session_on(b, sid)["state"] == "stopped" and not _runs(a, sid)
+    # Continued through either node, it runs once, on one gap-free log.
+    assert b.run_turn(sid, "stream 2")
+    events = b.all_events(sid)
+    assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+    assert b.http.post(b.scoped(sid, "/stop")).status_code == 204
+
+
 def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_under_the_same_id(
         cluster: Cluster, workspace: Path) -> None:
     a, b = cluster.a, cluster.b
@@ -289,6 +320,11 @@ def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_unde
 
     a.stop(signal.SIGKILL)
     killed_at = time.monotonic()
+    # Work for a session whose owner cannot be reached is answered here at once (its lease has not expired yet):
+    # the fallback gave Django a disconnect, and the caller waited for ever.
+    refused = b.http.post(b.scoped(ids[1], "/prompt"), json={"message": "stream 1"},
+                          headers={"Accept": "application/json"}, timeout=30)
+    assert refused.status_code == 409 and refused.json()["code"] == "session_owned_elsewhere", refused.text
     # Nobody reads these sessions through B meanwhile: B's lease keeper finds the expired leases on its own.
     for sid in ids_with_hung:
         wait_for(lambda sid=sid: meta(cluster, sid)["state"] == "stopped", timeout=60,

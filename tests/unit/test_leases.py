@@ -120,3 +120,52 @@ def test_threads_racing_for_one_lease_leave_one_holder() -> None:
     assert all(len(w) == 1 for w in wins.values()), wins
     assert {sid: SessionLease.objects.get(session_id=sid).node_id for sid in sids} == {
         sid: w[0] for sid, w in wins.items()}
+
+
+def test_failover_leaves_a_fence_the_cut_off_run_never_takes_back_but_any_node_may_take() -> None:
+    # Failover deleted the lease: the cut-off node's next renewal found no holder, took it back ("ours again") and
+    # wrote on over the survivor's repair.
+    sid = session("sess_00000000000000a7")
+    then = folder.utcnow() - timedelta(seconds=60)
+    cluster.take(sid, A, now=then)
+    [row] = cluster.expired()
+    assert cluster.claim_expired(row) is True
+    assert cluster.expired() == []  # failed over once, not again at every sweep
+    assert not cluster.leased(sid) and cluster.holder_elsewhere(sid) is None
+    assert cluster.renew([sid], A) == {sid}
+    fenced = cluster.take(sid, A)
+    assert fenced is not None and fenced.fenced, fenced
+    assert not cluster.holds(sid, A)
+    assert cluster.leases() == [] and all(n["leases"] == 0 for n in cluster.nodes())
+    # A reactivation, on any other node or on A's next daemon start, takes it as usual.
+    assert cluster.take(sid, A_RESTARTED) is None
+    assert cluster.holds(sid, A_RESTARTED) and cluster.leased(sid)
+
+
+def test_fences_are_dropped_after_a_day() -> None:
+    sid = session("sess_00000000000000a8")
+    cluster.take(sid, A, now=folder.utcnow() - timedelta(seconds=60))
+    [row] = cluster.expired()
+    cluster.claim_expired(row)
+    assert cluster.drop_old_fences() == 0
+    assert cluster.drop_old_fences(folder.utcnow() + cluster.FENCE_KEEP + timedelta(seconds=1)) == 1
+    assert not SessionLease.objects.filter(session_id=sid).exists()
+
+
+def test_a_node_whose_renewals_stopped_answering_stops_confirming_its_leases(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = session("sess_00000000000000a9")
+    cluster.set_identity(A)
+    cluster.take(sid, A)
+    cluster.renew([sid], A)
+    assert cluster.lease_confirmed(sid)
+    clock = cluster.time.monotonic()
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: clock + A.lease_ttl * cluster.CONFIRMED_SHARE + 0.1)
+    assert not cluster.lease_confirmed(sid)
+    assert cluster.renew([sid], A) == set()
+    assert cluster.lease_confirmed(sid)
+    # A lease found lost stays unconfirmed, whatever else renews, until this run takes it again.
+    SessionLease.objects.filter(session_id=sid).delete()
+    assert cluster.renew([sid], A) == {sid}
+    assert not cluster.lease_confirmed(sid)
+    assert cluster.take(sid, A) is None and cluster.lease_confirmed(sid)
