@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 
-from bench import cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
+from bench import cadence, cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
 from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
@@ -36,6 +36,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
     "fanout": ("agent → viewer latency and CPU, 4 sessions x 25 viewers (2 with --quick)", latency.run_fanout),
     "cpusplit": ("CPU per tick at 1 and at 3 viewers a session: what each viewer adds, what each event costs once",
                  cpu_split.run),
+    "cadence": ("store path per lone event: the Recorder against one shared writer with a hand-off cadence "
+                "(in-process)", cadence.run),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
     "redaction": ("redact_text on ordinary text per call, and on adversarial text per KiB at two sizes",
                   redaction.run),
