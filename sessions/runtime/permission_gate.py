@@ -11,6 +11,7 @@ from typing import Any
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
 from sessions.runtime.permissions import option_for
+from sessions.runtime.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +83,12 @@ class PermissionGateMixin:
                                                                                         "options": options}})
                 await self.recorder.flush()
                 self.touch_activity("agent_waiting", "waiting for a permission decision")
-                self.announce()  # the dashboard's "needs approval" comes from the catalog stream
+                self._share_waiting()
                 try:
                     person, chosen = await pending.answer
                 finally:
                     self.permissions.close(pending.request_id)
-                    self.announce()
+                    self._share_waiting()
                 if person == "cancelled":
                     decision, option_id, source = "cancelled", None, "turn_cancelled"
                 else:
@@ -136,6 +137,13 @@ class PermissionGateMixin:
             chosen = client_side.allow_option(options) if patched == "approved" else client_side.reject_option(options)
             return patched if chosen else "cancelled", chosen, "hook:permission.request"
         return None
+
+    def _share_waiting(self) -> None:
+        """The dashboard's "needs approval" comes from the catalog stream, rung now; the count goes to meta.json
+        too (not awaited), where another node of a cluster reads it (it has no runtime to ask)."""
+        self.meta.setdefault("liveness", {})["pending_permissions"] = self.permissions.waiting_count
+        self.announce()
+        spawn(self.persist())
 
     def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
         return self.permissions.resolve(request_id, decision, option_id)

@@ -12,8 +12,13 @@ from sessions.runtime.manager import get_manager
 def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
     """SessionPayload (surfaces reference §4.1), computed from meta.json plus live runtime facts."""
     runtime = _live_runtime(meta["id"])
-    prompting = bool(runtime and runtime.busy)
-    stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
+    liveness = meta.get("liveness") or {}
+    activity_meta = liveness.get("activity") or {}
+    # Without a runtime here, an active session is run by another node (or by none, until read repair stops it):
+    # its meta.json says what that runtime last wrote (a turn's start, a permission waiting on a person).
+    remote = runtime is None and meta["state"] == SessionState.ACTIVE
+    prompting = bool(runtime.busy) if runtime else remote and bool(activity_meta.get("prompt_active"))
+    stalled = liveness.get("stall_state") == "stalled"
     badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
     activity = _activity(meta, runtime)
     payload: dict[str, Any] = {
@@ -39,8 +44,10 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "attachable": meta["state"] == SessionState.ACTIVE and badge.value in ("idle", "running")
         and (meta.get("failure") or {}).get("kind") in (None, FailureKind.PROMPT_FAILURE) and not stalled,
         "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
-        "current_turn_id": runtime.turn.id if runtime and runtime.turn else None,
-        "pending_permissions": runtime.permissions.waiting_count if runtime else 0,
+        "current_turn_id": (runtime.turn.id if runtime.turn else None) if runtime
+        else (activity_meta.get("turn_id") if prompting else None),
+        "pending_permissions": runtime.permissions.waiting_count if runtime
+        else int(liveness.get("pending_permissions") or 0) if prompting else 0,
         "stop_reason": meta.get("stop_reason") or None,
         "stop_detail": meta.get("stop_detail") or None,
         "failure": meta.get("failure"),

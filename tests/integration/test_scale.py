@@ -177,6 +177,30 @@ def test_work_for_a_live_session_reaching_the_other_node_is_routed_to_its_owner(
     assert session_on(a, sid)["state"] == "stopped"
 
 
+def test_the_other_node_shows_a_running_turn_and_a_permission_waiting_on_a_person(
+        cluster: Cluster, workspace: Path) -> None:
+    # Node B read `idle`, prompt_state idle and no pending permission for a session whose turn waited on a person
+    # on node A: it has no runtime to ask, and meta.json did not carry the count.
+    a, b = cluster.a, cluster.b
+    sid = a.create(workspace, agent="reader")["id"]
+    accepted = a.prompt(sid, "tool write out.txt hi")
+    assert accepted.status_code == 200, accepted.text
+    turn_id = accepted.json()["prompt"]["turn_id"]
+    seen = wait_for(lambda: (s := session_on(b, sid))["pending_permissions"] == 1 and s, timeout=30,
+                    what="node B to see the waiting permission")
+    assert (seen["badge"], seen["prompt_state"], seen["current_turn_id"]) == ("running", "prompting", turn_id), seen
+    [listed] = [s for s in b.http.get("/api/sessions").json()["sessions"] if s["id"] == sid]
+    assert listed["pending_permissions"] == 1 and listed["badge"] == "running", listed
+    [request] = b.http.get(b.scoped(sid, "/permissions")).json()["permissions"]
+    assert b.http.post(b.scoped(sid, f"/permissions/{request['request_id']}"),
+                       json={"decision": "approve"}).status_code == 200
+    a.turn_events(sid, turn_id, timeout=60)
+    done = wait_for(lambda: (s := session_on(b, sid))["prompt_state"] == "idle" and s, timeout=30,
+                    what="node B to see the turn end")
+    assert done["pending_permissions"] == 0 and done["current_turn_id"] is None, done
+    assert a.http.post(a.scoped(sid, "/stop")).status_code == 204
+
+
 def test_each_node_accepts_the_cluster_token_and_nothing_like_it(cluster: Cluster) -> None:
     for node in (cluster.a, cluster.b):
         assert httpx.get(f"{node.base_url}/api/status",
