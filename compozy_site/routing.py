@@ -5,10 +5,12 @@ stop, interrupt, steer, cancel, queue, permissions, remove, children) for a sess
 node holds is sent to that node's recorded address with the cluster's shared token (`COMPOZY_CLUSTER_TOKEN`), and
 its answer is returned as is. Reads of a live session (events, history, recap, transcript, status, the SSE tail)
 are routed the same way when its folder is not on this node (no shared sessions folder); the tail is relayed as it
-streams, with the caller's Last-Event-ID, so the owner's resume guarantee holds. Without a cluster token, when the
-owner cannot be reached, or for a request that was already routed once (no loops while a lease moves), the request
-runs here and the service layer answers 409 `session_owned_elsewhere` with the owner. With a shared sessions folder
-reads are never routed: the catalog and the folder serve them on any node.
+streams, with the caller's Last-Event-ID, so the owner's resume guarantee holds. A session nobody runs whose folder
+is on another node that is up (the catalog row's `folder_node`) is read and continued there the same way. Without a
+cluster token, when the owner cannot be reached, or for a request that was already routed once (no loops while a
+lease moves), the request runs here and the service layer answers 409 `session_owned_elsewhere` with the owner (or
+`session_folder_elsewhere` naming the node that stores it). With a shared sessions folder reads are never routed:
+the catalog and the folder serve them on any node.
 """
 
 from __future__ import annotations
@@ -122,10 +124,16 @@ def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Holder | N
     from compozy_site.home import sessions_dir
     from sessions import cluster
 
-    if read_id is not None and (sessions_dir() / read_id).is_dir():
+    target = session_id or read_id or ""
+    here = (sessions_dir() / target).is_dir()
+    if read_id is not None and here:
         return None
     cluster.usable_connection()  # outside Django's request cycle: nobody else replaces a dead connection here
-    return cluster.holder_elsewhere(session_id or read_id or "")
+    holder = cluster.holder_elsewhere(target)
+    if holder is None and not here:
+        # Nobody runs it and its folder is on another node (no shared folder): that node reads it, or continues it.
+        holder = cluster.folder_holder(target)
+    return holder
 
 
 def _owner_request(scope: dict[str, Any], address: str, token: str) -> tuple[str, dict[str, str]]:

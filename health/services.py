@@ -260,7 +260,7 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
     session with no row yet gets one derived now, so health is always present."""
     from sessions import services
 
-    meta = services.scoped_meta(session_id, workspace_ref)
+    meta = services.scoped_meta(session_id, workspace_ref, row_ok=True)
     if touch:
         touch_presence(session_id)
     row = SessionHealth.objects.filter(session_id=session_id).first()

@@ -164,7 +164,9 @@ def save_meta(meta: dict[str, Any]) -> None:
 
 
 def upsert_session_row(meta: dict[str, Any]) -> None:
-    """Mirror meta.json into the catalog; every lifecycle change writes both."""
+    """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
+    from sessions.cluster import node_id
+
     activity = (meta.get("liveness") or {}).get("activity") or {}
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
@@ -184,6 +186,7 @@ def upsert_session_row(meta: dict[str, Any]) -> None:
             "stop_detail": meta.get("stop_detail") or "",
             "failure": meta.get("failure"),
             "acp_session_id": meta.get("acp_session_id") or "",
+            "folder_node": node_id(),
             "last_activity_at": parse_time(activity.get("last_activity_at")),
             "created_at": parse_time(meta["created_at"]),
             "updated_at": parse_time(meta["updated_at"]),

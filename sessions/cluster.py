@@ -32,7 +32,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from sessions.models import Node, SessionLease
+from sessions.models import Node, Session, SessionLease
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,6 @@ def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
     """Every node the catalog knows, with its leases and whether it is up (heartbeated recently)."""
     now = now or folder.utcnow()
     me = _identity
-    ttl = me.lease_ttl if me else 15.0
     counts: dict[str, int] = {}
     live = SessionLease.objects.filter(expires_at__gte=now).exclude(run__startswith=FENCED)
     for holder in live.values_list("node_id", flat=True):
@@ -111,7 +110,7 @@ def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
     out = []
     for node in Node.objects.order_by("id"):
         this = me is not None and node.id == me.node_id
-        up = this or (now - node.last_seen).total_seconds() <= ttl * NODE_STALE_TTLS
+        up = this or node_up(node, now)
         out.append({"id": node.id, "address": node.address, "pid": node.pid, "this_node": this,
                     "status": "up" if up else "down", "started_at": folder.isoformat(node.started_at),
                     "last_seen": folder.isoformat(node.last_seen), "leases": counts.get(node.id, 0)})
@@ -265,6 +264,29 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | N
         if not daemon_running():
             return None  # manage.py after this home's daemon died: its leases died with it
     return Holder(row.node_id, row.address, row.expires_at)
+
+
+def folder_node(session_id: str) -> str:
+    """The node whose sessions folder holds the session ("" when the catalog has no row or does not know)."""
+    return Session.objects.filter(id=session_id).values_list("folder_node", flat=True).first() or ""
+
+
+def node_up(node: Node, now: datetime | None = None) -> bool:
+    ttl = _identity.lease_ttl if _identity else 15.0
+    return ((now or folder.utcnow()) - node.last_seen).total_seconds() <= ttl * NODE_STALE_TTLS
+
+
+def folder_holder(session_id: str, now: datetime | None = None) -> Holder | None:
+    """The other node, up and reachable by address, whose sessions folder holds the session: without a shared
+    folder a stopped session is read (and continued) there. None: this node, an unknown one, or one that is down."""
+    holder = folder_node(session_id)
+    if not holder or holder == node_id():
+        return None
+    node = Node.objects.filter(id=holder).first()
+    now = now or folder.utcnow()
+    if node is None or not node.address or not node_up(node, now):
+        return None
+    return Holder(node.id, node.address, node.last_seen)
 
 
 def expired(now: datetime | None = None, limit: int = 200) -> list[SessionLease]:

@@ -41,6 +41,10 @@ class Session(models.Model):
     # Holder lease for resume attach (sessions reference §15).
     attached_to = models.CharField(max_length=200, blank=True, default="")
     attach_expires_at = models.DateTimeField(null=True, blank=True)
+    # The node whose sessions folder holds meta.json and events.db (the last to write them). Without a shared
+    # folder, a read or a prompt reaching another node is sent there, or refused naming it. A default in the
+    # database too: rows inserted by SQL, or by a node not yet upgraded, still go in.
+    folder_node = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField(db_index=True)
 

@@ -129,9 +129,43 @@ class SessionOwnedElsewhere(Conflict):
                          data={"session_id": session_id, "owner": holder.public()})
 
 
-def scoped_meta(session_id: str, workspace_ref: str | None) -> dict[str, Any]:
-    """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404)."""
-    meta = read_session_meta(session_id)
+class SessionFolderElsewhere(Conflict):
+    """A session the catalog lists whose folder (meta.json, events.db) is on another node's disk, and that node did
+    not answer for it (down, unreachable, or not known): the record comes from the catalog row, its store not."""
+
+    def __init__(self, session_id: str, node: str) -> None:
+        where = f"node {node}" if node else "another node"
+        super().__init__(f"session {session_id} is stored on {where}, which did not answer (no shared sessions "
+                         f"folder); its events and history are read there", code="session_folder_elsewhere",
+                         data={"session_id": session_id, "folder_node": node or None})
+
+
+def _row_elsewhere(session_id: str) -> Session | None:
+    """The catalog row of a session whose folder is not on this node (another node's disk), else None. Embedded
+    (one node) such a row is an orphan, `rebuild_catalog`'s to clear: not found."""
+    from sessions.store import folder
+
+    if not cluster.clustered() or folder.session_dir(session_id).exists():
+        return None
+    row = Session.objects.filter(id=session_id).first()
+    if row is None or (row.folder_node and row.folder_node == cluster.node_id()):
+        return None
+    return row
+
+
+def scoped_meta(session_id: str, workspace_ref: str | None, *, row_ok: bool = False) -> dict[str, Any]:
+    """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404). A session stored on
+    another node's disk reads from its catalog row when `row_ok` (the record, its health), else is refused naming
+    that node (`session_folder_elsewhere`): never a bare not found for a session the list shows."""
+    try:
+        meta = read_session_meta(session_id)
+    except NotFound:
+        row = _row_elsewhere(session_id)
+        if row is None:
+            raise
+        if not row_ok:
+            raise SessionFolderElsewhere(session_id, row.folder_node) from None
+        meta = row_meta_unreadable(row)
     check_workspace_scope(workspace_ref, meta)
     return meta
 
@@ -148,13 +182,12 @@ def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> No
 
 
 def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
-    meta = scoped_meta(session_id, workspace_ref)
+    meta = scoped_meta(session_id, workspace_ref, row_ok=True)
     return session_payload(meta)
 
 
 async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
-    meta = await sync_to_async(read_session_meta)(session_id)
-    await sync_to_async(check_workspace_scope)(workspace_ref, meta)
+    meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
     runtime = get_manager().get(session_id)
     if runtime is None and meta["state"] in LIVE_STATES:
         holder = await sync_to_async(cluster.holder_elsewhere)(session_id)

@@ -5,6 +5,7 @@ the cluster token, the tail relayed with Last-Event-ID); when the owner dies, th
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import threading
@@ -76,6 +77,37 @@ def test_reads_and_the_live_tail_of_a_session_on_the_other_node_come_from_its_ow
     assert [int(f.id or 0) for f in resumed] == [s for s in expected if s > middle]
 
 
+def _listed_active(b: Daemon, sid: str) -> None:
+    wait_for(lambda: any(s["id"] == sid and s["state"] == "active" for s in b.http.get(
+        "/api/sessions", params={"all": "true", "limit": 100}).json()["sessions"]), timeout=10,
+        what="the catalog row to say active")
+
+
+def test_the_cli_of_the_other_node_stops_reads_and_continues_a_session_stored_on_its_owner(
+        nodes: tuple[Daemon, Daemon], workspace: Path) -> None:
+    # The stop itself was routed to A, but the CLI's follow-up read of the record (no lease by then, the folder on
+    # A) said `session not found` and exited 69; so did status, events and history of the stopped session.
+    a, b = nodes
+    sid = a.create(workspace)["id"]
+    _listed_active(b, sid)
+    stopped = b.cli("session", "stop", sid, "-o", "json")
+    assert stopped.returncode == 0, stopped.stderr
+    record = json.loads(stopped.stdout)
+    assert record["state"] == "stopped" and record["stop_reason"] == "user_canceled"
+    assert b.cli_json("session", "status", sid)["session"]["state"] == "stopped"
+    events = b.cli_json("session", "events", sid)
+    assert events and events[-1]["type"] == "session_stopped"
+    assert b.cli("session", "history", sid).returncode == 0
+    read = b.http.get(f"/api/sessions/{sid}")
+    assert read.status_code == 200 and read.headers["x-compozy-node"] == "node-a"
+    # Continued through B: the node whose folder holds it runs it again, under the same id.
+    accepted = b.prompt(sid, "stream 2")
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.headers["x-compozy-node"] == "node-a"
+    a.turn_events(sid, accepted.json()["prompt"]["turn_id"], timeout=60)
+    assert a.http.post(a.scoped(sid, "/stop")).status_code == 204
+
+
 def test_when_the_owner_dies_the_survivor_corrects_the_catalog_row(
         nodes: tuple[Daemon, Daemon], workspace: Path) -> None:
     a, b = nodes
@@ -83,9 +115,7 @@ def test_when_the_owner_dies_the_survivor_corrects_the_catalog_row(
     # The API answers `active` as soon as the runtime is; the kill must come once the catalog row (the survivor's
     # only record) says so too, or the survivor rightly repairs a start that did not complete (CI saw that once:
     # `error`, not `agent_crashed`).
-    wait_for(lambda: any(s["id"] == sid and s["state"] == "active" for s in b.http.get(
-        "/api/sessions", params={"all": "true", "limit": 100}).json()["sessions"]), timeout=10,
-        what="the catalog row to say active")
+    _listed_active(b, sid)
     a.stop(signal.SIGKILL)
 
     def listed() -> dict[str, object] | None:
@@ -96,3 +126,10 @@ def test_when_the_owner_dies_the_survivor_corrects_the_catalog_row(
     assert row["stop_reason"] == "agent_crashed" and row["failure"]["kind"] == "process_exit"
     recent = b.http.get("/api/status").json()["health"]["failures"]["recent"]
     assert any(f["session_id"] == sid and f["failure_kind"] == "process_exit" for f in recent)
+    # What the list shows, B's status reads from the row; its store is on the dead node, which the error names.
+    status = b.cli_json("session", "status", sid)["session"]
+    assert status["state"] == "stopped" and status["stop_reason"] == "agent_crashed"
+    for command in ("events", "history"):
+        refused = b.cli("session", command, sid)
+        assert refused.returncode != 0 and "node-a" in refused.stderr, refused.stderr
+        assert "session_folder_elsewhere" in refused.stderr and "not found" not in refused.stderr
