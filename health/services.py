@@ -23,7 +23,7 @@ from health.enums import HealthState, HealthValue, WakeReason
 from health.models import SessionHealth
 from sessions.config import get_config
 from sessions.models import Session
-from sessions.store.folder import isoformat, utcnow
+from sessions.store.folder import isoformat, session_dir, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -160,10 +160,17 @@ def touch_presence(session_id: str) -> None:
 
 def sweep_stale(now: datetime | None = None) -> int:
     """Age idle sessions whose last activity and presence are older than `session_health_stale_after`."""
+    from sessions import cluster
+
     now = now or utcnow()
     cfg = get_config().heartbeat
     changed = 0
+    elsewhere: set[str] | None = None
     for row in SessionHealth.objects.filter(state=HealthState.IDLE, health=HealthValue.HEALTHY, active_prompt=False):
+        if elsewhere is None:
+            elsewhere = cluster.held_elsewhere(now)
+        if row.session_id in elsewhere:
+            continue  # another node runs it: without its runtime here, a derivation would read it detached
         since = _idle_since(row)
         if not is_stale(row.state, row.health, row.active_prompt, since, row.last_presence_at, now,
                         cfg.session_health_stale_after):
@@ -207,15 +214,26 @@ def _meta(session_id: str) -> dict[str, Any] | None:
 
 def boot_recompute(run: str) -> dict[str, int]:
     """Once per daemon start, after boot repair and before any wake consumer (health reference §3):
-    1. recompute every stored row from its meta.json and the runtime facts of this daemon;
+    1. recompute every stored row this node may judge from its meta.json and the runtime facts of this daemon:
+       not a session another live node holds the lease of (its runtime is there: here it would read detached), nor
+       one stored on another node's disk (no shared folder: its meta.json is not missing, only not here);
     2. a session whose meta.json is gone reads `detached` + `stale`;
     3. run the stale sweep; then record completion, which the wake service waits for."""
-    counts = {"recomputed": 0, "missing_meta": 0, "stale": 0}
+    from sessions import cluster
+
+    counts = {"recomputed": 0, "missing_meta": 0, "stale": 0, "elsewhere": 0}
     with _recompute_lock:
         if run in _recomputed:
             return counts
+        elsewhere, here = cluster.held_elsewhere(), cluster.node_id()
         for session in Session.objects.all().iterator():
+            if session.id in elsewhere:
+                counts["elsewhere"] += 1
+                continue
             meta = _meta(session.id)
+            if meta is None and session.folder_node not in ("", here) and not session_dir(session.id).exists():
+                counts["elsewhere"] += 1
+                continue
             if meta is None:
                 _mark_missing(session)
                 counts["missing_meta"] += 1

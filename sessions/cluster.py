@@ -266,6 +266,18 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | N
     return Holder(row.node_id, row.address, row.expires_at)
 
 
+def held_elsewhere(now: datetime | None = None) -> set[str]:
+    """Sessions whose unexpired lease another node (or another daemon start) holds: their live facts are there, so
+    only that node judges them (their health, above all)."""
+    now = now or folder.utcnow()
+    live = SessionLease.objects.filter(expires_at__gte=now).exclude(run__startswith=FENCED)
+    if _identity is not None:
+        live = live.exclude(node_id=_identity.node_id, run=_identity.run)
+        # Our own node id under another start is our dead predecessor: its sessions are ours to judge.
+        live = live.exclude(Q(node_id=_identity.node_id) & ~Q(run=_identity.run))
+    return set(live.values_list("session_id", flat=True))
+
+
 def folder_node(session_id: str) -> str:
     """The node whose sessions folder holds the session ("" when the catalog has no row or does not know)."""
     return Session.objects.filter(id=session_id).values_list("folder_node", flat=True).first() or ""
