@@ -17,7 +17,11 @@ from compozy_site.logging import RepeatedFailure
 
 logger = logging.getLogger(__name__)
 
-BOOT_RETRY_SECONDS = 5.0  # boot repair is sent again until it ran: its message may go to another consumer
+BOOT_RETRY_SECONDS = 5.0  # boot repair is tried again until it ran for this start
+# Jobs of this daemon start (boot repair with the health recompute, the wake cycle, which waits for that recompute):
+# run here, never sent through the queue, whose other consumers (other nodes on a shared Redis) would run them for a
+# start that is not theirs, and keep the "recomputed" mark in their own memory.
+START_JOBS = frozenset({"boot", "wake"})
 TICKER_MAX_WAIT = 1.0  # the ticker thread wakes at least this often to notice a stop
 
 
@@ -51,8 +55,9 @@ class Ticker:
 
     If a job's previous message has not reached this process when the next one is due (lost, or taken by
     another consumer on the queue that cannot run it), the ticker runs the job here as well, on a small pool
-    so it never waits on one: the claim still lets each tick run once. Errors (a locked or full queue) cost
-    one tick and are logged; the thread keeps going until `stop()`."""
+    so it never waits on one: the claim still lets each tick run once. The jobs of this daemon start
+    (`START_JOBS`) always run on that pool. Errors (a locked or full queue) cost one tick and are logged; the
+    thread keeps going until `stop()`."""
 
     def __init__(self, run: str, sweep_every: Callable[[], float]) -> None:
         self.run = run  # the daemon start this ticker serves (daemon.json `started_at`)
@@ -95,15 +100,27 @@ class Ticker:
                     continue
                 task, args, every = sends[name]
                 try:
-                    if sent[name] and jobs.arrived(name) < sent[name]:
-                        self._local.submit(close_db(task.call_local), *args)
-                    task(*args)
+                    if name in START_JOBS:
+                        self._run_here(name, close_db(task.call_local), args)
+                    else:
+                        if sent[name] and jobs.arrived(name) < sent[name]:
+                            self._run_here(name, close_db(task.call_local), args)
+                        task(*args)
                     sent[name] = now
                     failures.ok(name)
                 except Exception as exc:
                     failures.log(name, f"could not send {name}; trying again next tick", exc)
                 due[name] = now + every()
             self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))
+
+    def _run_here(self, name: str, call: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        def run() -> None:
+            try:
+                call(*args)
+            except Exception:  # a future's exception is never looked at: say it here, as huey would
+                logger.exception("job %s failed; it runs again at its next tick", name)
+
+        self._local.submit(run)
 
 
 class LeaseKeeper:

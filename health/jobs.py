@@ -57,7 +57,10 @@ def wake_cycle(run: str) -> dict[str, int] | None:
     from health.wake import run_cycle
     from sessions.claims import claim_tick, owner_id
     from sessions.jobs import _arrive as arrive
+    from sessions.jobs import this_start
 
+    if not this_start(run):
+        return None  # another daemon start's (another node's) cycle: its own ticker runs it there
     manager = arrive("wake")
     if manager is None or manager.draining:
         return None

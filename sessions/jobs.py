@@ -2,10 +2,11 @@
 
 How they are scheduled, and why it survives lost messages and extra consumers:
 1. The daemon's `Ticker` thread (`compozy_site/jobs.py`) enqueues each job when it falls due: the sweep
-   every `sweep_interval`, tombstones every minute, boot repair until it has run for this daemon start.
-   Nothing reschedules itself. When a job's previous message has not reached the daemon by the time the next
-   one is due (lost, or taken by a consumer that cannot run it), the ticker also runs the job itself, so no
-   number of lost messages can stop supervision.
+   every `sweep_interval`, tombstones every minute. Nothing reschedules itself. Boot repair (until it has run for
+   this daemon start) and the wake cycle belong to one daemon start: the ticker runs them in its own process, and a
+   consumer that gets one for another start (another node's) ignores it. When a job's previous message has not
+   reached the daemon by the time the next one is due (lost, or taken by a consumer that cannot run it), the
+   ticker also runs the job itself, so no number of lost messages can stop supervision.
 2. Each job first claims its tick in the catalog with a compare-and-set (`sessions/claims.py`): a burst
    of queued duplicates, or two consumer threads taking two messages at once, still runs each tick once.
 3. A job acts only in the process whose SessionManager owns the sessions (the daemon). A consumer without
@@ -71,6 +72,15 @@ def _arrive(name: str) -> Any:
     return manager
 
 
+def this_start(run: str) -> bool:
+    """Whether `run` is this process's daemon start. A job of another start (another node's, taken from the shared
+    queue, or an earlier start's left in it) is ignored here: its own daemon runs it (`Ticker`, `START_JOBS`)."""
+    from sessions import cluster
+
+    me = cluster.identity()
+    return me is not None and me.run == run
+
+
 @db_task()
 def boot_repair(run: str) -> dict[str, int] | None:
     """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
@@ -78,7 +88,7 @@ def boot_repair(run: str) -> dict[str, int] | None:
     from sessions.claims import claim_tick, owner_id
     from sessions.store.folder import parse_time
 
-    if _arrive("boot") is None or run in _boot_runs:
+    if not this_start(run) or _arrive("boot") is None or run in _boot_runs:
         return None
     if not claim_tick(f"boot_repair:{owner_id()}", BOOT_CLAIM_EVERY, now=parse_time(run)):
         _boot_runs.add(run)  # this start's repair was claimed already (a duplicate message)

@@ -8,6 +8,7 @@ without a shared sessions folder."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -106,3 +107,27 @@ def test_a_node_restarting_leaves_the_health_of_the_other_nodes_sessions_alone(
     stopped = health(a, done)
     assert (stopped["state"], stopped["health"], stopped["last_error"]) == ("stopped", "dead", None), stopped
     assert a.http.post(a.scoped(idle, "/stop")).status_code == 204
+
+
+def wake_service(node: Daemon) -> dict[str, Any]:
+    return next(i for i in node.cli_json("doctor", "--only", "daemon")["items"] if i["id"] == "wake_service")
+
+
+@pytest.mark.parametrize("cluster", ["unshared"], indirect=True)
+def test_each_node_runs_its_own_boot_repair_and_health_recompute_when_started_beside_others(cluster: Nodes) -> None:
+    # Boot repair and the wake cycle went through the shared queue: A's consumer ran B's and C's boot repair (over
+    # A's own folder) and kept their "recomputed" mark, so B's wakes waited (doctor: wake_service warn) for minutes.
+    a = cluster.start("a")
+    wait_for(lambda: recomputed(a), timeout=30, what="node A's boot recompute")
+    later = []
+    for name in ("b", "c"):
+        time.sleep(2)
+        later.append(cluster.start(name))
+    for node in later:
+        wait_for(lambda node=node: BOOT_REPAIR in node.log() and recomputed(node), timeout=30,
+                 what=f"{node.home.name}'s own boot repair and health recompute")
+        wait_for(lambda node=node: wake_service(node)["title"] != "Wake service waiting", timeout=30,
+                 what=f"{node.home.name}'s wake service past its health recompute")
+    time.sleep(3)  # a start's repair, had it gone to A, would be in A's log by now
+    assert a.log().count(BOOT_REPAIR) == 1, a.log()
+    assert a.log().count(RECOMPUTED) == 1
