@@ -11,11 +11,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from huey.consumer import Consumer
+from huey.consumer import Consumer, Scheduler, Worker
 
 from compozy_site.logging import RepeatedFailure
 
 logger = logging.getLogger(__name__)
+
+QUEUE = "job queue"
+# A queue that cannot be read or written (Redis down, a locked SQLite file) is one failure, whoever meets it: a line
+# when it starts, then after 10 s, 20 s, 40 s… at most every 10 min, and one when it works again. huey's own workers
+# logged a traceback per attempt (5,182 lines in 12 s with Redis gone); status and doctor report it meanwhile.
+QUEUE_FAILURE = RepeatedFailure(logger, 10.0, growth=2.0, most=600.0, traceback=False)
+QUEUE_DOWN = "the job queue does not answer (jobs are neither sent nor taken); retrying"
+QUEUE_RETRY_MOST = 5.0  # a worker retries an unreadable queue at growing intervals up to this
 
 BOOT_RETRY_SECONDS = 5.0  # boot repair is tried again until it ran for this start
 # Jobs of this daemon start (boot repair with the health recompute, the wake cycle, which waits for that recompute):
@@ -25,7 +33,48 @@ START_JOBS = frozenset({"boot", "wake"})
 TICKER_MAX_WAIT = 1.0  # the ticker thread wakes at least this often to notice a stop
 
 
+class QuietWorker(Worker):
+    """huey's worker loop, with a queue it cannot read reported to QUEUE_FAILURE and retried at growing intervals."""
+
+    def loop(self, now: Any = None) -> None:
+        try:
+            task = self.huey.dequeue()
+        except Exception as exc:
+            QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
+            self.stop_flag.wait(self.delay)
+            self.delay = min(max(self.delay, self.default_delay) * 2, QUEUE_RETRY_MOST)
+            return
+        QUEUE_FAILURE.ok(QUEUE)
+        if task is not None:
+            self.delay = self.default_delay
+            try:
+                self.huey.execute(task, now)
+            except Exception:
+                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+        elif not self.huey.storage.blocking:
+            self.sleep()
+
+
+class QuietScheduler(Scheduler):
+    """Our jobs are never delayed (the Ticker sends them when due), so the schedule is read only to honour huey; a
+    queue that does not answer is the workers' to report and retry, not read every second besides."""
+
+    def loop(self, now: Any = None) -> None:
+        if QUEUE_FAILURE.failing(QUEUE):
+            self.stop_flag.wait(self.interval)
+            return
+        try:
+            for task in self.huey.read_schedule(now):
+                self.huey.enqueue(task)
+        except Exception as exc:
+            QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
+        self.stop_flag.wait(self.interval)
+
+
 class InProcessConsumer(Consumer):
+    worker_class = QuietWorker
+    scheduler_class = QuietScheduler
+
     # The launcher owns SIGTERM/SIGINT (stop sessions first); huey must not replace those handlers.
     def _set_signal_handlers(self) -> None:
         return None
@@ -90,7 +139,6 @@ class Ticker:
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)
-        failures = RepeatedFailure(logger)
         while not self._stop.is_set():
             if "boot" in due and jobs.boot_repaired(self.run):
                 del due["boot"]
@@ -107,9 +155,11 @@ class Ticker:
                             self._run_here(name, close_db(task.call_local), args)
                         task(*args)
                     sent[name] = now
-                    failures.ok(name)
+                    if name not in START_JOBS:
+                        QUEUE_FAILURE.ok(QUEUE)
                 except Exception as exc:
-                    failures.log(name, f"could not send {name}; trying again next tick", exc)
+                    # Only the queue fails a send: one report for every job, as the workers'.
+                    QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
                 due[name] = now + every()
             self._stop.wait(max(0.05, min(TICKER_MAX_WAIT, min(due.values()) - time.monotonic())))
 

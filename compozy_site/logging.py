@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from sessions.store.redact import redact_text
@@ -21,26 +22,47 @@ class RedactFilter(logging.Filter):
 
 class RepeatedFailure:
     """A background loop's failure, logged in full the first time and then once a minute while the same error
-    repeats (a full disk made every 2 s tick log a traceback: 84 in 90 s buried the one line that mattered)."""
+    repeats (a full disk made every 2 s tick log a traceback: 84 in 90 s buried the one line that mattered).
 
-    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
-        self.logger, self.every = logger, every
-        self._last: dict[str, tuple[str, float, int]] = {}  # key -> (error, logged at, repeats since)
+    `growth` above 1 widens the interval after each report (up to `most`), for a failure that may last hours (a
+    queue server gone); `traceback=False` logs the first report as one line too. Thread-safe: several loops may
+    report one shared failure (the queue's workers, scheduler and ticker)."""
+
+    def __init__(self, logger: logging.Logger, every: float = 60.0, *, growth: float = 1.0, most: float = 3600.0,
+                 traceback: bool = True) -> None:
+        self.logger, self.every, self.growth, self.most, self.traceback = logger, every, growth, most, traceback
+        self._last: dict[str, tuple[str, float, int, float]] = {}  # key -> (error, logged at, repeats, interval)
+        self._lock = threading.Lock()
+
+    def failing(self, key: str) -> bool:
+        return key in self._last
 
     def log(self, key: str, message: str, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}"
         now = time.monotonic()
-        seen = self._last.get(key)
-        if seen is None or seen[0] != error:
+        with self._lock:
+            seen = self._last.get(key)
+            if seen is None or seen[0] != error:
+                report = "first"
+                self._last[key] = (error, now, 0, self.every)
+            elif now - seen[1] >= seen[3]:
+                report, repeats = "again", seen[2] + 1
+                self._last[key] = (error, now, 0, min(seen[3] * self.growth, self.most))
+            else:
+                report = ""
+                self._last[key] = (error, seen[1], seen[2] + 1, seen[3])
+        if report == "first" and self.traceback:
             self.logger.error(message, exc_info=exc)
-            self._last[key] = (error, now, 0)
-        elif now - seen[1] >= self.every:
+        elif report == "first":
+            self.logger.error("%s: %s", message, error)
+        elif report:
             self.logger.error("%s (still failing: %s; %d more time(s) since the last report)", message, error,
-                              seen[2] + 1)
-            self._last[key] = (error, now, 0)
-        else:
-            self._last[key] = (error, seen[1], seen[2] + 1)
+                              repeats)
 
     def ok(self, key: str) -> None:
-        if self._last.pop(key, None) is not None:
+        if key not in self._last:  # the usual case, checked without the lock: a working loop calls this often
+            return
+        with self._lock:
+            gone = self._last.pop(key, None)
+        if gone is not None:
             self.logger.warning("%s: working again", key)

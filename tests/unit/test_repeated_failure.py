@@ -28,3 +28,18 @@ def test_a_repeating_error_is_logged_once_then_summarised(caplog: pytest.LogCapt
     assert records[2] == ("ERROR", "could not send sweep", True)
     assert records[3] == ("WARNING", "sweep: working again", False)
     assert len(records) == 4
+
+
+def test_a_failure_reported_at_growing_intervals_is_one_line_each_time(caplog: pytest.LogCaptureFixture,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    failures = RepeatedFailure(logging.getLogger("test.repeated"), 10.0, growth=2.0, most=40.0, traceback=False)
+    down = ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+    with caplog.at_level(logging.WARNING, logger="test.repeated"):
+        for _ in range(1200):  # two minutes of attempts every 0.1 s
+            failures.log("job queue", "the job queue does not answer", down)
+            clock[0] += 0.1
+    at = [round(r.created) for r in caplog.records]
+    assert len(caplog.records) == 5 and not any(r.exc_info for r in caplog.records), at  # 0, 10, 30, 70, 110 s
+    assert caplog.records[0].getMessage() == f"the job queue does not answer: ConnectionError: {down}"
