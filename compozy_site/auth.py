@@ -58,6 +58,18 @@ def cluster_token() -> str:
     return token if len(token) >= MIN_CLUSTER_TOKEN_CHARS else ""
 
 
+def cluster_token_state() -> dict[str, str]:
+    """Whether this node routes work with its cluster token: `ok`, `not_set`, or `refused` with the reason (a set
+    but short value was ignored silently, and routed work failed with errors that never named it)."""
+    token = os.environ.get(CLUSTER_TOKEN_ENV, "").strip()
+    if not token:
+        return {"status": "not_set"}
+    if len(token) < MIN_CLUSTER_TOKEN_CHARS:
+        return {"status": "refused", "reason": f"{CLUSTER_TOKEN_ENV} is too short ({len(token)} characters, needs "
+                f"{MIN_CLUSTER_TOKEN_CHARS} or more): work for sessions on other nodes is not routed"}
+    return {"status": "ok"}
+
+
 # A browser signs in again after a week. The age is checked here, not left to the browser's Max-Age: a copied
 # cookie used to work for as long as the token did.
 COOKIE_MAX_AGE = 7 * 24 * 3600

@@ -128,6 +128,10 @@ def run_foreground(port: int | None = None) -> int:
     # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
     for secret in (ensure_token(home), cluster_token()):
         register_secret(secret)
+    from compozy_site.auth import cluster_token_state
+
+    if (token_state := cluster_token_state())["status"] == "refused":
+        logger.warning("cluster token refused: %s", token_state["reason"])
     migrate()
     http_port = config.http_port if port is None else port
     _check_port_free(config.http_host, http_port)

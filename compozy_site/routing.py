@@ -78,6 +78,9 @@ class OwnerRouter:
             await self.app(scope, _replay(messages, then=receive), send)
             return
         status, headers, content = answer
+        if status == 401:  # the owner refused our cluster token, not the caller's: say so, or the CLI blames its own
+            await _token_rejected(send, holder)
+            return
         await send({"type": "http.response.start", "status": status,
                     "headers": [*headers, (NODE_HEADER, holder.node_id.encode())]})
         await send({"type": "http.response.body", "body": content})
@@ -93,6 +96,16 @@ async def _catalog_unavailable(send: Any, exc: BaseException) -> None:
 
     await send_json(send, 503, error_body("the catalog database does not answer; try again when it is back",
                                            "catalog_unavailable", 503, {"detail": _first_line(exc)}))
+
+
+async def _token_rejected(send: Any, holder: Holder) -> None:
+    from compozy_site.api import error_body
+    from compozy_site.guard import send_json
+
+    logger.warning("node %s refused this node's cluster token", holder.node_id)
+    await send_json(send, 502, error_body(
+        f"node {holder.node_id} refused this node's cluster token: COMPOZY_CLUSTER_TOKEN must be the same on every "
+        "node", "cluster_token_rejected", 502, {"owner": holder.public()}))
 
 
 def _runtime_session(scope: dict[str, Any]) -> str | None:
@@ -164,6 +177,10 @@ async def _relay_stream(scope: dict[str, Any], receive: Any, send: Any, holder: 
         # No read timeout: a quiet tail sends keep-alive comments, and the caller decides when to leave.
         async with httpx.AsyncClient(timeout=httpx.Timeout(ROUTE_TIMEOUT_SECONDS, read=None)) as client, \
                 client.stream("GET", url, headers=headers) as response:
+            if response.status_code == 401:
+                started = True
+                await _token_rejected(send, holder)
+                return
             kept = [(k.encode(), response.headers[k].encode()) for k in RELAYED_HEADERS if k in response.headers]
             await send({"type": "http.response.start", "status": response.status_code,
                         "headers": [*kept, (NODE_HEADER, holder.node_id.encode())]})

@@ -341,6 +341,15 @@ def check_cluster() -> list[dict[str, Any]]:
                                             "sweep)" if settled else ""))
     items.append(item("cluster_nodes", "cluster", severity, f"Node {report['node_id']}", message,
                       evidence={"nodes": report["nodes"], "expired_leases": expired[:10]}))
+    token = report["cluster_token"]
+    if token["status"] == "refused":
+        items.append(item("cluster_token", "cluster", "error", "Cluster token refused",
+                          f"{token['reason']}; set the same secret on every node and restart", evidence=token))
+    elif token["status"] == "ok" or len(report["nodes"]) > 1:
+        items.append(item("cluster_token", "cluster", "ok" if token["status"] == "ok" else "warn", "Cluster token",
+                          "set: work for other nodes' sessions is routed to them" if token["status"] == "ok" else
+                          "not set: work for other nodes' sessions answers 409 session_owned_elsewhere",
+                          evidence=token))
     return items
 
 

@@ -389,8 +389,11 @@ def redis_health() -> dict[str, Any]:
 
 def status() -> dict[str, Any]:
     """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
+    from compozy_site.auth import cluster_token_state
+
     me = _identity
     return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
+            "cluster_token": cluster_token_state(),
             "lease_ttl": me.lease_ttl if me else None, "sessions_dir": _sessions_dir(),
             "nodes": nodes(), "leases": leases(limit=50), "lease_count": SessionLease.objects.count(),
             "services": {"database": database_health(), "redis": redis_health()}}

@@ -55,7 +55,9 @@ def status_cmd(fmt: str, as_json: bool) -> None:
             table("Cluster nodes", ["Node", "Status", "Address", "Leases"],
                   [(("* " if n["this_node"] else "") + n["id"], n["status"], n["address"], str(n["leases"]))
                    for n in cluster["nodes"]])
-            kv("Services", [(name, svc.get("status", "")) for name, svc in services.items()])
+            token = cluster.get("cluster_token") or {}
+            kv("Services", [*((name, svc.get("status", "")) for name, svc in services.items()),
+                            ("cluster token", token.get("reason") or token.get("status", ""))])
         failures = data["health"]["failures"]
         if failures["recent"]:
             table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],

@@ -125,8 +125,16 @@ class SessionOwnedElsewhere(Conflict):
 
     def __init__(self, session_id: str, holder: cluster.Holder) -> None:
         super().__init__(f"session {session_id} runs on node {holder.node_id} ({holder.address}); send this "
-                         "request there", code="session_owned_elsewhere",
+                         f"request there{_not_routed()}", code="session_owned_elsewhere",
                          data={"session_id": session_id, "owner": holder.public()})
+
+
+def _not_routed() -> str:
+    """Why this node did not route the request, when its cluster token is refused: nothing else points at it."""
+    from compozy_site.auth import cluster_token_state
+
+    token = cluster_token_state()
+    return f" (not routed: {token['reason']})" if token["status"] == "refused" else ""
 
 
 class SessionFolderElsewhere(Conflict):
@@ -136,7 +144,8 @@ class SessionFolderElsewhere(Conflict):
     def __init__(self, session_id: str, node: str) -> None:
         where = f"node {node}" if node else "another node"
         super().__init__(f"session {session_id} is stored on {where}, which did not answer (no shared sessions "
-                         f"folder); its events and history are read there", code="session_folder_elsewhere",
+                         f"folder); its events and history are read there{_not_routed()}",
+                         code="session_folder_elsewhere",
                          data={"session_id": session_id, "folder_node": node or None})
 
 
@@ -187,7 +196,13 @@ def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, 
 
 
 async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
-    meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
+    try:
+        meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
+    except SessionFolderElsewhere:
+        holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
+        if holder is not None:  # it runs there: the owner is the answer, not where its folder is
+            raise SessionOwnedElsewhere(session_id, holder) from None
+        raise
     runtime = get_manager().get(session_id)
     if runtime is None and meta["state"] in LIVE_STATES:
         holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
