@@ -336,7 +336,9 @@ def check_cluster() -> list[dict[str, Any]]:
                                          state="stopped").values_list("id", flat=True))
     stranded = [lease for lease in expired if lease["session_id"] not in settled]
     severity = "warn" if down or stranded else "ok"
-    message = (f"{len(report['nodes'])} node(s), {len(down)} down; {report['lease_count']} lease(s), "
+    names = ", ".join(n["id"] for n in down[:5]) + (f" and {len(down) - 5} more" if len(down) > 5 else "")
+    message = (f"{len(report['nodes'])} node(s), {len(down)} down" + (f" ({names})" if down else "") +
+               f"; {report['lease_count']} lease(s), "
                f"{len(expired)} expired" + (f" ({len(settled)} of stopped sessions, cleared by the next failover "
                                             "sweep)" if settled else ""))
     items.append(item("cluster_nodes", "cluster", severity, f"Node {report['node_id']}", message,

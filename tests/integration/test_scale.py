@@ -378,6 +378,9 @@ def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_unde
         return {n["id"]: n for n in b.http.get("/api/status").json()["cluster"]["nodes"]}
 
     wait_for(lambda: nodes()["node-a"]["status"] == "down", timeout=30, what="node A shown down")
+    # Doctor names the node that is down (it named only this one, in its title).
+    checked = {i["id"]: i for i in b.cli_json("doctor", "--only", "cluster")["items"]}["cluster_nodes"]
+    assert checked["severity"] == "warn" and "1 down (node-a)" in checked["message"], checked
     assert nodes()["node-a"]["leases"] == 0
     assert nodes()["node-b"]["leases"] >= 1  # the continued session
     after = b.all_events(ids[0])
