@@ -167,16 +167,17 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 LISTED = 100  # session ids named in an item's evidence, per kind
 
 
-def damaged_store(path: Path) -> str | None:
+def damaged_store(path: Path, *, started: bool = False) -> str | None:
     """Why a session's events.db cannot hold its history, from its size and 100-byte header alone (cheap enough
-    for every session): empty (SQLite would read it as a store with no events), not SQLite, or shorter than its
-    first page (truncated). None when it looks whole, or is missing (a session that recorded nothing yet)."""
+    for every session): missing from a session that started (its create made the file before meta.json, so its
+    history was deleted), empty (SQLite would read it as a store with no events), not SQLite, or shorter than its
+    first page (truncated). None when it looks whole, or is missing from a session that never started."""
     try:
         with path.open("rb") as handle:
             header = handle.read(100)
             info = os.fstat(handle.fileno())
     except FileNotFoundError:
-        return None
+        return "missing" if started else None
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
     size = info.st_size
@@ -200,11 +201,12 @@ def check_session_metadata() -> dict[str, Any]:
     invalid, damaged = [], {}
     folders = list_session_dirs()
     for session_id in folders:
+        started = False
         try:
-            read_meta(session_id)
+            started = bool((read_meta(session_id) or {}).get("activated_at"))
         except ValueError:
             invalid.append(session_id)
-        why = damaged_store(events_path(session_id))
+        why = damaged_store(events_path(session_id), started=started)
         if why is not None:
             damaged[session_id] = why
     report = read_report() or {}

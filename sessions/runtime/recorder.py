@@ -313,6 +313,9 @@ class Recorder:
                     logger.warning("store %s: a value no UTF-8 encoder takes; stored with U+FFFD instead", self.name)
                     ops, scrubbed = [_scrubbed(op) for op in ops], True
                     continue
+                if isinstance(exc, StoreFailure):  # the store's own verdict (displaced): retrying cannot help
+                    logger.error("store %s unwritable (%s): %s", self.name, exc.reason, exc.detail)
+                    raise
                 reason = classify(exc, self.path)
                 if reason is None:
                     # Not a storage condition (a bug or a value SQLite refuses): retrying cannot help.

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sessions.store.failures import DISPLACED, StoreFailure
 from sessions.store.folder import isoformat, utcnow
 from sessions.store.ids import new_event_id
 from sessions.store.redact import redact_value
@@ -236,6 +238,13 @@ class EventLog:
         columns = self._conn.execute("PRAGMA table_info(events)").fetchall()  # (cid, name, type, notnull, dflt, pk)
         self._rowid_sequence = [(c[1], (c[2] or "").upper()) for c in columns if c[5]] == [("sequence", "INTEGER")]
         self.last_rows: list[tuple[Any, ...]] = []
+        # The file this connection opened (SQLite holds it open from the first query above). A path deleted or
+        # replaced under a live session took every later commit into an unlinked inode: lost, and read nowhere.
+        self._identity = _file_identity(path)
+
+    def displaced(self) -> bool:
+        """Whether `path` is no longer the file this log writes: removed, or replaced by another. One stat."""
+        return _file_identity(self.path) != self._identity
 
     def _max_sequence(self) -> int:
         return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
@@ -254,6 +263,8 @@ class EventLog:
         daemon more than the write itself."""
         if not ops:
             return []
+        if self.displaced():
+            raise StoreFailure(DISPLACED, f"{self.path.name} was removed or replaced while this writer held it open")
         conn = self._conn
         now = isoformat(utcnow())
         values: list[tuple[str, str, str, str, str, str]] = []  # (id, turn_id, type, agent, content, timestamp)
@@ -352,6 +363,14 @@ class EventLog:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 # ---- reads -------------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ DISK_FULL = "disk_full"
 IO_ERROR = "io_error"
 READ_ONLY = "read_only"
 LOCKED = "locked"
+# The path no longer is the file the writer holds open (deleted or replaced under a live session): every later
+# commit would go into an unlinked inode that no reader sees, so this is a failure, never retried.
+DISPLACED = "store_displaced"
 
 # Below this much free space a new session or prompt is refused up front (507) rather than half-written:
 # a session folder with its events.db, WAL and meta.json needs about 100 KiB before its first event.

@@ -8,6 +8,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, chunk_count, pid_alive, start_daemon, wait_for
+from tests.conftest import ROOT, Daemon, chunk_count, pid_alive, start_daemon, wait_for
 from tests.sse import Frame, watch_raw
 
 TMPFS_BYTES = 8 * 1024 * 1024
@@ -222,3 +223,31 @@ def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_ret
         assert errors[-1]["content"]["failure"]["kind"] == "storage_failure", errors
     finally:
         d.stop()
+
+
+def test_an_events_db_deleted_under_a_live_session_stops_it_as_a_storage_failure_and_nothing_hangs(
+        daemon: Daemon, workspace: Path) -> None:
+    """The writer's open connection went on writing into the unlinked inode: every later event lost, the session
+    active and healthy, doctor content, and the next prompt's CLI waiting for ever on rows nobody could read."""
+    sid = daemon.create(workspace)["id"]
+    folder = daemon.home / "sessions" / sid
+    first = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "session", "prompt", sid, "slow 60 0.1"],
+                             env=daemon.env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: chunk_count(e["content"].get("text", "") for e in daemon.events(sid, type="agent_message")),
+                 30, "the turn to stream")
+        for path in folder.glob("events.db*"):
+            path.unlink()
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 70 and "storage_failure" in err, (first.returncode, err)
+    stopped = daemon.wait_state(sid, {"stopped"}, timeout=30)
+    assert stopped["failure"]["kind"] == "storage_failure" and "store_displaced" in stopped["failure"]["summary"]
+    assert not (folder / "events.db").exists(), "nothing pretends to be recorded"
+    [check] = daemon.cli_json("doctor", "--only", "session_metadata")["items"]
+    assert check["severity"] == "warn" and check["evidence"]["damaged_stores"].get(sid) == "missing", check
+    # The next prompt answers: it continues the session in a new store rather than waiting on the lost one.
+    again = daemon.cli("session", "prompt", sid, "echo second", timeout=60)
+    assert again.returncode == 0 and "second" in again.stdout, again.stderr

@@ -16,7 +16,7 @@ import pytest
 from sessions.runtime import recorder as recorder_mod
 from sessions.runtime.recorder import Recorder
 from sessions.store.events import MAX_RUN_CHUNKS, EventLog, NewEvent, UsageUpdate, merge_chunks, read_events
-from sessions.store.failures import DISK_FULL, LOCKED, StoreFailure, classify
+from sessions.store.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
 
 
 class Sink:
@@ -235,6 +235,32 @@ def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_afte
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refusals) == 2 and "500 event(s) refused" in refusals[1], refusals  # said once, counted at close
     assert [e["content"].get("text") for e in read_events(path, limit=10)] == ["before"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_store_deleted_or_replaced_under_the_writer_fails_at_once_and_writes_nothing_more(
+        tmp_path: Path, how: str) -> None:
+    """The open connection would go on writing into the unlinked inode, where no reader ever sees it."""
+    path = tmp_path / "events.db"
+    sink = Sink()
+
+    async def main() -> None:
+        rec = make(path, sink)
+        rec.record("user_message", "t1", {"text": "before"})
+        await rec.flush()
+        for name in ("events.db", "events.db-wal", "events.db-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        if how == "replaced":
+            EventLog(path, "other").close()
+        rec.record("agent_message", "t1", {"text": "into a file nobody reads"})
+        with pytest.raises(StoreFailure) as failed:
+            await asyncio.wait_for(rec.flush(), 3)  # at once: no retries against a file that is gone
+        assert failed.value.reason == DISPLACED
+        await rec.close()
+
+    asyncio.run(main())
+    assert [f.reason for f in sink.failures] == [DISPLACED]
+    assert read_events(path, limit=10) == []  # missing, or the new file: nothing was claimed written in it
 
 
 def test_sequences_continue_after_another_writer_appended(tmp_path: Path) -> None:
