@@ -68,9 +68,13 @@ class StorageError(CompozyError):
 
     @classmethod
     def from_exception(cls, exc: BaseException, reason: str | None = None) -> StorageError:
-        from sessions.store.failures import DISK_FULL, classify
+        from sessions.store.failures import DISK_FULL, StoreReadError, classify
 
         reason = reason or classify(exc) or "unknown"
+        if isinstance(exc, StoreReadError):
+            # A read wrote nothing: "not writable" sent people looking for a write that never was.
+            return cls(f"the session's event store could not be read ({reason})", code="storage_unavailable",
+                       status=503, data={"reason": reason})
         if reason == DISK_FULL:
             return cls("not enough disk space for this write", data={"reason": reason})
         return cls(f"storage is not writable ({reason})", code="storage_unavailable", status=503,

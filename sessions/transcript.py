@@ -338,13 +338,10 @@ class Assembler:
 def _query(path: Path, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     if not path.exists():
         return []
-    conn = event_store.connect(path, readonly=True)
     try:
-        return conn.execute(sql, params).fetchall()
+        return event_store.query(path, sql, params)
     except sqlite3.OperationalError:
         return []  # a store created but not yet initialized has no events table
-    finally:
-        conn.close()
 
 
 def _marks(types: frozenset[str]) -> tuple[str, list[str]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sessions.store.failures import DISPLACED, StoreFailure
+from sessions.store.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
 from sessions.store.folder import isoformat, utcnow
 from sessions.store.ids import new_event_id
 from sessions.store.redact import redact_value
@@ -75,6 +75,61 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Fal
     if readonly:
         conn.execute("PRAGMA query_only=1")
     return conn
+
+
+# Conditions under which a read retries immutable: opening a WAL store creates its -shm (and -wal), which a full
+# disk or a read-only filesystem refuses, though every committed row is in the main file. Never for a lock.
+_IMMUTABLE_RETRY = frozenset({DISK_FULL, IO_ERROR, READ_ONLY})
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for one bounded read, already opened (its schema read).
+
+    When the store cannot be opened for a disk condition and holds no WAL content (no -wal file, or an empty
+    one: nothing committed lives outside the main file), it is reopened with `immutable=1`, which needs neither
+    a -shm file nor a lock, so a stopped session stays readable on a full disk. Not for a connection held open
+    across reads (a live tail): an immutable one never sees what is committed after it opened."""
+    conn = connect(path, readonly=True)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()  # opens the file and its WAL index
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        reason = classify(exc, path)
+        if reason not in _IMMUTABLE_RETRY or _wal_bytes(path):
+            raise read_failure(exc, path) from exc
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.OperationalError as exc:
+        raise read_failure(exc, path) from exc
+    return conn
+
+
+def _wal_bytes(path: Path) -> int:
+    try:
+        return os.stat(path.with_name(path.name + "-wal")).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def read_failure(exc: Exception, path: Path) -> Exception:
+    """What a failed read raises: a disk condition as StoreReadError (the API says the store could not be read);
+    anything else (not a database, no events table) as it was."""
+    reason = classify(exc, path)
+    return StoreReadError(reason, str(exc)) if reason is not None else exc
+
+
+def query(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """One bounded read of the store at `path` (see `open_reader`)."""
+    conn = open_reader(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        raise read_failure(exc, path) from exc
+    finally:
+        conn.close()
 
 
 def init_store(path: Path) -> None:
@@ -448,14 +503,7 @@ def read_rows(
     order = "DESC" if newest else "ASC"
     sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence {order} LIMIT ?"
     params.append(max(1, min(limit, MAX_PAGE * 10)))
-    if conn is not None:
-        rows = conn.execute(sql, params).fetchall()
-    else:
-        conn = connect(path, readonly=True)
-        try:
-            rows = conn.execute(sql, params).fetchall()
-        finally:
-            conn.close()
+    rows = conn.execute(sql, params).fetchall() if conn is not None else query(path, sql, params)
     if newest:
         rows.reverse()
     return rows
@@ -475,11 +523,7 @@ def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator
 def max_sequence(path: Path) -> int:
     if not path.exists():
         return 0
-    conn = connect(path, readonly=True)
-    try:
-        return int(conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
-    finally:
-        conn.close()
+    return int(query(path, "SELECT COALESCE(MAX(sequence), 0) FROM events")[0][0])
 
 
 def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None = None,
@@ -497,11 +541,7 @@ def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None 
            f" error, required, recorded_at FROM hook_runs WHERE {' AND '.join(where)} ORDER BY recorded_at DESC, id"
            f" LIMIT ?")
     params.append(last or 1000)
-    conn = connect(path, readonly=True)
-    try:
-        rows = conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+    rows = query(path, sql, params)
     keys = ("id", "hook_name", "event", "source", "mode", "duration_ns", "outcome", "dispatch_depth",
             "patch_applied", "error", "required", "recorded_at")
     result = [dict(zip(keys, r, strict=True)) for r in reversed(rows)]

@@ -49,13 +49,22 @@ class StoreFailure(Exception):
         self.detail = detail
 
 
+class StoreReadError(Exception):
+    """A store that could not be read for a condition of the disk: said as a read, never as "not writable"."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
 def classify(exc: BaseException, near: Path | None = None) -> str | None:
     """The storage class of `exc`, or None when it is not a storage condition (a bug, bad input).
 
     SQLite reports a full tmpfs as SQLITE_FULL on some writes and as an I/O error on others (the WAL's
     shared-memory file), so an I/O error on a filesystem that is (nearly) full counts as disk_full."""
     reason: str | None = None
-    if isinstance(exc, StoreFailure):
+    if isinstance(exc, StoreFailure | StoreReadError):
         return exc.reason
     if isinstance(exc, sqlite3.Error):
         name = str(getattr(exc, "sqlite_errorname", "") or "")

@@ -3,12 +3,16 @@ store stalled every session for 5 s). A real daemon, real agents, a real size-li
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Daemon, chunk_count, pid_alive, start_daemon, wait_for
+from tests.conftest import NO_TITLE, ROOT, Daemon, chunk_count, pid_alive, start_daemon, wait_for
 from tests.sse import Frame, watch_raw
 
 TMPFS_BYTES = 8 * 1024 * 1024
@@ -251,3 +255,60 @@ def test_an_events_db_deleted_under_a_live_session_stops_it_as_a_storage_failure
     # The next prompt answers: it continues the session in a new store rather than waiting on the lost one.
     again = daemon.cli("session", "prompt", sid, "echo second", timeout=60)
     assert again.returncode == 0 and "second" in again.stdout, again.stderr
+
+
+def fill_up(sessions: Path) -> list[Path]:
+    """Fill the sessions filesystem to the last block (a filler, then what 4 KiB writes still take)."""
+    fillers = [fill(sessions, 0), sessions / "filler-rest.bin"]
+    with open(fillers[1], "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    return fillers
+
+
+def test_a_stopped_sessions_store_stays_readable_on_a_full_disk_and_an_unreadable_one_says_so(
+        small_disk: Path, workspace: Path, tmp_path: Path) -> None:
+    """Opening a WAL store creates its -shm file, which a full disk refuses: every read of a stopped session answered
+    `storage is not writable` (503) and evidence collected no events, though every row was in the main file."""
+    d = start_daemon(small_disk, extra_config=NO_TITLE)
+    sessions = small_disk / "sessions"
+    try:
+        sid = d.create(workspace)["id"]
+        assert d.run_turn(sid, "echo kept on a full disk")[-1]["type"] == "done"
+        walled = d.create(workspace)["id"]
+        for session in (sid, walled):
+            assert d.http.post(d.scoped(session, "/stop")).status_code == 204
+            d.wait_state(session, {"stopped"})
+        stored = [e["id"] for e in d.all_events(sid)]
+        # The other store's newest row lives in its -wal alone: an immutable read would skip it, so none is tried.
+        store = sessions / walled / "events.db"
+        writer = sqlite3.connect(str(store), isolation_level=None)
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("INSERT INTO events(id, turn_id, type, agent_name, content, timestamp) VALUES"
+                       " ('evt_only_in_the_wal', '-', 'system', 'scripted', '{}', '2026-01-01T00:00:00Z')")
+        wal = store.with_name("events.db-wal").read_bytes()
+        writer.close()  # checkpoints and removes the -wal and -shm; put the -wal back as a crash would leave it
+        store.with_name("events.db-wal").write_bytes(wal)
+        fill_up(sessions)
+        assert free_bytes(sessions) < 64 * 1024
+
+        listed = d.cli("session", "events", sid, "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [e["id"] for e in json.loads(listed.stdout)] == stored
+        history = d.cli("session", "history", sid, "-o", "json")
+        assert history.returncode == 0, history.stderr
+        assert sum(len(t["events"]) for t in json.loads(history.stdout)) == len(stored)
+        out = tmp_path / "evidence"
+        out.mkdir()
+        evidence = d.cli("session", "evidence", sid, "--out", str(out), timeout=120)
+        assert evidence.returncode == 0, evidence.stderr
+        with tarfile.open(next(out.iterdir())) as archive:
+            member = next(m for m in archive.getmembers() if m.name.endswith("events.jsonl"))
+            lines = (archive.extractfile(member) or io.BytesIO()).read().splitlines()
+        assert len(lines) == len(stored)
+
+        refused = d.cli("session", "events", walled)
+        assert refused.returncode == 69, refused.stderr
+        assert "could not be read" in refused.stderr and "not writable" not in refused.stderr, refused.stderr
+    finally:
+        d.stop()
