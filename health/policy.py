@@ -4,9 +4,12 @@ per change of the file or of `[agents.heartbeat]`, and answer `agent heartbeat s
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from pathlib import Path
 from typing import Any
+
+from django.db import DatabaseError
 
 from compozy_site.home import compozy_home
 from health import heartbeat
@@ -15,6 +18,8 @@ from health.enums import PolicyStatus
 from health.models import HeartbeatSnapshot
 from sessions.config import get_config
 from sessions.store.folder import isoformat, utcnow
+
+logger = logging.getLogger(__name__)
 
 FILE_NAME = "HEARTBEAT.md"
 # A file far beyond the body limit is refused before it is read whole (frontmatter + body, twice the limit).
@@ -77,11 +82,19 @@ def resolve(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None
         status = PolicyStatus.VALID if parsed.valid else PolicyStatus.INVALID
     for d in parsed.diagnostics:
         d.setdefault("source_path", str(path))
-    return HeartbeatSnapshot.objects.create(
+    snap = HeartbeatSnapshot(
         id="hbs_" + secrets.token_hex(8), agent_name=agent_name, workspace_id=workspace_id,
         source_path=str(path) if path else "", status=status, digest=parsed.digest, file_digest=file_digest,
         config_digest=config_digest, policy=parsed.policy if parsed.valid else {}, body=parsed.body,
         diagnostics=parsed.diagnostics, created_at=utcnow())
+    try:
+        snap.save(force_insert=True)
+    except DatabaseError as exc:
+        # A read (`session inspect`, `agent heartbeat status`) must answer when the catalog cannot take a write
+        # (a full disk): the policy is resolved all the same, unstored, so its snapshot id is empty (names none).
+        logger.warning("HEARTBEAT.md snapshot of %s resolved but not stored: %s", agent_name, exc)
+        snap.id = ""
+    return snap
 
 
 def latest_valid(agent_name: str, workspace_id: str = "") -> HeartbeatSnapshot | None:

@@ -283,12 +283,26 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
         touch_presence(session_id)
     row = SessionHealth.objects.filter(session_id=session_id).first()
     if row is None:
-        row = _upsert(meta, live_facts(session_id))
+        try:
+            row = _upsert(meta, live_facts(session_id))
+        except DatabaseError as exc:
+            # As for presence: a read must answer when the catalog cannot take a write (a full disk). The health
+            # is derived all the same; the next metadata save or the boot recompute stores it.
+            logger.warning("health of %s derived but not stored: %s", session_id, exc)
+            row = _derived(meta, live_facts(session_id))
     if row is None:
         from sessions.errors import Unavailable
 
         raise Unavailable("session health is unavailable", code="health_unavailable")
     return row
+
+
+def _derived(meta: dict[str, Any], live: LiveFacts) -> SessionHealth:
+    """The row `_upsert` would store, unsaved."""
+    now = utcnow()
+    fields = derive(meta, live, presence=None, now=now, stale_after=get_config().heartbeat.session_health_stale_after)
+    return SessionHealth(session_id=meta["id"], workspace_id=meta["workspace_id"], agent_name=meta["agent_name"],
+                         updated_at=now, **fields)
 
 
 def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:

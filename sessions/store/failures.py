@@ -84,6 +84,9 @@ def classify(exc: BaseException, near: Path | None = None) -> str | None:
                 reason = LOCKED
     elif isinstance(exc, OSError):
         reason = _OS_CLASSES.get(exc.errno or 0)
+    elif isinstance(exc.__cause__, sqlite3.Error):
+        # Django's own database errors wrap SQLite's (a full catalog disk): the condition is the cause's.
+        return classify(exc.__cause__, near)
     if reason == IO_ERROR and near is not None and not has_free_space(near, MIN_FREE_BYTES // 8):
         reason = DISK_FULL
     return reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 from sessions.store.folder import parse_time
-from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.conftest import NO_TITLE, Daemon, of_type, start_daemon, wait_for
+from tests.disk import fill_up, free_bytes, tmpfs
 
 HEARTBEAT = """---
 version: 1
@@ -233,3 +235,29 @@ def _doctor_items(d: Daemon, ready: Any) -> dict[str, dict[str, Any]] | None:
     body = d.cli_json("doctor")
     items = {i["id"]: i for i in body["items"]}
     return items if ready(items) else None
+
+
+def test_health_status_and_inspect_answer_derived_health_when_a_full_catalog_lacks_the_row(
+        tmp_path: Path, workspace: Path) -> None:
+    """A read with no health row stored it first: on a full catalog disk that write failed and health, status and
+    inspect answered 500 internal_error (so did inspect's first HEARTBEAT.md snapshot). Reads must answer."""
+    with tmpfs(tmp_path / "home", 20 * 1024 * 1024) as home:
+        d = start_daemon(home, extra_config=NO_TITLE)
+        try:
+            sid = d.create(workspace)["id"]
+            assert d.http.post(d.scoped(sid, "/stop")).status_code == 204
+            d.wait_state(sid, {"stopped"})
+            catalog = sqlite3.connect(str(home / "catalog.sqlite3"), isolation_level=None)
+            catalog.execute("DELETE FROM session_health WHERE session_id = ?", (sid,))
+            catalog.execute("DELETE FROM agent_heartbeat_snapshots")
+            catalog.close()
+            fill_up(home)
+            assert free_bytes(home) < 64 * 1024
+            health = d.cli_json("session", "health", sid)["health"]
+            assert (health["state"], health["attachable"]) == ("stopped", False), health
+            status = d.cli_json("session", "status", sid)
+            assert status["session"]["state"] == "stopped" and status["health"]["state"] == "stopped", status
+            inspect = d.cli_json("session", "inspect", sid)
+            assert inspect["health"]["state"] == "stopped" and inspect["policy"]["snapshot_id"] == "", inspect
+        finally:
+            d.stop()

@@ -3,11 +3,9 @@ store stalled every session for 5 s). A real daemon, real agents, a real size-li
 
 from __future__ import annotations
 
-import contextlib
 import io
 import itertools
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -22,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import NO_TITLE, ROOT, Daemon, chunk_count, pid_alive, start_daemon, wait_for
+from tests.disk import fill, fill_up, free_bytes, tmpfs
 from tests.sse import Frame, watch_raw
 
 TMPFS_BYTES = 8 * 1024 * 1024
@@ -29,48 +28,12 @@ TMPFS_BYTES = 8 * 1024 * 1024
 HEADROOM_BYTES = 2 * 1024 * 1024
 
 
-def mount_tmpfs(path: Path, size: int) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                                capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0
-
-
-def free_bytes(path: Path) -> int:
-    stat = os.statvfs(path)
-    return stat.f_bavail * stat.f_frsize
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """COMPOZY_HOME whose sessions folder is an 8 MiB tmpfs (the catalog and logs stay on the real disk)."""
     home = tmp_path / "home"
-    sessions = home / "sessions"
-    if not mount_tmpfs(sessions, TMPFS_BYTES):
-        pytest.skip("cannot mount a size-limited tmpfs here (needs root)")
-    try:
+    with tmpfs(home / "sessions", TMPFS_BYTES):
         yield home
-    finally:
-        subprocess.run(["umount", "-l", str(sessions)], capture_output=True, timeout=30)
-
-
-def fill(sessions: Path, leave: int) -> Path:
-    """A filler file that leaves about `leave` bytes free on the sessions filesystem."""
-    filler = sessions / "filler.bin"
-    size = max(0, free_bytes(sessions) - leave)
-    with open(filler, "wb") as f:
-        chunk = b"\0" * (1024 * 1024)
-        while size > 0:
-            n = min(size, len(chunk))
-            try:
-                f.write(chunk[:n])
-            except OSError:
-                break
-            size -= n
-    return filler
 
 
 def test_a_full_disk_loses_no_acknowledged_event_stops_the_session_refuses_new_work_and_recovers(
@@ -255,15 +218,6 @@ def test_an_events_db_deleted_under_a_live_session_stops_it_as_a_storage_failure
     # The next prompt answers: it continues the session in a new store rather than waiting on the lost one.
     again = daemon.cli("session", "prompt", sid, "echo second", timeout=60)
     assert again.returncode == 0 and "second" in again.stdout, again.stderr
-
-
-def fill_up(sessions: Path) -> list[Path]:
-    """Fill the sessions filesystem to the last block (a filler, then what 4 KiB writes still take)."""
-    fillers = [fill(sessions, 0), sessions / "filler-rest.bin"]
-    with open(fillers[1], "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 4096)
-    return fillers
 
 
 def test_a_stopped_sessions_store_stays_readable_on_a_full_disk_and_an_unreadable_one_says_so(

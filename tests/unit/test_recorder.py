@@ -292,6 +292,9 @@ def test_storage_errors_are_classified_and_bugs_are_not() -> None:
     assert classify(sqlite3.OperationalError("database is locked")) == LOCKED
     assert classify(ValueError("a bug")) is None
     assert classify(sqlite3.IntegrityError("UNIQUE constraint failed")) is None
+    wrapped = RuntimeError("database or disk is full")  # as Django's OperationalError wraps SQLite's
+    wrapped.__cause__ = full
+    assert classify(wrapped) == DISK_FULL
 
 
 def test_a_refused_batch_fails_at_once_instead_of_retrying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
