@@ -29,6 +29,7 @@ from channels.layers import get_channel_layer
 
 from sessions.runtime.signals import session_group
 from sessions.store import events as event_store
+from sessions.store.failures import classify
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +169,12 @@ class SessionFeed:
                     self._apply(fresh)
                 if len(rows) < PULL_PAGE and not self._pull_again:
                     return
-        except Exception:  # a broken read must not kill the feed; viewers fall back to the store
-            logger.exception("live feed of %s: read failed", self.session_id)
+        except Exception as exc:  # a broken read must not kill the feed; viewers fall back to the store
+            reason = classify(exc)
+            if reason is not None:  # the machine's condition (a full disk, an I/O error), not a bug: one line
+                logger.warning("live feed of %s: read failed (%s): %s", self.session_id, reason, exc)
+            else:
+                logger.exception("live feed of %s: read failed", self.session_id)
         finally:
             self._pull_task = None
 

@@ -28,12 +28,13 @@ from sessions import feed as live_feed
 from sessions import services, transcript
 from sessions.boot_repair import transcript_check_pending, transcript_settled
 from sessions.enums import EventType, SessionState
-from sessions.errors import CompozyError, InvalidRequest
+from sessions.errors import CompozyError, InvalidRequest, StorageError
 from sessions.repair import runs_here
 from sessions.runtime.signals import CATALOG_GROUP
 from sessions.schemas import MAX_SEQUENCE, rfc3339
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.failures import StoreReadError, classify
 from sessions.stream_pressure import BACKLOG, writable
 from sessions.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
 
@@ -112,10 +113,8 @@ class StreamingConsumer(AsyncHttpConsumer):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.exception("SSE stream failed")
             with contextlib.suppress(Exception):
-                await self.send_body(frame({"error": "stream failed", "diagnostic": {"message": str(exc)}},
-                                           event="error"), more_body=True)
+                await self.send_body(frame(failure_body(exc, self.metric_stream), event="error"), more_body=True)
         finally:
             await self.finish()
 
@@ -201,6 +200,22 @@ class StreamingConsumer(AsyncHttpConsumer):
     async def http_disconnect(self, message: dict[str, Any]) -> None:
         await self.disconnect()
         raise StopConsumer()
+
+
+def failure_body(exc: Exception, stream: str) -> dict[str, Any]:
+    """The error frame that ends a stream after its 200, with a machine code as the API's answers have.
+
+    A stream only reads, so a storage condition (a full disk refusing the store's -shm, an I/O error) is the store
+    that could not be read, classified as the API does (`storage_unavailable`): a condition of this machine, one
+    log line. Anything else is a bug: `stream_failed`, and its traceback in the log."""
+    reason = classify(exc)
+    if reason is not None:
+        unread = exc if isinstance(exc, StoreReadError) else StoreReadError(reason, str(exc))
+        err = StorageError.from_exception(unread)
+        logger.warning("a %s stream ended: %s: %s", stream, err.message, exc)
+        return error_body(err.message, err.code, err.status, err.data)
+    logger.exception("SSE stream failed")
+    return error_body("stream failed", "stream_failed", 500, {"detail": str(exc)[:200]})
 
 
 def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
@@ -339,7 +354,8 @@ class SessionStreamConsumer(StreamingConsumer):
         try:
             meta = await sync_to_async(services.read_session_meta)(self.session_id)
         except CompozyError:
-            await self.send_body(frame({"error": "session not found"}, event="error"), more_body=True)
+            await self.send_body(frame(error_body("session not found", "not_found", 404), event="error"),
+                                 more_body=True)
             return True
         if meta["state"] != SessionState.STOPPED:
             return False

@@ -30,6 +30,7 @@ from compozy_site.cli.output import (
     emit,
     fail,
     fail_api,
+    fail_stream,
     json_line,
     kv,
 )
@@ -434,7 +435,7 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
                 retries = 0
                 row = json.loads(data)
                 if event == "error" and "sequence" not in row:  # the stream's own error, not a stored `error` row
-                    fail(str(row.get("error")), "stream_error", fmt)
+                    fail_stream(row, fmt)
                 if event_id:
                     cursor = int(event_id)
                     query.pop("limit", None)

@@ -31,6 +31,7 @@ from compozy_site.cli.output import (
     emit,
     fail,
     fail_api,
+    fail_stream,
     json_line,
     kv,
     printable,
@@ -53,7 +54,7 @@ def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: s
         for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": turn_id}):
             row: dict[str, Any] = json.loads(data)
             if event == "error" and "sequence" not in row:
-                fail(str(row.get("error")), "stream_error", fmt)
+                fail_stream(row, fmt)
             rows.append(row)
             if fmt == "jsonl":
                 click.echo(json_line(row))

@@ -64,6 +64,13 @@ def fail_api(exc: ApiError, fmt: str) -> NoReturn:
     fail(exc.message, exc.code, fmt, exit_code_for(exc.status), exc.body)
 
 
+def fail_stream(row: dict[str, Any], fmt: str) -> NoReturn:
+    """A stream's own error frame: the daemon failed after its 200 (a store it could not read, a bug), as a 5xx
+    would have before it: worth retrying later. The frame's code is the error's (older daemons sent none)."""
+    code = str(row.get("code") or "stream_error")
+    fail(str(row.get("error") or "stream failed"), code, fmt, EXIT_UNAVAILABLE, row if row.get("code") else None)
+
+
 def json_line(row: Any) -> str:
     """One row for `-o jsonl`: sorted keys, as written, anything no UTF-8 encoder takes replaced."""
     return scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False))

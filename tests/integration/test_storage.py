@@ -266,3 +266,28 @@ def test_a_stopped_sessions_store_stays_readable_on_a_full_disk_and_an_unreadabl
         assert "could not be read" in refused.stderr and "not writable" not in refused.stderr, refused.stderr
     finally:
         d.stop()
+
+
+def test_a_stream_that_cannot_read_its_store_ends_with_a_coded_frame_exit_69_and_one_log_line(
+        small_disk: Path, workspace: Path) -> None:
+    """A follow whose store read failed (a full disk refusing the -shm) got `{"error": "stream failed"}` with no code,
+    exited 1 (documented nowhere), and the daemon logged a traceback for a condition of the machine."""
+    d = start_daemon(small_disk, extra_config=NO_TITLE)
+    try:
+        sid = d.create(workspace)["id"]
+        assert d.run_turn(sid, "echo before the disk filled")[-1]["type"] == "done"
+        assert d.http.post(d.scoped(sid, "/stop")).status_code == 204
+        d.wait_state(sid, {"stopped"})
+        fill_up(small_disk / "sessions")
+        human = d.cli("session", "events", sid, "--follow", timeout=30)
+        assert human.returncode == 69, (human.returncode, human.stderr)
+        assert "could not be read" in human.stderr and "(storage_unavailable)" in human.stderr, human.stderr
+        scripted = d.cli("session", "events", sid, "--follow", "-o", "json", timeout=30)
+        assert scripted.returncode == 69
+        error = json.loads(scripted.stderr)
+        assert error["code"] == "storage_unavailable" and error["diagnostic"]["evidence"]["reason"], error
+        log = d.log()
+        assert log.count("a session stream ended: the session's event store could not be read") == 2, log[-3000:]
+        assert "SSE stream failed" not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        d.stop()
