@@ -13,7 +13,7 @@ import rich_click as click
 
 from compozy_site.cli.app import _client, _fmt, _scoped, _session_path, json_flag, output_option, session
 from compozy_site.cli.client import ApiError, Client, _api_error, _decode
-from compozy_site.cli.output import EXIT_USAGE, emit, fail, fail_api
+from compozy_site.cli.output import EXIT_NOPERM, EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, fail_api
 
 CHUNK = 1024 * 1024
 # Building the archive reads every event and the daemon log: longer than an ordinary request.
@@ -76,6 +76,18 @@ def _create(target: Path, *, numbered: bool) -> tuple[Path, int]:
     raise FileExistsError(errno.EEXIST, "too many archives of this second", str(target))
 
 
+# A destination that is full or failing is worth retrying later (69, as the daemon's own storage errors are); one
+# the person may not write is forbidden (77); any other refusal (no such folder, not a folder) is the request's (65).
+_WRITE_FAILURES = {errno.ENOSPC: ("storage_full", EXIT_UNAVAILABLE), errno.EDQUOT: ("storage_full", EXIT_UNAVAILABLE),
+                   errno.EIO: ("storage_unavailable", EXIT_UNAVAILABLE),
+                   errno.EACCES: ("file_not_writable", EXIT_NOPERM), errno.EPERM: ("file_not_writable", EXIT_NOPERM)}
+
+
+def _write_failure(exc: OSError) -> tuple[str, int]:
+    """The code and exit code of a failed write of the archive."""
+    return _WRITE_FAILURES.get(exc.errno or 0, ("file_not_writable", EXIT_USAGE))
+
+
 def _manifest(path: Path) -> dict[str, Any]:
     with tarfile.open(path, "r:gz") as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("/manifest.json"))
@@ -94,7 +106,8 @@ def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool)
 
     `status`, `doctor`, the session's status, its events (JSONL), history, recap, crash bundles and
     the daemon-log lines of this session. Attach it to a bug report. Never overwrites: exits 65 when the
-    file exists. `-o json` prints `{path, bytes, manifest}`.
+    file exists (or its folder does not), 77 when it may not be written, 69 when its disk is full or failing
+    (no half archive is left). `-o json` prints `{path, bytes, manifest}`.
 
     Examples:
 
@@ -110,7 +123,8 @@ def session_evidence(session_id: str, out: Path | None, fmt: str, as_json: bool)
     except FileExistsError as exc:
         fail(f"{exc.filename} already exists; choose another with --out", "file_exists", fmt, EXIT_USAGE)
     except OSError as exc:
-        fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}", "file_not_writable", fmt, EXIT_USAGE)
+        code, exit_code = _write_failure(exc)
+        fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}", code, fmt, exit_code)
     manifest = _manifest(target)
     result = {"path": str(target.resolve()), "bytes": size, "manifest": manifest}
     counts = manifest.get("counts") or {}

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 from tests.conftest import Daemon
+from tests.disk import fill_up, tmpfs
 from tests.integration.test_secrets import PLANTED, SECRET_PARTS
 
 MEMBERS = {"manifest.json", "status.json", "doctor.json", "session.json", "events.jsonl", "history.json",
@@ -115,3 +116,21 @@ def test_a_session_whose_meta_json_is_broken_still_gives_evidence(daemon: Daemon
     shown = daemon.cli("session", "evidence", sid, "--out", str(workspace))
     assert shown.returncode == 0, shown.stderr
     assert "session, " not in shown.stdout and "not collected: session.json: session_meta_invalid" in shown.stdout
+
+
+def test_a_full_destination_exits_69_worth_retrying_and_leaves_no_half_archive(
+        daemon: Daemon, workspace: Path, tmp_path: Path) -> None:
+    """A full disk under --out exited 65 `file_not_writable`, which README keeps for a bad request: space returning
+    makes the same command work, so it is 69 (worth retrying later)."""
+    sid = daemon.create(workspace)["id"]
+    assert daemon.run_turn(sid, "echo into a full disk")[-1]["type"] == "done"
+    with tmpfs(tmp_path / "full", 256 * 1024) as full:
+        fillers = fill_up(full)
+        result = daemon.cli("session", "evidence", sid, "--out", str(full), "-o", "json")
+        assert result.returncode == 69, (result.returncode, result.stderr)
+        assert json.loads(result.stderr)["code"] == "storage_full", result.stderr
+        assert sorted(full.iterdir()) == sorted(fillers), "no half archive left behind"
+        for filler in fillers:
+            filler.unlink()
+        again = daemon.cli("session", "evidence", sid, "--out", str(full), "-o", "json")
+        assert again.returncode == 0, again.stderr

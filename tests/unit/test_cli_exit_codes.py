@@ -3,6 +3,7 @@ answer for 408, 429 and any 4xx the table did not name."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -39,3 +40,12 @@ def test_an_empty_session_id_is_a_usage_error_not_a_bare_not_found(tmp_path: Pat
                             text=True, timeout=60, env={**os.environ, "COMPOZY_HOME": str(tmp_path)})
     assert result.returncode == 65 and "a session id is required" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_failed_evidence_write_exits_with_what_its_errno_means() -> None:
+    from compozy_site.cli.evidence import _write_failure
+
+    assert _write_failure(OSError(errno.ENOSPC, "full")) == ("storage_full", 69)
+    assert _write_failure(OSError(errno.EIO, "I/O error")) == ("storage_unavailable", 69)
+    assert _write_failure(OSError(errno.EACCES, "denied")) == ("file_not_writable", 77)
+    assert _write_failure(OSError(errno.ENOENT, "no such folder")) == ("file_not_writable", 65)
