@@ -25,6 +25,7 @@ from sessions.repair import (
 from sessions.stale_repair import repair_row_only, repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.failures import classify
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +127,21 @@ def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
     try:
         if check_transcript_once(session_id, meta, local_manager()) is not None:
             return True
-    except Exception:  # a broken store is repair's to report; a reader must not wait on it forever
-        logger.exception("transcript check of %s failed", session_id)
+    except Exception as exc:  # a broken store is repair's to report; a reader must not wait on it forever
+        _log_failure(exc, "transcript check of %s failed", session_id)
         return True
     latest = folder.read_meta(session_id)
     return latest is None or not transcript_check_pending(latest)
+
+
+def _log_failure(exc: Exception, what: str, session_id: str) -> None:
+    """A storage condition (a store locked by another process, a full disk) is expected and judged again later (the
+    run keeps no verdict): one warning line. Anything else is a bug, with its traceback."""
+    reason = classify(exc)
+    if reason is not None:
+        logger.warning(what + " (%s; tried again later): %s", session_id, reason, exc)
+    else:
+        logger.exception(what, session_id)
 
 
 def boot_repair_all(run: str | None = None) -> dict[str, int]:
@@ -166,8 +177,8 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
                 # Its row may still say `active` from the crashed run: no daemon runs it, so the row says stopped.
                 try:
                     repair_row_only(session_id)
-                except Exception:
-                    logger.exception("boot repair: catalog row of %s not corrected", session_id)
+                except Exception as exc:
+                    _log_failure(exc, "boot repair: catalog row of %s not corrected", session_id)
             continue
         if meta is None:
             continue
@@ -185,10 +196,10 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
             if outcome is not None:
                 counts["transcripts_checked"] += 1
                 counts["transcripts_repaired"] += outcome == "repaired"
-        except Exception:
+        except Exception as exc:
             counts["failed"] += 1
             needs_a_person["failed"].append(session_id)
-            logger.exception("boot repair of %s failed", session_id)
+            _log_failure(exc, "boot repair of %s failed", session_id)
     logger.info("boot repair: scanned %d session(s), repaired %d stale state(s) and %d transcript(s) "
                 "(%d store(s) opened); %d invalid meta.json, %d failed", counts["scanned"], counts["repaired"],
                 counts["transcripts_repaired"], counts["transcripts_checked"], counts["invalid"], counts["failed"])

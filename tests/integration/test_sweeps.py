@@ -179,6 +179,36 @@ def test_a_crashed_session_whose_meta_json_broke_reads_stopped_from_the_first_bo
     assert second.cli_json("daemon", "status") == {"status": "stopped"}  # a clean stop leaves no record
 
 
+def test_a_crashed_sessions_store_locked_by_another_process_fails_its_boot_repair_in_one_warning_line(
+        tmp_path: Path, workspace: Path) -> None:
+    """A store held under BEGIN EXCLUSIVE elsewhere is a classified, expected condition (the run keeps no verdict and
+    is judged again later): boot repair logged it as an ERROR with a traceback ending in `database is locked`."""
+    home = tmp_path / "home"
+    first = start_daemon(home, extra_config=NO_TITLE, timeout=START_TIMEOUT)
+    try:
+        sid = first.create(workspace)["id"]
+        assert first.prompt(sid, "toolhang").status_code == 200
+        first.wait_event(sid, "tool_call")
+        agent_pid = first.meta(sid)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    holder = sqlite3.connect(str(home / "sessions" / sid / "events.db"), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        second = start_daemon(home, timeout=START_TIMEOUT)
+        try:
+            assert "1 failed" in boot_line(second, nth=2)
+        finally:
+            second.stop()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    log = second.log()
+    assert f"boot repair of {sid} failed (locked; tried again later): database is locked" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
 def test_repair_sessions_all_says_what_it_repaired_and_what_needs_a_person(tmp_path: Path) -> None:
     home = tmp_path / "home"
     clean = ["sess_00000000000000a1", "sess_00000000000000a2", "sess_00000000000000a3"]
