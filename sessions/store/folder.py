@@ -81,7 +81,8 @@ def write_meta(meta: dict[str, Any], home: Path | None = None) -> None:
 
 
 def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:
-    """None when the folder or file is missing; ValueError when meta.json is not valid session metadata."""
+    """None when the folder or file is missing; ValueError when meta.json is not valid session metadata, or cannot
+    be read (an I/O error): every reader already treats that session on its own, from its catalog row."""
     path = session_dir(session_id, home) / META_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -89,6 +90,9 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
         return None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: invalid JSON ({exc})") from exc
+    except OSError as exc:
+        # One bad file (EIO from a failing disk) once failed `session list` as a whole, as "storage is not writable".
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from exc
     if not isinstance(data, dict) or any(not data.get(k) for k in REQUIRED_META_KEYS):
         raise ValueError(f"{path}: missing required keys {REQUIRED_META_KEYS}")
     # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.

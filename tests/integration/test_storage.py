@@ -3,6 +3,7 @@ store stalled every session for 5 s). A real daemon, real agents, a real size-li
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import json
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import NO_TITLE, ROOT, Daemon, chunk_count, pid_alive, start_daemon, wait_for
-from tests.disk import fill, fill_up, free_bytes, tmpfs
+from tests.disk import fill, fill_up, free_bytes, tmpfs, unreadable_file
 from tests.sse import Frame, watch_raw
 
 TMPFS_BYTES = 8 * 1024 * 1024
@@ -291,3 +292,26 @@ def test_a_stream_that_cannot_read_its_store_ends_with_a_coded_frame_exit_69_and
         assert "SSE stream failed" not in log and "Traceback" not in log, log[-3000:]
     finally:
         d.stop()
+
+
+def test_a_meta_json_that_reads_eio_is_listed_from_its_catalog_row_and_the_list_still_answers(
+        daemon: Daemon, workspace: Path, tmp_path: Path) -> None:
+    """One meta.json read failing with EIO (a failing disk) failed `session list --all` as a whole: 503 `storage is
+    not writable (io_error)`, exit 69. The session is shown from its catalog row with `meta_error`, as a broken one."""
+    victim = daemon.create(workspace)["id"]
+    bystander = daemon.create(workspace)["id"]
+    for sid in (victim, bystander):
+        assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+        daemon.wait_state(sid, {"stopped"})
+    with unreadable_file(daemon.home / "sessions" / victim, "meta.json", tmp_path / "eio.img") as meta_json:
+        with pytest.raises(OSError) as unreadable:
+            meta_json.read_bytes()
+        assert unreadable.value.errno == errno.EIO
+        listed = daemon.cli("session", "list", "--all", "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {s["id"]: s for s in json.loads(listed.stdout)["sessions"]}
+        assert rows[bystander]["state"] == "stopped" and "meta_error" not in rows[bystander]
+        assert rows[victim]["state"] == "stopped" and rows[victim]["attachable"] is False, rows[victim]
+        assert rows[victim]["meta_error"]["code"] == "session_meta_invalid", rows[victim]
+        assert "unreadable" in rows[victim]["meta_error"]["message"], rows[victim]
+    assert daemon.session(victim)["state"] == "stopped"  # the file back as it was
