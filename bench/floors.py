@@ -7,7 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from sessions.store.events import EventLog, NewEvent
+from sessions.store.events import EventLog
+from sessions.store.ops import NewEvent
 
 RAW_REPEATS = 2000
 

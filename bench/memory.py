@@ -15,8 +15,9 @@ from typing import Any
 
 from bench.harness import BenchDaemon, Memory, reset_peak
 from bench.report import BenchResult, Op, Target
-from sessions.store.events import EventLog, NewEvent
+from sessions.store.events import EventLog
 from sessions.store.ids import new_turn_id
+from sessions.store.ops import NewEvent
 
 BATCH = 10_000
 TURN_EVENTS = 100

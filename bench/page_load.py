@@ -59,8 +59,9 @@ def turn_events(turn: int) -> list[tuple[str, dict[str, Any]]]:
 
 def build_store(daemon: Daemon, workspace: Path, total: int) -> tuple[str, int]:
     """A stopped session whose events.db holds `total` more events; returns (session id, max sequence)."""
-    from sessions.store.events import EventLog, NewEvent, max_sequence
+    from sessions.store.events import EventLog, max_sequence
     from sessions.store.folder import events_path
+    from sessions.store.ops import NewEvent
 
     session = daemon.create(workspace, agent="scripted", name=f"{total // 1000}k-event session")
     response = daemon.http.post(daemon.scoped(session["id"], "/stop"))

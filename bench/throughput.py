@@ -29,9 +29,10 @@ from bench.bare_acp import BareRun, transport_client, typed_client
 from bench.harness import BenchDaemon, cpu_seconds, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
-from sessions.store.events import SCHEMA_SQL, EventLog, NewEvent, merge_chunks
+from sessions.store.events import SCHEMA_SQL, EventLog
 from sessions.store.folder import parse_time
 from sessions.store.ids import new_event_id
+from sessions.store.ops import NewEvent, merge_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_VS_BARE_ACP = 0.8  # issue 10: end to end at least 0.8x the bare ACP SDK client on the same turn

@@ -21,6 +21,7 @@ from sessions.errors import Conflict
 from sessions.stale_repair import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.ops import NewEvent
 
 logger = logging.getLogger(__name__)
 
@@ -354,20 +355,20 @@ def inspect_transcript(session_id: str, *, force: bool = False) -> RepairReport:
     return report
 
 
-def _repair_events(report: RepairReport, meta: dict[str, Any]) -> list[event_store.NewEvent]:
+def _repair_events(report: RepairReport, meta: dict[str, Any]) -> list[NewEvent]:
     turn_id = report.turn_id or ""
     base: dict[str, Any] = {}
     if meta.get("acp_session_id"):
         base["session_id"] = meta["acp_session_id"]
     new = [
-        event_store.NewEvent(EventType.TOOL_RESULT.value, turn_id, {
+        NewEvent(EventType.TOOL_RESULT.value, turn_id, {
             **base, "tool_call_id": call.tool_call_id, "tool_name": call.tool_name, "status": "failed",
             "tool_result": {"error": INTERRUPTED_TOOL_MESSAGE}, "tool_error": INTERRUPTED_TOOL_MESSAGE,
             "repair": {"action": ActionCode.APPEND_INTERRUPTED_TOOL_RESULT.value},
         })
         for call in report.dangling
     ]
-    new.append(event_store.NewEvent(EventType.ERROR.value, turn_id, {
+    new.append(NewEvent(EventType.ERROR.value, turn_id, {
         **base, "error": INTERRUPTED_TURN_MESSAGE, "stop_reason": meta.get("stop_reason") or None,
         "failure": meta.get("failure"), "repair": {"action": ActionCode.APPEND_TERMINAL_ERROR.value},
     }))

@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from sessions.store.clean import scrub
-from sessions.store.events import (
+from sessions.store.events import EventLog
+from sessions.store.failures import StoreFailure, classify
+from sessions.store.ops import (
     MERGEABLE_TYPES,
     ChunkRun,
-    EventLog,
     HookRun,
     NewEvent,
     PendingOp,
@@ -48,7 +49,6 @@ from sessions.store.events import (
     materialize,
     op_weight,
 )
-from sessions.store.failures import StoreFailure, classify
 from sessions.store.redact_stream import PrivateKeyCarry, secret_tail
 
 logger = logging.getLogger(__name__)

@@ -116,7 +116,8 @@ def test_the_feed_shares_the_process_receive_loop_on_redis(tmp_path: Path, monke
 
     from sessions import feed as live_feed
     from sessions.runtime.signals import session_group
-    from sessions.store.events import EventLog, NewEvent
+    from sessions.store.events import EventLog
+    from sessions.store.ops import NewEvent
 
     layer = RedisChannelLayer(hosts=[url])
     monkeypatch.setattr(live_feed, "get_channel_layer", lambda: layer)

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from sessions.store.events import EventLog, NewEvent
+from sessions.store.events import EventLog
+from sessions.store.ops import NewEvent
 from tests.conftest import ROOT, Daemon, markers, of_type, start_daemon, wait_for, wait_gone
 
 START_TIMEOUT = 120.0  # a daemon start imports the whole stack; slow when the machine is busy

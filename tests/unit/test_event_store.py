@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions.store.events import EventLog, NewEvent, iter_events, max_sequence, read_events, read_hook_runs
+from sessions.store.events import EventLog, iter_events, max_sequence, read_events, read_hook_runs
+from sessions.store.ops import NewEvent
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sessions import feed as live_feed
-from sessions.store.events import EventLog, NewEvent, read_events, read_rows
+from sessions.store.events import EventLog, read_events, read_rows
+from sessions.store.ops import NewEvent
 from tests.django_env import ensure_django
 
 

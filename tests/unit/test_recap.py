@@ -17,8 +17,9 @@ from sessions import catalog, recap  # noqa: E402
 from sessions.errors import InvalidRequest  # noqa: E402
 from sessions.models import InputEntry  # noqa: E402
 from sessions.store import folder  # noqa: E402
-from sessions.store.events import EventLog, NewEvent, read_events  # noqa: E402
+from sessions.store.events import EventLog, read_events  # noqa: E402
 from sessions.store.ids import new_queue_entry_id, new_session_id  # noqa: E402
+from sessions.store.ops import NewEvent  # noqa: E402
 
 T1, T2 = "turn_00000000000000b1", "turn_00000000000000b2"
 SECRET = "sk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"

@@ -15,8 +15,9 @@ import pytest
 
 from sessions.runtime import recorder as recorder_mod
 from sessions.runtime.recorder import Recorder
-from sessions.store.events import MAX_RUN_CHUNKS, EventLog, NewEvent, UsageUpdate, merge_chunks, read_events
+from sessions.store.events import EventLog, read_events
 from sessions.store.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
+from sessions.store.ops import MAX_RUN_CHUNKS, NewEvent, UsageUpdate, merge_chunks
 
 
 class Sink:

@@ -17,8 +17,9 @@ ensure_django(migrate=True)  # run alone, this module must find the catalog tabl
 from sessions import boot_repair, repair  # noqa: E402
 from sessions.errors import Conflict, NotFound  # noqa: E402
 from sessions.store import folder  # noqa: E402
-from sessions.store.events import EventLog, NewEvent, max_sequence, read_events  # noqa: E402
+from sessions.store.events import EventLog, max_sequence, read_events  # noqa: E402
 from sessions.store.ids import new_session_id, new_workspace_id  # noqa: E402
+from sessions.store.ops import NewEvent  # noqa: E402
 
 TURN = "turn_00000000000000a1"
 EARLIER = "turn_00000000000000a0"

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from sessions import transcript
-from sessions.store.events import EventLog, NewEvent, read_events
+from sessions.store.events import EventLog, read_events
+from sessions.store.ops import NewEvent
 
 T1, T2, T3 = "turn_00000000000000a1", "turn_00000000000000a2", "turn_00000000000000a3"
 
