@@ -286,6 +286,21 @@ def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] |
     raise RuntimeError(f"daemon not ready in {timeout}s: {log_path.read_text(errors='replace')[-3000:]}")
 
 
+def crash_mid_tool_call(home: Path, workspace: Path, extra_config: str = "", timeout: float = 120.0) -> str:
+    """A daemon of `home` killed (SIGKILL) while a session's turn waits in a tool call, its orphaned agent gone:
+    the session is left `active` with an open turn, as a crash leaves it. Returns the session id."""
+    first = start_daemon(home, extra_config=extra_config, timeout=timeout)
+    try:
+        session_id = first.create(workspace)["id"]
+        assert first.prompt(session_id, "toolhang").status_code == 200
+        first.wait_event(session_id, "tool_call")
+        agent_pid = first.meta(session_id)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    return str(session_id)
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = start_daemon(tmp_path_factory.mktemp("home"))

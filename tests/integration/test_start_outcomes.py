@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Daemon, pid_alive, start_daemon, wait_gone
+from tests.conftest import ROOT, Daemon, crash_mid_tool_call, pid_alive, wait_gone
 
 # ---- session new ------------------------------------------------------------------------------------------
 
@@ -85,15 +84,7 @@ def test_a_daemon_start_after_a_crash_returns_once_boot_repair_has_repaired_the_
     # It returned about 1 s before boot repair appended its rows: a script reading the session at once saw the
     # crashed turn still open.
     home = tmp_path / "home"
-    first = start_daemon(home, timeout=120)
-    try:
-        session_id = first.create(workspace)["id"]
-        assert first.prompt(session_id, "toolhang").status_code == 200
-        first.wait_event(session_id, "tool_call")
-        agent_pid = first.meta(session_id)["liveness"]["subprocess_pid"]
-    finally:
-        first.stop(signal.SIGKILL)
-    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    session_id = crash_mid_tool_call(home, workspace)
     started = compozy(home, "daemon", "start", "--port", "0", "-o", "json")
     assert started.returncode == 0, started.stderr
     record = json.loads(started.stdout)

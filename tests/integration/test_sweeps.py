@@ -23,7 +23,7 @@ import pytest
 
 from sessions.store.events import EventLog
 from sessions.store.ops import NewEvent
-from tests.conftest import ROOT, Daemon, markers, of_type, start_daemon, wait_for, wait_gone
+from tests.conftest import ROOT, Daemon, crash_mid_tool_call, markers, of_type, start_daemon, wait_for, wait_gone
 
 START_TIMEOUT = 120.0  # a daemon start imports the whole stack; slow when the machine is busy
 NO_TITLE = "[roles.auto_title]\nenabled = false\n"
@@ -76,16 +76,8 @@ def boot_line(d: Daemon, nth: int = 1) -> str:
 def test_a_zombie_and_a_broken_meta_json_do_not_stop_the_boot_repair_of_a_crashed_session(
         tmp_path: Path, workspace: Path) -> None:
     home = tmp_path / "home"
-    first = start_daemon(home, timeout=START_TIMEOUT)
-    try:
-        crashed = first.create(workspace)["id"]
-        assert first.prompt(crashed, "toolhang").status_code == 200
-        first.wait_event(crashed, "tool_call")
-        agent_pid = first.meta(crashed)["liveness"]["subprocess_pid"]
-    finally:
-        first.stop(signal.SIGKILL)
-    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
-    assert first.meta(crashed)["state"] == "active"
+    crashed = crash_mid_tool_call(home, workspace, timeout=START_TIMEOUT)
+    assert json.loads((home / "sessions" / crashed / "meta.json").read_text())["state"] == "active"
     # Sorted before the crashed one, so a repair that stops at the first bad folder never reaches it.
     zombie, broken = "sess_0000000000000001", "sess_0000000000000002"
     write_meta(home, zombie, state="zombie")
@@ -185,15 +177,7 @@ def test_a_crashed_sessions_store_locked_by_another_process_fails_its_boot_repai
     """A store held under BEGIN EXCLUSIVE elsewhere is a classified, expected condition (the run keeps no verdict and
     is judged again later): boot repair logged it as an ERROR with a traceback ending in `database is locked`."""
     home = tmp_path / "home"
-    first = start_daemon(home, extra_config=NO_TITLE, timeout=START_TIMEOUT)
-    try:
-        sid = first.create(workspace)["id"]
-        assert first.prompt(sid, "toolhang").status_code == 200
-        first.wait_event(sid, "tool_call")
-        agent_pid = first.meta(sid)["liveness"]["subprocess_pid"]
-    finally:
-        first.stop(signal.SIGKILL)
-    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    sid = crash_mid_tool_call(home, workspace, extra_config=NO_TITLE, timeout=START_TIMEOUT)
     holder = sqlite3.connect(str(home / "sessions" / sid / "events.db"), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
