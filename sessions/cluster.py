@@ -68,8 +68,12 @@ def node_id() -> str:
 
 
 def set_identity(identity: Identity | None) -> None:
-    global _identity
+    global _identity, _confirmed_at
     _identity = identity
+    # A daemon start holds no lease yet, so none is unconfirmed: counted from the import instead, a boot slower
+    # than two thirds of the TTL held its first sessions' commits until the first renewal.
+    _confirmed_at = time.monotonic()
+    _unconfirmed.clear()
 
 
 def identity() -> Identity | None:
