@@ -392,7 +392,10 @@ def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, 
         try:
             result = check()
         except Exception as exc:
-            result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed", str(exc))
+            # One line (a database driver's message runs over several), naming the failure's kind.
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed",
+                          f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
         items.extend(result if isinstance(result, list) else [result])
     known = {i["id"] for i in items} | {i["category"] for i in items}
     unknown = sorted({name for name in (only or []) + (exclude or []) if name not in known})

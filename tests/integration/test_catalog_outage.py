@@ -115,6 +115,14 @@ def test_work_while_the_catalog_is_gone_is_a_coded_503_and_the_node_recovers_wit
         cli = node.cli("session", "prompt", sid, "stream 1", "-o", "json")
         assert cli.returncode == 69, (cli.returncode, cli.stderr)
         assert json.loads(cli.stderr)["code"] == "catalog_unavailable", cli.stderr
+        # `compozy status` says what is wrong in one line (it printed nothing, exit 69).
+        status = node.cli("status")
+        assert status.returncode == 69, (status.returncode, status.stdout, status.stderr)
+        assert status.stderr.count("\n") == 1 and "catalog database does not answer" in status.stderr, status.stderr
+        # doctor's checks that need the catalog fail in one line each (a driver's message spanned several).
+        doctor = node.cli("doctor", "--only", "cluster", "-o", "json")
+        failed = [i for i in json.loads(doctor.stdout)["items"] if i["severity"] == "error"]
+        assert failed and all("\n" not in i["message"] for i in failed), failed
     finally:
         proxy.restore()
     # The same node, no restart: the next prompts run.
