@@ -196,9 +196,10 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         logger.error("storage error on %s %s: %s", request.method, request.path, exc, exc_info=True)
         return on_domain_error(request, StorageError.from_exception(exc))
     if _catalog_down(exc):
+        from sessions.errors import CatalogUnavailable
+
         logger.warning("catalog unavailable on %s %s: %s", request.method, request.path, exc)
-        return error_response(request, "the catalog database does not answer; try again when it is back",
-                              "catalog_unavailable", 503, {"detail": (str(exc).strip().splitlines() or [""])[0][:200]})
+        return on_domain_error(request, CatalogUnavailable.from_exception(exc))
     if isinstance(exc, RequestDataTooBig):
         return error_response(request, "the request body is too large", "body_too_large", 413)
     if isinstance(exc, sqlite3.DatabaseError):

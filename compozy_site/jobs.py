@@ -217,14 +217,11 @@ class LeaseKeeper:
             if session_id not in self.manager.runtimes:
                 continue  # a create still writing its catalog row
             holder = cluster.take(session_id, me)  # gone without a taker: ours again
-            if holder is not None and holder.fenced:
-                logger.error("session %s: failed over while this node was cut off past its lease; stopping its "
-                             "agent here without writing", session_id)
-                self.manager.hand_off_fence(session_id, "failover")
-            elif holder is not None:
-                logger.error("session %s: lease taken by node %s; stopping its agent here", session_id,
-                             holder.node_id)
-                self.manager.hand_off_fence(session_id, holder.node_id)
+            if holder is not None:
+                taker = "failover" if holder.fenced else holder.node_id
+                logger.error("session %s: lease lost to %s while this node was cut off; stopping its agent here "
+                             "without writing", session_id, taker)
+                self.manager.hand_off_fence(session_id, taker)
         failover.recover_expired()
 
     def _loop(self) -> None:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from sessions.errors import first_line
+
 if TYPE_CHECKING:
     from sessions.cluster import Holder
 
@@ -57,7 +59,7 @@ class OwnerRouter:
             holder = await sync_to_async(_holder_elsewhere)(session_id, read_id)
         except Exception as exc:
             # The catalog does not answer (a server database gone): a coded JSON answer, not daphne's HTML 500.
-            logger.warning("could not read the lease of %s: %s", session_id or read_id, _first_line(exc))
+            logger.warning("could not read the lease of %s: %s", session_id or read_id, first_line(exc))
             await _catalog_unavailable(send, exc)
             return
         if holder is None or not holder.address:
@@ -86,16 +88,13 @@ class OwnerRouter:
         await send({"type": "http.response.body", "body": content})
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
 async def _catalog_unavailable(send: Any, exc: BaseException) -> None:
     from compozy_site.api import error_body
     from compozy_site.guard import send_json
+    from sessions.errors import CatalogUnavailable
 
-    await send_json(send, 503, error_body("the catalog database does not answer; try again when it is back",
-                                           "catalog_unavailable", 503, {"detail": _first_line(exc)}))
+    error = CatalogUnavailable.from_exception(exc)
+    await send_json(send, error.status, error_body(error.message, error.code, error.status, error.data))
 
 
 async def _token_rejected(send: Any, holder: Holder) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import compozy_home, crash_bundles_dir, sessions_dir
+from sessions.errors import first_line
 from sessions.store.folder import isoformat, utcnow
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
@@ -393,7 +394,7 @@ def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, 
             result = check()
         except Exception as exc:
             # One line (a database driver's message runs over several), naming the failure's kind.
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            first = first_line(exc)
             result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed",
                           f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
         items.extend(result if isinstance(result, list) else [result])

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from sessions.models import Node, Session, SessionLease
 from sessions.store import folder
@@ -108,8 +108,7 @@ def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
     now = now or folder.utcnow()
     me = _identity
     counts: dict[str, int] = {}
-    live = SessionLease.objects.filter(expires_at__gte=now).exclude(run__startswith=FENCED)
-    for holder in live.values_list("node_id", flat=True):
+    for holder in _held().filter(expires_at__gte=now).values_list("node_id", flat=True):
         counts[holder] = counts.get(holder, 0) + 1
     out = []
     for node in Node.objects.order_by("id"):
@@ -126,7 +125,7 @@ def leases(limit: int = 100) -> list[dict[str, Any]]:
     return [{"session_id": row.session_id, "node_id": row.node_id, "address": row.address,
              "acquired_at": folder.isoformat(row.acquired_at), "expires_at": folder.isoformat(row.expires_at),
              "expired": row.expires_at < now}
-            for row in SessionLease.objects.exclude(run__startswith=FENCED).order_by("expires_at")[:limit]]
+            for row in _held().order_by("expires_at")[:limit]]
 
 
 # ---- leases ----------------------------------------------------------------------------------
@@ -140,6 +139,11 @@ class Holder:
 
     def public(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "address": self.address, "expires_at": folder.isoformat(self.expires_at)}
+
+
+def _held() -> QuerySet[SessionLease]:
+    """Lease rows that stand for a holder: every row but the fences failover left."""
+    return SessionLease.objects.exclude(run__startswith=FENCED)
 
 
 def _fences(row: SessionLease, me: Identity | None) -> bool:
@@ -274,11 +278,10 @@ def held_elsewhere(now: datetime | None = None) -> set[str]:
     """Sessions whose unexpired lease another node (or another daemon start) holds: their live facts are there, so
     only that node judges them (their health, above all)."""
     now = now or folder.utcnow()
-    live = SessionLease.objects.filter(expires_at__gte=now).exclude(run__startswith=FENCED)
+    live = _held().filter(expires_at__gte=now)
     if _identity is not None:
-        live = live.exclude(node_id=_identity.node_id, run=_identity.run)
-        # Our own node id under another start is our dead predecessor: its sessions are ours to judge.
-        live = live.exclude(Q(node_id=_identity.node_id) & ~Q(run=_identity.run))
+        # Ours, and our own node id under another start (our dead predecessor's): ours to judge.
+        live = live.exclude(node_id=_identity.node_id)
     return set(live.values_list("session_id", flat=True))
 
 
@@ -341,7 +344,7 @@ def drop_old_fences(now: datetime | None = None) -> int:
 
 def leased(session_id: str) -> bool:
     """Some node holds (or is taking) the session's lease: a fence is no holder."""
-    return SessionLease.objects.filter(session_id=session_id).exclude(run__startswith=FENCED).exists()
+    return _held().filter(session_id=session_id).exists()
 
 
 # ---- shared services (status, doctor) --------------------------------------------------------
@@ -399,7 +402,7 @@ def status() -> dict[str, Any]:
     return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
             "cluster_token": cluster_token_state(),
             "lease_ttl": me.lease_ttl if me else None, "sessions_dir": _sessions_dir(),
-            "nodes": nodes(), "leases": leases(limit=50), "lease_count": SessionLease.objects.count(),
+            "nodes": nodes(), "leases": leases(limit=50), "lease_count": _held().count(),
             "services": {"database": database_health(), "redis": redis_health()}}
 
 

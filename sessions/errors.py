@@ -60,6 +60,22 @@ class HookDenied(CompozyError):
     status, code = 403, "hook_denied"
 
 
+def first_line(exc: BaseException) -> str:
+    """An error's message as one bounded line (a database driver's runs over several)."""
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
+class CatalogUnavailable(CompozyError):
+    """A server catalog (PostgreSQL) that went away or refuses connections: a condition, retried by the caller."""
+
+    status, code = 503, "catalog_unavailable"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> CatalogUnavailable:
+        return cls("the catalog database does not answer; try again when it is back",
+                   data={"detail": first_line(exc) or type(exc).__name__})
+
+
 class StorageError(CompozyError):
     """The disk cannot take the write: 507 `storage_full` when it is full, else 503 `storage_unavailable`.
     Raised before anything is half-written; the daemon works again as soon as space returns."""

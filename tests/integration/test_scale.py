@@ -283,7 +283,8 @@ def test_a_node_cut_off_past_its_lease_stops_its_agent_without_writing_over_the_
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
     # A wakes up: its agent is gone (B ended the orphan), its renewals find B's lease; nothing of A's lands.
-    wait_for(lambda: "lease is held elsewhere" in a.log() or "lease taken by node node-b" in a.log(), timeout=30,
+    wait_for(lambda: "lease is held elsewhere" in a.log() or "lease lost to node-b while this node was cut off"
+             in a.log(), timeout=30,
              what="node A noticing it lost the lease")
     time.sleep(LEASE_TTL)
     assert meta(cluster, sid)["state"] == "active" and _runs(b, sid) and not _runs(a, sid)
@@ -313,7 +314,8 @@ def test_a_node_cut_off_past_its_lease_while_nobody_took_it_is_fenced_and_writes
         stopped = meta(cluster, sid)
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
-    wait_for(lambda: "failed over while this node was cut off" in a.log() or "lease is held elsewhere" in a.log(),
+    wait_for(lambda: "lease lost to failover while this node was cut off" in a.log()
+             or "lease is held elsewhere" in a.log(),
              timeout=30, what="node A noticing it was fenced")
     time.sleep(LEASE_TTL * 2)  # renewals, the agent's exit and A's stop path have all run by now
     assert b.all_events(sid) == repaired, "node A wrote into the store after B's failover"
