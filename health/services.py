@@ -283,13 +283,14 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
         touch_presence(session_id)
     row = SessionHealth.objects.filter(session_id=session_id).first()
     if row is None:
+        live = live_facts(session_id)
         try:
-            row = _upsert(meta, live_facts(session_id))
+            row = _upsert(meta, live)
         except DatabaseError as exc:
             # As for presence: a read must answer when the catalog cannot take a write (a full disk). The health
             # is derived all the same; the next metadata save or the boot recompute stores it.
             logger.warning("health of %s derived but not stored: %s", session_id, exc)
-            row = _derived(meta, live_facts(session_id))
+            row = _derived(meta, live)
     if row is None:
         from sessions.errors import Unavailable
 
