@@ -89,6 +89,21 @@ def cookie_valid(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> boo
     return same_secret(value, cookie_value(token, int(issued)))
 
 
+# The CLI asks a TCP listener to prove it holds this home's token before it sends the token (cli/client.py).
+PROOF_PATH = "/api/auth/proof"
+PROOF_NONCE_CHARS = 32
+
+
+def daemon_proof(token: str, home: str, nonce: str, client_port: int | None) -> str:
+    """HMAC-SHA256 of the token over a nonce, the home and (on loopback) the client's port.
+
+    The message starts with its own label, so no proof can equal a dashboard cookie's MAC (`cookie_value`): the
+    route answers anyone who reaches it, and must not sign what another check accepts."""
+    bound = "" if client_port is None else str(client_port)
+    message = f"compozy daemon proof\n{home}\n{nonce}\n{bound}"
+    return hmac.new(token.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
 def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 

@@ -27,10 +27,13 @@ from urllib.parse import parse_qs, quote, urlparse
 from compozy_site.auth import (
     COOKIE_MAX_AGE,
     COOKIE_NAME,
+    PROOF_NONCE_CHARS,
+    PROOF_PATH,
     Tickets,
     cluster_token,
     cookie_valid,
     cookie_value,
+    daemon_proof,
     ensure_token,
     is_machine_path,
     same_secret,
@@ -147,6 +150,9 @@ class Guard:
                 if scope["path"] == LOGIN_PATH:
                     await self._login(scope, headers, send, policy)
                     return
+                if scope["path"] == PROOF_PATH:
+                    await self._prove(scope, send, policy)
+                    return
                 if not _public(scope["path"]):
                     self._check_auth(scope, headers, policy)
             expected = headers.get(HOME_HEADER.decode())
@@ -230,6 +236,20 @@ class Guard:
             (b"location", b"/"), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
             (b"referrer-policy", b"no-referrer"), (b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _prove(scope: Scope, send: Send, policy: GuardPolicy) -> None:
+        """`/api/auth/proof?nonce=…`, before the token check: the CLI sends its token over TCP only to a listener
+        that answers this (compozy_site/cli/client.py). It reveals nothing but MACs under a label of their own."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        nonce = (query.get("nonce") or [""])[0]
+        if len(nonce) != PROOF_NONCE_CHARS or any(c not in "0123456789abcdef" for c in nonce):
+            raise Refusal(400, "invalid_nonce", f"nonce must be {PROOF_NONCE_CHARS} lower-case hex digits")
+        client = scope.get("client") or ("", None)
+        port = client[1] if isinstance(client[1], int) else None
+        body = {"proof": daemon_proof(policy.token, policy.home, nonce, None),
+                "proof_bound": daemon_proof(policy.token, policy.home, nonce, port) if port is not None else None}
+        await send_json(send, 200, body)
 
     async def _mint_ticket(self, send: Send, policy: GuardPolicy) -> None:
         ticket, expires = self.tickets.mint()

@@ -1,9 +1,16 @@
-"""The CLI's HTTP client: stdlib only (fast start), over the daemon's UDS when present, else TCP with the token.
+"""The CLI's HTTP client: stdlib only (fast start). It sends nothing secret to a stranger.
 
-It talks only to its own home's daemon: found from this home's `daemon.json`, socket or configured `[http]` port,
-never a guessed one. Each request names this home in `X-Compozy-Home` (another home's daemon refuses it before
-acting) and each answer must carry it back (a daemon of another home on the same port answers 401 to our token,
-without it). Anything else is `daemon_unavailable`.
+It talks only to its own home's daemon, found from this home's `daemon.json`, socket or configured `[http]` port,
+never a guessed one:
+- **The owner-only socket** (the normal path): the socket must be ours (owner uid), and the process that answers
+  must run as this user (`SO_PEERCRED`). No token is sent; the daemon checks the peer's uid in turn.
+- **No socket: the daemon is not running** (exit 69). The CLI never falls back to TCP then: after a clean stop the
+  configured port is free, and a local user listening on it used to receive the token of the next command.
+- **TCP only when `COMPOZY_URL` names it**, and the token goes out only after the listener proved it holds this
+  home's token: it answers a fresh nonce with an HMAC keyed by the token (`/api/auth/proof`), bound on loopback to
+  this very connection's client port, so a relay in front of the real daemon cannot pass the proof on.
+Each request also names this home in `X-Compozy-Home` and each answer must carry it back (another home's daemon
+refuses or fails it). Anything else is `daemon_unavailable`.
 """
 
 from __future__ import annotations
@@ -11,12 +18,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import socket
+import stat
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
+from compozy_site.auth import PROOF_PATH, daemon_proof
 from compozy_site.daemon_record import running_record
 from compozy_site.home import compozy_home, config_path, daemon_record_path, read_token, socket_path
 
@@ -36,16 +47,41 @@ class ApiError(Exception):
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over this home's socket, to a daemon that runs as this user.
+
+    The socket file must be a socket we own, and its peer (`SO_PEERCRED`) our uid: a `[daemon] socket` path outside
+    the owner-only home could otherwise be taken by another user while the daemon is down."""
+
     def __init__(self, path: str, timeout: float | None = None) -> None:
         super().__init__("localhost", timeout=timeout)
         self.unix_path = path
 
     def connect(self) -> None:
+        st = os.lstat(self.unix_path)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+            raise Untrusted(f"{self.unix_path} is not this user's daemon socket")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if self.timeout is not None:
             sock.settimeout(self.timeout)
-        sock.connect(self.unix_path)
+        try:
+            sock.connect(self.unix_path)
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            sock.close()
+            raise
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            sock.close()
+            raise Untrusted(f"the process on {self.unix_path} runs as uid {uid}, not as this user")
         self.sock = sock
+
+
+class Untrusted(OSError):
+    """The peer is not provably this home's daemon: nothing is sent to it."""
+
+
+def _loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
 
 
 def _configured(home: Path) -> tuple[str, int, Path]:
@@ -93,8 +129,12 @@ class Client:
         return f"http://{host}:{self.port}"
 
     def _connection(self, timeout: float | None) -> tuple[http.client.HTTPConnection, dict[str, str]]:
-        """The connection and the headers it needs: none on this home's socket, the token over TCP."""
-        if not self.url and self.socket.exists():
+        """The connection and the headers it needs: none on this home's socket, the token over a TCP connection
+        whose listener proved it is this home's daemon (`COMPOZY_URL` only)."""
+        if not self.url:
+            if not os.path.lexists(self.socket):
+                raise ApiError(0, f"the Compozy daemon for {self.home} is not running (no socket at {self.socket}); "
+                               "start it with `compozy daemon start`", "daemon_unavailable")
             return UnixHTTPConnection(str(self.socket), timeout=timeout), {}
         if self.token is None:
             raise ApiError(0, f"no Compozy daemon for {self.home} (it has no token yet); start it with "
@@ -102,7 +142,35 @@ class Client:
         parsed = urlparse(self.http_base)
         conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port or DEFAULT_PORT,
                                           timeout=timeout)
+        try:
+            self._prove(conn, parsed.hostname or "127.0.0.1")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            conn.close()
+            raise ApiError(0, f"the listener at {self.http_base} did not prove it is the Compozy daemon of "
+                           f"{self.home} ({_reason(exc)}); nothing was sent to it", "daemon_unavailable") from exc
         return conn, {"Authorization": f"Bearer {self.token}"}
+
+    def _prove(self, conn: http.client.HTTPConnection, host: str) -> None:
+        """Ask the listener for the proof of a fresh nonce on this connection, which stays open for the request.
+
+        On loopback the proof is bound to our client port as the daemon saw it: a relay (another user's listener
+        forwarding to the real daemon) connects from a port of its own, so its proof cannot match ours."""
+        nonce = secrets.token_hex(16)
+        conn.request("GET", f"{PROOF_PATH}?nonce={nonce}", headers={"Host": "localhost", HOME_HEADER:
+                                                                    quote(str(self.home))})
+        resp = conn.getresponse()
+        raw = resp.read(4096)
+        data = json.loads(raw) if resp.status == 200 else {}
+        if not isinstance(data, dict):
+            raise Untrusted("an answer of the wrong shape")
+        assert conn.sock is not None
+        port = conn.sock.getsockname()[1] if _loopback(host) else None
+        expected = daemon_proof(self.token or "", str(self.home), nonce, port)
+        given = data.get("proof_bound" if port is not None else "proof")
+        if not isinstance(given, str) or not secrets.compare_digest(given, expected):
+            raise Untrusted(f"no valid proof (HTTP {resp.status})")
+        if resp.will_close:
+            raise Untrusted("it closed the proven connection")
 
     def _open(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
               timeout: float | None = -1.0) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
@@ -116,6 +184,9 @@ class Client:
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()
+        except Untrusted as exc:
+            conn.close()
+            raise ApiError(0, f"refusing to talk to it: {exc}", "daemon_unavailable") from exc
         except (TimeoutError, ConnectionRefusedError, FileNotFoundError, OSError) as exc:
             conn.close()
             raise ApiError(0, f"cannot reach the Compozy daemon ({exc}); start it with `compozy daemon start`",
@@ -167,6 +238,10 @@ class Client:
                     data_lines.append(text[5:].lstrip(" "))
         finally:
             conn.close()
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _with_query(path: str, query: dict[str, Any] | None) -> str:
