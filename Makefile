@@ -22,10 +22,20 @@ run: $(STAMP)
 ## Run the whole test suite (unit, integration against the real daemon, browser tests in Chromium).
 # System packages first (Chromium, python3-venv; installed when root or sudo allows, else the one command to
 # run), then the venv: creating it may need python3-venv.
+# The unit and integration tests run on TEST_WORKERS pytest-xdist workers (they mostly wait on daemons and agents,
+# so more workers than cores pays); `--dist loadscope` keeps a module's tests, and its module-scoped daemon, on one
+# worker. The browser tests follow in a pytest process of their own: Playwright's event loop breaks asyncio.run()
+# in any test that runs after it in the same process. Both parts always run; the exit says whether either failed.
+TEST_WORKERS ?= 4
+PYTEST_ARGS ?=
+
 test: system-deps
 	@$(MAKE) --no-print-directory venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope tests/unit tests/integration $(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS) || status=$$((status ? status : $$?)); \
+	exit $$status
 
 system-deps:
 	PYTHON=$(PYTHON) scripts/ensure-system-deps.sh

@@ -2,7 +2,10 @@
 removed afterwards, or a skip with the reason where either is not reachable (the embedded default never needs them).
 
 `COMPOZY_TEST_POSTGRES_URL` (default `postgresql://postgres@127.0.0.1:5432/postgres`) is an admin connection that
-may create databases; `COMPOZY_TEST_REDIS_URL_SCALE` (default `redis://127.0.0.1:6379/12`) names the Redis db to use.
+may create databases (each test makes one of a random name). Redis dbs are flushed by the tests that use them, so
+every pytest-xdist worker has a pair of its own: `COMPOZY_TEST_REDIS_URL` (the doorbell tests, default db 1) and
+`COMPOZY_TEST_REDIS_URL_SCALE` (the multi-node tests, default db 2) name the first worker's, and worker N adds 2N
+(gw0: 1 and 2, gw1: 3 and 4, …; at most 7 workers fit Redis's 16 dbs).
 """
 
 from __future__ import annotations
@@ -16,7 +19,27 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 ADMIN_URL = os.environ.get("COMPOZY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("COMPOZY_TEST_REDIS_URL_SCALE", "redis://127.0.0.1:6379/12")
+MAX_WORKERS = 7
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw3 → 3), 0 without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def worker_redis_url(variable: str, default_db: int) -> str:
+    """The Redis URL in `variable` (default db `default_db` on loopback), moved to this worker's own db."""
+    url = urlparse(os.environ.get(variable) or f"redis://127.0.0.1:6379/{default_db}")
+    index = worker_index()
+    if index >= MAX_WORKERS:
+        raise RuntimeError(f"pytest-xdist worker {index}: only {MAX_WORKERS} workers have Redis dbs of their own")
+    db = int(url.path.strip("/") or default_db) + 2 * index
+    return urlunparse(url._replace(path=f"/{db}"))
+
+
+REDIS_URL = worker_redis_url("COMPOZY_TEST_REDIS_URL_SCALE", 2)
+DOORBELL_REDIS_URL = worker_redis_url("COMPOZY_TEST_REDIS_URL", 1)
 
 
 def postgres_unavailable() -> str | None:

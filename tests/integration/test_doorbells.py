@@ -8,7 +8,6 @@ where there is none: the embedded default never needs it.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Daemon, start_daemon
+from tests.shared_services import DOORBELL_REDIS_URL
 from tests.sse import Frame, frames, open_stream, watch_raw
 
 TURN_SECONDS = 30  # far below the 60 s poll: frames that arrive in time were rung in
@@ -24,7 +24,7 @@ CHUNKS = 20
 
 
 def redis_url() -> str | None:
-    url = os.environ.get("COMPOZY_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+    url = DOORBELL_REDIS_URL
     try:
         import channels_redis  # noqa: F401
         import redis
