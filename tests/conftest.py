@@ -19,7 +19,11 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The scripted ACP agent every test provider runs: standard library only, so a spawn costs milliseconds.
 SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
+# Its twin on the ACP SDK (same scenarios, same wire; about a second of CPU to start): for the tests whose
+# subject is the SDK's own behaviour (`start_daemon(..., agent=SDK_AGENT)`).
+SDK_AGENT = ROOT / "tests" / "agents" / "sdk_agent.py"
 # Asks `POST …/prompt` for its JSON result rather than the stream a started turn answers by default.
 JSON_ONLY = {"Accept": "application/json"}
 
@@ -28,19 +32,19 @@ def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
-def daemon_config(home: Path, extra: str = "") -> str:
-    """Providers for every scripted scenario family; agents of the same names use them."""
-    agent = [sys.executable, str(SCRIPTED)]
+def daemon_config(home: Path, extra: str = "", agent: Path = SCRIPTED) -> str:
+    """Providers for every scripted scenario family (each running `agent`); agents of the same names use them."""
     state_dir = home / "agent-state"
     prompt_log = home / "prompts.jsonl"
+    command = [sys.executable, str(agent)]
     providers = {
-        "scripted": [*agent, "--prompt-log", str(prompt_log)],
-        "scripted_load": [*agent, "--load-session", "--state-dir", str(state_dir), "--prompt-log", str(prompt_log)],
-        "stubborn": [*agent, "--ignore-cancel"],
-        "broken": [*agent, "--broken-handshake"],
-        "failnew": [*agent, "--fail-new-session"],
-        "dies": [*agent, "--exit-on-start"],
-        "noisy": [*agent, "--stderr-at-start", "1100000"],
+        "scripted": [*command, "--prompt-log", str(prompt_log)],
+        "scripted_load": [*command, "--load-session", "--state-dir", str(state_dir), "--prompt-log", str(prompt_log)],
+        "stubborn": [*command, "--ignore-cancel"],
+        "broken": [*command, "--broken-handshake"],
+        "failnew": [*command, "--fail-new-session"],
+        "dies": [*command, "--exit-on-start"],
+        "noisy": [*command, "--stderr-at-start", "1100000"],
         "missing": ["/nonexistent/bin/agent-acp"],
     }
     lines = []
@@ -239,13 +243,13 @@ def listening_port(pid: int) -> int | None:
 NO_TITLE = "[roles.auto_title]\nenabled = false\n"
 
 
-def module_daemon(extra_config: str = "", timeout: float = 120.0) -> Any:
+def module_daemon(extra_config: str = "", timeout: float = 120.0, agent: Path = SCRIPTED) -> Any:
     """A module-scoped `daemon` fixture (`daemon = module_daemon(NO_TITLE)`): one real daemon for every test of
     the module, started with `extra_config` appended to the test config."""
 
     @pytest.fixture(scope="module")
     def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-        d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=extra_config, timeout=timeout)
+        d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=extra_config, timeout=timeout, agent=agent)
         yield d
         d.stop()
 
@@ -253,13 +257,14 @@ def module_daemon(extra_config: str = "", timeout: float = 120.0) -> Any:
 
 
 def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] | None = None,
-                 timeout: float = 60.0, port: int | None = None) -> Daemon:
+                 timeout: float = 60.0, port: int | None = None, agent: Path = SCRIPTED) -> Daemon:
     """Start a foreground daemon on `port` (default 0: any free port, race-free). The port is read from
-    the daemon record, else from /proc: the launcher records `0` when given `--port 0`."""
+    the daemon record, else from /proc: the launcher records `0` when given `--port 0`. A home without a
+    config.toml gets `daemon_config(home, extra_config, agent)`."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "config.toml"
     if not config.exists():
-        config.write_text(daemon_config(home, extra_config))
+        config.write_text(daemon_config(home, extra_config, agent))
     env = {**os.environ, "COMPOZY_HOME": str(home), **(env_extra or {})}
     env.pop("COMPOZY_URL", None)
     log_path = home / "daemon-test.log"

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Scripted ACP agent for the test suite.
+"""Scripted ACP agent for the test suite, on the standard library only.
 
 One process serves many scenarios; the first word of each prompt picks the scenario
-(see ``ScriptedAgent._commands``). It speaks real ACP over stdio through the
-``agent-client-protocol`` SDK; only the hot ``stream`` path and the deliberately
-invalid ``unknown`` update bypass the SDK's models and are written as raw JSON lines
-onto the same stdout transport the SDK uses.
+(see ``ScriptedAgent._commands``). It speaks ACP v1 (newline-delimited JSON-RPC 2.0 on stdio)
+by hand: importing the ``agent-client-protocol`` SDK and pydantic cost about a second of CPU
+per spawn, and the suite spawns hundreds of agents. Every message is what the SDK-based twin
+(``sdk_agent.py``, kept for the tests about the SDK itself) sends, key order included;
+``tests/unit/test_scripted_wire.py`` runs both on the same scripts and compares the wire.
 
-Imports are limited to the stdlib and ``acp`` so the file runs as a plain script.
+Imports are limited to the stdlib so the file runs as a plain script in milliseconds.
 """
 
 from __future__ import annotations
@@ -37,45 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from acp import PROTOCOL_VERSION, RequestError, run_agent
-from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
-from acp.helpers import (
-    plan_entry,
-    start_tool_call,
-    text_block,
-    tool_content,
-    update_agent_message_text,
-    update_agent_thought_text,
-    update_plan,
-    update_tool_call,
-)
-from acp.interfaces import Client
-from acp.schema import (
-    AgentCapabilities,
-    AllowedOutcome,
-    Cost,
-    Implementation,
-    InitializeResponse,
-    LoadSessionResponse,
-    NewSessionResponse,
-    PermissionOption,
-    PromptResponse,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
-    SetSessionConfigOptionResponse,
-    StopReason,
-    TextContentBlock,
-    ToolCallUpdate,
-    ToolKind,
-    Usage,
-    UsageUpdate,
-)
-from acp.stdio import stdio_streams
-
 log = logging.getLogger("scripted-agent")
 
 T = TypeVar("T")
+Json = dict[str, Any]
 
+PROTOCOL_VERSION = 1
+# What the SDK reads stdin with (acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES); longer lines are read in pieces.
+STDIO_LIMIT_BYTES = 50 * 1024 * 1024
 # Raw-path batching: large enough to amortise write()/drain() per line, small enough that
 # a session/cancel is noticed quickly and memory stays bounded.
 _BATCH_LINES = 256
@@ -83,10 +53,52 @@ _BATCH_BYTES = 64 * 1024
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 REPLAY_TAG = "<compozy_context_replay>"
 REPLAY_REQUEST = "User request: "
+CONTENT_BLOCK_TYPES = {"text", "image", "audio", "resource_link", "resource"}
 
 
 class Cancelled(Exception):
     """The turn was cancelled by session/cancel while waiting on something."""
+
+
+class RequestError(Exception):
+    """A JSON-RPC error, raised by a handler or received from the client (the SDK's codes and messages)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+    @classmethod
+    def invalid_params(cls, data: Json | None = None) -> RequestError:
+        return cls(-32602, "Invalid params", data)
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        return cls(-32601, "Method not found", {"method": method})
+
+    @classmethod
+    def internal_error(cls, data: Json | None = None) -> RequestError:
+        return cls(-32603, "Internal error", data)
+
+    @classmethod
+    def auth_required(cls, data: Json | None = None) -> RequestError:
+        return cls(-32000, "Authentication required", data)
+
+    @classmethod
+    def resource_not_found(cls, uri: str | None = None) -> RequestError:
+        return cls(-32002, "Resource not found", {"uri": uri} if uri is not None else None)
+
+    def to_error_obj(self) -> Json:
+        return {"code": self.code, "message": str(self), "data": self.data}
+
+
+class ValidationError(Exception):
+    """A message that does not have the shape ACP gives it (pydantic's role in the SDK)."""
+
+    def __init__(self, model: str, errors: list[Json]) -> None:
+        super().__init__(f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} for {model}: "
+                         + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors))
+        self.errors = errors
 
 
 @dataclass(slots=True)
@@ -129,47 +141,235 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-class RawWriter:
-    """Pre-serialised JSON-RPC lines straight onto the stdout transport the SDK also writes to.
+# ---- ACP messages, built as the SDK serialises its models (camelCase, its key order, no nulls) --------------
 
-    Ordering with SDK sends holds because every SDK send we await has already been handed to
-    this same transport, and the transport keeps FIFO order.
-    """
+def text_block(text: str) -> Json:
+    return {"text": text, "type": "text"}
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
+
+def message_chunk(text: str, kind: str = "agent_message_chunk") -> Json:
+    return {"content": text_block(text), "sessionUpdate": kind}
+
+
+def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_input: Json | None = None) -> Json:
+    update: Json = {"toolCallId": tool_call_id, "title": title, "kind": kind, "status": status}
+    if raw_input is not None:
+        update["rawInput"] = raw_input
+    return {**update, "sessionUpdate": "tool_call"}
+
+
+def tool_call_update(tool_call_id: str, status: str, text: str) -> Json:
+    return {"toolCallId": tool_call_id, "status": status,
+            "content": [{"content": text_block(text), "type": "content"}], "sessionUpdate": "tool_call_update"}
+
+
+def field_error(loc: str, msg: str, value: Any, kind: str) -> Json:
+    return {"type": kind, "loc": [loc], "msg": msg, "input": value}
+
+
+def check_fields(model: str, params: Any, fields: dict[str, type]) -> Json:
+    """``params`` as a dict whose ``fields`` are present with those types, else a ValidationError."""
+    if not isinstance(params, dict):
+        raise ValidationError(model, [{"type": "model_type", "loc": [], "msg": "Input should be an object",
+                                       "input": params}])
+    errors = []
+    for name, kind in fields.items():
+        if name not in params:
+            errors.append(field_error(name, "Field required", params, "missing"))
+        elif not isinstance(params[name], kind) or (kind is int and isinstance(params[name], bool)):
+            errors.append(field_error(name, f"Input should be {getattr(kind, '__name__', kind)}", params[name],
+                                      "type_error"))
+    if errors:
+        raise ValidationError(model, errors)
+    return params
+
+
+# ---- the JSON-RPC connection --------------------------------------------------------------------------------
+
+class _WriteProtocol(asyncio.BaseProtocol):
+    """Flow control for the stdout pipe, so ``drain()`` waits while the reader is behind."""
+
+    def __init__(self) -> None:
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        self._waiter = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.resume_writing()
+
+    async def _drain_helper(self) -> None:
+        if self._paused:
+            if self._waiter is None:
+                self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+
+class Connection:
+    """JSON-RPC 2.0 over newline-delimited JSON on stdio, as the SDK's ``Connection`` runs it: every incoming
+    request and notification is handled in a task of its own (in arrival order), responses go out as handlers
+    finish, and stdin's EOF cancels what still runs and ends the process with 0."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_request: Callable[[str, Any], Awaitable[Any]],
+                 on_notification: Callable[[str, Any], Awaitable[None]]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._ids = itertools.count(0)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     async def write(self, data: bytes) -> None:
-        self._writer.write(data)
-        await self._writer.drain()
+        self.writer.write(data)
+        await self.writer.drain()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Json) -> None:
         await self.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
+
+    async def notify(self, method: str, params: Json) -> None:
+        self._raise_if_closed()
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def request(self, method: str, params: Json) -> Any:
+        """Send a request to the client and return its result; its error is raised as a RequestError."""
+        self._raise_if_closed()
+        request_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise ConnectionError("Connection closed")
+
+    async def serve(self) -> None:
+        try:
+            while (line := await self._read_line()):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    log.error("Error parsing JSON-RPC message: %.200r", line)
+                    continue
+                if not isinstance(message, dict):
+                    log.error("JSON-RPC message is not an object: %.200r", line)
+                    continue
+                self._dispatch(message)
+        finally:
+            self._closed = True
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ConnectionError("Connection closed"))
+            for task in list(self._tasks):
+                task.cancel()
+            for task in list(self._tasks):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _read_line(self) -> bytes:
+        chunks: list[bytes] = []
+        try:
+            while True:
+                try:
+                    chunks.append(await self.reader.readuntil(b"\n"))
+                    return b"".join(chunks)
+                except asyncio.LimitOverrunError as exc:
+                    chunks.append(await self.reader.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+    def _dispatch(self, message: Json) -> None:
+        method = message.get("method")
+        if method is not None:
+            run = self._run_request(message) if "id" in message else self._run_notification(method, message)
+            task = asyncio.ensure_future(run)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif "id" in message:
+            self._handle_response(message)
+
+    async def _run_request(self, message: Json) -> None:
+        reply: Json = {"jsonrpc": "2.0", "id": message["id"]}
+        method = message["method"]
+        try:
+            reply["result"] = await self._on_request(method, message.get("params"))
+        except RequestError as exc:
+            reply["error"] = exc.to_error_obj()
+        except ValidationError as exc:
+            reply["error"] = RequestError.invalid_params({"errors": exc.errors}).to_error_obj()
+        except Exception as exc:
+            log.exception("Unhandled error while handling request method=%s", method)
+            try:
+                data = json.loads(str(exc))
+            except ValueError:
+                data = {"details": str(exc)}
+            reply["error"] = RequestError.internal_error(data).to_error_obj()
+        await self.send(reply)
+
+    async def _run_notification(self, method: Any, message: Json) -> None:
+        try:
+            await self._on_notification(method, message.get("params"))
+        except Exception:
+            log.exception("Unhandled error while handling notification method=%s", method)
+
+    def _handle_response(self, message: Json) -> None:
+        request_id = message["id"]
+        future = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+        if future is None or future.done():
+            return
+        if "result" in message:
+            future.set_result(message["result"])
+        elif "error" in message:
+            error = message.get("error") or {}
+            if not isinstance(error, dict):
+                error = {}
+            future.set_exception(RequestError(error.get("code", -32603), error.get("message", "Error"),
+                                              error.get("data")))
+        else:
+            future.set_result(None)
 
     def close(self) -> None:
         """Close our end of stdout for good (the client sees EOF while we live on)."""
-        self._writer.close()
+        self.writer.close()
         with contextlib.suppress(OSError):
             os.close(1)
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until the transport's user-space buffer reached the pipe (before a hard exit)."""
-        transport = self._writer.transport
+        transport = self.writer.transport
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while transport.get_write_buffer_size() > 0 and loop.time() < deadline:
             await asyncio.sleep(0.001)
 
 
+# ---- the agent ----------------------------------------------------------------------------------------------
+
 class ScriptedAgent:
-    def __init__(self, opts: argparse.Namespace, raw: RawWriter) -> None:
+    def __init__(self, opts: argparse.Namespace) -> None:
         self._opts = opts
-        self._raw = raw
-        self._conn: Client | None = None
+        self._conn: Connection | None = None
         self._sessions: dict[str, str] = {}  # session id -> cwd
         self._cancels: dict[str, asyncio.Event] = {}
         self._tool_ids = itertools.count(1)
-        self._commands: dict[str, Callable[[Turn], Awaitable[StopReason | PromptResponse]]] = {
+        self._commands: dict[str, Callable[[Turn], Awaitable[str | Json]]] = {
             "stream": self._cmd_stream,
             "slow": self._cmd_slow,
             "think": self._cmd_think,
@@ -202,52 +402,86 @@ class ScriptedAgent:
         self._models = [m for m in (opts.models or "").split(",") if m]  # offered through a model select
         self._current_model: dict[str, str] = {}  # session id -> model id
 
-    def _config_options(self, session_id: str) -> list[SessionConfigOptionSelect] | None:
-        if not self._models:
-            return None
-        return [SessionConfigOptionSelect(
-            type="select", id="model", name="Model", category="model",
-            current_value=self._current_model.get(session_id, self._models[0]),
-            options=[SessionConfigSelectOption(value=m, name=m.title()) for m in self._models])]
-
-    def on_connect(self, conn: Client) -> None:
-        self._conn = conn
-
     @property
-    def client(self) -> Client:
+    def conn(self) -> Connection:
         if self._conn is None:
             raise RequestError.internal_error({"details": "no client connection"})
         return self._conn
 
+    def connect(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def _config_options(self, session_id: str) -> list[Json] | None:
+        if not self._models:
+            return None
+        return [{"currentValue": self._current_model.get(session_id, self._models[0]),
+                 "options": [{"value": m, "name": m.title()} for m in self._models],
+                 "id": "model", "name": "Model", "category": "model", "type": "select"}]
+
+    # ---- dispatch (the SDK's router: params checked, then the handler; anything else is method-not-found) ---
+
+    async def handle_request(self, method: str, params: Any) -> Any:
+        if method == "initialize":
+            # Any protocolVersion passes: the SDK maps one it cannot parse to 1 rather than refuse the client.
+            check_fields("InitializeRequest", params, {"protocolVersion": object})
+            return await self.initialize()
+        if method == "session/new":
+            p = check_fields("NewSessionRequest", params, {"cwd": str, "mcpServers": list})
+            return await self.new_session(p["cwd"])
+        if method == "session/load":
+            p = check_fields("LoadSessionRequest", params, {"cwd": str, "sessionId": str, "mcpServers": list})
+            return await self.load_session(p["cwd"], p["sessionId"])
+        if method == "session/set_config_option":
+            boolean = isinstance(params, dict) and params.get("type") == "boolean"
+            p = check_fields("SetSessionConfigOptionBooleanRequest" if boolean else
+                             "SetSessionConfigOptionSelectRequest", params,
+                             {"sessionId": str, "configId": str, "value": bool if boolean else str})
+            return await self.set_config_option(p["configId"], p["sessionId"], p["value"])
+        if method == "session/prompt":
+            p = check_fields("PromptRequest", params, {"sessionId": str, "prompt": list})
+            blocks = p["prompt"]
+            bad = [i for i, b in enumerate(blocks) if not isinstance(b, dict) or b.get("type") not in
+                   CONTENT_BLOCK_TYPES or (b["type"] == "text" and not isinstance(b.get("text"), str))]
+            if bad:
+                raise ValidationError("PromptRequest", [field_error(f"prompt.{i}", "Input should be a content block",
+                                                                    blocks[i], "union_tag_invalid") for i in bad])
+            return await self.prompt(blocks, p["sessionId"])
+        raise RequestError.method_not_found(method)
+
+    async def handle_notification(self, method: str, params: Any) -> None:
+        if method == "session/cancel":
+            await self.cancel(check_fields("CancelNotification", params, {"sessionId": str})["sessionId"])
+            return
+        if not (isinstance(method, str) and method.startswith("_")):  # extension notifications are ignored
+            raise RequestError.method_not_found(method)
+
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
+    async def initialize(self) -> Json:
         if self._opts.broken_handshake:
             blocking_write(1, b"this is not json-rpc {{{\n")
             os._exit(2)
-        return InitializeResponse(
-            protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=bool(self._opts.load_session)),
-            agent_info=Implementation(name="scripted-agent", title="Compozy scripted test agent", version="1.0"),
-        )
+        return {"protocolVersion": PROTOCOL_VERSION,
+                "agentCapabilities": {"loadSession": bool(self._opts.load_session)},
+                "agentInfo": {"name": "scripted-agent", "title": "Compozy scripted test agent", "version": "1.0"}}
 
-    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+    async def new_session(self, cwd: str) -> Json:
         if self._opts.fail_new_session:
             raise RequestError.internal_error({"details": "scripted new_session failure"})
         session_id = f"scripted-{uuid.uuid4().hex}"
         self._sessions[session_id] = cwd
         if self._opts.state_dir:
             (Path(self._opts.state_dir) / session_id).write_text(json.dumps({"cwd": cwd}))
-        return NewSessionResponse(session_id=session_id, config_options=self._config_options(session_id))
+        options = self._config_options(session_id)
+        return {"sessionId": session_id, **({"configOptions": options} if options is not None else {})}
 
-    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
-                                **_: Any) -> SetSessionConfigOptionResponse:
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool) -> Json:
         if config_id != "model" or value not in self._models:
             raise RequestError.invalid_params({"details": f"cannot set {config_id!r} to {value!r}"})
         self._current_model[session_id] = str(value)
-        return SetSessionConfigOptionResponse(config_options=self._config_options(session_id) or [])
+        return {"configOptions": self._config_options(session_id) or []}
 
-    async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
+    async def load_session(self, cwd: str, session_id: str) -> Json:
         if not self._opts.load_session:
             raise RequestError.method_not_found("session/load")
         known = session_id in self._sessions or (
@@ -257,9 +491,9 @@ class ScriptedAgent:
             raise RequestError.resource_not_found(session_id)
         # No history replay on purpose: the client must cope with an empty load.
         self._sessions[session_id] = cwd
-        return LoadSessionResponse()
+        return {}
 
-    async def cancel(self, session_id: str, **_: Any) -> None:
+    async def cancel(self, session_id: str) -> None:
         if self._opts.ignore_cancel:
             log.warning("ignoring session/cancel for %s", session_id)
             return
@@ -267,8 +501,8 @@ class ScriptedAgent:
         if event is not None:
             event.set()
 
-    async def prompt(self, prompt: list[Any], session_id: str, **_: Any) -> PromptResponse:
-        text = "\n".join(block.text for block in prompt if isinstance(block, TextContentBlock))
+    async def prompt(self, prompt: list[Json], session_id: str) -> Json:
+        text = "\n".join(block["text"] for block in prompt if block["type"] == "text")
         if self._opts.prompt_log:
             with open(self._opts.prompt_log, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"session_id": session_id, "text": text}) + "\n")
@@ -285,7 +519,7 @@ class ScriptedAgent:
         words = text.split()
         handler = self._commands.get(words[0].lower() if words else "", self._cmd_echo)
         turn = Turn(session_id=session_id, cwd=cwd, text=text, args=words[1:], cancel=cancel)
-        result: StopReason | PromptResponse
+        result: str | Json
         try:
             result = await handler(turn)
         except Cancelled:
@@ -293,14 +527,15 @@ class ScriptedAgent:
         finally:
             if self._cancels.get(session_id) is cancel:
                 del self._cancels[session_id]
-        if isinstance(result, PromptResponse):
-            return result
-        return PromptResponse(stop_reason=result)
+        return result if isinstance(result, dict) else {"stopReason": result}
 
     # ---- helpers ---------------------------------------------------------------------------
 
+    async def _update(self, turn: Turn, update: Json) -> None:
+        await self.conn.notify("session/update", {"sessionId": turn.session_id, "update": update})
+
     async def _say(self, turn: Turn, text: str) -> None:
-        await self.client.session_update(session_id=turn.session_id, update=update_agent_message_text(text))
+        await self._update(turn, message_chunk(text))
 
     async def _race(self, turn: Turn, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the turn is cancelled first (then raise Cancelled)."""
@@ -341,18 +576,37 @@ class ScriptedAgent:
         except (IndexError, ValueError):
             raise RequestError.invalid_params({"details": f"{name} must be a number"}) from None
 
+    def _tool_call_id(self) -> str:
+        return f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
+
+    async def _permission(self, turn: Turn, tool_call_id: str, title: str, kind: str) -> str:
+        """The option the client picked for this tool call (``cancelled`` for its cancelled outcome)."""
+        response = await self.conn.request("session/request_permission", {
+            "sessionId": turn.session_id,
+            "toolCall": {"toolCallId": tool_call_id, "kind": kind, "status": "pending", "title": title},
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}],
+        })
+        outcome = check_fields("RequestPermissionResponse", response, {"outcome": dict})["outcome"]
+        if outcome.get("outcome") == "selected":
+            return str(check_fields("AllowedOutcome", outcome, {"optionId": str})["optionId"])
+        if outcome.get("outcome") == "cancelled":
+            return "cancelled"
+        raise ValidationError("RequestPermissionResponse", [
+            field_error("outcome", "Input tag should be 'selected' or 'cancelled'", outcome, "union_tag_invalid")])
+
     # ---- commands --------------------------------------------------------------------------
 
-    async def _cmd_echo(self, turn: Turn) -> StopReason:
+    async def _cmd_echo(self, turn: Turn) -> str:
         # --echo-verbatim: a parrot that repeats the prompt word for word (some agents answer a title request so).
         await self._say(turn, turn.text if self._opts.echo_verbatim else f"echo: {turn.text}")
         return "end_turn"
 
-    async def _cmd_stream(self, turn: Turn) -> StopReason:
+    async def _cmd_stream(self, turn: Turn) -> str:
         count = self._int_arg(turn, 0, "N")
         size = self._int_arg(turn, 1, "SIZE", default=0)
-        # Hand-built frames: pydantic validation + the SDK's per-message future cap us far below
-        # the benchmark's rate. The shape is exactly a valid session/update notification.
+        # Hand-built frames, one serialisation for the whole run: the benchmark's rate. The shape is exactly a
+        # valid session/update notification.
         prefix = (
             '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
             + json.dumps(turn.session_id)
@@ -369,17 +623,17 @@ class ScriptedAgent:
             batch.append(line)
             batch_bytes += len(line)
             if len(batch) >= _BATCH_LINES or batch_bytes >= _BATCH_BYTES:
-                await self._raw.write("".join(batch).encode())
+                await self.conn.write("".join(batch).encode())
                 batch.clear()
                 batch_bytes = 0
                 await asyncio.sleep(0)  # let the receive loop see a session/cancel
                 if turn.cancel.is_set():
                     return "cancelled"
         if batch:
-            await self._raw.write("".join(batch).encode())
+            await self.conn.write("".join(batch).encode())
         return "end_turn"
 
-    async def _cmd_slow(self, turn: Turn) -> StopReason:
+    async def _cmd_slow(self, turn: Turn) -> str:
         count = self._int_arg(turn, 0, "N")
         interval = self._float_arg(turn, 1, "INTERVAL")
         for i in range(count):
@@ -390,14 +644,12 @@ class ScriptedAgent:
                 await self._sleep(turn, interval)
         return "end_turn"
 
-    async def _cmd_think(self, turn: Turn) -> StopReason:
-        await self.client.session_update(
-            session_id=turn.session_id, update=update_agent_thought_text(turn.rest or "thinking")
-        )
+    async def _cmd_think(self, turn: Turn) -> str:
+        await self._update(turn, message_chunk(turn.rest or "thinking", "agent_thought_chunk"))
         await self._say(turn, "thought done")
         return "end_turn"
 
-    async def _cmd_tool(self, turn: Turn) -> StopReason:
+    async def _cmd_tool(self, turn: Turn) -> str:
         parts = turn.text.strip().split(maxsplit=3)
         action = parts[1].lower() if len(parts) > 1 else ""
         if action not in ("read", "write") or len(parts) < 3:
@@ -405,35 +657,19 @@ class ScriptedAgent:
         path = parts[2]
         content = parts[3] if len(parts) > 3 else ""
         abs_path = os.path.normpath(os.path.join(turn.cwd, path))
-        kind: ToolKind = "read" if action == "read" else "edit"
-        tool_call_id = f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
+        kind = "read" if action == "read" else "edit"
+        tool_call_id = self._tool_call_id()
         title = f"{'Read' if action == 'read' else 'Write'} {path}"
-        raw_input: dict[str, Any] = {"path": abs_path}
+        raw_input: Json = {"path": abs_path}
         if action == "write":
             raw_input["content"] = content
-        await self.client.session_update(
-            session_id=turn.session_id,
-            update=start_tool_call(tool_call_id, title, kind=kind, status="pending", raw_input=raw_input),
-        )
+        await self._update(turn, tool_call_start(tool_call_id, title, kind, "pending", raw_input))
 
         async def fail(reason: str) -> None:
-            await self.client.session_update(
-                session_id=turn.session_id,
-                update=update_tool_call(tool_call_id, status="failed", content=[tool_content(text_block(reason))]),
-            )
+            await self._update(turn, tool_call_update(tool_call_id, "failed", reason))
 
         try:
-            response = await self._race(
-                turn,
-                self.client.request_permission(
-                    session_id=turn.session_id,
-                    tool_call=ToolCallUpdate(tool_call_id=tool_call_id, title=title, kind=kind, status="pending"),
-                    options=[
-                        PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-                        PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
-                    ],
-                ),
-            )
+            choice = await self._race(turn, self._permission(turn, tool_call_id, title, kind))
         except Cancelled:
             await fail("cancelled")
             return "cancelled"
@@ -441,8 +677,6 @@ class ScriptedAgent:
             await fail(f"permission request failed: {error_text(exc)}")
             await self._say(turn, "tool error")
             return "end_turn"
-        outcome = response.outcome
-        choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
         if choice != "allow":
             await fail("permission denied" if choice == "reject" else f"permission {choice}")
             if turn.cancel.is_set():
@@ -451,13 +685,12 @@ class ScriptedAgent:
             return "end_turn"
         try:
             if action == "read":
-                read = await self._race(turn, self.client.read_text_file(session_id=turn.session_id, path=abs_path))
-                result = read.content
+                read = await self._race(turn, self.conn.request("fs/read_text_file",
+                                                                {"sessionId": turn.session_id, "path": abs_path}))
+                result = check_fields("ReadTextFileResponse", read, {"content": str})["content"]
             else:
-                await self._race(
-                    turn,
-                    self.client.write_text_file(session_id=turn.session_id, path=abs_path, content=content),
-                )
+                await self._race(turn, self.conn.request(
+                    "fs/write_text_file", {"sessionId": turn.session_id, "path": abs_path, "content": content}))
                 result = f"wrote {len(content.encode())} bytes"
         except Cancelled:
             await fail("cancelled")
@@ -466,23 +699,18 @@ class ScriptedAgent:
             await fail(error_text(exc))
             await self._say(turn, "tool error")
             return "end_turn"
-        await self.client.session_update(
-            session_id=turn.session_id,
-            update=update_tool_call(tool_call_id, status="completed", content=[tool_content(text_block(result))]),
-        )
+        await self._update(turn, tool_call_update(tool_call_id, "completed", result))
         await self._say(turn, "tool allow")
         return "end_turn"
 
-    async def _cmd_toolhang(self, turn: Turn) -> StopReason:
-        tool_call_id = f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
-        await self.client.session_update(
-            session_id=turn.session_id,
-            update=start_tool_call(tool_call_id, "Run a command that never ends", kind="execute", status="in_progress"),
-        )
+    async def _cmd_toolhang(self, turn: Turn) -> str:
+        tool_call_id = self._tool_call_id()
+        await self._update(turn, tool_call_start(tool_call_id, "Run a command that never ends", "execute",
+                                                 "in_progress"))
         await turn.cancel.wait()
         return "cancelled"
 
-    async def _cmd_tools(self, turn: Turn) -> StopReason:
+    async def _cmd_tools(self, turn: Turn) -> str:
         # N quick tool calls, each completed with a result, spaced by INTERVAL: tool-result boundaries
         # a client can act on (a staged steer) while the turn is still running.
         count = self._int_arg(turn, 0, "N")
@@ -490,71 +718,64 @@ class ScriptedAgent:
         for i in range(count):
             if turn.cancel.is_set():
                 return "cancelled"
-            tool_call_id = f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
-            await self.client.session_update(
-                session_id=turn.session_id,
-                update=start_tool_call(tool_call_id, f"Step {i}", kind="other", status="in_progress"),
-            )
-            await self.client.session_update(
-                session_id=turn.session_id,
-                update=update_tool_call(tool_call_id, status="completed",
-                                        content=[tool_content(text_block(f"step {i} done"))]),
-            )
+            tool_call_id = self._tool_call_id()
+            await self._update(turn, tool_call_start(tool_call_id, f"Step {i}", "other", "in_progress"))
+            await self._update(turn, tool_call_update(tool_call_id, "completed", f"step {i} done"))
             await self._sleep(turn, interval)
         await self._say(turn, "tools done")
         return "end_turn"
 
-    async def _cmd_exitidle(self, turn: Turn) -> StopReason:
+    async def _cmd_exitidle(self, turn: Turn) -> str:
         # Finish the turn normally, then exit 0 SECONDS later while idle: an agent that completed.
         delay = self._float_arg(turn, 0, "SECONDS")
 
         async def exit_later() -> None:
             await asyncio.sleep(delay)
-            await self._raw.flush()
+            await self.conn.flush()
             os._exit(0)
 
         self._exit_task = asyncio.ensure_future(exit_later())
         await self._say(turn, "bye")
         return "end_turn"
 
-    async def _cmd_hang(self, turn: Turn) -> StopReason:
+    async def _cmd_hang(self, turn: Turn) -> str:
         await self._say(turn, "working")
         await turn.cancel.wait()  # never set under --ignore-cancel
         return "cancelled"
 
-    async def _cmd_crash(self, turn: Turn) -> StopReason:
+    async def _cmd_crash(self, turn: Turn) -> str:
         for i in range(3):
             await self._say(turn, f"c{i} ")
-        await self._raw.flush()
+        await self.conn.flush()
         os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(3600)  # unreachable; SIGKILL cannot be caught
         return "end_turn"
 
-    async def _cmd_leak(self, turn: Turn) -> StopReason:
+    async def _cmd_leak(self, turn: Turn) -> str:
         """Write planted secrets to stderr (the rest of the prompt after `leak`), then crash hard."""
         secrets_text = turn.text.split(maxsplit=1)[1] if len(turn.text.split(maxsplit=1)) > 1 else ""
         sys.stderr.write(f"fatal: {secrets_text}\n")
         sys.stderr.flush()
         await self._say(turn, "about to fail ")
-        await self._raw.flush()
+        await self.conn.flush()
         await asyncio.sleep(0.2)  # let the client's stderr drain read it
         os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(3600)
         return "end_turn"
 
-    async def _cmd_exit0(self, turn: Turn) -> StopReason:
+    async def _cmd_exit0(self, turn: Turn) -> str:
         await self._say(turn, "c0 ")
-        await self._raw.flush()
+        await self.conn.flush()
         os._exit(0)
 
-    async def _cmd_stderr(self, turn: Turn) -> StopReason:
+    async def _cmd_stderr(self, turn: Turn) -> str:
         # Blocking on purpose (it stalls the whole agent): a client that doesn't drain stderr hangs here.
         blocking_write(2, filler(self._int_arg(turn, 0, "N")))
         await self._say(turn, "stderr done")
         return "end_turn"
 
-    async def _cmd_unknown(self, turn: Turn) -> StopReason:
-        await self._raw.send(
+    async def _cmd_unknown(self, turn: Turn) -> str:
+        await self.conn.send(
             {
                 "jsonrpc": "2.0",
                 "method": "session/update",
@@ -567,39 +788,32 @@ class ScriptedAgent:
         await self._say(turn, "after unknown")
         return "end_turn"
 
-    async def _cmd_plan(self, turn: Turn) -> StopReason:
+    async def _cmd_plan(self, turn: Turn) -> str:
         entries = [
-            plan_entry("Read the code", priority="high", status="in_progress"),
-            plan_entry("Write the fix", priority="medium", status="pending"),
+            {"content": "Read the code", "priority": "high", "status": "in_progress"},
+            {"content": "Write the fix", "priority": "medium", "status": "pending"},
         ]
-        await self.client.session_update(session_id=turn.session_id, update=update_plan(entries))
+        await self._update(turn, {"entries": entries, "sessionUpdate": "plan"})
         await self._say(turn, "planned")
         return "end_turn"
 
-    async def _cmd_usage(self, turn: Turn) -> PromptResponse:
+    async def _cmd_usage(self, turn: Turn) -> Json:
         await self._say(turn, "usage reported")
-        await self.client.session_update(
-            session_id=turn.session_id,
-            update=UsageUpdate(
-                session_update="usage_update",
-                used=1234,
-                size=200000,
-                cost=Cost(amount=0.0125, currency="USD"),
-            ),
-        )
-        return PromptResponse(stop_reason="end_turn", usage=Usage(total_tokens=150, input_tokens=100, output_tokens=50))
+        await self._update(turn, {"used": 1234, "size": 200000, "cost": {"amount": 0.0125, "currency": "USD"},
+                                  "sessionUpdate": "usage_update"})
+        return {"stopReason": "end_turn", "usage": {"totalTokens": 150, "inputTokens": 100, "outputTokens": 50}}
 
-    async def _cmd_env(self, turn: Turn) -> StopReason:
+    async def _cmd_env(self, turn: Turn) -> str:
         name = turn.args[0] if turn.args else ""
         await self._say(turn, os.environ.get(name, "<unset>") if name else "<unset>")
         return "end_turn"
 
-    async def _cmd_silent(self, turn: Turn) -> StopReason:
+    async def _cmd_silent(self, turn: Turn) -> str:
         await self._sleep(turn, self._float_arg(turn, 0, "SECONDS"))
         await self._say(turn, "woke")
         return "end_turn"
 
-    async def _cmd_spawnchild(self, turn: Turn) -> StopReason:
+    async def _cmd_spawnchild(self, turn: Turn) -> str:
         # A tool-like grandchild in our process group; the client's stop must kill the whole group.
         # We neither kill nor reap it on cancel: that is the client's job, and what the test checks.
         # `spawnchild setsid` puts it in a session of its own (a daemonizing tool), out of the group kill's reach.
@@ -612,15 +826,15 @@ class ScriptedAgent:
         await turn.cancel.wait()
         return "cancelled"
 
-    async def _cmd_closeout(self, turn: Turn) -> StopReason:
+    async def _cmd_closeout(self, turn: Turn) -> str:
         # A wedged agent: stdout closed mid-prompt, process alive, deaf to everything.
         await self._say(turn, "closing stdout")
-        await self._raw.flush()
-        self._raw.close()
+        await self.conn.flush()
+        self.conn.close()
         await asyncio.sleep(3600)
         return "end_turn"
 
-    async def _cmd_hostile(self, turn: Turn) -> StopReason:
+    async def _cmd_hostile(self, turn: Turn) -> str:
         """Output ACP does not allow, between valid chunks: `hostile surrogate` (a lone surrogate escape in a chunk)
         or `hostile garbage` (a line that is not JSON, a chunk for another ACP session, a response nobody asked for
         with a list as its id, answers to a request never sent and to one answered long ago)."""
@@ -631,60 +845,60 @@ class ScriptedAgent:
             return (json.dumps({"jsonrpc": "2.0", "method": "session/update",
                                 "params": {"sessionId": session_id, "update": update}}) + "\n").encode()
 
-        await self._raw.write(chunk("before ", turn.session_id))
+        await self.conn.write(chunk("before ", turn.session_id))
         if kind == "surrogate":
-            await self._raw.write(chunk("lone \ud800 here ", turn.session_id))  # json.dumps writes `\ud800`
+            await self.conn.write(chunk("lone \ud800 here ", turn.session_id))  # json.dumps writes `\ud800`
         else:
-            await self._raw.write(b"this is not json\n")
-            await self._raw.write(chunk("INJECTED ", "another-acp-session"))
-            await self._raw.write(b'{"jsonrpc":"2.0","id":[1,2],"result":{}}\n')
-            await self._raw.write(b'{"jsonrpc":"2.0","id":"never-asked","result":{}}\n')
-            await self._raw.write(b'{"jsonrpc":"2.0","id":0,"result":{}}\n')  # initialize was answered long ago
-        await self._raw.write(chunk("after", turn.session_id))
+            await self.conn.write(b"this is not json\n")
+            await self.conn.write(chunk("INJECTED ", "another-acp-session"))
+            await self.conn.write(b'{"jsonrpc":"2.0","id":[1,2],"result":{}}\n')
+            await self.conn.write(b'{"jsonrpc":"2.0","id":"never-asked","result":{}}\n')
+            await self.conn.write(b'{"jsonrpc":"2.0","id":0,"result":{}}\n')  # initialize was answered long ago
+        await self.conn.write(chunk("after", turn.session_id))
         return "end_turn"
 
-    async def _cmd_orphanpipe(self, turn: Turn) -> StopReason:
+    async def _cmd_orphanpipe(self, turn: Turn) -> str:
         # Exit mid-turn while a grandchild (same group) still holds our stdout: the exit is the process's, not the
         # pipe's. `orphanpipe setsid` puts the grandchild in a session of its own, out of our group's reach.
         new_session = bool(turn.args) and turn.args[0] == "setsid"
         child = subprocess.Popen(["sleep", "120"], stdin=subprocess.DEVNULL, start_new_session=new_session)
         await self._say(turn, f"grandchild {child.pid}")
-        await self._raw.flush()
+        await self.conn.flush()
         os._exit(0)
 
-    async def _cmd_closeoutidle(self, turn: Turn) -> StopReason:
+    async def _cmd_closeoutidle(self, turn: Turn) -> str:
         # End the turn, then close stdout and live on, deaf: nothing can answer this session any more.
         async def close_later() -> None:
             await asyncio.sleep(0.3)
-            await self._raw.flush()
-            self._raw.close()
+            await self.conn.flush()
+            self.conn.close()
 
         self._exit_task = asyncio.ensure_future(close_later())
         await self._say(turn, "closing soon")
         return "end_turn"
 
-    async def _cmd_wedge(self, turn: Turn) -> StopReason:
+    async def _cmd_wedge(self, turn: Turn) -> str:
         # Deaf to session/cancel, stdin EOF and SIGTERM (the loop is blocked): only SIGKILL ends it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         await self._say(turn, "wedged")
-        await self._raw.flush()
+        await self.conn.flush()
         time.sleep(3600)  # blocks the loop on purpose
         return "end_turn"
 
-    async def _cmd_error(self, turn: Turn) -> StopReason:
+    async def _cmd_error(self, turn: Turn) -> str:
         raise RequestError.internal_error({"details": "scripted prompt failure"})
 
-    async def _cmd_autherr(self, turn: Turn) -> StopReason:
+    async def _cmd_autherr(self, turn: Turn) -> str:
         # What claude-agent-acp answers without an API key: ACP's auth_required (-32000).
         raise RequestError.auth_required({"details": "Authentication required: run /login or set ANTHROPIC_API_KEY"})
 
-    async def _cmd_empty(self, turn: Turn) -> StopReason:
+    async def _cmd_empty(self, turn: Turn) -> str:
         # A model server that is down, as opencode shows it: the turn ends at once with nothing said.
         return "end_turn"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Scripted ACP agent for tests.")
+    parser = argparse.ArgumentParser(description="Scripted ACP agent for tests (standard library only).")
     parser.add_argument("--load-session", action="store_true", help="advertise and implement session/load")
     parser.add_argument("--state-dir", help="where session ids persist across restarts")
     parser.add_argument("--broken-handshake", action="store_true", help="answer initialize with garbage, exit 2")
@@ -704,11 +918,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return opts
 
 
+async def stdio_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """stdin and stdout as asyncio streams (stdout becomes non-blocking, as under the SDK)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STDIO_LIMIT_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    protocol = _WriteProtocol()
+    transport, _ = await loop.connect_write_pipe(lambda: protocol, sys.stdout)
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
 async def serve(opts: argparse.Namespace) -> None:
-    # We own the stdio streams so the raw path can share the SDK's stdout transport.
-    reader, writer = await stdio_streams(limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
-    agent = ScriptedAgent(opts, RawWriter(writer))
-    await run_agent(agent, writer, reader)
+    reader, writer = await stdio_streams()
+    agent = ScriptedAgent(opts)
+    conn = Connection(reader, writer, agent.handle_request, agent.handle_notification)
+    agent.connect(conn)
+    await conn.serve()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,7 @@
 """The ACP driver's traps (sessions/acp/driver.py), each pinned against the real daemon and a real agent:
 process groups, environment, stderr draining, update order, raw unknown updates, deaths mid-turn and
-failed starts."""
+failed starts. The agent here is the scripted agent on the ACP SDK (tests/agents/sdk_agent.py): these traps
+were found against SDK agents (their stdio transport, their exit on EOF), so that is what they are pinned on."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, pid_alive, start_daemon, wait_gone
+from tests.conftest import SDK_AGENT, Daemon, pid_alive, start_daemon, wait_gone
 
 CUSTOM_VAR = "COMPOZY_TEST_DAEMON_ONLY"
 CUSTOM_VALUE = "from-the-daemon-env"
@@ -21,8 +22,8 @@ CUSTOM_VALUE = "from-the-daemon-env"
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """This module's daemon carries an extra variable the agents must inherit."""
-    d = start_daemon(tmp_path_factory.mktemp("home"), env_extra={CUSTOM_VAR: CUSTOM_VALUE})
+    """This module's daemon carries an extra variable the agents must inherit; its providers run the SDK agent."""
+    d = start_daemon(tmp_path_factory.mktemp("home"), env_extra={CUSTOM_VAR: CUSTOM_VALUE}, agent=SDK_AGENT)
     yield d
     d.stop()
 
