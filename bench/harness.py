@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.profiling import Profiler
 from sessions.store.folder import events_path
-from tests.conftest import Daemon, start_daemon, toml_list, wait_for
+from tests.conftest import TITLES, Daemon, start_daemon, toml_list, wait_for
 
 BENCH_DIR = Path(__file__).resolve().parent
 TICKER = BENCH_DIR / "agents" / "ticker_agent.py"
@@ -25,11 +25,12 @@ PROFILES: list[tuple[str, str]] = []
 
 
 def bench_config() -> str:
-    """Appended to the test suite's config (which already has the scripted agent as `scripted`)."""
+    """Appended to the test suite's config (which already has the scripted agent as `scripted`). Auto-title on,
+    as a user has it (the test config turns it off): the latency phase waits out each session's pass."""
     command = toml_list([sys.executable, str(TICKER)])
     # 20 ticker sessions, the turn beside them and their auto-title passes: above the default agent limit (20).
     return "\n".join(["[providers.ticker]", f"command = {command}", "", "[agents.ticker]",
-                      'provider = "ticker"', "", "[limits]", "max_concurrent_agents = 64", ""])
+                      'provider = "ticker"', "", "[limits]", "max_concurrent_agents = 64", ""]) + TITLES
 
 
 @dataclass

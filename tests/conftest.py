@@ -1,5 +1,5 @@
 """Shared test harness: a real daemon (daphne) on a free loopback port with a temporary COMPOZY_HOME,
-configured with the scripted ACP test agent under several providers."""
+configured with the scripted ACP test agent under several providers, auto-title off."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
+# The auto-title pass is a second agent run per session: off in the test config (`daemon_config`) unless `extra`
+# has a `[roles.auto_title]` table of its own; the tests about titles turn it on with TITLES.
+NO_TITLE = "[roles.auto_title]\nenabled = false\n"
+TITLES = "[roles.auto_title]\nenabled = true\n"
+
+
 def daemon_config(home: Path, extra: str = "", agent: Path = SCRIPTED) -> str:
     """Providers for every scripted scenario family (each running `agent`); agents of the same names use them."""
     state_dir = home / "agent-state"
@@ -54,7 +60,8 @@ def daemon_config(home: Path, extra: str = "", agent: Path = SCRIPTED) -> str:
                   "", f"[agents.{name}]", f'provider = "{name}"', ""]
     lines += ["[agents.reader]", 'provider = "scripted"', 'permissions = "approve-reads"', "",
               "[agents.denier]", 'provider = "scripted"', 'permissions = "deny-all"', ""]
-    return "\n".join(lines) + "\n" + extra
+    titles = "" if "[roles.auto_title]" in extra else NO_TITLE
+    return "\n".join(lines) + "\n" + extra + ("\n" if extra and not extra.endswith("\n") else "") + titles
 
 
 @dataclass
@@ -239,12 +246,8 @@ def listening_port(pid: int) -> int | None:
     return None
 
 
-# The auto-title pass is a second agent run per session: tests that count runs, rows or prompts turn it off.
-NO_TITLE = "[roles.auto_title]\nenabled = false\n"
-
-
 def module_daemon(extra_config: str = "", timeout: float = 120.0, agent: Path = SCRIPTED) -> Any:
-    """A module-scoped `daemon` fixture (`daemon = module_daemon(NO_TITLE)`): one real daemon for every test of
+    """A module-scoped `daemon` fixture (`daemon = module_daemon(TITLES)`): one real daemon for every test of
     the module, started with `extra_config` appended to the test config."""
 
     @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sessions.store.folder import parse_time
-from tests.conftest import NO_TITLE, Daemon, of_type, start_daemon, wait_for
+from tests.conftest import NO_TITLE, TITLES, Daemon, of_type, start_daemon, wait_for
 from tests.disk import fill_up, free_bytes, tmpfs
 
 HEARTBEAT = """---
@@ -46,7 +46,8 @@ def hd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("health-home")
     # The policy's interval is the config default (1h): the scheduler never wakes on its own in these tests.
     write_policy(home, text=HEARTBEAT.replace("  min_interval: 1s\n", ""))
-    d = start_daemon(home, FAST)
+    # Titles on: a wake's synthetic prompt must not start a title pass (test_two_concurrent_wakes_…).
+    d = start_daemon(home, FAST + TITLES)
     yield d
     d.stop()
 

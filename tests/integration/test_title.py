@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SCRIPTED, Daemon, start_daemon, wait_for
+from tests.conftest import SCRIPTED, TITLES, Daemon, start_daemon, wait_for
 
 START_TIMEOUT = 120.0
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("home"), timeout=START_TIMEOUT)
+    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=TITLES, timeout=START_TIMEOUT)
     yield d
     d.stop()
 
