@@ -88,7 +88,8 @@ def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
               help="How hard the agent thinks (default: the agent's config); applied if the agent offers it.")
 @click.option("--speed", default=None, type=click.Choice(["normal", "fast"]),
               help="`fast` uses the agent's fast mode where it offers one (default `normal`).")
-@click.option("--prompt", default=None, help="First prompt, staged durably and sent once the agent is active.")
+@click.option("--prompt", default=None, help="First prompt, trimmed, staged durably and sent once the agent is "
+              "active; an empty or blank one creates the session only.")
 @click.option("--no-wait", is_flag=True, help="Return the `starting` record at once.")
 @output_option
 @json_flag

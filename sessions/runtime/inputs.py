@@ -15,13 +15,15 @@ class InputQueue:
     def __init__(self, limits: BusyInputConfig) -> None:
         self.limits = limits
 
-    def check_text(self, text: str) -> str:
+    def check_text(self, text: str, field: str = "message") -> str:
+        """`text` trimmed; refused when blank or over the size limit. `field` names the body's field in the error
+        (`message` of a prompt, `prompt` of a create, `text` of a steer)."""
         text = (text or "").strip()
         if not text:
-            raise InvalidRequest("message is required", code="message_required")
+            raise InvalidRequest(f"{field} is required", code="message_required")
         if len(text.encode("utf-8")) > self.limits.max_text_bytes:
             raise InvalidRequest(
-                f"message exceeds session.busy_input.max_text_bytes ({self.limits.max_text_bytes})",
+                f"{field} exceeds session.busy_input.max_text_bytes ({self.limits.max_text_bytes})",
                 code="message_too_large",
             )
         return text

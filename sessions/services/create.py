@@ -54,8 +54,10 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     if body.get("provider"):
         _provider(config, body["provider"])
     manager = get_manager()
-    # An explicit but blank first prompt is refused like a blank `prompt` (message_required), never dropped unseen.
-    prompt = manager.inputs.check_text(body["prompt"]) if body.get("prompt") is not None else ""
+    # Step 5: only a prompt with non-whitespace content is staged (trimmed); an absent, empty or blank one keeps
+    # create-only behaviour, so a script that passes an optional prompt through still creates its session.
+    raw_prompt = body.get("prompt") or ""
+    prompt = manager.inputs.check_text(raw_prompt, "prompt") if raw_prompt.strip() else ""
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)

@@ -84,7 +84,7 @@ async def interrupt_session(session_id: str, workspace_ref: str | None = None,
 
 async def steer_session(session_id: str, text: str, workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
     runtime = await _active_runtime(session_id, workspace_ref)
-    result = await runtime.stage_steer(get_manager().inputs.check_text(text))
+    result = await runtime.stage_steer(get_manager().inputs.check_text(text, "text"))
     return (202 if result["status"] == "staged" else 200), {"prompt": result}
 
 

@@ -1,0 +1,61 @@
+"""The last seed rows (issue 34), each against the real daemon and the scripted agent: a blank first prompt is
+create-only, `session history` is the assembled turn sequence, `--steer` after an interrupt composes the salvage
+once, wake decisions name their closed reason where the health seed says they appear, and the smaller rows an
+operator hits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, wait_for
+
+daemon = module_daemon(NO_TITLE)
+
+
+def user_texts(events: list[dict[str, Any]]) -> list[str]:
+    return [e["content"]["text"] for e in of_type(events, "user_message")]
+
+
+# ---- 1. a blank first prompt is create-only --------------------------------------------------------------------
+
+@pytest.mark.parametrize("prompt", ["", "   ", " \n\t "], ids=["empty", "spaces", "whitespace"])
+def test_a_blank_first_prompt_creates_the_session_and_stages_nothing(daemon: Daemon, workspace: Path,
+                                                                     prompt: str) -> None:
+    response = daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace),
+                                                       "prompt": prompt})
+    assert response.status_code == 201, response.text
+    sid = response.json()["session"]["id"]
+    assert daemon.wait_state(sid, {"active", "stopped"})["state"] == "active"
+    # A staged prompt would be dispatched before anything sent later: the first turn is the one sent now.
+    daemon.run_turn(sid, "echo after")
+    events = daemon.all_events(sid)
+    assert user_texts(events) == ["echo after"]
+    assert not markers(events, "prompt_queued") and not markers(events, "prompt_accepted")
+
+
+def test_a_non_blank_first_prompt_is_trimmed_and_staged(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, prompt="  echo staged  \n")["id"]
+    first = wait_for(lambda: of_type(daemon.all_events(sid), "user_message"), what="the staged first turn")
+    assert first[0]["content"]["text"] == "echo staged"
+
+
+def test_session_new_with_a_blank_prompt_is_create_only(daemon: Daemon, workspace: Path) -> None:
+    result = daemon.cli("session", "new", "--agent", "scripted", "--cwd", str(workspace), "--prompt", "   ",
+                        "-o", "json")
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    assert created["state"] == "active"
+    daemon.run_turn(created["id"], "echo after")
+    assert user_texts(daemon.all_events(created["id"])) == ["echo after"]
+
+
+def test_a_first_prompt_too_large_names_the_prompt_field(daemon: Daemon, workspace: Path) -> None:
+    response = daemon.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(workspace),
+                                                       "prompt": "x" * 70000})
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["code"] == "message_too_large" and body["error"].startswith("prompt exceeds"), body
