@@ -105,8 +105,14 @@ class EventsOut(Schema):
 
 
 class TurnOut(Schema):
+    """One turn of `GET …/history`: its rows assembled into UI messages (the transcript's assembler), in order."""
+
     turn_id: str
-    events: list[EventOut]
+    started_at: str | None = None
+    start_sequence: int
+    sequence: int
+    event_count: int
+    messages: list[dict[str, Any]]
     truncated: bool | None = None
     omitted_events: int | None = None
 

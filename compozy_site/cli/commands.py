@@ -461,21 +461,28 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
 
 @session.command("history")
 @click.argument("session_id")
-@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N turns.")
+@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N turns (default 200).")
 @click.option("--after", type=click.IntRange(0), default=None,
-              help="Only events after this sequence number (see `session events`).")
+              help="Only what happened after this sequence number (see `session events`).")
 @output_option
 @json_flag
 def session_history(session_id: str, last: int | None, after: int | None, fmt: str, as_json: bool) -> None:
-    """The user-visible turn sequence: events grouped by turn, in order.
+    """The user-visible turn sequence: per turn, in time order, the user's message, the agent's reply as one
+    message with its thoughts, each tool call as one line with its status, and the markers where they happened.
 
-    `-o json` prints `[{"turn_id": ..., "events": [...]}, ...]`, oldest turn first.
+    `session events` keeps the rows. `-o json` prints the same structure, oldest turn first:
+    `[{"turn_id", "started_at", "start_sequence", "sequence", "event_count", "messages": [...]}]`, each message
+    a UI message (`role`, `parts`: `text`, `reasoning`, `dynamic-tool`, `data-compozy-event`) as the transcript
+    stream assembles it. A turn too long to read whole (over 1,000 events) keeps its first event and its newest
+    ones (`truncated`, `omitted_events`).
 
     Examples:
 
         compozy session history sess_0123456789abcdef --last 3
         compozy session history sess_0123456789abcdef -o json | jq -r '.[-1].turn_id'
     """
+    from compozy_site.cli.events_view import history_lines
+
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
@@ -483,11 +490,4 @@ def session_history(session_id: str, last: int | None, after: int | None, fmt: s
                                query={"limit": last, "after_sequence": after})["history"]
     except ApiError as exc:
         fail_api(exc, fmt)
-
-    def human() -> None:
-        for turn in turns:
-            click.echo(click.style(f"── turn {turn['turn_id']}", bold=True))
-            for row in turn["events"]:
-                _print_event(row, "human")
-
-    emit(turns, fmt, human)
+    emit(turns, fmt, lambda: click.echo("\n".join(history_lines(turns, session_id)) if turns else "no turns yet"))

@@ -158,3 +158,88 @@ def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime |
     rows = [(s["id"], s["state"], s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
              s.get("name")) for s in sessions]
     return fit_table(columns, rows, {"AGENT", "NAME"}, terminal_width())
+
+
+# ---- session history ------------------------------------------------------------------------------------------
+
+LABEL = 11  # "permission" and a space
+
+
+def _labelled(label: str, text: str, width: int, whole: bool) -> list[str]:
+    """`  label      text`: the whole text (its lines indented under the first) when `whole`, else one clipped line."""
+    head = f"  {label:<{LABEL - 1}} "
+    if not whole:
+        return [(head + clip(printable(text), width - len(head))).rstrip()]
+    lines = printable(text).strip("\n").splitlines() or [""]
+    return [(head + lines[0]).rstrip(), *((" " * len(head) + line).rstrip() for line in lines[1:])]
+
+
+def _event_part(data: dict[str, Any]) -> tuple[str, str]:
+    """A `data-compozy-event` (or pending permission) part as (label, one line)."""
+    type_ = str(data.get("event_type") or "")
+    marker = data.get("marker") or {}
+    failure = data.get("failure") or {}
+    if type_.startswith("transcript_marker"):
+        kind = str(marker.get("kind") or data.get("title") or "").removeprefix("transcript_marker.")
+        return "marker", f"{kind}: {marker.get('summary') or data.get('text') or ''}"
+    if type_ == "permission":
+        target = data.get("resource") or data.get("title") or data.get("tool_call_id") or ""
+        return "permission", f"{data.get('action') or 'permission'} {target} → {data.get('decision') or 'pending'}"
+    if type_ in ("error", "session_stopped"):
+        parts = [data.get("stop_reason"), failure.get("kind"), data.get("error") or failure.get("summary")
+                 or data.get("stop_detail")]
+        return ("error" if type_ == "error" else "stopped"), " · ".join(str(p) for p in parts if p)
+    if type_ == "plan":
+        entries = data.get("entries") or []
+        return "plan", "; ".join(str(e.get("content") if isinstance(e, dict) else e) for e in entries)
+    if type_ in ("runtime_progress", "runtime_warning"):
+        return "runtime", str(data.get("text") or "")
+    return type_ or "event", ": ".join(str(p) for p in (data.get("title"), data.get("text") or data.get("error"))
+                                       if p)
+
+
+def message_lines(message: dict[str, Any], width: int) -> list[str]:
+    """One message of a turn: the user's text, the agent's reply (text and thoughts whole), one line per tool call
+    with its status, and each marker or event where it happened."""
+    role = message.get("role")
+    meta = message.get("metadata") or {}
+    lines: list[str] = []
+    for part in message.get("parts") or []:
+        kind = part.get("type")
+        if kind == "text":
+            label = "agent" if role == "assistant" else "wake" if meta.get("synthetic_reentry") else \
+                "steer" if meta.get("source") == "steer" else "user"
+            lines += _labelled(label, str(part.get("text") or ""), width, True)
+        elif kind == "reasoning":
+            lines += _labelled("thought", str(part.get("text") or ""), width, True)
+        elif kind == "dynamic-tool":
+            name = part.get("title") or part.get("toolName") or "tool"
+            status = part.get("status") or {"output-available": "completed", "output-error": "failed"}.get(
+                str(part.get("state")), "pending")
+            kind_ = f" ({part['toolKind']})" if part.get("toolKind") else ""
+            error = f": {part['errorText']}" if part.get("errorText") else ""
+            lines += _labelled("tool", f"{name}{kind_} {status}{error}", width, False)
+        elif kind in ("data-compozy-event", "data-compozy-permission"):
+            label, text = _event_part(part.get("data") or {})
+            lines += _labelled(label, text, width, False)
+    stop = meta.get("stop_reason")
+    if role == "assistant" and stop and stop != "end_turn":
+        lines += _labelled("ended", str(stop), width, False)
+    return lines
+
+
+def history_lines(turns: Sequence[dict[str, Any]], session_id: str, width: int | None = None,
+                  now: datetime | None = None) -> list[str]:
+    """`session history`: a header per turn, then its messages in the order they happened."""
+    width = width or terminal_width()
+    now = now or datetime.now(UTC)
+    lines: list[str] = []
+    for turn in turns:
+        name = "outside a turn" if turn["turn_id"] in ("", "-") else f"turn {turn['turn_id']}"
+        lines.append(f"── {name} · {ago(turn.get('started_at'), now)}")
+        if turn.get("truncated"):
+            lines.append(f"  … {turn['omitted_events']} events not shown: compozy session events {session_id} "
+                         f"--after {turn['start_sequence']}")
+        for message in turn.get("messages") or []:
+            lines += message_lines(message, width)
+    return lines

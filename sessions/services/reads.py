@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions import catalog
+from sessions import catalog, transcript
 from sessions.enums import SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session
@@ -68,12 +68,6 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     return {"sessions": sessions, "page": page}
 
 
-# History keeps at most the newest MAX_TURN_EVENTS events of a turn and MAX_HISTORY_EVENTS in all (memory stays
-# bounded whatever the turn sizes; the rest is counted as omitted).
-MAX_TURN_EVENTS = 1000
-MAX_HISTORY_EVENTS = 5000
-
-
 def _limit(value: int | None, default: int = 200) -> int:
     if value is None:
         return default
@@ -97,50 +91,13 @@ def list_events(session_id: str, *, workspace_ref: str | None = None, after: int
 
 def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,
             after: int | None = None) -> list[dict[str, Any]]:
-    """Events grouped by turn in first-appearance order; the newest `last` turns, paged from disk.
-
-    Memory is bounded whatever the turn sizes: a turn keeps at most its newest MAX_TURN_EVENTS events
-    (`truncated`, `omitted_events`) and a response at most MAX_HISTORY_EVENTS; `session events --after`
-    pages through a huge turn in full.
-    """
-    meta = scoped_meta(session_id, workspace_ref)
-    want = _limit(last)
-    path = folder.events_path(session_id)
-    turns: dict[str, list[dict[str, Any]]] = {}
-    omitted: dict[str, int] = {}
-    first_seq: dict[str, int] = {}
-    kept = 0
-    before: int | None = None
-    floor = after or 0
-    done = False
-    while not done:
-        page = event_store.read_events(path, after=floor, limit=MAX_PAGE, newest=True, before=before)
-        if not page:
-            break
-        for row in reversed(page):  # newest first
-            key = row["turn_id"]
-            if key not in turns:
-                if len(turns) >= want or kept >= MAX_HISTORY_EVENTS:
-                    done = True
-                    break
-                turns[key] = []
-            first_seq[key] = row["sequence"]
-            if len(turns[key]) >= MAX_TURN_EVENTS or kept >= MAX_HISTORY_EVENTS:
-                omitted[key] = omitted.get(key, 0) + 1
-                continue
-            turns[key].append(envelope(meta, row))
-            kept += 1
-        if len(page) < MAX_PAGE:
-            break
-        before = page[0]["sequence"]
-    ordered = sorted(turns, key=lambda k: first_seq[k])
-    result = []
-    for key in ordered:
-        item: dict[str, Any] = {"turn_id": key, "events": list(reversed(turns[key]))}
-        if omitted.get(key):
-            item.update({"truncated": True, "omitted_events": omitted[key]})
-        result.append(item)
-    return result
+    """The user-visible turn sequence (debugging seed, step 5): the newest `last` turns, each assembled into
+    messages by the transcript's assembler; `list_events` keeps the rows. Bounded whatever the turn sizes
+    (`transcript.read_history`)."""
+    scoped_meta(session_id, workspace_ref)  # 404 outside the workspace, and the stale-metadata repair of a read
+    if after is not None and after < 0:
+        raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
+    return transcript.read_history(folder.events_path(session_id), last=_limit(last), after=after or 0)
 
 
 def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,

@@ -252,7 +252,7 @@ def test_a_stopped_sessions_store_stays_readable_on_a_full_disk_and_an_unreadabl
         assert [e["id"] for e in json.loads(listed.stdout)] == stored
         history = d.cli("session", "history", sid, "-o", "json")
         assert history.returncode == 0, history.stderr
-        assert sum(len(t["events"]) for t in json.loads(history.stdout)) == len(stored)
+        assert sum(t["event_count"] for t in json.loads(history.stdout)) == len(stored)
         out = tmp_path / "evidence"
         out.mkdir()
         evidence = d.cli("session", "evidence", sid, "--out", str(out), timeout=120)
