@@ -250,7 +250,9 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
 @click.argument("message", required=False)
 @click.option("--queue", "queue_", is_flag=True, help="If busy, queue it (FIFO).")
 @click.option("--interrupt", "interrupt", is_flag=True, help="If busy, cancel the turn and run this instead.")
-@click.option("--steer", "steer", is_flag=True, help="If busy, inject at the next tool result.")
+@click.option("--steer", "steer", is_flag=True,
+              help="Steer the running turn at its next tool result (as `POST …/steer`); right after `session "
+              "interrupt`, resend the interrupted prompt once with this correction. Nothing to steer: exit 65.")
 @click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID",
               help="Cancel a queued entry by id (`inq_…`, printed by `--queue` and `session queue`); no MESSAGE.")
 @click.option("--no-follow", is_flag=True, help="Return once accepted instead of streaming the turn.")
@@ -261,7 +263,9 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
     """Send a prompt. On an idle session the turn streams here until it is `done`.
 
     A stopped session is continued under the same id. Busy sessions follow the busy-input mode (default
-    from `session.busy_input.default_mode`); a queued prompt prints its entry id. `-o jsonl` prints each
+    from `session.busy_input.default_mode`); a queued prompt prints its entry id. `--steer` is `POST …/steer`:
+    staged for the running turn's next tool result, or, right after `compozy session interrupt`, the interrupted
+    prompt sent once more with this correction as a new turn (which streams here). `-o jsonl` prints each
     event as it arrives, `-o json` the turn's events as one array at the end. Exits 70 when the turn fails
     or is cancelled before it ends (a stop or an interrupt from elsewhere), 69 when the stream is cut first.
 
@@ -269,6 +273,7 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
 
         compozy session prompt sess_0123456789abcdef "Explain the stop path."
         compozy session prompt sess_0123456789abcdef "then run the tests" --queue
+        compozy session prompt sess_0123456789abcdef "use the staging database instead" --steer
         compozy session prompt sess_0123456789abcdef --cancel inq_0123456789abcdef0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
@@ -287,10 +292,15 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
         if not message:
             fail("a message is required", "message_required", fmt, EXIT_USAGE)
         base = _session_path(client, session_id)
-        body: dict[str, Any] = {"message": message}
-        if mode:
-            body["mode"] = mode
-        result = client.request("POST", base + "/prompt", body)
+        if mode == "steer":
+            # The steer route itself: after an interrupt it composes the salvaged prompt, and with nothing to steer
+            # it says so (409) instead of starting a plain turn.
+            result = client.request("POST", base + "/steer", {"text": message})
+        else:
+            body: dict[str, Any] = {"message": message}
+            if mode:
+                body["mode"] = mode
+            result = client.request("POST", base + "/prompt", body)
         prompt = result["prompt"]
         if prompt["status"] != "accepted" or no_follow:
             position = f" at position {prompt['queue_position']}" if prompt.get("queue_position") else ""

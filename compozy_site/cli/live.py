@@ -104,7 +104,8 @@ def _interrupted(session_id: str, fmt: str) -> NoReturn:
 @output_option
 @json_flag
 def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, as_json: bool) -> None:
-    """Cancel the running turn without a replacement; its text is kept for one `--steer` correction.
+    """Cancel the running turn without a replacement; its text is kept for one `--steer` correction, the next
+    input (a turn that starts first ends it).
 
     Queued prompts are dropped with it (their count is printed). With `--expected-turn-id`, a turn that
     already ended is left alone, so a script cannot cancel the next one by mistake.

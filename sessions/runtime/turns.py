@@ -80,6 +80,9 @@ class TurnsMixin:
                 turn.sent = f"{self.projection}\n\nUser request: {text}"
                 self.projection = None
             self.turn = turn
+            # The interrupt's salvage is fenced to the next input (sessions reference §6): a turn in between ends it,
+            # so a later steer cannot compose it with text it was never meant for.
+            self.salvage = None
             content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
             if authored is not None and authored != text:
                 content["authored_text"] = authored

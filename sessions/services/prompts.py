@@ -42,6 +42,9 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
         raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
                              data={"state": meta["state"]})
+    if mode == BusyMode.STEER and runtime.salvage is not None and not runtime.busy and not runtime.handover:
+        # Right after a dedicated interrupt a steer composes the interrupted prompt with it, as `POST …/steer` does.
+        return 200, {"prompt": await runtime.stage_steer(text)}
     if not runtime.busy and not runtime.handover:
         try:
             turn = await runtime.start_turn(text)

@@ -59,3 +59,58 @@ def test_a_first_prompt_too_large_names_the_prompt_field(daemon: Daemon, workspa
     assert response.status_code == 400, response.text
     body = response.json()
     assert body["code"] == "message_too_large" and body["error"].startswith("prompt exceeds"), body
+
+
+# ---- 3. --steer after an interrupt, as POST …/steer --------------------------------------------------------------
+
+COMPOSED = "hang\n\nUser correction/guidance after interrupt: do it differently"
+
+
+def interrupted(d: Daemon, workspace: Path) -> str:
+    """A session whose `hang` turn was cut by the dedicated interrupt (from the CLI): its text is the salvage."""
+    sid = d.create(workspace)["id"]
+    assert d.prompt(sid, "hang").status_code == 200
+    d.wait_event(sid, "agent_message", text="working")
+    cut = d.cli("session", "interrupt", sid, "-o", "json")
+    assert cut.returncode == 0 and json.loads(cut.stdout)["prompt"]["interrupted"] is True, cut.stderr
+    return sid
+
+
+def test_cli_steer_after_an_interrupt_composes_the_interrupted_prompt_once(daemon: Daemon, workspace: Path) -> None:
+    sid = interrupted(daemon, workspace)
+    steered = daemon.cli("session", "prompt", sid, "do it differently", "--steer", "--no-follow", "-o", "json")
+    assert steered.returncode == 0, steered.stderr
+    result = json.loads(steered.stdout)["prompt"]
+    assert result["status"] == "accepted" and result["mode"] == "steer"
+    turn = wait_for(lambda: [e for e in of_type(daemon.all_events(sid), "user_message")
+                             if e["turn_id"] == result["turn_id"]], what="the composed turn")
+    assert turn[0]["content"]["text"] == COMPOSED and turn[0]["content"]["authored_text"] == "do it differently"
+    # That turn runs now: a second steer is staged for it, never composed again.
+    again = daemon.cli("session", "prompt", sid, "and again", "--steer", "-o", "json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["prompt"]["status"] == "staged"
+    assert [e["content"]["text"] for e in of_type(daemon.all_events(sid), "user_message")] == ["hang", COMPOSED]
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+
+
+def test_a_steer_mode_prompt_after_an_interrupt_composes_too(daemon: Daemon, workspace: Path) -> None:
+    sid = interrupted(daemon, workspace)
+    response = daemon.prompt(sid, "do it differently", mode="steer")
+    assert response.status_code == 200, response.text
+    turn_id = response.json()["prompt"]["turn_id"]
+    rows = wait_for(lambda: [e for e in of_type(daemon.all_events(sid), "user_message") if e["turn_id"] == turn_id],
+                    what="the composed turn")
+    assert rows[0]["content"]["text"] == COMPOSED
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+
+
+def test_a_turn_between_the_interrupt_and_the_steer_ends_the_salvage(daemon: Daemon, workspace: Path) -> None:
+    sid = interrupted(daemon, workspace)
+    daemon.run_turn(sid, "echo in between")
+    stale = daemon.http.post(daemon.scoped(sid, "/steer"), json={"text": "do it differently"})
+    assert stale.status_code == 409 and stale.json()["code"] == "prompt_not_in_progress", stale.text
+    cli = daemon.cli("session", "prompt", sid, "do it differently", "--steer")
+    assert cli.returncode == 65 and "prompt_not_in_progress" in cli.stderr, cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1
+    assert [e["content"]["text"] for e in of_type(daemon.all_events(sid), "user_message")] == [
+        "hang", "echo in between"]
