@@ -7,7 +7,7 @@ from typing import Any
 from health import policy, services, wake
 from health.enums import WakeSource
 from sessions.errors import InvalidRequest, NotFound
-from sessions.store.folder import isoformat
+from sessions.store.folder import isoformat, utcnow
 
 
 def _check_agent(name: str) -> None:
@@ -44,6 +44,9 @@ def agent_status(name: str, *, workspace: str | None = None, session_id: str | N
         workspace_id = workspace_id or row.workspace_id
     out = policy.status(name, workspace_id)
     out["service"] = service_state()
+    out["wake_reason"] = _wake_reason(out)
+    # Per session, the decision a wake would reach now (the health seed: the reasons appear in this status too).
+    out["sessions"] = wake.session_decisions(name, workspace_id=workspace_id, session_id=session_id or "")
     if session_id:
         out["wake_state"] = wake.wake_state_dto(session_id)
     if include_session_health and row is not None:
@@ -53,12 +56,24 @@ def agent_status(name: str, *, workspace: str | None = None, session_id: str | N
     return out
 
 
+def _wake_reason(status: dict[str, Any]) -> str | None:
+    """The policy-level reason (closed set) that refuses every wake of the agent now, or None when each session's
+    own state decides: `heartbeat_no_policy` for an agent without HEARTBEAT.md."""
+    from health.models import HeartbeatSnapshot
+    from sessions.config import get_config
+
+    snap = HeartbeatSnapshot.objects.filter(id=status["snapshot_id"]).first() if status.get("snapshot_id") else None
+    reason = wake.policy_reason(get_config().heartbeat, snap, utcnow())
+    return reason.value if reason else None
+
+
 def all_statuses() -> list[dict[str, Any]]:
     """The home-level policy of every configured agent (the dashboard's HEARTBEAT.md panel)."""
     from sessions.config import get_config
 
     service = service_state()
-    return [{**policy.status(name, ""), "service": service} for name in sorted(get_config().agents)]
+    return [{**(status := policy.status(name, "")), "service": service, "wake_reason": _wake_reason(status)}
+            for name in sorted(get_config().agents)]
 
 
 def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
@@ -67,9 +82,15 @@ def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.M
     if not session_id:
         raise InvalidRequest("session_id is required", code="session_id_required")
     wake.require_recomputed()
-    # A session that does not exist, or one of another workspace, is a 404 with nothing recorded: a wake for a made-up
-    # id answered `skipped` and wrote an audit event, and one scoped to a workspace prompted another's session.
+    # A session that does not exist, or one of another workspace, is a `session_not_found` decision (the health seed's
+    # reason for an id that does not resolve) with nothing recorded: a wake for a made-up id must leave no audit row,
+    # and one scoped to a workspace must never prompt another's session.
     from sessions import services as session_services
 
-    session_services.scoped_meta(session_id, workspace or None)
+    try:
+        session_services.scoped_meta(session_id, workspace or None)
+    except NotFound as exc:
+        if exc.code != "session_not_found":
+            raise
+        return wake.not_found(name, session_id, source=source, dry_run=dry_run)
     return wake.wake(name, session_id, source=source, dry_run=dry_run)

@@ -107,6 +107,16 @@ class WakeServiceDTO(Schema):
     last_cycle_at: str | None = None
 
 
+class SessionWakeDTO(Schema):
+    """What a wake of one session would decide now (a dry run that writes nothing)."""
+
+    session_id: str
+    workspace_id: str
+    state: HealthState
+    result: WakeResult
+    reason: WakeReason
+
+
 class HeartbeatStatusDTO(Schema):
     agent_name: str
     workspace_id: str | None = None
@@ -125,6 +135,9 @@ class HeartbeatStatusDTO(Schema):
     context: dict[str, Any] = {}
     diagnostics: list[dict[str, Any]] = []
     service: WakeServiceDTO | None = None
+    # The policy-level reason refusing every wake of the agent now (None: each session's state decides).
+    wake_reason: WakeReason | None = None
+    sessions: list[SessionWakeDTO] | None = None
     wake_state: WakeStateDTO | None = None
     wake_events: list[WakeEventDTO] | None = None
     session_health: HealthDTO | None = None

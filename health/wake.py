@@ -60,10 +60,48 @@ def require_recomputed() -> str:
     return at
 
 
+Snaps = dict[tuple[str, str], HeartbeatSnapshot]
+
+
+def _snapshot(agent_name: str, workspace_id: str, cfg: HeartbeatConfig, snaps: Snaps | None) -> HeartbeatSnapshot:
+    """The policy's snapshot, resolved once per (agent, workspace) when the caller keeps `snaps` (one file read and
+    digest each, not one per session)."""
+    if snaps is None:
+        return policy.resolve(agent_name, workspace_id, cfg)
+    key = (agent_name, workspace_id)
+    if key not in snaps:
+        snaps[key] = policy.resolve(agent_name, workspace_id, cfg)
+    return snaps[key]
+
+
+def policy_reason(cfg: HeartbeatConfig, snap: HeartbeatSnapshot | None, now: datetime) -> WakeReason | None:
+    """Steps 1-3 of the pipeline: why the agent's policy refuses every wake now (config off, no valid snapshot, the
+    file's own toggle, a quiet window), or None when its sessions' own state decides."""
+    if not cfg.enabled:
+        return WakeReason.HEARTBEAT_DISABLED
+    if snap is None or snap.status == PolicyStatus.MISSING:
+        return WakeReason.HEARTBEAT_NO_POLICY
+    if snap.status == PolicyStatus.INVALID:
+        return WakeReason.HEARTBEAT_INVALID
+    if snap.status != PolicyStatus.VALID:
+        return WakeReason.HEARTBEAT_NO_POLICY
+    # `resolve` re-resolved the snapshot if the config digest changed
+    if not snap.policy.get("enabled", True):
+        return WakeReason.HEARTBEAT_DISABLED
+    if not heartbeat.allowed_at(snap.policy, now):
+        return WakeReason.QUIET_WINDOW
+    return None
+
+
 def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
-         cycle: Cycle | None = None, now: datetime | None = None, audit_repeats: bool = True) -> dict[str, Any]:
-    """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline."""
+         cycle: Cycle | None = None, now: datetime | None = None, audit_repeats: bool = True, peek: bool = False,
+         snaps: Snaps | None = None) -> dict[str, Any]:
+    """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline.
+
+    `peek` is the decision a dry run would reach, writing nothing at all (not even a first wake-state row): what
+    `agent heartbeat status` shows per session."""
     now = now or utcnow()
+    dry_run = dry_run or peek
     cfg = get_config().heartbeat
     row = SessionHealth.objects.filter(session_id=session_id).first()
     workspace_id = row.workspace_id if row else ""
@@ -73,20 +111,17 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
         return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_DISABLED)
     if row is not None and row.agent_name != agent_name:
         return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_NO_ELIGIBLE_SESSION)
-    # 2. the latest snapshot of the policy
-    snap = policy.resolve(agent_name, workspace_id, cfg)
+    # 2. the latest snapshot of the policy, 3. policy checks
+    snap = _snapshot(agent_name, workspace_id, cfg, snaps)
     ctx.snap = snap
-    if snap.status == PolicyStatus.INVALID:
-        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_INVALID)
-    if snap.status != PolicyStatus.VALID:
-        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_NO_POLICY)
-    # 3. policy checks (`resolve` re-resolved the snapshot if the config digest changed)
-    if not snap.policy.get("enabled", True):
-        return ctx.decide(WakeResult.SKIPPED, WakeReason.HEARTBEAT_DISABLED)
-    if not heartbeat.allowed_at(snap.policy, now):
-        return ctx.decide(WakeResult.SKIPPED, WakeReason.QUIET_WINDOW)
+    refused = policy_reason(cfg, snap, now)
+    if refused is not None:
+        return ctx.decide(WakeResult.SKIPPED, refused)
     # 4. cooldown and wakes in flight
-    state = _state(session_id, workspace_id, agent_name, now) if row is not None else None
+    state = None
+    if row is not None:
+        state = WakeState.objects.filter(session_id=session_id).first() if peek else \
+            _state(session_id, workspace_id, agent_name, now)
     if state is not None and state.in_flight:
         return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
     if state is not None and state.next_allowed_at is not None and state.next_allowed_at > now:
@@ -94,7 +129,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
             return ctx.decide(WakeResult.RATE_LIMITED, WakeReason.COOLDOWN_ACTIVE)
         return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
     # 5. session health
-    if row is None or state is None:
+    if row is None or (state is None and not peek):
         return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_NOT_FOUND)
     if not row.eligible_for_wake:
         return ctx.decide(WakeResult.SKIPPED, _mapped(row))
@@ -125,6 +160,33 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
     if cycle is not None:
         cycle.sent += 1
     return ctx.decide(WakeResult.SENT, WakeReason.WAKE_SENT, event_id=event_id, release=True, turn_id=turn_id)
+
+
+def not_found(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL,
+              dry_run: bool = False) -> dict[str, Any]:
+    """The decision for a session id that resolves to no session (or not in the given workspace): skipped,
+    `session_not_found`, and nothing recorded (no audit row, no wake state for an id anybody can make up)."""
+    out = _recorded_decision(WakeResult.SKIPPED, WakeReason.SESSION_NOT_FOUND)
+    out.update(session_id=session_id, agent_name=agent_name, source=source.value, dry_run=dry_run)
+    return out
+
+
+def session_decisions(agent_name: str, *, workspace_id: str = "", session_id: str = "",
+                      now: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """What a wake of each of the agent's sessions would decide now (`peek`: nothing written): its live sessions,
+    newest first, or only `session_id` (whatever its state or agent); within `workspace_id` when given."""
+    now = now or utcnow()
+    rows = SessionHealth.objects.filter(session_id=session_id) if session_id else \
+        SessionHealth.objects.filter(agent_name=agent_name).exclude(state=HealthState.STOPPED)
+    if workspace_id:
+        rows = rows.filter(workspace_id=workspace_id)
+    snaps: Snaps = {}
+    out = []
+    for row in rows.order_by("-updated_at", "session_id")[:limit]:
+        decision = wake(agent_name, row.session_id, now=now, peek=True, snaps=snaps)
+        out.append({"session_id": row.session_id, "workspace_id": row.workspace_id, "state": row.state,
+                    "result": decision["result"], "reason": decision["reason"]})
+    return out
 
 
 def _mapped(row: SessionHealth) -> WakeReason:
@@ -234,14 +296,11 @@ def run_cycle(now: datetime | None = None) -> dict[str, int]:
     if not cfg.enabled:
         return counts
     cycle = Cycle()
-    snaps: dict[tuple[str, str], HeartbeatSnapshot] = {}
+    snaps: Snaps = {}
     states = {s.session_id: s for s in WakeState.objects.all()}
     for row in SessionHealth.objects.exclude(state=HealthState.STOPPED).select_related("session").order_by(
             "updated_at"):
-        key = (row.agent_name, row.workspace_id)
-        if key not in snaps:
-            snaps[key] = policy.resolve(row.agent_name, row.workspace_id, cfg)
-        snap = snaps[key]
+        snap = _snapshot(row.agent_name, row.workspace_id, cfg, snaps)
         if snap.status == PolicyStatus.MISSING:
             continue  # no HEARTBEAT.md: wake policy is off for the agent, and nothing to audit
         state = states.get(row.session_id)
@@ -254,7 +313,7 @@ def run_cycle(now: datetime | None = None) -> dict[str, int]:
             continue
         counts["considered"] += 1
         decision = wake(row.agent_name, row.session_id, source=WakeSource.SCHEDULER, cycle=cycle, now=now,
-                        audit_repeats=False)
+                        audit_repeats=False, snaps=snaps)
         counts["sent"] += decision["result"] == WakeResult.SENT
     return counts
 

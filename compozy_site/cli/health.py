@@ -95,10 +95,12 @@ def heartbeat() -> None:
 @json_flag
 def heartbeat_status(name: str, workspace: str | None, session_id: str | None, include_session_health: bool,
                      include_wake_events: bool, fmt: str, as_json: bool) -> None:
-    """Policy status of an agent: present, valid, digest, snapshot, diagnostics, wake service state.
+    """Policy status of an agent: present, valid, digest, snapshot, diagnostics, wake service state, and the wake
+    state with its closed reason: the agent's (`wake_reason`, e.g. `heartbeat_no_policy` without a HEARTBEAT.md)
+    and, per live session, the decision a wake would reach now (`sessions[]`: `result`, `reason`; nothing sent).
 
     NAME is an agent from config.toml (e.g. `general`); its policy is `<workspace>/.compozy/agents/NAME/HEARTBEAT.md`,
-    else `$COMPOZY_HOME/agents/NAME/HEARTBEAT.md`.
+    else `$COMPOZY_HOME/agents/NAME/HEARTBEAT.md`. With `--session`, only that session (any state).
 
     Examples:
 
@@ -120,7 +122,11 @@ def heartbeat_status(name: str, workspace: str | None, session_id: str | None, i
             ("status", data["validation_status"]), ("active", data["active"]), ("enabled", data["enabled"]),
             ("source", data.get("source_path")), ("snapshot", data["snapshot_id"]), ("digest", data.get("digest")),
             ("summary", data.get("summary")),
-            ("min interval", (data.get("preferences") or {}).get("min_interval_seconds"))])
+            ("min interval", (data.get("preferences") or {}).get("min_interval_seconds")),
+            ("wake", f"refused: {data['wake_reason']}" if data.get("wake_reason") else "per session")])
+        if data.get("sessions"):
+            table("Wake decisions now", ["Session", "State", "Result", "Reason"],
+                  [(w["session_id"], w["state"], w["result"], w["reason"]) for w in data["sessions"]])
         if data.get("diagnostics"):
             table("Diagnostics", ["Severity", "Code", "Message"],
                   [(d["severity"], d["code"], d["message"]) for d in data["diagnostics"]])
@@ -136,9 +142,9 @@ def heartbeat_status(name: str, workspace: str | None, session_id: str | None, i
 @json_flag
 def heartbeat_wake(name: str, session_id: str, dry_run: bool, fmt: str, as_json: bool) -> None:
     """Ask the wake service to re-orient a session now. A refused wake is not an error: the decision says why
-    (`result` and a closed `reason`).
+    (`result` and a closed `reason`; a session that does not exist is `session_not_found`).
 
-    Any decision, sent or refused, exits 0 (an unknown agent or session exits 69); `-o json` prints
+    Any decision, sent or refused, exits 0 (an unknown agent exits 69); `-o json` prints
     `{"decision": {"result": ..., "reason": ..., ...}}`.
 
     Examples:

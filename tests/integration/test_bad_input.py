@@ -325,13 +325,14 @@ def test_the_wrong_workspace_never_finds_a_live_session(daemon: Daemon, session:
     # Reactivate skipped the scope check for a live session (200 with the whole session).
     error(daemon.http.post(f"/api/workspaces/{other}/sessions/{session['id']}/reactivate"), 404, "session_not_found")
     error(daemon.http.post(f"/api/workspaces/nope/sessions/{session['id']}/reactivate"), 404, "session_not_found")
-    # A wake scoped to another workspace prompted this session.
-    wake = daemon.http.post("/api/agents/scripted/heartbeat/wake",
-                            json={"session_id": session["id"], "workspace_id": other})
-    error(wake, 404, "session_not_found")
-    # A made-up id answered `skipped` and left an audit event.
-    made_up = daemon.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": "sess_0000000000000000"})
-    error(made_up, 404, "session_not_found")
+    # A wake scoped to another workspace prompted this session; a made-up id left an audit event. Both are a
+    # `session_not_found` decision now (the health seed), recording nothing.
+    for body in ({"session_id": session["id"], "workspace_id": other}, {"session_id": "sess_0000000000000000"}):
+        wake = daemon.http.post("/api/agents/scripted/heartbeat/wake", json=body)
+        assert wake.status_code == 200, wake.text
+        decision = wake.json()["decision"]
+        assert (decision["result"], decision["reason"], decision["wake_event_id"]) == (
+            "skipped", "session_not_found", None)
     assert snapshot(daemon, session["id"]) == before
     assert daemon.http.delete(f"/api/workspaces/{other}").status_code == 204
 

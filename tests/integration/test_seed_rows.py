@@ -114,3 +114,71 @@ def test_a_turn_between_the_interrupt_and_the_steer_ends_the_salvage(daemon: Dae
     assert len(cli.stderr.strip().splitlines()) == 1
     assert [e["content"]["text"] for e in of_type(daemon.all_events(sid), "user_message")] == [
         "hang", "echo in between"]
+
+
+# ---- 4. wake decisions name their closed reason where the health seed says they appear -------------------------
+
+POLICY = "---\nversion: 1\nsummary: look around\n---\nCheck the inbox.\n"
+UNKNOWN_SESSION = "sess_0000000000000000"
+
+
+def test_heartbeat_status_names_the_wake_reason_of_an_agent_without_policy(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    status = daemon.cli_json("agent", "heartbeat", "status", "scripted")
+    assert status["validation_status"] == "missing" and status["wake_reason"] == "heartbeat_no_policy"
+    mine = [s for s in status["sessions"] if s["session_id"] == sid]
+    assert mine == [{"session_id": sid, "workspace_id": daemon.session(sid)["workspace_id"], "state": "idle",
+                     "result": "skipped", "reason": "heartbeat_no_policy"}]
+    http = daemon.http.get("/api/agents/scripted/heartbeat/status", params={"session_id": sid}).json()
+    assert http["wake_reason"] == "heartbeat_no_policy" and [s["session_id"] for s in http["sessions"]] == [sid]
+    human = daemon.cli("agent", "heartbeat", "status", "scripted")
+    assert human.returncode == 0 and "refused: heartbeat_no_policy" in human.stdout, human.stdout
+
+
+def test_heartbeat_status_gives_each_sessions_decision_and_sends_nothing(daemon: Daemon, workspace: Path) -> None:
+    policy = daemon.home / "agents" / "reader" / "HEARTBEAT.md"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(POLICY)
+    try:
+        idle = daemon.create(workspace, agent="reader")["id"]
+        busy = daemon.create(workspace, agent="reader")["id"]
+        assert daemon.prompt(busy, "hang").status_code == 200
+
+        def decisions() -> dict[str, str] | None:
+            status = daemon.cli_json("agent", "heartbeat", "status", "reader")
+            found = {s["session_id"]: s["reason"] for s in status["sessions"]}
+            return found if found.get(busy) == "session_prompt_active" else None
+
+        found = wait_for(decisions, what="the busy session's decision")
+        assert found[idle] == "wake_sent"
+        # A session of another agent is the documented extension `heartbeat_no_eligible_session`.
+        other = daemon.create(workspace)["id"]
+        status = daemon.cli_json("agent", "heartbeat", "status", "reader", "--session", other)
+        assert [s["reason"] for s in status["sessions"]] == ["heartbeat_no_eligible_session"]
+        # Nothing was sent or recorded by these reads.
+        assert not of_type(daemon.all_events(idle), "synthetic_reentry")
+        events = daemon.http.get("/api/agents/reader/heartbeat/status",
+                                 params={"include_recent_wake_events": "true"}).json()["wake_events"]
+        assert events == []
+        assert daemon.http.post(daemon.scoped(busy, "/stop")).status_code == 204
+    finally:
+        policy.unlink()
+
+
+def test_a_wake_of_an_unknown_session_is_a_session_not_found_decision(daemon: Daemon, workspace: Path) -> None:
+    result = daemon.cli("agent", "heartbeat", "wake", "scripted", "--session", UNKNOWN_SESSION, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    decision = json.loads(result.stdout)["decision"]
+    assert (decision["result"], decision["reason"], decision["session_id"]) == (
+        "skipped", "session_not_found", UNKNOWN_SESSION)
+    human = daemon.cli("agent", "heartbeat", "wake", "scripted", "--session", UNKNOWN_SESSION, "--dry-run")
+    assert human.returncode == 0 and "session_not_found" in human.stdout, human.stdout + human.stderr
+    http = daemon.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": UNKNOWN_SESSION})
+    assert http.status_code == 200 and http.json()["decision"]["reason"] == "session_not_found", http.text
+    # An id anybody can make up leaves no audit row.
+    events = daemon.http.get("/api/agents/scripted/heartbeat/status",
+                             params={"include_recent_wake_events": "true"}).json()["wake_events"]
+    assert not [e for e in events if e["session_id"] == UNKNOWN_SESSION]
+    # An unknown agent is still an error.
+    unknown = daemon.cli("agent", "heartbeat", "wake", "nobody", "--session", UNKNOWN_SESSION)
+    assert unknown.returncode == 69 and "agent_not_found" in unknown.stderr
