@@ -211,9 +211,16 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     return runtime, meta
 
 
+def not_active(meta: dict[str, Any], runtime: Any) -> InvalidRequest:
+    """400 session_not_active naming the state the session is really in: a stop under way has not written
+    `stopping` yet while its pre-stop hook runs, and said "session is active, not active"."""
+    state = SessionState.STOPPING.value if runtime is not None and runtime.stopping and \
+        meta["state"] == SessionState.ACTIVE else str(meta["state"])
+    return InvalidRequest(f"session is {state}, not active", code="session_not_active", data={"state": state})
+
+
 async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
-        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
-                             data={"state": meta["state"]})
+        raise not_active(meta, runtime)
     return runtime

@@ -11,7 +11,7 @@ from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
 from sessions.enums import BusyMode, MarkerKind, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.runtime.manager import get_manager
-from sessions.services.lookup import _active_runtime, _runtime_for, scoped_meta
+from sessions.services.lookup import _active_runtime, _runtime_for, not_active, scoped_meta
 from sessions.services.reactivation import reactivate
 from sessions.store import folder
 from sessions.store.failures import has_free_space
@@ -40,8 +40,7 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
         await reactivate(session_id, workspace_ref)
         runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
-        raise InvalidRequest(f"session is {meta['state']}, not active", code="session_not_active",
-                             data={"state": meta["state"]})
+        raise not_active(meta, runtime)
     if mode == BusyMode.STEER and runtime.salvage is not None and not runtime.busy and not runtime.handover:
         # Right after a dedicated interrupt a steer composes the interrupted prompt with it, as `POST …/steer` does.
         return 200, {"prompt": await runtime.stage_steer(text)}

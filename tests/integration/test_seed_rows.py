@@ -6,6 +6,8 @@ operator hits."""
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,12 @@ import pytest
 
 from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, wait_for
 
-daemon = module_daemon(NO_TITLE)
+HOLD_STOP = Path(__file__).parent / "hooks" / "hold_stop.py"
+# Sessions of the `denier` agent stop only once their test releases the pre-stop hook.
+HOOKS = (f'[[hooks.declarations]]\nname = "hold-stop"\nevent = "session.pre_stop"\nmode = "sync"\n'
+         f'command = "{sys.executable}"\nargs = ["{HOLD_STOP}"]\ntimeout = "30s"\n'
+         '[hooks.declarations.matcher]\nagent_name = "denier"\n')
+daemon = module_daemon(NO_TITLE + HOOKS)
 
 
 def user_texts(events: list[dict[str, Any]]) -> list[str]:
@@ -182,3 +189,29 @@ def test_a_wake_of_an_unknown_session_is_a_session_not_found_decision(daemon: Da
     # An unknown agent is still an error.
     unknown = daemon.cli("agent", "heartbeat", "wake", "nobody", "--session", UNKNOWN_SESSION)
     assert unknown.returncode == 69 and "agent_not_found" in unknown.stderr
+
+
+# ---- 5. the smaller rows ----------------------------------------------------------------------------------------
+
+def test_a_prompt_during_a_stop_says_the_session_is_stopping(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="denier")["id"]
+    path = daemon.scoped(sid, "/stop")
+
+    def stop() -> None:
+        with daemon.client(timeout=60) as client:
+            client.post(path)
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    try:
+        wait_for(lambda: (workspace / "stop-held").exists(), what="the pre-stop hook")
+        refused = daemon.prompt(sid, "echo too late")
+        assert refused.status_code == 400, refused.text
+        assert (refused.json()["code"], refused.json()["error"]) == ("session_not_active",
+                                                                     "session is stopping, not active")
+        cli = daemon.cli("session", "prompt", sid, "echo too late")
+        assert cli.returncode == 65 and "session is stopping, not active" in cli.stderr, cli.stderr
+    finally:
+        (workspace / "release-stop").write_text("go\n")
+        stopper.join(60)
+    assert daemon.wait_state(sid, {"stopped"})["state"] == "stopped"
