@@ -90,7 +90,9 @@ def last_error(meta: dict[str, Any]) -> str:
     text = failure.get("summary") or ""
     if not text:
         return ""
-    return bound_text(redact_text(f"{failure.get('kind') or 'error'}: {text}"), LAST_ERROR_BYTES)
+    # Only the summary is redacted: the kind is a closed value, and redacted with it `provider_auth_failure: …` read as
+    # a secret key and its value (`provider_auth_failure: [REDACTED] required`).
+    return bound_text(f"{failure.get('kind') or 'error'}: {redact_text(text)}", LAST_ERROR_BYTES)
 
 
 def derive(meta: dict[str, Any], live: LiveFacts, *, presence: datetime | None, now: datetime,

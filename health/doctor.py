@@ -119,14 +119,31 @@ def check_file_modes() -> dict[str, Any]:
 
 
 def check_providers() -> list[dict[str, Any]]:
+    from sessions.acp.driver import AgentNotFound, agent_environment
+    from sessions.acp.launch import resolve
     from sessions.config import get_config
 
     items = []
     for provider in get_config().providers.values():
         executable = provider.command[0]
-        found = shutil.which(executable) or (os.path.isfile(executable) and os.access(executable, os.X_OK))
-        severity = "ok" if found else "info"
-        message = f"{executable} found" if found else f"{executable} is not on PATH; sessions using it fail to start"
+        # As a session start judges it (sessions/acp/launch.py): a built-in provider whose executable is missing
+        # starts through npx, so its sessions do start (the first one downloads the pinned package).
+        try:
+            launch = resolve(provider.command, provider=provider.name, package=provider.npm, env=provider.env)
+        except AgentNotFound:
+            launch = None
+        path = agent_environment(provider.env).get("PATH", "")
+        found = shutil.which(executable, path=path) or (os.path.isfile(executable) and os.access(executable, os.X_OK))
+        if found:
+            severity, message = "ok", f"{executable} found"
+        elif launch is not None and launch.package is not None:
+            severity, message = "info", (f"{executable} is not on PATH; sessions run {launch.package.spec} through "
+                                         "npx (the first start downloads it)")
+        elif provider.npm is not None:
+            severity, message = "info", (f"{executable} is not on PATH, nor is npx (Node.js): sessions using it fail "
+                                         f"to start; install {executable} or Node.js")
+        else:
+            severity, message = "info", f"{executable} is not on PATH; sessions using it fail to start"
         items.append(item(f"provider.{provider.name}", "providers", severity, f"Provider {provider.name}", message))
     return items
 

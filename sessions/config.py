@@ -293,8 +293,8 @@ def load_config(home: Path | None = None) -> Config:
     if supervision.quiet_after < 0 or supervision.stop_grace < 0:
         raise ConfigError("session.supervision.quiet_after and stop_grace must not be negative")
     tasks = _table(data, "tasks")
-    lease_ttl = parse_duration(tasks.get("lease_ttl", "60s"), "tasks.lease_ttl")
-    if lease_ttl < 1:
+    task_lease_ttl = parse_duration(tasks.get("lease_ttl", "60s"), "tasks.lease_ttl")
+    if task_lease_ttl < 1:
         raise ConfigError("tasks.lease_ttl: must be at least 1s")
     if (
         supervision.inactivity_warning_after > 0
@@ -356,7 +356,7 @@ def load_config(home: Path | None = None) -> Config:
         busy_input=BusyInputConfig(busy_mode, queue_cap, max_text),
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
         max_concurrent_agents=max_agents,
-        task_lease_ttl=lease_ttl,
+        task_lease_ttl=task_lease_ttl,
         redact_enabled=bool(redact.get("enabled", True)),
         auto_title_enabled=bool(auto_title.get("enabled", True)),
         auto_title_provider=str(auto_title.get("provider") or ""),

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from sessions.acp import client_side
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
@@ -26,6 +28,7 @@ EXCERPT_CHARS = 600
 # Title passes running at once. Each starts a whole agent process: twenty first turns finishing together
 # once started twenty on 2 cores and stalled every live stream for seconds (bench/README.md).
 TITLE_PASSES = asyncio.Semaphore(2)
+_MARKDOWN = MarkdownIt("commonmark")
 
 
 def title_prompt(user_text: str, reply_text: str) -> str:
@@ -46,10 +49,31 @@ def echoes_request(candidate: str, request: str) -> bool:
     return any(folded.startswith(line) for line in (ln.strip().casefold() for ln in request.splitlines()) if line)
 
 
+def plain_text(line: str) -> str:
+    """One line of Markdown as a reader sees it: code spans, emphasis, links, headings and list bullets gone
+    (a title read "Review of `calc.py"). markdown-it-py is what rich renders Markdown with."""
+    out: list[str] = []
+    for token in _MARKDOWN.parse(line):
+        if token.type in ("code_block", "fence"):
+            out.append(token.content)
+        for child in token.children or []:
+            if child.type in ("text", "code_inline"):
+                out.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                out.append(" ")
+    # A backtick left over opened a code span that never closed: markup, not a word.
+    return " ".join("".join(out).replace("`", "").split())
+
+
 def clean_title(text: str, request: str = "") -> str | None:
-    """The first non-blank line of the reply as a title; None when there is none or it echoes `request`."""
-    line = next((ln.strip() for ln in redact_text(text).splitlines() if ln.strip()), "")
-    line = re.sub(r"^(title:\s*)", "", line, flags=re.IGNORECASE).strip().strip("\"'`*#").strip()
+    """The first line of the reply with words in it, as plain text, as a title; None when there is none or it echoes
+    `request`."""
+    line = ""
+    for raw in redact_text(text).splitlines():
+        line = re.sub(r"^(title:\s*)", "", raw.strip(), flags=re.IGNORECASE)
+        line = re.sub(r"^(title:\s*)", "", plain_text(line), flags=re.IGNORECASE).strip().strip("\"'`*#_~").strip()
+        if line:
+            break
     if not line:
         return None
     if echoes_request(line, request or TITLE_REQUEST):

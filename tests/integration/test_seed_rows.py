@@ -215,3 +215,14 @@ def test_a_prompt_during_a_stop_says_the_session_is_stopping(daemon: Daemon, wor
         (workspace / "release-stop").write_text("go\n")
         stopper.join(60)
     assert daemon.wait_state(sid, {"stopped"})["state"] == "stopped"
+
+
+def test_health_last_error_reads_as_the_failure_summary(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    daemon.run_turn(sid, "autherr")
+    failure = wait_for(lambda: daemon.session(sid).get("failure"), what="the auth failure")
+    assert failure["kind"] == "provider_auth_failure" and "Authentication required" in failure["summary"]
+    health = daemon.cli_json("session", "health", sid)["health"]
+    # The kind was redacted as if it named a secret (`provider_auth_failure: [REDACTED] Authentication required`).
+    assert health["last_error"] == f"{failure['kind']}: {failure['summary']}"
+    assert "[REDACTED]" not in health["last_error"]
