@@ -74,7 +74,7 @@ def session_recap(session_id: str, limit: int | None, fmt: str, as_json: bool) -
     Examples:
 
         compozy session recap sess_0123456789abcdef
-        compozy session recap sess_0123456789abcdef --limit 5 -o json | jq .recap.pending_markers
+        compozy session recap sess_0123456789abcdef --limit 5 -o json | jq .pending_markers
     """
     fmt = _fmt(fmt, as_json)
     client = _client()

@@ -6,6 +6,9 @@ operator hits."""
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -226,3 +229,39 @@ def test_health_last_error_reads_as_the_failure_summary(daemon: Daemon, workspac
     # The kind was redacted as if it named a secret (`provider_auth_failure: [REDACTED] Authentication required`).
     assert health["last_error"] == f"{failure['kind']}: {failure['summary']}"
     assert "[REDACTED]" not in health["last_error"]
+
+
+EXAMPLE_ID = "sess_0123456789abcdef"
+
+
+def jq_examples(*path: str) -> list[tuple[list[str], list[str]]]:
+    """(compozy arguments, jq arguments) of each `compozy … | jq …` line in a command's --help examples."""
+    from compozy_site.cli.main import cli
+
+    command = cli
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    found = []
+    for line in (command.help or "").split("Examples:", 1)[1].splitlines():
+        left, _, right = line.strip().partition(" | jq ")
+        if left.startswith("compozy ") and right:
+            found.append((shlex.split(left)[1:], shlex.split(right.split(" | ")[0])))
+    return found
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="needs jq")
+@pytest.mark.parametrize("path", [("session", "status"), ("session", "health"), ("session", "recap"),
+                                  ("session", "history"), ("session", "stop")], ids=" ".join)
+def test_the_jq_examples_of_session_help_read_real_fields(daemon: Daemon, workspace: Path,
+                                                         path: tuple[str, ...]) -> None:
+    # A session whose turn failed: every field the examples read has a value (`.session.failure` too).
+    sid = daemon.create(workspace, prompt="autherr")["id"]
+    wait_for(lambda: daemon.session(sid).get("failure"), what="the failed turn")
+    examples = jq_examples(*path)
+    assert examples, f"compozy {' '.join(path)} --help shows no jq example"
+    for args, jq in examples:
+        printed = daemon.cli(*[sid if a == EXAMPLE_ID else a for a in args])
+        assert printed.returncode == 0, printed.stderr
+        read = subprocess.run(["jq", *jq], input=printed.stdout, capture_output=True, text=True, timeout=30)
+        assert read.returncode == 0, read.stderr
+        assert read.stdout.strip() not in ("", "null"), f"`{' '.join(args)} | jq {' '.join(jq)}` prints nothing"
