@@ -54,8 +54,10 @@ TEXT_CHUNKS = {"agent_message_chunk": EventType.AGENT_MESSAGE, "agent_thought_ch
                "user_message_chunk": EventType.USER_MESSAGE}
 
 
-def map_update(update: dict[str, Any], tool_titles: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
-    """Returns (event type, content) for one update, or None for an empty chunk worth dropping."""
+def map_update(update: dict[str, Any], tool_titles: dict[str, str],
+               tool_kinds: dict[str, str] | None = None) -> tuple[str, dict[str, Any]] | None:
+    """Returns (event type, content) for one update, or None for an empty chunk worth dropping. `tool_titles` and
+    `tool_kinds` keep what each tool call said of itself: later updates (and permission requests) may omit it."""
     kind = str(update.get("sessionUpdate", ""))
     event_type = TEXT_CHUNKS.get(kind)
     if event_type is not None:
@@ -73,6 +75,8 @@ def map_update(update: dict[str, Any], tool_titles: dict[str, str]) -> tuple[str
         title = update.get("title")
         if title:
             tool_titles[call_id] = str(title)
+        if tool_kinds is not None and update.get("kind"):
+            tool_kinds[call_id] = str(update["kind"])
         status = update.get("status")
         if kind == "tool_call_update" and status in {"completed", "failed"}:
             content = {

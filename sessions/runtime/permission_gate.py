@@ -58,11 +58,15 @@ class PermissionGateMixin:
 
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
-        tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        sent = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         raw_options = params.get("options")
         options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
         mode = str(self.meta.get("effective_permissions") or self.config.permissions_mode)
-        call_id = str(tool_call.get("toolCallId", ""))
+        call_id = str(sent.get("toolCallId", ""))
+        # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
+        # request naming only the id was listed with no kind or title, and judged as an unknown kind.
+        known = {"title": self.tool_titles.get(call_id), "kind": self.tool_kinds.get(call_id)}
+        tool_call = {**{k: v for k, v in known.items() if v}, **{k: v for k, v in sent.items() if v not in (None, "")}}
         base = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
             "resource": self.tool_titles.get(call_id) or str(tool_call.get("title") or ""),
@@ -79,7 +83,7 @@ class PermissionGateMixin:
                 pending = self.permissions.open(call_id or f"perm-{len(self.permissions.pending)}", turn_id,
                                                 tool_call, options)
                 self.record(EventType.PERMISSION, {**base, "request_id": pending.request_id, "decision": "pending",
-                                                   "decision_source": "person", "raw": {"toolCall": tool_call,
+                                                   "decision_source": "person", "raw": {"toolCall": sent,
                                                                                         "options": options}})
                 await self.recorder.flush()
                 self.touch_activity("agent_waiting", "waiting for a permission decision")
@@ -102,7 +106,7 @@ class PermissionGateMixin:
             decision, option_id = client_side.policy_decision(mode, tool_call, options)
             source = f"policy:{mode}"
         self.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
-                                           "option_id": option_id, "raw": {"toolCall": tool_call, "options": options}},
+                                           "option_id": option_id, "raw": {"toolCall": sent, "options": options}},
                     turn_id=turn_id)
         self.touch_activity("permission", decision)
         with contextlib.suppress(Exception):

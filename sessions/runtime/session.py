@@ -76,6 +76,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.agent: AgentProcess | None = None
         self.turn: Turn | None = None
         self.tool_titles: dict[str, str] = {}
+        self.tool_kinds: dict[str, str] = {}
         self.prompt_lock = asyncio.Lock()
         self.stopping = False
         # Set when another node took this session's lease (we were cut off past its TTL): the agent is stopped
@@ -190,7 +191,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             # Another ACP session's update must not be stored as this one's (labelled with our id).
             self.protocol_violation(f"an update for another ACP session ({str(sid)[:80]!r}) was dropped")
             return
-        mapped = map_update(update, self.tool_titles)
+        mapped = map_update(update, self.tool_titles, self.tool_kinds)
         if mapped is None:
             return
         type_, content = mapped

@@ -374,6 +374,7 @@ class ScriptedAgent:
             "slow": self._cmd_slow,
             "think": self._cmd_think,
             "tool": self._cmd_tool,
+            "toolid": self._cmd_tool,  # the same, its permission request naming only the tool call id
             "toolhang": self._cmd_toolhang,
             "hang": self._cmd_hang,
             "crash": self._cmd_crash,
@@ -579,11 +580,13 @@ class ScriptedAgent:
     def _tool_call_id(self) -> str:
         return f"tool-{next(self._tool_ids)}-{uuid.uuid4().hex[:8]}"
 
-    async def _permission(self, turn: Turn, tool_call_id: str, title: str, kind: str) -> str:
+    async def _permission(self, turn: Turn, tool_call_id: str, title: str, kind: str, id_only: bool = False) -> str:
         """The option the client picked for this tool call (``cancelled`` for its cancelled outcome)."""
+        tool_call: Json = {"toolCallId": tool_call_id} if id_only else {
+            "toolCallId": tool_call_id, "kind": kind, "status": "pending", "title": title}
         response = await self.conn.request("session/request_permission", {
             "sessionId": turn.session_id,
-            "toolCall": {"toolCallId": tool_call_id, "kind": kind, "status": "pending", "title": title},
+            "toolCall": tool_call,
             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "reject", "name": "Reject", "kind": "reject_once"}],
         })
@@ -669,7 +672,8 @@ class ScriptedAgent:
             await self._update(turn, tool_call_update(tool_call_id, "failed", reason))
 
         try:
-            choice = await self._race(turn, self._permission(turn, tool_call_id, title, kind))
+            choice = await self._race(turn, self._permission(turn, tool_call_id, title, kind,
+                                                                  id_only=parts[0].lower() == "toolid"))
         except Cancelled:
             await fail("cancelled")
             return "cancelled"

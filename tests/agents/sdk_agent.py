@@ -179,6 +179,7 @@ class ScriptedAgent:
             "slow": self._cmd_slow,
             "think": self._cmd_think,
             "tool": self._cmd_tool,
+            "toolid": self._cmd_tool,  # the same, its permission request naming only the tool call id
             "toolhang": self._cmd_toolhang,
             "hang": self._cmd_hang,
             "crash": self._cmd_crash,
@@ -432,7 +433,8 @@ class ScriptedAgent:
                 turn,
                 self.client.request_permission(
                     session_id=turn.session_id,
-                    tool_call=ToolCallUpdate(tool_call_id=tool_call_id, title=title, kind=kind, status="pending"),
+                    tool_call=ToolCallUpdate(tool_call_id=tool_call_id) if parts[0].lower() == "toolid" else
+                    ToolCallUpdate(tool_call_id=tool_call_id, title=title, kind=kind, status="pending"),
                     options=[
                         PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
                         PermissionOption(option_id="reject", name="Reject", kind="reject_once"),

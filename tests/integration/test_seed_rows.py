@@ -265,3 +265,23 @@ def test_the_jq_examples_of_session_help_read_real_fields(daemon: Daemon, worksp
         read = subprocess.run(["jq", *jq], input=printed.stdout, capture_output=True, text=True, timeout=30)
         assert read.returncode == 0, read.stderr
         assert read.stdout.strip() not in ("", "null"), f"`{' '.join(args)} | jq {' '.join(jq)}` prints nothing"
+
+
+def test_a_permission_request_naming_only_the_tool_call_id_shows_the_calls_kind_and_title(
+        daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="reader")["id"]  # approve-reads: anything but a read waits for a person
+    assert daemon.prompt(sid, "toolid write notes.txt hello").status_code == 200
+    pending = wait_for(lambda: daemon.cli_json("session", "permissions", sid)["permissions"],
+                       what="the pending request")
+    assert [(p["kind"], p["title"]) for p in pending] == [("edit", "Write notes.txt")]
+    stored = daemon.wait_event(sid, "permission", decision="pending")["content"]
+    assert (stored["action"], stored["title"]) == ("edit", "Write notes.txt")
+    assert stored["raw"]["toolCall"] == {"toolCallId": pending[0]["tool_call_id"]}  # what the agent sent, as sent
+    denied = daemon.cli("session", "deny", sid, pending[0]["request_id"])
+    assert denied.returncode == 0, denied.stderr
+    daemon.wait_event(sid, "done")
+    # A read named only by its id is a read: approve-reads approves it without asking anybody.
+    turn = daemon.prompt(sid, "toolid read README.md").json()["prompt"]["turn_id"]
+    rows = daemon.turn_events(sid, turn)
+    assert [(e["content"]["decision"], e["content"]["decision_source"]) for e in of_type(rows, "permission")] == [
+        ("approved", "policy:approve-reads")]
