@@ -60,11 +60,24 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                             ("cluster token", token.get("reason") or token.get("status", ""))])
         failures = data["health"]["failures"]
         if failures["recent"]:
-            table("Recent session failures", ["Session", "Agent", "State", "Failure", "Summary", "Crash bundle"],
-                  [(f["session_id"], f["agent_name"], f["state"], f["failure_kind"], one_line(f["summary"], 100),
-                    f.get("crash_bundle_path")) for f in failures["recent"]])
+            _failure_lines(failures["recent"])
 
     emit(data, fmt, human)
+
+
+def _failure_lines(recent: list[dict[str, Any]]) -> None:
+    """One line per failure, whatever the width (a boxed table folded each into ~13 lines at 80 columns, its crash
+    bundle path a column of fragments): the summary gives way; the bundle's path is one command away."""
+    from compozy_site.cli.events_view import fit_table, terminal_width
+
+    click.echo("\nRecent session failures")
+    rows = [(f["session_id"], f["failure_kind"], f["state"], f["agent_name"], one_line(f.get("summary") or "", 400))
+            for f in recent]
+    for line in fit_table(["SESSION", "FAILURE", "STATE", "AGENT", "SUMMARY"], rows, {"AGENT", "SUMMARY"},
+                          terminal_width()):
+        click.echo(line)
+    if any(f.get("crash_bundle_path") for f in recent):
+        click.echo("crash bundles: compozy session status ID (or compozy status -o json)")
 
 
 def _streams_line(streams: dict[str, Any] | None) -> str:

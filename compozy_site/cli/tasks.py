@@ -45,10 +45,20 @@ def _call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, A
         fail_api(exc, fmt)
 
 
-def _rows(tasks: list[dict[str, Any]]) -> None:
-    table(None, ["Task", "Status", "Reason", "Attempts", "Requeued", "Sessions", "Title"],
-          [(t["id"], t["status"], t.get("reason"), f"{t['attempts']}/{t['max_attempts']}", t["requeued"],
-            " ".join(t["session_ids"][-2:]), t["title"]) for t in tasks])
+def _rows(tasks: list[dict[str, Any]], wide: bool) -> None:
+    """One line per task, never a wrapped cell (at 80 columns the status folded into `run / nin / g`): ids and
+    statuses keep their width, the reason and title give way; `--wide` adds the sessions, unshrunk."""
+    from compozy_site.cli.events_view import fit_table, terminal_width
+
+    columns = ["TASK", "STATUS", "ATTEMPTS", "REQUEUED", "REASON", "TITLE"]
+    rows = [[t["id"], t["status"], f"{t['attempts']}/{t['max_attempts']}", t["requeued"], t.get("reason"),
+             t["title"]] for t in tasks]
+    if wide:
+        columns.insert(4, "SESSIONS")
+        for row, t in zip(rows, tasks, strict=True):
+            row.insert(4, " ".join(t["session_ids"][-2:]))
+    for line in fit_table(columns, rows, set() if wide else {"REASON", "TITLE"}, None if wide else terminal_width()):
+        click.echo(line)
 
 
 def _show(data: dict[str, Any]) -> None:
@@ -105,18 +115,20 @@ def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only tasks with this status.")
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True,
               help="At most this many tasks, the most recently updated (1-500).")
+@click.option("--wide", is_flag=True, help="Add each task's newest sessions, and shrink no column.")
 @output_option
 @json_flag
-def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
+def task_list(status: str | None, limit: int, wide: bool, fmt: str, as_json: bool) -> None:
     """List tasks, those that need a person first.
 
-    Newest first within a status; the totals line counts every task. `-o json` prints
+    Newest first within a status; one line per task (reason and title cut to the terminal's width), then a
+    totals line that counts every task. `--wide` adds the linked sessions. `-o json` prints
     `{tasks: [...], totals: {total, by_status, needs_attention, requeued, ...}}`.
 
     Examples:
 
         compozy task list
-        compozy task list --status needs_attention
+        compozy task list --status needs_attention --wide
         compozy task list --status running -o json | jq -r '.tasks[].id'
     """
     fmt = _fmt(fmt, as_json)
@@ -126,7 +138,7 @@ def task_list(status: str | None, limit: int, fmt: str, as_json: bool) -> None:
         if not data["tasks"]:
             click.echo("no tasks")
             return
-        _rows(data["tasks"])
+        _rows(data["tasks"], wide)
         totals = data["totals"]
         click.echo(f"{totals['total']} tasks, {totals['needs_attention']} need attention, "
                    f"{totals['requeued']} requeued")

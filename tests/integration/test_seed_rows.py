@@ -285,3 +285,47 @@ def test_a_permission_request_naming_only_the_tool_call_id_shows_the_calls_kind_
     rows = daemon.turn_events(sid, turn)
     assert [(e["content"]["decision"], e["content"]["decision_source"]) for e in of_type(rows, "permission")] == [
         ("approved", "policy:approve-reads")]
+
+
+def at_80_columns(d: Daemon, *args: str) -> list[str]:
+    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], capture_output=True, text=True,
+                            timeout=60, env={**d.env, "COLUMNS": "80", "LINES": "24"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if len(line) > 80], result.stdout
+    return lines
+
+
+def test_status_shows_a_failure_in_one_line_at_80_columns(daemon: Daemon, workspace: Path) -> None:
+    crashed = []
+    for _ in range(2):
+        sid = daemon.create(workspace)["id"]
+        assert daemon.prompt(sid, "crash").status_code == 200
+        crashed.append(sid)
+    for sid in crashed:
+        wait_for(lambda sid=sid: (daemon.session(sid).get("failure") or {}).get("crash_bundle_path"),
+                 what="a crash bundle")
+    recent = daemon.http.get("/api/status").json()["health"]["failures"]["recent"]
+    lines = at_80_columns(daemon, "status")
+    section = lines[next(i for i, line in enumerate(lines) if "Recent session failures" in line):]
+    # A title, a header and a line per failure, and one hint where the crash bundles are.
+    assert len(section) == 2 + len(recent) + 1, "\n".join(section)
+    for sid in crashed:
+        row = next(line for line in section if sid in line)
+        assert "process_exit" in row and "scripted" in row, row
+    assert "compozy session status ID" in section[-1]
+
+
+def test_task_list_keeps_every_status_on_one_line_at_80_columns(daemon: Daemon, workspace: Path) -> None:
+    response = daemon.http.post("/api/tasks", json={"prompt": "hang", "agent_name": "scripted",
+                                                    "workspace_path": str(workspace),
+                                                    "title": "a task with a long title that goes on " * 3})
+    assert response.status_code == 201, response.text
+    task_id = response.json()["task"]["id"]
+    wait_for(lambda: daemon.http.get(f"/api/tasks/{task_id}").json()["task"]["status"] == "running",
+             what="the running task")
+    lines = at_80_columns(daemon, "task", "list")
+    row = next(line for line in lines if task_id in line)
+    assert row.split()[:2] == [task_id, "running"], lines
+    assert len([line for line in lines if line.strip()]) == 3, lines  # a header, the task, the totals
+    assert daemon.http.post(f"/api/tasks/{task_id}/cancel").status_code == 200
