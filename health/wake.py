@@ -98,8 +98,9 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
          snaps: Snaps | None = None) -> dict[str, Any]:
     """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline.
 
-    `peek` is the decision a dry run would reach, writing nothing at all (not even a first wake-state row): what
-    `agent heartbeat status` shows per session."""
+    `peek` is the decision a dry run would reach without recording anything of the wake (no audit row, not even a
+    first wake-state row; resolving the policy may store its snapshot, as any status read does): what `agent
+    heartbeat status` shows per session."""
     now = now or utcnow()
     dry_run = dry_run or peek
     cfg = get_config().heartbeat
@@ -173,7 +174,7 @@ def not_found(agent_name: str, session_id: str, *, source: WakeSource = WakeSour
 
 def session_decisions(agent_name: str, *, workspace_id: str = "", session_id: str = "",
                       now: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """What a wake of each of the agent's sessions would decide now (`peek`: nothing written): its live sessions,
+    """What a wake of each of the agent's sessions would decide now (`peek`: no wake recorded): its live sessions,
     newest first, or only `session_id` (whatever its state or agent); within `workspace_id` when given."""
     now = now or utcnow()
     rows = SessionHealth.objects.filter(session_id=session_id) if session_id else \
