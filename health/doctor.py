@@ -216,14 +216,15 @@ def check_session_metadata() -> dict[str, Any]:
     from sessions.boot_repair import read_report
     from sessions.store.folder import events_path, list_session_dirs, read_meta, session_dir
 
-    invalid, damaged = [], {}
+    invalid, damaged, why_invalid = [], {}, ""
     folders = list_session_dirs()
     for session_id in folders:
         started = False
         try:
             started = bool((read_meta(session_id) or {}).get("activated_at"))
-        except ValueError:
+        except ValueError as exc:
             invalid.append(session_id)
+            why_invalid = why_invalid or first_line(exc)  # names the file: `<path>: nested deeper than …`
         why = damaged_store(events_path(session_id), started=started)
         if why is not None:
             damaged[session_id] = why
@@ -243,7 +244,7 @@ def check_session_metadata() -> dict[str, Any]:
         hint = f"compozy session evidence {next(iter(damaged))}"
     else:
         hint = f"compozy session repair {failed[0]} --dry-run"
-    first = (invalid or list(damaged) or failed)[0]
+    first = why_invalid or (list(damaged) or failed)[0]
     return item("session_metadata", "sessions", "warn", "Session folders that need a person",
                 f"{len(invalid)} unreadable meta.json (session_meta_invalid), {len(damaged)} damaged events.db, "
                 f"{len(failed)} failed boot repair(s); e.g. {first}", hint, evidence)

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from health.config import HeartbeatConfig
+from sessions.nesting import MAX_DEPTH
 
 SCHEMA_VERSION = 1
 TOP_KEYS = frozenset({"version", "enabled", "summary", "preferences", "context"})
@@ -74,7 +75,25 @@ class Parsed:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """safe_load that refuses duplicate keys (YAML would keep the last one silently)."""
+    """safe_load that refuses duplicate keys (YAML would keep the last one silently) and nesting past MAX_DEPTH.
+
+    PyYAML composes a node by recursion: 10,000 levels (`[[[…`, or `- - - …`) raised RecursionError through every
+    reader of the policy (inspect, wake dry runs, the wake job, the dashboard). Refused at MAX_DEPTH, the scanner
+    has not read beyond the 33rd level either (it slows with depth: 20 KB of brackets took it 24 s)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        finally:
+            self._depth -= 1
 
 
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -180,14 +199,19 @@ def _windows(raw: object, key: str, out: list[dict[str, Any]]) -> list[Window]:
     return windows
 
 
-def _forbidden(data: dict[str, Any], prefix: str, out: list[dict[str, Any]]) -> None:
+def _forbidden(data: dict[str, Any], prefix: str, out: list[dict[str, Any]], seen: set[int] | None = None) -> None:
+    # A mapping reached twice through YAML aliases is checked once: nine levels of ten aliases each are 10^9 visits.
+    seen = set() if seen is None else seen
+    if id(data) in seen:
+        return
+    seen.add(id(data))
     for key, value in data.items():
         owner = FORBIDDEN.get(str(key).lower())
         if owner:
             out.append(diag("heartbeat_forbidden_field", f"{prefix}{key} is not for HEARTBEAT.md: it belongs to "
                             f"{owner}", field_=f"{prefix}{key}"))
         elif isinstance(value, dict):
-            _forbidden(value, f"{prefix}{key}.", out)
+            _forbidden(value, f"{prefix}{key}.", out, seen)
 
 
 def _include(raw: object, key: str, out: list[dict[str, Any]]) -> list[str]:
@@ -245,6 +269,9 @@ def parse(text: str, cfg: HeartbeatConfig) -> Parsed:
             mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
             return Parsed(False, diagnostics=[diag("heartbeat_malformed_frontmatter", f"invalid YAML: {exc}",
                                                    line=mark.line + 2 if mark else None)])
+        except RecursionError:  # the bound above should make this unreachable; a parse never raises
+            return Parsed(False, diagnostics=[diag("heartbeat_malformed_frontmatter",
+                                                   f"invalid YAML: nested deeper than {MAX_DEPTH} levels")])
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -13,12 +13,15 @@ from typing import Any
 from compozy_site.home import sessions_dir
 from sessions.enums import SessionState
 from sessions.errors import Conflict, NotFound
+from sessions.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.store.ids import is_session_id
 
 META_FILE = "meta.json"
 EVENTS_FILE = "events.db"
 REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
 STATES = frozenset(state.value for state in SessionState)
+# meta.json is a few KiB; a file far past that was not written by us, and every session list reads it.
+MAX_META_BYTES = 4 * 1024 * 1024
 
 
 def utcnow() -> datetime:
@@ -85,14 +88,25 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
     be read (an I/O error): every reader already treats that session on its own, from its catalog row."""
     path = session_dir(session_id, home) / META_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_META_BYTES + 1)
+        if len(raw) > MAX_META_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB")
+        text = raw.decode("utf-8")
+        data = json.loads(text)
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: invalid JSON ({exc})") from exc
+    except RecursionError:
+        # 100,000 levels made every session list, the dashboard and doctor fail with RecursionError, restart after
+        # restart; now it is this one session's session_meta_invalid.
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
     except OSError as exc:
         # One bad file (EIO from a failing disk) once failed `session list` as a whole, as "storage is not writable".
         raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    if may_nest_deeper(text) and (deep := too_deep(data)) is not None:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels (at {deep[:80]})")
     if not isinstance(data, dict) or any(not data.get(k) for k in REQUIRED_META_KEYS):
         raise ValueError(f"{path}: missing required keys {REQUIRED_META_KEYS}")
     # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.
