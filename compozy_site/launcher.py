@@ -124,6 +124,8 @@ def run_foreground(port: int | None = None) -> int:
         config = get_config()
     except ConfigError as exc:
         raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
+    for unknown in config.unknown_keys:
+        logger.warning("config.toml: %s", unknown.message())
     # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
     for secret in (ensure_token(home), cluster_token()):
@@ -177,6 +179,8 @@ def run_foreground(port: int | None = None) -> int:
         record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
                   "started_at": started_at, "home": str(home), "status": "running", "version": "0.1.0",
                   "node_id": cluster.node_id()}
+        if config.unknown_keys:  # `daemon start` prints them: a typo in config.toml must not pass unseen
+            record["config_warnings"] = [unknown.message() for unknown in config.unknown_keys]
 
         write_json_atomic(daemon_record_path(home), record, mode=0o600)
         # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the

@@ -118,6 +118,27 @@ def check_file_modes() -> dict[str, Any]:
                 evidence={"scanned": min(scanned, MODE_SCAN_LIMIT)})
 
 
+def check_config() -> dict[str, Any]:
+    """config.toml read again now: keys the daemon does not know (ignored, with the nearest known one), or a file
+    edited since the start into one the next start refuses."""
+    from sessions.config import ConfigError, get_config, load_config
+
+    source = get_config().source
+    try:
+        current = load_config()
+    except ConfigError as exc:
+        return item("config", "daemon", "error", "config.toml invalid",
+                    f"the next start refuses it: {exc} (this daemon runs on {source} as it was at its start)")
+    unknown = [u.message() for u in current.unknown_keys]
+    if unknown:
+        return item("config", "daemon", "warn", "Unknown config.toml keys",
+                    f"{len(unknown)} in {current.source}: {'; '.join(unknown[:3])}"
+                    + (f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""),
+                    evidence={"unknown_keys": [{"key": u.key, "table": u.table, "suggestion": u.suggestion or None}
+                                               for u in current.unknown_keys[:LISTED]], "path": current.source})
+    return item("config", "daemon", "ok", "config.toml", f"{current.source}: every key known")
+
+
 def check_providers() -> list[dict[str, Any]]:
     from sessions.acp.driver import AgentNotFound, agent_environment
     from sessions.acp.launch import resolve
@@ -398,7 +419,7 @@ def check_workspace_roots() -> dict[str, Any]:
 
 
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
-    check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
+    check_config, check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
     check_failures, check_live_streams, check_providers, check_health_rows, check_session_metadata,
     check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots,
 ]

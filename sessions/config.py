@@ -9,14 +9,15 @@ import ipaddress
 import os
 import shlex
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from compozy_site.home import compozy_home
 from health.config import HeartbeatConfig, parse_heartbeat
-from sessions.config_values import parse_duration, string_table
+from sessions.config_checks import UnknownKey, read_toml, unknown_keys
+from sessions.config_values import boolean, integer, parse_duration, port, string_table
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
 from sessions.hooks.declarations import parse_hook_declarations
@@ -135,7 +136,10 @@ class Config:
     hooks: tuple[HookDeclaration, ...] = ()
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    # `[workspaces] allow_hard_links`: an agent's fs request may read or write a file with more than one link.
+    allow_hard_links: bool = False
     source: str = "built-in defaults"
+    unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
 
 # Pinned npm packages of the built-in adapters (`npm view <package> version`, 2026-11-30). Pinned, not
@@ -172,11 +176,17 @@ def builtin_agents() -> dict[str, AgentConfig]:
     return {"general": AgentConfig("general")}
 
 
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _table(data: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"[{key}] must be a table")
+        raise ConfigError(f"[{prefix}{key}] must be a table")
     return value
+
+
+def _known(name: str, known: dict[str, Any], key: str, what: str) -> None:
+    """A name that must be one of `known` (empty: not set)."""
+    if name and name not in known:
+        raise ConfigError(f"{key}: no {what} named {name!r:.60} (known: {', '.join(sorted(known))})")
 
 
 def _command(value: object, args: object, key: str) -> tuple[str, ...]:
@@ -230,21 +240,17 @@ def load_config(home: Path | None = None) -> Config:
     """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key."""
     home = home or compozy_home()
     path = home / "config.toml"
-    data: dict[str, Any] = {}
-    if path.exists():
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+    read = read_toml(path)
+    data: dict[str, Any] = read or {}
 
     http = _table(data, "http")
     daemon = _table(data, "daemon")
     defaults = _table(data, "defaults")
     permissions = _table(data, "permissions")
     session = _table(data, "session")
-    sup = session.get("supervision", {}) if isinstance(session.get("supervision"), dict) else {}
-    busy = session.get("busy_input", {}) if isinstance(session.get("busy_input"), dict) else {}
-    limits_session = session.get("limits", {}) if isinstance(session.get("limits"), dict) else {}
+    sup = _table(session, "supervision", "session.")
+    busy = _table(session, "busy_input", "session.")
+    limits_session = _table(session, "limits", "session.")
     limits = _table(data, "limits")
     roles = _table(data, "roles")
     redact = _table(data, "redact")
@@ -252,9 +258,9 @@ def load_config(home: Path | None = None) -> Config:
     host = str(os.environ.get("COMPOZY_HTTP_HOST") or http.get("host", "127.0.0.1"))
     if host == "localhost":
         host = "127.0.0.1"
-    port = int(os.environ.get("COMPOZY_HTTP_PORT") or http.get("port", 2123))
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"http.port: {port} is not a TCP port")
+    env_port = os.environ.get("COMPOZY_HTTP_PORT")
+    http_port = (port(env_port, "COMPOZY_HTTP_PORT", text=True) if env_port
+                 else port(http.get("port", 2123), "http.port"))
     socket = Path(str(daemon.get("socket", home / "daemon.sock"))).expanduser()
     allow_remote = http.get("allow_remote", False)
     if not isinstance(allow_remote, bool):
@@ -307,12 +313,8 @@ def load_config(home: Path | None = None) -> Config:
         busy_mode = BusyMode(str(busy.get("default_mode") or "queue"))
     except ValueError as exc:
         raise ConfigError("session.busy_input.default_mode: must be queue, interrupt or steer") from exc
-    queue_cap = int(busy.get("queue_cap") or 10)
-    max_text = int(busy.get("max_text_bytes") or 65536)
-    if not 1 <= queue_cap <= 1000:
-        raise ConfigError("session.busy_input.queue_cap: must be between 1 and 1000")
-    if not 512 <= max_text <= 1048576:
-        raise ConfigError("session.busy_input.max_text_bytes: must be between 512 and 1048576")
+    queue_cap = integer(busy.get("queue_cap") or 10, "session.busy_input.queue_cap", 1, 1000)
+    max_text = integer(busy.get("max_text_bytes") or 65536, "session.busy_input.max_text_bytes", 512, 1048576)
 
     agents = builtin_agents()
     agents_table = dict(_table(data, "agents"))
@@ -333,22 +335,34 @@ def load_config(home: Path | None = None) -> Config:
     for agent in agents.values():
         if agent.permissions and agent.permissions not in set(PermissionMode):
             raise ConfigError(f"agents.{agent.name}.permissions: must be one of {', '.join(PermissionMode)}")
+        _known(agent.provider, providers, f"agents.{agent.name}.provider", "provider")
+    default_agent = str(defaults.get("agent") or "general")
+    default_provider = str(defaults.get("provider") or "demo")
+    # A default that names nothing failed every create that relied on it, long after the start that accepted it.
+    _known(default_agent, agents, "defaults.agent", "agent")
+    _known(default_provider, providers, "defaults.provider", "provider")
 
     cluster = _table(data, "cluster")
     lease_ttl = parse_duration(cluster.get("lease_ttl", DEFAULT_LEASE_TTL), "cluster.lease_ttl")
     if not 1.0 <= lease_ttl <= 600.0:
         raise ConfigError("cluster.lease_ttl: must be between 1s and 10m")
 
-    auto_title = roles.get("auto_title", {}) if isinstance(roles.get("auto_title"), dict) else {}
+    auto_title = _table(roles, "auto_title", "roles.")
+    _known(str(auto_title.get("provider") or ""), providers, "roles.auto_title.provider", "provider")
+    advertise_url = str(cluster.get("advertise_url") or "")
+    try:
+        urlsplit(advertise_url).port  # noqa: B018 - raises on a port that is not one
+    except ValueError as exc:
+        raise ConfigError(f"cluster.advertise_url: {exc} in {advertise_url!r:.80}") from exc
     hooks_table = _table(data, "hooks")
     return Config(
         http_host=host,
-        http_port=port,
+        http_port=http_port,
         http_allow_remote=allow_remote,
         http_max_body_bytes=max_body,
         socket=socket,
-        default_agent=str(defaults.get("agent") or "general"),
-        default_provider=str(defaults.get("provider") or "demo"),
+        default_agent=default_agent,
+        default_provider=default_provider,
         permissions_mode=mode,
         providers=providers,
         agents=agents,
@@ -357,14 +371,17 @@ def load_config(home: Path | None = None) -> Config:
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
         max_concurrent_agents=max_agents,
         task_lease_ttl=task_lease_ttl,
-        redact_enabled=bool(redact.get("enabled", True)),
-        auto_title_enabled=bool(auto_title.get("enabled", True)),
+        redact_enabled=boolean(redact.get("enabled", True), "redact.enabled"),
+        auto_title_enabled=boolean(auto_title.get("enabled", True), "roles.auto_title.enabled"),
         auto_title_provider=str(auto_title.get("provider") or ""),
         hooks=_hooks(hooks_table.get("declarations")),
         heartbeat=heartbeat,
         cluster=ClusterConfig(node_id=str(os.environ.get("COMPOZY_NODE_ID") or cluster.get("node_id") or ""),
-                              lease_ttl=lease_ttl, advertise_url=str(cluster.get("advertise_url") or "")),
-        source=str(path) if path.exists() else "built-in defaults",
+                              lease_ttl=lease_ttl, advertise_url=advertise_url),
+        allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
+                                 "workspaces.allow_hard_links"),
+        source=str(path) if read is not None else "built-in defaults",
+        unknown_keys=tuple(unknown_keys(data)),
     )
 
 

@@ -41,3 +41,27 @@ def string_table(value: object, key: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ConfigError(f"{key}: expected a table of strings")
     return {str(k): v for k, v in value.items()}
+
+
+def integer(value: object, key: str, low: int, high: int) -> int:
+    """A TOML integer in `low..high`. `2123.5` was truncated to 2123 and `"abc"` ended the start in a traceback."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{key}: must be an integer in {low}..{high}, got {value!r:.60}")
+    return value
+
+
+def port(value: object, key: str, *, text: bool = False) -> int:
+    """A TCP port (0 = any free one); with `text` (an environment variable) a decimal integer written out."""
+    if text and isinstance(value, str):
+        text = value.strip()
+        if not text.isascii() or not text.isdigit():
+            raise ConfigError(f"{key}: must be an integer in 0..65535, got {value!r:.60}")
+        value = int(text)
+    return integer(value, key, 0, 65535)
+
+
+def boolean(value: object, key: str) -> bool:
+    """true or false: `enabled = "no"` read as True."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: must be true or false, got {value!r:.60}")
+    return value

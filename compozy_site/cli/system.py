@@ -168,7 +168,8 @@ def dashboard_cmd(no_open: bool, fmt: str, as_json: bool) -> None:
 
 @daemon.command("start")
 @click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C (used by `make run`).")
-@click.option("--port", type=int, default=None, help="HTTP port (default from config.toml, else 2123; 0 = any free).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="HTTP port (default from config.toml, else 2123; 0 = any free).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds to wait for a background start; a daemon not ready by then is stopped.")
 @output_option
@@ -199,8 +200,9 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
         fail(str(exc), "daemon_already_running", fmt, EXIT_USAGE)
     except DaemonError as exc:
         fail(str(exc), "daemon_start_failed", fmt, exc.exit_code)
+    shown = {"boot_repair": _boot_line, "config_warnings": "; ".join}
     emit(record, fmt, lambda: kv("Compozy daemon started", sorted(
-        (key, _boot_line(value) if key == "boot_repair" else value) for key, value in record.items())))
+        (key, shown[key](value) if key in shown else value) for key, value in record.items())))
 
 
 def _boot_line(boot: dict[str, Any]) -> str:
