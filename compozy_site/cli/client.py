@@ -88,17 +88,26 @@ def _configured(home: Path) -> tuple[str, int, Path]:
     """`[http] host`, `port` and `[daemon] socket` of this home's config.toml, as the daemon reads them."""
     import tomllib
 
+    from sessions.config_values import port as checked_port
+    from sessions.errors import ConfigError
+
     try:
         data = tomllib.loads(config_path(home).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except OSError:
         data = {}
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past what tomllib can parse
+        raise ApiError(422, f"invalid config: {config_path(home)}: {str(exc)[:200]}", "config_invalid") from None
     http_table = data.get("http") if isinstance(data.get("http"), dict) else {}
     daemon_table = data.get("daemon") if isinstance(data.get("daemon"), dict) else {}
     host = str(os.environ.get("COMPOZY_HTTP_HOST") or http_table.get("host") or "127.0.0.1")
+    # Read as the daemon reads it: a port it refuses has no daemon of this home on it, and the default 2123 in its
+    # place would send the token to whoever listens there.
+    env_port = os.environ.get("COMPOZY_HTTP_PORT")
     try:
-        port = int(os.environ.get("COMPOZY_HTTP_PORT") or http_table.get("port") or DEFAULT_PORT)
-    except ValueError:
-        port = DEFAULT_PORT
+        port = (checked_port(env_port, "COMPOZY_HTTP_PORT", text=True) if env_port
+                else checked_port(http_table.get("port", DEFAULT_PORT), "http.port"))
+    except ConfigError as exc:
+        raise ApiError(422, f"invalid config: {exc}", "config_invalid") from None
     sock = Path(str(daemon_table.get("socket") or socket_path(home))).expanduser()
     return host, port, sock
 

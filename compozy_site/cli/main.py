@@ -22,7 +22,8 @@ from compozy_site.cli import (  # noqa: F401
     workspaces,
 )
 from compozy_site.cli.app import cli
-from compozy_site.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, fail
+from compozy_site.cli.client import ApiError
+from compozy_site.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, UNEXPECTED_ERRORS, fail, fail_api, fail_unexpected
 
 
 class ReaderGone(BaseException):
@@ -105,6 +106,13 @@ def _run(args: list[str]) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         fail(exc.format_message(), "error", "json" if _wants_json(args) else "human", exc.exit_code)
+    except ApiError as exc:
+        # One a command did not expect where it came (the client built before its try: a config.toml it refused).
+        fail_api(exc, "json" if _wants_json(args) else "human")
+    except UNEXPECTED_ERRORS as exc:
+        if os.environ.get("COMPOZY_DEBUG") == "1":
+            raise
+        fail_unexpected(exc, "json" if _wants_json(args) else "human")
 
 
 if __name__ == "__main__":

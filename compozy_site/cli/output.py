@@ -64,6 +64,21 @@ def fail_api(exc: ApiError, fmt: str) -> NoReturn:
     fail(exc.message, exc.code, fmt, exit_code_for(exc.status), exc.body)
 
 
+# An answer the command cannot read: a daemon of another version, a proxy's page, a truncated body. Exit 1, as for
+# any failure that fits no documented class.
+EXIT_UNEXPECTED = 1
+UNEXPECTED_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+
+
+def fail_unexpected(exc: BaseException, fmt: str) -> NoReturn:
+    """A command that met an answer of a shape it does not know ends in one line, never a traceback
+    (COMPOZY_DEBUG=1 keeps the traceback for whoever debugs the CLI itself)."""
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    fail(f"the daemon's answer is not what this command expects ({one_line(detail, 160)}); is the daemon the same "
+         "version as this CLI? `compozy daemon stop && compozy daemon start` restarts it", "unexpected_answer", fmt,
+         EXIT_UNEXPECTED)
+
+
 def fail_stream(row: dict[str, Any], fmt: str) -> NoReturn:
     """A stream's own error frame: the daemon failed after its 200 (a store it could not read, a bug), as a 5xx
     would have before it: worth retrying later. The frame's code is the error's (older daemons sent none)."""
