@@ -2,7 +2,8 @@
 
 Traps this module exists to avoid (each pinned by a test):
 1. The agent runs in its own process group, and stop signals the whole group (agents spawn tools).
-2. The agent gets our full environment plus the provider's env; the SDK's spawn helper strips it.
+2. The agent gets our environment (less the daemon's own secrets) plus the provider's env; the SDK's spawn
+   helper strips it.
 3. stderr is drained continuously into a bounded tail; an unread PIPE blocks the agent at 64 KiB.
 4. session/update is recorded in the transport's receive loop, synchronously and in arrival order: the
    SDK runs each notification handler in its own task (so handler order is not arrival order), and its
@@ -38,6 +39,7 @@ from acp.meta import PROTOCOL_VERSION
 from compozy_site.home import user_umask
 from sessions.acp import stragglers
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
+from sessions.child_env import inherited_environment
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +100,9 @@ class StderrTail:
 
 
 def agent_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
-    """Full daemon environment plus the provider's; API keys live in the environment."""
-    env = dict(os.environ)
+    """The daemon's environment without the daemon's own secrets (`sessions/child_env.py`), plus the provider's:
+    the agents' API keys live in the environment."""
+    env = inherited_environment()
     env.update(extra or {})
     return env
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_site.home import user_umask
+from sessions.child_env import inherited_environment, is_daemon_secret
 from sessions.hooks.spec import HookDeclaration
 
 HOOK_DEPTH_ENV = "COMPOZY_HOOK_DEPTH"
@@ -49,9 +50,12 @@ class CommandResult:
 
 
 def hook_env(decl: HookDeclaration, depth: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Allowlisted daemon environment + declared env + resolved secret_env; raises ValueError on a bad ref."""
+    """Allowlisted daemon environment + declared env + resolved secret_env; raises ValueError on a bad ref (one to a
+    secret of the daemon's own included)."""
     environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items() if k in _ENV_ALLOW or k.startswith(_ENV_ALLOW_PREFIXES)}
+    # An allowlisted name (TMP…, LC_…) that carries a secret of the daemon is dropped too.
+    env = {k: v for k, v in inherited_environment(environ).items()
+           if k in _ENV_ALLOW or k.startswith(_ENV_ALLOW_PREFIXES)}
     env.update(decl.env)
     for var, ref in decl.secret_env.items():
         kind, _, name = ref.partition(":")
@@ -59,6 +63,8 @@ def hook_env(decl: HookDeclaration, depth: int, environ: Mapping[str, str] | Non
             raise ValueError(f"secret_env {var}: {kind} references are not supported")
         if name not in environ:
             raise ValueError(f"secret_env {var}: environment variable {name} is not set")
+        if is_daemon_secret(name, environ[name]):
+            raise ValueError(f"secret_env {var}: {name} holds a secret of the daemon itself, never given to a hook")
         env[var] = environ[name]
     env[HOOK_DEPTH_ENV] = str(depth)
     return env

@@ -21,6 +21,7 @@ __all__ = [
     "REDACTED",
     "bound_tail",
     "bound_text",
+    "holds_known_secret",
     "is_secret_key",
     "redact_argv",
     "redact_text",
@@ -358,6 +359,11 @@ _KNOWN_SECRETS: list[str] = []
 def register_secret(value: str | None) -> None:
     if value and len(value) >= 16 and value not in _KNOWN_SECRETS:
         _KNOWN_SECRETS.append(value)
+
+
+def holds_known_secret(text: str) -> bool:
+    """`text` carries a registered secret (an environment value an agent must not inherit)."""
+    return any(secret in text for secret in _KNOWN_SECRETS)
 
 
 def redact_argv(args: Iterable[Any]) -> list[str]:
