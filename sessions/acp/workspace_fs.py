@@ -9,8 +9,13 @@ Only regular files are read or written, and every open is non-blocking: a FIFO i
 thread of the loop's shared pool until someone wrote to it, and eight of them stalled every other session's
 prompts. The work runs on a pool of its own (`FS_POOL`) for the same reason.
 
-Hard links are not detected: a hard link to an outside file can only be made by a process that can already read
-that file (the agent itself, with the user's rights), and package managers such as pnpm hard-link their stores.
+A file with more than one hard link is refused (`HardLinked`) unless `[workspaces] allow_hard_links = true`: a hard
+link is the one way to a file outside the roots that no path check can see, and reads and writes through one read
+and overwrote files outside the workspace. Package managers such as pnpm hard-link their stores into a project;
+where agents must read those, the key allows it.
+
+Every refusal answers invalid params (-32602), a file too large and a path that loops (ELOOP, also when a symlink
+appears and goes while it is opened) included: the agent asked for something it cannot have, the daemon did not fail.
 """
 
 from __future__ import annotations
@@ -37,9 +42,21 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 class OutsideWorkspace(PermissionError):
     """An agent asked for a path outside its workspace roots, or one that left them while it was opened."""
 
+    title = "path outside the workspace"  # of the `permission` event that records the refusal
+
 
 class NotARegularFile(ValueError):
     """A directory, FIFO, socket or device: never read or written for an agent."""
+
+
+class HardLinked(OutsideWorkspace):
+    """A file with more than one link: one of them may be outside every root."""
+
+    title = "file with more than one hard link"
+
+
+class TooLarge(ValueError):
+    """A file past MAX_READ_BYTES: read through ACP whole, it would be held in memory and in the transcript."""
 
 
 class Confined(NamedTuple):
@@ -111,9 +128,11 @@ def _open_parent(target: Confined, *, create: bool) -> int:
     return fd
 
 
-def _open_file(target: Confined, flags: int, *, create: bool = False) -> tuple[int, os.stat_result, bool]:
+def _open_file(target: Confined, flags: int, *, create: bool = False,
+               hard_links: bool = False) -> tuple[int, os.stat_result, bool]:
     """The target, a regular file, opened from its checked parent without following any symlink: (fd, its stat,
-    whether this open created it). No O_TRUNC: a FIFO or device must be refused before anything is done to it."""
+    whether this open created it). No O_TRUNC: a FIFO, a device or a hard-linked file must be refused before
+    anything is done to it."""
     if not target.parts:
         raise NotARegularFile(f"not a regular file: {target.path}")
     parent = _open_parent(target, create=create)
@@ -134,14 +153,18 @@ def _open_file(target: Confined, flags: int, *, create: bool = False) -> tuple[i
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotARegularFile(f"not a regular file: {target.path}")
+    if st.st_nlink > 1 and not hard_links:
+        os.close(fd)
+        raise HardLinked(f"{target.path} has {st.st_nlink} hard links, and another may be outside the workspace "
+                         "([workspaces] allow_hard_links = true allows such files)")
     return fd, st, created
 
 
-def read_text(target: Confined, line: int | None, limit: int | None) -> str:
-    fd, st, _ = _open_file(target, os.O_RDONLY)
+def read_text(target: Confined, line: int | None, limit: int | None, *, hard_links: bool = False) -> str:
+    fd, st, _ = _open_file(target, os.O_RDONLY, hard_links=hard_links)
     with os.fdopen(fd, "rb") as file:
         if st.st_size > MAX_READ_BYTES:
-            raise ValueError(f"file too large to read through ACP ({st.st_size} bytes)")
+            raise TooLarge(f"file too large to read through ACP ({st.st_size} bytes, at most {MAX_READ_BYTES})")
         text = file.read(MAX_READ_BYTES + 1).decode("utf-8", errors="replace")
     if line is None and limit is None:
         return text
@@ -151,10 +174,10 @@ def read_text(target: Confined, line: int | None, limit: int | None) -> str:
     return "".join(lines[start:end])
 
 
-def write_text(target: Confined, content: str) -> None:
+def write_text(target: Confined, content: str, *, hard_links: bool = False) -> None:
     """Write for the agent. The daemon's umask keeps its own home private; what it creates in the user's workspace
     gets the user's umask instead, as if the agent had written it."""
-    fd, _, created = _open_file(target, os.O_WRONLY, create=True)
+    fd, _, created = _open_file(target, os.O_WRONLY, create=True, hard_links=hard_links)
     with os.fdopen(fd, "wb") as file:
         os.set_blocking(fd, True)
         mask = user_umask()
@@ -183,6 +206,8 @@ def fs_error(path: str, exc: OSError | ValueError) -> Exception:
 
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
         return RequestError.resource_not_found(path)
-    if isinstance(exc, NotARegularFile):
+    if isinstance(exc, NotARegularFile | TooLarge | OutsideWorkspace) or (
+            isinstance(exc, OSError) and exc.errno == errno.ELOOP):
+        # ELOOP that `_refused` could not pin on a symlink: one that came and went between the open and its look.
         return RequestError.invalid_params({"path": path, "reason": str(exc)})
     return RequestError.internal_error({"path": path, "error": str(exc)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -41,16 +42,17 @@ class PermissionGateMixin:
         try:
             target = workspace_fs.confine(path, self.roots)
             self.touch_activity("fs", f"{method} {target.path}")
+            hard_links = self.config.allow_hard_links
             if method == "fs/read_text_file":
-                text = await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.read_text, target,
-                                                  params.get("line"), params.get("limit"))
+                text = await loop.run_in_executor(workspace_fs.FS_POOL, functools.partial(
+                    workspace_fs.read_text, target, params.get("line"), params.get("limit"), hard_links=hard_links))
                 return {"content": text}
-            await loop.run_in_executor(workspace_fs.FS_POOL, workspace_fs.write_text, target, params["content"])
+            await loop.run_in_executor(workspace_fs.FS_POOL, functools.partial(
+                workspace_fs.write_text, target, params["content"], hard_links=hard_links))
             return {}
         except workspace_fs.OutsideWorkspace as exc:
             self.record(EventType.PERMISSION, {
-                "action": method, "resource": path, "decision": "denied",
-                "title": "path outside the workspace", "error": str(exc),
+                "action": method, "resource": path, "decision": "denied", "title": exc.title, "error": str(exc),
             })
             raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from exc
         except (OSError, ValueError) as exc:
