@@ -108,6 +108,35 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+# Failed login-ticket redemptions: a burst of 20 (old links clicked again), then 2 a second. A ticket has 192 bits,
+# so guessing was never practical, but 2,260 guesses a second cost the daemon for nothing.
+LOGIN_FAILURE_BURST = 20
+LOGIN_FAILURES_PER_SECOND = 2.0
+
+
+class FailureBudget:
+    """A token bucket of failures: `wait(now)` says how long until one more attempt is allowed (0: now). One for the
+    whole daemon: every loopback client has the same address. The clock is the caller's (`time.monotonic()`)."""
+
+    def __init__(self, burst: int = LOGIN_FAILURE_BURST, per_second: float = LOGIN_FAILURES_PER_SECOND) -> None:
+        self.burst, self.per_second = burst, per_second
+        self._left = float(burst)
+        self._at: float | None = None
+
+    def _refill(self, now: float) -> None:
+        if self._at is not None:
+            self._left = min(float(self.burst), self._left + max(now - self._at, 0.0) * self.per_second)
+        self._at = now
+
+    def wait(self, now: float) -> float:
+        self._refill(now)
+        return 0.0 if self._left >= 1.0 else (1.0 - self._left) / self.per_second
+
+    def spend(self, now: float) -> None:
+        self._refill(now)
+        self._left = max(self._left - 1.0, 0.0)
+
+
 class Tickets:
     """Short-lived, single-use login tickets, kept in the daemon's memory (a restart voids them all)."""
 

@@ -17,7 +17,10 @@ its own home before it trusts a daemon; the CLI also sends it, and a daemon of a
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +32,7 @@ from compozy_site.auth import (
     COOKIE_NAME,
     PROOF_NONCE_CHARS,
     PROOF_PATH,
+    FailureBudget,
     Tickets,
     cluster_token,
     cookie_valid,
@@ -38,6 +42,8 @@ from compozy_site.auth import (
     is_machine_path,
     same_secret,
 )
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -60,7 +66,7 @@ code{{background:#f2f2f2;padding:.1em .3em}}</style></head><body><h1>Sign in to 
 <p>{reason}</p><p>Run <code>compozy dashboard</code> in a terminal on this machine: it prints (and opens) a one-time
 login link for this browser.</p><p>Scripts send the token instead:
 <code>Authorization: Bearer $(cat $COMPOZY_HOME/token)</code> (the home defaults to <code>~/.compozy</code>).</p>
-<p hidden>auth_required</p></body></html>"""
+<p hidden>{code}</p></body></html>"""
 
 
 def origin_allowed(origin: str, host: str) -> bool:
@@ -126,6 +132,8 @@ class Guard:
         self.app = app
         self._policy = policy
         self.tickets = Tickets()
+        self.login_failures = FailureBudget()
+        self._login_limited = False  # logged once per run of refusals
 
     @property
     def policy(self) -> GuardPolicy:
@@ -227,7 +235,20 @@ class Guard:
             # A link preview's HEAD or a page's sub-resource fetch must not use up the link (and take the cookie).
             await _login_page(send, "Open this login link in your browser.")
             return
+        now = time.monotonic()
+        wait = self.login_failures.wait(now)
+        if wait > 0:
+            if not self._login_limited:
+                logger.warning("login: invalid login links arrive faster than 2 a second; /login answers 429 "
+                               "login_rate_limited until they slow down")
+                self._login_limited = True
+            await _login_page(send, "Too many invalid login links were tried; wait a moment, then ask for a new one.",
+                              status=429, code="login_rate_limited",
+                              headers=[(b"retry-after", str(max(math.ceil(wait), 1)).encode())])
+            return
+        self._login_limited = False
         if scope["method"] != "GET" or not self.tickets.redeem(ticket):
+            self.login_failures.spend(now)
             await _login_page(send, "This login link has expired or was already used; ask for a new one.")
             return
         cookie = (f"{COOKIE_NAME}={cookie_value(policy.token)}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; "
@@ -332,9 +353,10 @@ async def _refuse(send: Send, refusal: Refusal) -> None:
                                                       refusal.evidence), refusal.headers)
 
 
-async def _login_page(send: Send, reason: str) -> None:
-    data = LOGIN_PAGE.format(reason=reason).encode()
-    await send({"type": "http.response.start", "status": 401, "headers": [
+async def _login_page(send: Send, reason: str, status: int = 401, code: str = "auth_required",
+                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = LOGIN_PAGE.format(reason=reason, code=code).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [*(headers or []),
         (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(data)).encode()),
         (b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"),
         (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'"),
