@@ -64,6 +64,64 @@ def migrate() -> None:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])
 
 
+def database_label() -> str:
+    """The catalog database as a start failure names it: DATABASE_URL without its password, else the SQLite file."""
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        from compozy_site.home import compozy_home
+
+        return f"the catalog {compozy_home() / 'catalog.sqlite3'}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        where = f"{parts.scheme}://{parts.username + '@' if parts.username else ''}{host}"
+        where += f":{parts.port}" if parts.port else ""
+        return f"the catalog database at DATABASE_URL ({where}{parts.path})"
+    except ValueError:
+        return "the catalog database at DATABASE_URL"
+
+
+def check_database_url() -> None:
+    """A DATABASE_URL Django cannot use, said in one line before settings import it (a traceback, "code 1")."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        return
+    try:
+        import dj_database_url
+    except ImportError as exc:
+        raise DaemonError("DATABASE_URL is set but the scale-out libraries are missing: pip install -e '.[scale]'",
+                          exit_code=78) from exc
+    from sessions.errors import first_line
+
+    try:
+        dj_database_url.parse(url)
+    except Exception as exc:  # UnknownSchemeError, ParseError, ValueError: all mean the URL is not one
+        # The message names the scheme, never the URL: it may hold the password.
+        reason = re.split(r"(?<=\.)\s", first_line(exc))[0]
+        raise DaemonError(f"DATABASE_URL is not a database URL Compozy can use: {reason}", exit_code=78) from None
+
+
+def migrate_or_say_why() -> None:
+    """migrate(), with a catalog that does not answer (a PostgreSQL down, refused, a wrong password) named in one
+    line: a start against an unreachable DATABASE_URL said only "daemon exited during start: code 1"."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import Error as DatabaseError
+    from django.db import OperationalError
+
+    from sessions.errors import first_line
+
+    try:
+        migrate()
+    except ImproperlyConfigured as exc:  # its driver missing, an option it does not take
+        raise DaemonError(f"{database_label()} cannot be used: {first_line(exc)}", exit_code=78) from exc
+    except OperationalError as exc:  # down, refused, a wrong password
+        raise DaemonError(f"{database_label()} does not answer: {first_line(exc)}") from exc
+    except DatabaseError as exc:
+        raise DaemonError(f"{database_label()} failed the migration: {first_line(exc)}") from exc
+
+
 def _bind_socket_path(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale_lock(path.with_name(path.name + ".lock"))
@@ -108,6 +166,7 @@ def run_foreground(port: int | None = None) -> int:
     make_private(home)
     raise_open_file_limit()
 
+    check_database_url()
     _prepare_django()
     from twisted.internet import reactor
 
@@ -134,7 +193,7 @@ def run_foreground(port: int | None = None) -> int:
 
     if (token_state := cluster_token_state())["status"] == "refused":
         logger.warning("cluster token refused: %s", token_state["reason"])
-    migrate()
+    migrate_or_say_why()
     http_port = config.http_port if port is None else port
     _check_port_free(config.http_host, http_port)
     sock = config.socket
