@@ -166,6 +166,13 @@ def run_foreground(port: int | None = None) -> int:
     make_private(home)
     raise_open_file_limit()
 
+    # config.toml and DATABASE_URL first: a start they refuse says so at once, not after Django's set-up.
+    from sessions.config import ConfigError, get_config
+
+    try:
+        config = get_config()
+    except ConfigError as exc:
+        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
     check_database_url()
     _prepare_django()
     from twisted.internet import reactor
@@ -175,14 +182,9 @@ def run_foreground(port: int | None = None) -> int:
     from compozy_site.http_server import GuardedServer
     from compozy_site.jobs import InProcessConsumer, LeaseKeeper, Ticker
     from sessions import cluster
-    from sessions.config import ConfigError, get_config
     from sessions.runtime.manager import SessionManager, set_manager
     from sessions.store.redact import register_secret
 
-    try:
-        config = get_config()
-    except ConfigError as exc:
-        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
     for unknown in config.unknown_keys:
         logger.warning("config.toml: %s", unknown.message())
     # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
