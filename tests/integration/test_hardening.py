@@ -128,7 +128,8 @@ def test_a_deeply_nested_or_huge_meta_json_is_that_sessions_session_meta_invalid
         daemon.wait_state(session_id, {"stopped"})
     deep_meta = daemon.home / "sessions" / deep / "meta.json"
     deep_meta.write_text('{"id": "' + deep + '", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    (daemon.home / "sessions" / huge / "meta.json").write_text('{"pad": "' + "x" * (5 * 1024 * 1024) + '"}')
+    huge_meta = daemon.home / "sessions" / huge / "meta.json"
+    huge_meta.write_text('{"pad": "' + "x" * (5 * 1024 * 1024) + '"}')
 
     listed = daemon.http.get("/api/sessions", params={"all": "true", "limit": 100})
     assert listed.status_code == 200, listed.text[:300]
@@ -144,7 +145,10 @@ def test_a_deeply_nested_or_huge_meta_json_is_that_sessions_session_meta_invalid
     assert daemon.http.get("/").status_code == 200
     doctor = {i["id"]: i for i in daemon.cli_json("doctor")["items"]}
     item = doctor["session_metadata"]
-    assert item["severity"] == "warn" and str(deep_meta) in item["message"], item
+    # The first broken folder by id is named, with why.
+    named = f"{deep_meta}: nested deeper than 32 levels" if deep < huge else f"{huge_meta}: larger than 4 MiB"
+    assert item["severity"] == "warn" and named in item["message"], item
+    assert {deep, huge} <= set(item["evidence"]["invalid"]), item
     assert all(i["title"] != "Check failed" for i in doctor.values()), doctor
 
 
