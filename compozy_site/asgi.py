@@ -16,13 +16,13 @@ from compozy_site.guard import Guard  # noqa: E402
 from compozy_site.routing import OwnerRouter  # noqa: E402
 from sessions.sse import CatalogStreamConsumer, SessionStreamConsumer  # noqa: E402
 
+# The routes themselves: tests/inproc.py drives them in-process, without the guard or a port.
+routes = URLRouter([
+    path("api/sessions/catalog-stream", CatalogStreamConsumer.as_asgi()),
+    path("api/workspaces/<str:workspace>/sessions/<str:session_id>/stream", SessionStreamConsumer.as_asgi()),
+    re_path(r"", django_app),
+])
 # Host, Origin, token and body cap are checked here, once, for every route: Django's ALLOWED_HOSTS and middleware
 # never see the channels consumers.
 # Then work on a session another node runs is routed to that node (compozy_site/routing.py).
-application = Guard(OwnerRouter(ProtocolTypeRouter({
-    "http": URLRouter([
-        path("api/sessions/catalog-stream", CatalogStreamConsumer.as_asgi()),
-        path("api/workspaces/<str:workspace>/sessions/<str:session_id>/stream", SessionStreamConsumer.as_asgi()),
-        re_path(r"", django_app),
-    ]),
-})))
+application = Guard(OwnerRouter(ProtocolTypeRouter({"http": routes})))
