@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sessions import catalog
@@ -55,8 +55,10 @@ def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
     return {"stop_reason": row.stop_reason, "stop_detail": row.stop_detail, "failure": row.failure}
 
 
-def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """The repaired metadata for a live state no daemon owns, or None when nothing is stale."""
+def stale_fix(meta: dict[str, Any], now: datetime | None = None) -> dict[str, Any] | None:
+    """The repaired metadata for a live state no daemon owns, or None when nothing is stale. `now` (default: the
+    clock) dates the repair and ages the surviving agent's last activity against STALL_AGE."""
+    now = now or folder.utcnow()
     state = SessionState(meta["state"])
     if state not in STALE_RULES:
         return None
@@ -68,7 +70,7 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     if state != SessionState.STARTING and _agent_alive(liveness):
         detail = "daemon exited while session subprocess remained alive"
         last = folder.parse_time((liveness.get("activity") or {}).get("last_activity_at"))
-        if last is None or folder.utcnow() - last >= STALL_AGE:
+        if last is None or now - last >= STALL_AGE:
             detail = "daemon exited while stalled session subprocess remained alive"
             liveness["stall_state"] = "stalled"
         fixed["liveness"] = liveness
@@ -79,7 +81,7 @@ def stale_fix(meta: dict[str, Any]) -> dict[str, Any] | None:
     fixed["failure"] = meta.get("failure") or lifecycle.failure_object(kind, detail)
     if state == SessionState.STARTING:
         fixed["acp_session_id"] = ""
-    fixed["updated_at"] = folder.isoformat(folder.utcnow())
+    fixed["updated_at"] = folder.isoformat(now)
     return fixed
 
 
