@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,41 @@ def decide(meta: dict[str, Any], now: datetime, config: Config) -> list[str]:
         if blocker is None and sup.stop_grace > 0 and idle >= sup.quiet_after + sup.stop_grace:
             actions.append("silence_stop")
     return actions
+
+
+@dataclass(frozen=True)
+class LiveTurn:
+    """What the runtime that owns a turn knows of it when a proposal reaches it: live facts, not meta.json's
+    (which lags by up to a heartbeat). Durations in seconds, on the monotonic clock."""
+
+    idle: float  # since the last work signal
+    since_progress: float  # since the last progress note, or the turn's start
+    warned: bool = False  # this turn's inactivity warning was recorded
+    timed_out: bool = False  # this turn's inactivity timeout already acted
+    quiet_noted: bool = False  # this turn's quiet_after warning was recorded
+    blocker: str | None = None  # silence_blocker() of the live activity
+    has_agent: bool = True
+
+
+def confirmed(action: str, turn: LiveTurn, config: Config) -> bool:
+    """The owner's check of a proposal from `decide()` against its live turn: a proposal made from a stale read is
+    dropped here, so it can never warn about, or stop, an agent that has worked since. Once per turn for the
+    warning, the timeout and the quiet note; the silence stop only after this turn's quiet note."""
+    sup = config.supervision
+    if action == "progress":
+        return sup.progress_notify_interval > 0 and turn.since_progress >= sup.progress_notify_interval * 0.9
+    if action == "warning":
+        return not turn.warned and sup.inactivity_warning_after > 0 and turn.idle >= sup.inactivity_warning_after
+    if action == "timeout":
+        return not turn.timed_out and sup.inactivity_timeout > 0 and turn.idle >= sup.inactivity_timeout
+    if action not in ("quiet", "silence_stop"):
+        return False
+    if sup.quiet_after <= 0 or turn.idle < sup.quiet_after or turn.blocker not in (None, "unknown_source"):
+        return False
+    if action == "quiet":
+        return not turn.quiet_noted
+    return (turn.blocker is None and sup.stop_grace > 0 and turn.idle >= sup.quiet_after + sup.stop_grace
+            and turn.quiet_noted and turn.has_agent)
 
 
 # ---- the verified process-tree stop -------------------------------------------------------------

@@ -90,13 +90,10 @@ class ActivityMixin:
             except Exception:
                 logger.exception("heartbeat write failed for %s", self.id)
 
-    def idle_seconds(self) -> float:
-        return time.monotonic() - self.turn.last_activity_mono if self.turn else 0.0
-
-    async def supervise(self, action: str, turn_id: str | None) -> str:
+    async def supervise(self, action: str, turn_id: str | None, now: float | None = None) -> str:
         """A supervision decision proposed by the huey sweep, run on this loop by the manager (one at a time per
-        session); verified here against live state first. The sweep does not wait for the outcome."""
-        sup = self.config.supervision
+        session); verified here against live state first (`supervision.confirmed`, at `now` on the monotonic
+        clock). The sweep does not wait for the outcome."""
         turn = self.turn
         if action == "wall_clock":
             await self.stop(StopReason.TIMEOUT, "session wall-clock limit (session.limits.timeout) reached",
@@ -104,12 +101,18 @@ class ActivityMixin:
             return "stopped"
         if turn is None or turn.id != turn_id or self.stopping:
             return "stale"
-        idle = self.idle_seconds()
-        now = time.monotonic()
+        if action not in ("progress", "warning", "timeout", "quiet", "silence_stop"):
+            return "unknown"
+        now = time.monotonic() if now is None else now
+        idle = now - turn.last_activity_mono
         runtime = self._runtime_payload(turn)
+        live = supervision.LiveTurn(
+            idle=idle, since_progress=now - turn.last_progress_mono, warned=turn.warned, timed_out=turn.timed_out,
+            quiet_noted=self._quiet_turn == turn.id, has_agent=self.agent is not None,
+            blocker=supervision.silence_blocker(runtime, permission_waiting=self.permissions.waiting))
+        if not supervision.confirmed(action, live, self.config):
+            return "skipped"
         if action == "progress":
-            if sup.progress_notify_interval <= 0 or now - turn.last_progress_mono < sup.progress_notify_interval * 0.9:
-                return "skipped"
             turn.last_progress_mono = now
             minutes = int((now - turn.started_mono) // 60)
             tool = runtime.get("current_tool")
@@ -118,15 +121,11 @@ class ActivityMixin:
             self.meta["liveness"]["activity"]["last_progress_at"] = folder.isoformat(folder.utcnow())
             return "recorded"
         if action == "warning":
-            if turn.warned or sup.inactivity_warning_after <= 0 or idle < sup.inactivity_warning_after:
-                return "skipped"
             turn.warned = True
             self.record(EventType.RUNTIME_WARNING,
                         {"text": f"Runtime activity is stale ({int(idle)} seconds idle).", "runtime": runtime})
             return "recorded"
         if action == "timeout":
-            if turn.timed_out or sup.inactivity_timeout <= 0 or idle < sup.inactivity_timeout:
-                return "skipped"
             turn.timed_out = True
             self.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
             self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
@@ -144,21 +143,15 @@ class ActivityMixin:
                                     f"within timeout_cancel_grace"))
                 return "stopped"
             return "canceled"
-        if action in ("quiet", "silence_stop"):
-            return await self._supervise_silence(action, turn, idle, runtime)
-        return "unknown"
+        return await self._supervise_silence(action, turn, idle, runtime, live.blocker)
 
-    async def _supervise_silence(self, action: str, turn: Turn, idle: float, runtime: dict[str, Any]) -> str:
-        """Supervised silence (health reference §6), verified against live state: one `runtime_warning` after
+    async def _supervise_silence(self, action: str, turn: Turn, idle: float, runtime: dict[str, Any],
+                                 blocker: str | None) -> str:
+        """Supervised silence (health reference §6), confirmed against live state: one `runtime_warning` after
         `quiet_after`, then after `stop_grace` more a stop of the agent's process tree, verified gone, recorded
         in meta.json (`supervision.silence_stop`) and handed to task recovery."""
         sup = self.config.supervision
-        blocker = supervision.silence_blocker(runtime, permission_waiting=self.permissions.waiting)
-        if sup.quiet_after <= 0 or idle < sup.quiet_after or blocker not in (None, "unknown_source"):
-            return "skipped"
         if action == "quiet":
-            if self._quiet_turn == turn.id:
-                return "skipped"
             self._quiet_turn = turn.id
             then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
             self.record(EventType.RUNTIME_WARNING, {
@@ -166,10 +159,7 @@ class ActivityMixin:
                 "supervision": {"rule": "quiet_after", "quiet_after": sup.quiet_after, "stop_grace": sup.stop_grace,
                                 "blocker": blocker}})
             return "recorded"
-        if (blocker is not None or sup.stop_grace <= 0 or idle < sup.quiet_after + sup.stop_grace
-                or self._quiet_turn != turn.id or self.agent is None):
-            return "skipped"
-        pgid = self.agent.pid
+        pgid = self.agent.pid if self.agent is not None else None  # confirmed() required an agent
         self.marker(MarkerKind.PROMPT_TIMEOUT, f"No work evidence for {int(idle)} seconds; stopping the agent's "
                     "process tree (supervised silence).", {"idle_seconds": round(idle, 3), "turn_id": turn.id,
                                                              "pgid": pgid})

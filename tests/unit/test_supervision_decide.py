@@ -1,8 +1,9 @@
 """What the supervision sweep proposes (`sessions/supervision.decide`, sessions reference §7) from meta.json's durable
 activity and a given `now`, branch by branch: the wall-clock limit, progress notes, the inactivity warning and
-timeout, and the sessions nothing is proposed for; and how often the sweep runs (`sweep_interval`). Supervised
-silence (`quiet`, `silence_stop`) is tests/unit/test_supervised_silence.py's. The daemon tests keep the wiring: the
-runtime verifying and acting on a proposal (tests/integration/test_stop_reasons.py, test_sweeps.py)."""
+timeout, and the sessions nothing is proposed for; how often the sweep runs (`sweep_interval`); and the owner's
+check of each proposal against its live turn (`confirmed`), which drops what a stale read proposed. Supervised
+silence's proposals (`quiet`, `silence_stop`) are tests/unit/test_supervised_silence.py's. The daemon tests keep the
+wiring: the runtime acting on a confirmed proposal (tests/integration/test_stop_reasons.py, test_sweeps.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ ensure_django()
 
 from sessions.config import Config, SupervisionConfig  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
-from sessions.supervision import MAX_TICK_SECONDS, MIN_TICK_SECONDS, decide, sweep_interval  # noqa: E402
+from sessions.supervision import (  # noqa: E402
+    MAX_TICK_SECONDS,
+    MIN_TICK_SECONDS,
+    LiveTurn,
+    confirmed,
+    decide,
+    sweep_interval,
+)
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WARN, TIMEOUT, PROGRESS, LIMIT = 60.0, 120.0, 30.0, 3600.0
@@ -132,3 +140,58 @@ def test_every_due_action_is_proposed_together() -> None:
 def test_the_sweep_runs_often_enough_for_the_shortest_supervision_time(sup: SupervisionConfig, limit: float,
                                                                         expected: float) -> None:
     assert sweep_interval(Config(supervision=sup, limits_timeout=limit)) == expected
+
+
+# ---- the owner's check of a proposal -------------------------------------------------------------
+
+QUIET, GRACE = 50.0, 20.0
+SILENT = with_sup(quiet_after=QUIET, stop_grace=GRACE)
+
+
+def test_progress_is_confirmed_a_little_early_but_not_twice_in_a_row() -> None:
+    # 90% of the interval: a sweep tick that lands just short of the interval does not delay the note a whole tick.
+    assert not confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 0.9 - 0.01), CONFIG)
+    assert confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 0.9), CONFIG)
+    assert not confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 10),
+                         with_sup(progress_notify_interval=0))
+
+
+def test_a_warning_or_timeout_proposed_from_a_stale_read_is_dropped_when_the_agent_worked_since() -> None:
+    # meta.json said idle for the timeout; the live turn heard from the agent a second ago.
+    for action, after in (("warning", WARN), ("timeout", TIMEOUT)):
+        assert not confirmed(action, LiveTurn(idle=1, since_progress=0), CONFIG), action
+        assert not confirmed(action, LiveTurn(idle=after - 0.01, since_progress=0), CONFIG), action
+        assert confirmed(action, LiveTurn(idle=after, since_progress=0), CONFIG), action
+
+
+def test_the_warning_and_the_timeout_act_once_per_turn_and_not_when_off() -> None:
+    assert not confirmed("warning", LiveTurn(idle=WARN, since_progress=0, warned=True), CONFIG)
+    assert not confirmed("timeout", LiveTurn(idle=TIMEOUT, since_progress=0, timed_out=True), CONFIG)
+    assert not confirmed("warning", LiveTurn(idle=WARN * 10, since_progress=0), with_sup(inactivity_warning_after=0))
+    assert not confirmed("timeout", LiveTurn(idle=TIMEOUT * 10, since_progress=0), with_sup(inactivity_timeout=0))
+
+
+def test_the_quiet_note_needs_the_live_silence_and_comes_once_per_turn() -> None:
+    assert not confirmed("quiet", LiveTurn(idle=QUIET - 0.01, since_progress=0), SILENT)
+    assert confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0), SILENT)
+    assert not confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0, quiet_noted=True), SILENT)
+    # An unknown source may be work: it gets the note, not the stop. A tool or a person waiting gets neither.
+    assert confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0, blocker="unknown_source"), SILENT)
+    for blocker in ("tool_in_flight", "permission_waiting"):
+        assert not confirmed("quiet", LiveTurn(idle=QUIET * 10, since_progress=0, blocker=blocker), SILENT), blocker
+    assert not confirmed("quiet", LiveTurn(idle=QUIET * 10, since_progress=0), with_sup(quiet_after=0))
+
+
+def test_the_silence_stop_needs_the_quiet_note_the_whole_grace_nothing_vouching_and_an_agent() -> None:
+    due = LiveTurn(idle=QUIET + GRACE, since_progress=0, quiet_noted=True)
+    assert confirmed("silence_stop", due, SILENT)
+    assert not confirmed("silence_stop", replace(due, idle=QUIET + GRACE - 0.01), SILENT)
+    assert not confirmed("silence_stop", replace(due, quiet_noted=False), SILENT)  # the note comes first
+    for blocker in ("unknown_source", "tool_in_flight", "permission_waiting"):
+        assert not confirmed("silence_stop", replace(due, blocker=blocker), SILENT), blocker
+    assert not confirmed("silence_stop", replace(due, has_agent=False), SILENT)
+    assert not confirmed("silence_stop", replace(due, idle=QUIET * 100), with_sup(quiet_after=QUIET, stop_grace=0))
+
+
+def test_an_action_the_rules_do_not_know_is_never_confirmed() -> None:
+    assert not confirmed("reboot", LiveTurn(idle=10**6, since_progress=10**6), SILENT)
