@@ -54,6 +54,14 @@ def test_user_stop_details_that_name_a_limit_classify_by_that_limit() -> None:
     assert user_stop_reason("budget_exceeded after 3 runs") == StopReason.BUDGET_EXCEEDED
 
 
+# The details tests/integration/test_stop_reasons.py sends through a live daemon's stop (max_iterations there).
+@pytest.mark.parametrize("limit", ["max_iterations", "loop_detected", "budget_exceeded"])
+def test_each_limit_named_in_a_stop_detail_is_its_stop_reason(limit: str) -> None:
+    assert user_stop_reason(f"{limit}: the agent went on too long") == StopReason(limit)
+    assert user_stop_reason(f"{limit.upper()} reached") == StopReason(limit)
+    assert user_stop_reason(f"{limit.replace('_', ' ')} reached") == StopReason.USER_CANCELED
+
+
 def test_failure_summary_is_redacted_and_bounded() -> None:
     failure = failure_object(FailureKind.PROCESS_EXIT, "token=ghp_" + "a" * 36 + " " + "x" * 5000)
     assert "ghp_" not in failure["summary"]
