@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -90,10 +91,10 @@ class InProcessApp:
         from sessions.store.folder import isoformat, utcnow
 
         self.home = home
+        config = get_config()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="inproc-loop", daemon=True)
         self._thread.start()
-        config = get_config()
         self.manager = SessionManager(config)
         self.manager.bind_loop(self.loop)
         set_manager(self.manager)
@@ -142,7 +143,8 @@ class InProcessApp:
     def session(self, session_id: str) -> dict[str, Any]:
         response = self.http.get(f"/api/sessions/{session_id}")
         assert response.status_code == 200, response.text
-        return response.json()["session"]  # type: ignore[no-any-return]
+        session: dict[str, Any] = response.json()["session"]
+        return session
 
     def scoped(self, session_id: str, suffix: str = "") -> str:
         return f"/api/workspaces/{self.session(session_id)['workspace_id']}/sessions/{session_id}{suffix}"
@@ -150,7 +152,8 @@ class InProcessApp:
     def events(self, session_id: str, **query: Any) -> list[dict[str, Any]]:
         response = self.http.get(self.scoped(session_id, "/events"), params={"limit": 1000, **query})
         assert response.status_code == 200, response.text
-        return response.json()["events"]  # type: ignore[no-any-return]
+        events: list[dict[str, Any]] = response.json()["events"]
+        return events
 
     def all_events(self, session_id: str, after: int = 0) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
@@ -198,13 +201,14 @@ class InProcessApp:
         from sessions import cluster
         from sessions.runtime.manager import set_manager
 
-        with contextlib.suppress(Exception):
-            self.run(self.manager.shutdown())
-        set_manager(None)
-        cluster.set_identity(None)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        try:
+            self.run(self.manager.shutdown())  # nothing to stop, unless a test started an agent by mistake
+        finally:
+            set_manager(None)
+            cluster.set_identity(None)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
 
 
 class _Headers(dict[str, str]):
@@ -216,6 +220,9 @@ class _Headers(dict[str, str]):
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())
 
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
 
 @contextlib.contextmanager
 def inproc_app(home: Path) -> Iterator[InProcessApp]:
@@ -225,19 +232,32 @@ def inproc_app(home: Path) -> Iterator[InProcessApp]:
 
     ensure_django(migrate=True)
     from sessions import config as config_module
+    from sessions.store.folder import utcnow
 
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(daemon_config(home))
     previous = os.environ.get("COMPOZY_HOME")
     os.environ["COMPOZY_HOME"] = str(home)
     config_module._cached = None
+    started = utcnow()
     app = InProcessApp(home)
     try:
         yield app
     finally:
         app.close()
+        _drop_rows_since(started)
         config_module._cached = None
         if previous is None:
             os.environ.pop("COMPOZY_HOME", None)
         else:
             os.environ["COMPOZY_HOME"] = previous
+
+
+def _drop_rows_since(started: datetime) -> None:
+    """The catalog is the test process's, shared with the other unit modules (some count its rows): what this app
+    wrote goes with it. Nothing else writes to it while a module's tests run."""
+    from sessions.models import Session, Workspace
+    from sessions.work.models import Task
+
+    for model in (Task, Session, Workspace):  # dependents first: a workspace PROTECTs its sessions and tasks
+        model.objects.filter(created_at__gte=started).delete()

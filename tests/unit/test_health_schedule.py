@@ -39,10 +39,15 @@ TEN_MINUTES = "---\nversion: 1\nsummary: look around\npreferences:\n  min_interv
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("COMPOZY_HOME", str(tmp_path))
     use_config(HeartbeatConfig(default_interval=DEFAULT, min_interval=300, session_health_hook_min_interval=HOOK_EVERY))
+    wipe()
+    yield tmp_path
+    wipe()  # the catalog is the test process's: other modules count its rows
+    config_module._cached = None
+
+
+def wipe() -> None:
     for model in (WakeEvent, WakeState, HeartbeatSnapshot, SessionHealth, Session, Workspace):
         model.objects.all().delete()
-    yield tmp_path
-    config_module._cached = None
 
 
 def use_config(cfg: HeartbeatConfig) -> None:

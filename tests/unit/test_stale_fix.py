@@ -7,7 +7,7 @@ stalled once its last activity is STALL_AGE old; a stop the catalog recorded fir
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -129,27 +129,33 @@ def test_a_reused_pid_or_a_dead_agent_is_not_a_survivor(agent: dict[str, Any]) -
     assert outcome(dead)[3] == "daemon crashed while session active"
 
 
-def _row(m: dict[str, Any], root: Path, **fields: Any) -> None:
-    ws = catalog.register_workspace(str(root))
-    catalog.upsert_session_row({**m, "workspace_id": ws.id, "workspace_path": str(root), "cwd": str(root)})
-    Session.objects.filter(id=m["id"]).update(**fields)
-
-
-def test_a_stop_the_catalog_recorded_after_meta_json_is_the_cause(tmp_path: Path) -> None:
-    """A full sessions disk: the daemon wrote its stop to the catalog row and could not write meta.json."""
-    m = meta("active")
+@pytest.fixture
+def row(tmp_path: Path) -> Iterator[Callable[..., None]]:
+    """A catalog row for a meta.json, with `fields` changed as the daemon would have written them; removed after."""
     root = tmp_path / "ws"
     root.mkdir()
-    _row(m, root, state="stopped", stop_reason="error", stop_detail="events.db: disk full", failure=STORAGE,
+    ws = catalog.register_workspace(str(root))
+
+    def write(m: dict[str, Any], **fields: Any) -> None:
+        catalog.upsert_session_row({**m, "workspace_id": ws.id, "workspace_path": str(root), "cwd": str(root)})
+        Session.objects.filter(id=m["id"]).update(**fields)
+
+    yield write
+    Session.objects.filter(workspace_id=ws.id).delete()  # the catalog is the test process's
+    ws.delete()
+
+
+def test_a_stop_the_catalog_recorded_after_meta_json_is_the_cause(row: Callable[..., None]) -> None:
+    """A full sessions disk: the daemon wrote its stop to the catalog row and could not write meta.json."""
+    m = meta("active")
+    row(m, state="stopped", stop_reason="error", stop_detail="events.db: disk full", failure=STORAGE,
          updated_at=NOW - timedelta(minutes=1))
     assert outcome(stale_fix(m, now=NOW)) == ("stopped", "error", "storage_failure", "events.db: disk full")
 
 
-def test_a_catalog_stop_older_than_meta_json_is_not_the_cause(tmp_path: Path) -> None:
+def test_a_catalog_stop_older_than_meta_json_is_not_the_cause(row: Callable[..., None]) -> None:
     m = meta("active")
-    root = tmp_path / "ws"
-    root.mkdir()
-    _row(m, root, state="stopped", stop_reason="error", stop_detail="events.db: disk full", failure=STORAGE,
+    row(m, state="stopped", stop_reason="error", stop_detail="events.db: disk full", failure=STORAGE,
          updated_at=NOW - timedelta(hours=2))
     assert outcome(stale_fix(m, now=NOW)) == ("stopped", "agent_crashed", "process_exit",
                                               "daemon crashed while session active")
