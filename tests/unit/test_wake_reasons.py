@@ -38,10 +38,15 @@ POLICY = "---\nversion: 1\nsummary: look around\n---\nCheck the inbox.\n"
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("COMPOZY_HOME", str(tmp_path))
     use_config(HeartbeatConfig())
+    wipe()
+    yield tmp_path
+    wipe()  # the catalog is the test process's: test_catalog_rebuild's ids collided with the last test's rows
+    config_module._cached = None
+
+
+def wipe() -> None:
     for model in (WakeEvent, WakeState, HeartbeatSnapshot, SessionHealth, Session, Workspace):
         model.objects.all().delete()
-    yield tmp_path
-    config_module._cached = None
 
 
 def use_config(cfg: HeartbeatConfig) -> None:
