@@ -221,7 +221,8 @@ def test_a_symlink_loop_is_a_path_that_cannot_be_resolved_not_a_500(api: InProce
 
 
 def test_refused_creates_register_no_workspace(api: InProcessApp, session: dict[str, Any], tmp_path: Path) -> None:
-    # The provider, first prompt, cwd and title were checked after the new workspace_path was registered.
+    # The provider, first prompt, cwd and title were checked after the new workspace_path was registered. (A blank
+    # first prompt is create-only, the lifecycle seed says: tests/integration/test_seed_rows.py.)
     before = snapshot(api, session["id"])
     fresh = [tmp_path / f"fresh-{i}" for i in range(4)]
     for path in fresh:
@@ -229,7 +230,7 @@ def test_refused_creates_register_no_workspace(api: InProcessApp, session: dict[
     error(api.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(fresh[0]),
                                                "provider": "nope"}), 404, "provider_not_found")
     error(api.http.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(fresh[1]),
-                                               "prompt": "   "}), 400, "message_required")
+                                               "prompt": "x" * 70000}), 400, "message_too_large")
     error(api.http.post("/api/tasks", json={"prompt": "x", "workspace_path": str(fresh[2]), "cwd": "/"}), 400,
           "invalid_cwd")
     error(post_raw(api, "/api/tasks", json.dumps({"prompt": "x", "title": "t\ud800",

@@ -48,8 +48,6 @@ HTTP_CASES: list[Any] = [
                  400, "malformed_json", id="malformed-json"),
     pytest.param(create({"agent_name": "scripted", "workspace_path": "$WS", "colour": "blue"}), 400,
                  "unknown_field", id="unknown-field"),
-    pytest.param(create({"agent_name": "scripted", "workspace_path": "$WS", "prompt": "  "}), 400,
-                 "message_required", id="blank-first-prompt"),
     pytest.param(lambda d, ws, s: d.http.get(f"/api/sessions/{UNKNOWN_SESSION}"), 404, "session_not_found",
                  id="unknown-session"),
     pytest.param(lambda d, ws, s: d.http.get("/api/sessions/sess_not-an-id"), 404, "session_not_found",
