@@ -22,18 +22,17 @@ from twisted.internet import reactor
 from twisted.internet.address import UNIXAddress
 
 from compozy_site.guard import LOCAL_SOCKET, PEER_UID
+from sessions.config import Timeouts
 from sessions.stream_pressure import BACKLOG
 
 logger = logging.getLogger(__name__)
 
-# The surfaces reference: headers must arrive within 5 s of the request line (a slow-header client otherwise holds
-# a connection for hours), and an idle keep-alive connection closes after 60 s.
-HEADER_TIMEOUT_SECONDS = 5.0
-IDLE_TIMEOUT_SECONDS = 60
-# The whole body (at most `max_body_bytes`, 1 MiB by default) must arrive within this long of the headers. The idle
-# timeout restarts with every byte, and daphne hands nothing to the guard before the body is complete, so a
-# client sending a byte every few seconds held a connection, unauthenticated, for as long as it liked.
-BODY_TIMEOUT_SECONDS = 30.0
+# The defaults of `[http] header_timeout`, `idle_timeout` and `body_timeout` (sessions/config.py `Timeouts`).
+# The surfaces reference: headers must arrive within 5 s (a slow-header client otherwise holds a connection for
+# hours), and an idle keep-alive connection closes after 60 s. The whole body (at most `max_body_bytes`, 1 MiB by
+# default) must arrive within 30 s of the headers: the idle timeout restarts with every byte, and daphne hands
+# nothing to the guard before the body is complete, so a client sending a byte every few seconds held a
+# connection, unauthenticated, for as long as it liked.
 # daphne gives the app no backpressure: eight stalled viewers of one fast turn queued 15 GB before the kernel killed
 # the daemon. Each request's scope carries `BACKLOG` (bytes queued for its connection), which the event streams
 # wait on (sessions/stream_pressure.py `drained`). Behind that, an event stream with this much queued is cut (the viewer
@@ -52,7 +51,7 @@ class GuardedRequest(WebRequest):
         self._body_seen = 0
         self._linger: Any = None
         super().__init__(*args, **kwargs)
-        self._header_timer: Any = reactor.callLater(HEADER_TIMEOUT_SECONDS, self._headers_too_slow)
+        self._header_timer: Any = reactor.callLater(self.server.timeouts.http_header, self._headers_too_slow)
         self._body_timer: Any = None
 
     def gotLength(self, length: int | None) -> None:
@@ -63,7 +62,7 @@ class GuardedRequest(WebRequest):
             self.content = _Discard()
             self._refuse(f"a {length}-byte body")
             return
-        self._body_timer = reactor.callLater(BODY_TIMEOUT_SECONDS, self._body_too_slow)
+        self._body_timer = reactor.callLater(self.server.timeouts.http_body, self._body_too_slow)
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:
@@ -118,15 +117,16 @@ class GuardedRequest(WebRequest):
         self._header_timer = None
         if self.channel is not None and self.channel.transport is not None:
             _write_error(self.channel.transport, 408, "Request Timeout", "header_timeout",
-                         f"the request headers did not arrive within {HEADER_TIMEOUT_SECONDS:g} s")
+                         f"the request headers did not arrive within {self.server.timeouts.http_header:g} s")
             self.channel.transport.loseConnection()
 
     def _body_too_slow(self) -> None:
         self._body_timer = None
         if self.channel is not None and self.channel.transport is not None:
-            logger.warning("closed a request whose body took over %g s", BODY_TIMEOUT_SECONDS)
+            limit = self.server.timeouts.http_body
+            logger.warning("closed a request whose body took over %g s", limit)
             _write_error(self.channel.transport, 408, "Request Timeout", "body_timeout",
-                         f"the request body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of its headers")
+                         f"the request body did not arrive within {limit:g} s of its headers")
             self.channel.transport.loseConnection()
 
     @staticmethod
@@ -178,7 +178,7 @@ class _Discard:
 class GuardedHTTPFactory(HTTPFactory):
     def __init__(self, server: Server) -> None:
         super().__init__(server)
-        self.timeOut = IDLE_TIMEOUT_SECONDS
+        self.timeOut = server.timeouts.http_idle
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
@@ -250,9 +250,10 @@ def write_through(transport: Any) -> None:
 
 
 class GuardedServer(Server):
-    def __init__(self, *args: Any, max_body_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_body_bytes: int, timeouts: Timeouts, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_body_bytes = max_body_bytes
+        self.timeouts = timeouts
 
     # daphne's run() builds `HTTPFactory(self)` inline with no hook; assigning it lands here and we build ours.
     @property

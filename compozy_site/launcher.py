@@ -263,7 +263,7 @@ def run_foreground(port: int | None = None) -> int:
 
     server = GuardedServer(application, endpoints=endpoints, signal_handlers=False, ready_callable=ready,
                            application_close_timeout=5, http_timeout=None,
-                           max_body_bytes=config.http_max_body_bytes)
+                           max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts)
 
     async def shutdown() -> None:
         if state["stopping"]:

@@ -111,6 +111,56 @@ def is_loopback_host(host: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Timeouts:
+    """The daemon's own limits in time, configurable so that a test crosses each in a second rather than waiting
+    out the production value (the suite spent minutes waiting 30 s body timeouts and 7 s stop escalations).
+
+    `[http] header_timeout`: the request head, request line included, must arrive within this of the connection;
+    `body_timeout`: the body within this of the head; `idle_timeout`: a keep-alive connection between requests;
+    `stream_stall_timeout`: an event stream whose client read nothing this long ends (it resumes from the store).
+    `[session.stop] cancel_grace`: after `session/cancel` the turn may end this long before the process shutdown
+    (the reference's cancel budget), and the agent this long again to exit once its stdin is closed;
+    `kill_grace`: SIGTERM to SIGKILL of the agent's group; `closed_stdout_grace`: an agent that closed its stdout
+    and lives on, before it is stopped as `transport_failure`.
+    `[session.store] write_deadline`: a store unwritable this long stops its session with `storage_failure`."""
+
+    http_header: float = 5.0
+    http_body: float = 30.0
+    http_idle: float = 60.0
+    stream_stall: float = 60.0
+    stop_cancel_grace: float = 1.0
+    stop_kill_grace: float = 5.0
+    closed_stdout_grace: float = 3.0
+    store_write_deadline: float = 5.0
+
+
+# (table path, key, Timeouts field): every one a positive duration, at most an hour.
+TIMEOUT_KEYS = (
+    ("http", "header_timeout", "http_header"), ("http", "body_timeout", "http_body"),
+    ("http", "idle_timeout", "http_idle"), ("http", "stream_stall_timeout", "stream_stall"),
+    ("session.stop", "cancel_grace", "stop_cancel_grace"), ("session.stop", "kill_grace", "stop_kill_grace"),
+    ("session.stop", "closed_stdout_grace", "closed_stdout_grace"),
+    ("session.store", "write_deadline", "store_write_deadline"),
+)
+MAX_TIMEOUT_SECONDS = 3600.0
+
+
+def _timeouts(data: dict[str, Any]) -> Timeouts:
+    values: dict[str, float] = {}
+    for table_path, key, name in TIMEOUT_KEYS:
+        table, prefix = data, ""
+        for part in table_path.split("."):
+            table, prefix = _table(table, part, prefix), f"{prefix}{part}."
+        if key not in table:
+            continue
+        seconds = parse_duration(table[key], f"{table_path}.{key}")
+        if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+            raise ConfigError(f"{table_path}.{key}: must be more than 0s and at most 1h")
+        values[name] = seconds
+    return Timeouts(**values)
+
+
+@dataclass(frozen=True)
 class Config:
     http_host: str = "127.0.0.1"
     http_port: int = 2123
@@ -138,6 +188,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # `[workspaces] allow_hard_links`: an agent's fs request may read or write a file with more than one link.
     allow_hard_links: bool = False
+    timeouts: Timeouts = field(default_factory=Timeouts)
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -380,6 +431,7 @@ def load_config(home: Path | None = None) -> Config:
                               lease_ttl=lease_ttl, advertise_url=advertise_url),
         allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
                                  "workspaces.allow_hard_links"),
+        timeouts=_timeouts(data),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

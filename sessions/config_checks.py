@@ -26,7 +26,8 @@ FREE: dict[str, Any] = {}
 _SUPERVISION = ("activity_heartbeat_interval", "progress_notify_interval", "inactivity_warning_after",
                 "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace")
 SCHEMA: dict[str, Any] = {
-    "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes")),
+    "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes", "header_timeout", "body_timeout",
+                           "idle_timeout", "stream_stall_timeout")),
     "daemon": {"socket": None},
     "defaults": dict.fromkeys(("agent", "provider")),
     "permissions": {"mode": None},
@@ -34,6 +35,8 @@ SCHEMA: dict[str, Any] = {
         "supervision": dict.fromkeys(_SUPERVISION),
         "busy_input": dict.fromkeys(("default_mode", "queue_cap", "max_text_bytes")),
         "limits": {"timeout": None},
+        "stop": dict.fromkeys(("cancel_grace", "kill_grace", "closed_stdout_grace")),
+        "store": {"write_deadline": None},
     },
     "limits": {"max_concurrent_agents": None},
     "roles": {"auto_title": dict.fromkeys(("enabled", "provider"))},

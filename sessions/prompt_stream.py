@@ -230,7 +230,8 @@ def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
 async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | None, raw: bool,
                   backlog: Callable[[], int] | None) -> AsyncIterator[bytes]:
     """The response body. Like the session stream, it writes nothing more while about a megabyte waits for a
-    client that stopped reading, and ends for one that took nothing for STALL_SECONDS (the turn goes on)."""
+    client that stopped reading, and ends for one that took nothing for `[http] stream_stall_timeout` (the turn
+    goes on)."""
     session_id = meta["id"]
     ui = UIMessageChunks(meta, turn_id)
     metrics.SSE_CLIENTS.labels(stream="prompt").inc()

@@ -1,9 +1,9 @@
 """Backpressure for event streams. daphne gives the app none: every frame written for a viewer that stopped reading
 was queued in the daemon, and eight such viewers of one fast turn queued 15 GB before the kernel killed it. Past
 HIGH_WATER bytes queued for its connection, a stream writes nothing more until the client takes them; one that
-takes nothing for STALL_SECONDS is ended (it resumes from the store with Last-Event-ID when it reads again). The
-transport's hard cap (compozy_site/http_server.py) is a safety net behind this. `compozy status` shows the streams
-waiting on their clients."""
+takes nothing for `[http] stream_stall_timeout` (60 s) is ended (it resumes from the store with Last-Event-ID when
+it reads again). The transport's hard cap (compozy_site/http_server.py) is a safety net behind this. `compozy
+status` shows the streams waiting on their clients."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 HIGH_WATER_BYTES = 1024 * 1024
-STALL_SECONDS = 60.0
 DRAIN_POLL_SECONDS = 0.02
 BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (compozy_site.http_server)
 
@@ -23,8 +22,14 @@ BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (comp
 _waiting: set[Callable[[], int]] = set()
 
 
+def stall_seconds() -> float:
+    from sessions.config import get_config
+
+    return get_config().timeouts.stream_stall
+
+
 async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_WATER_BYTES,
-                  stall: float = STALL_SECONDS) -> bool:
+                  stall: float | None = None) -> bool:
     """Wait until at most `high_water` bytes are queued for the client; False when it took none for `stall`
     seconds (a viewer gone quiet: end its stream). `backlog` is the connection's count, or None (no transport
     to ask): nothing to wait for."""
@@ -33,6 +38,7 @@ async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_W
     queued = backlog()
     if queued <= high_water:
         return True
+    stall = stall_seconds() if stall is None else stall
     loop = asyncio.get_running_loop()
     progress_at = loop.time()
     _waiting.add(backlog)
@@ -54,7 +60,7 @@ async def writable(backlog: Callable[[], int] | None, stream: str) -> bool:
     """`drained`, for a stream about to write: False (logged) when its client stopped reading, so it ends."""
     if await drained(backlog):
         return True
-    logger.warning("ended a %s stream whose client read nothing for %.0f s", stream, STALL_SECONDS)
+    logger.warning("ended a %s stream whose client read nothing for %g s", stream, stall_seconds())
     return False
 
 
@@ -67,4 +73,4 @@ def report() -> dict[str, Any]:
         except Exception:  # the connection closed under us
             continue
     return {"waiting_on_client": len(queued), "queued_bytes": sum(queued), "max_queued_bytes": max(queued, default=0),
-            "high_water_bytes": HIGH_WATER_BYTES, "stall_seconds": STALL_SECONDS}
+            "high_water_bytes": HIGH_WATER_BYTES, "stall_seconds": stall_seconds()}

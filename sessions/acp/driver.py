@@ -119,8 +119,13 @@ class AgentProcess:
         others_waiting: Callable[[], bool] | None = None,
         on_violation: ViolationSink | None = None,
         owner: str = "agent",
+        kill_grace: float = STOP_TIMEOUT_SECONDS,
+        closed_stdout_grace: float = CLOSED_EXIT_GRACE_SECONDS,
     ) -> None:
         self.command = list(command)
+        # `[session.stop] kill_grace` and `closed_stdout_grace` (sessions/config.py `Timeouts`).
+        self.kill_grace = kill_grace
+        self.closed_stdout_grace = closed_stdout_grace
         self.owner = owner  # a session id: with the start time, the run's straggler mark (stragglers.py)
         self.cwd = cwd
         self.env = agent_environment(env)
@@ -230,7 +235,7 @@ class AgentProcess:
 
     async def _reap_after_stdout_closed(self) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS)
+            await asyncio.wait_for(self.exited.wait(), self.closed_stdout_grace)
         if not self.exited.is_set() and self.process is not None and self.process.returncode is None:
             logger.warning("agent pid %s closed its stdout but kept running; killing its process group", self.pid)
             self.killed_for_closed_stdout = True
@@ -264,7 +269,7 @@ class AgentProcess:
             return
         self._stdout_closed()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.exited.wait(), CLOSED_EXIT_GRACE_SECONDS + STOP_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self.exited.wait(), self.closed_stdout_grace + self.kill_grace)
         await asyncio.sleep(0)
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
@@ -291,10 +296,11 @@ class AgentProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
 
-    async def shutdown(self, grace: float = 1.0, stop_timeout: float = STOP_TIMEOUT_SECONDS) -> int | None:
+    async def shutdown(self, grace: float = 1.0, stop_timeout: float | None = None) -> int | None:
         """Close stdin (SDK agents exit on EOF), then SIGTERM the group, then SIGKILL it."""
         if self.process is None:
             return None
+        stop_timeout = self.kill_grace if stop_timeout is None else stop_timeout
         if self.process.returncode is None and self.process.stdin:
             with contextlib.suppress(Exception):
                 self.process.stdin.close()

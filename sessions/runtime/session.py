@@ -68,7 +68,8 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.roots = roots
         self.cwd = Path(meta["cwd"])
         self.recorder = Recorder(folder.events_path(self.id), meta["agent_name"], self._on_commit,
-                                 self._on_store_failure, redact=config.redact_enabled)
+                                 self._on_store_failure, redact=config.redact_enabled,
+                                 write_deadline=config.timeouts.store_write_deadline)
         self.recorder.commit_seconds = metrics.STORE_COMMIT_SECONDS.observe
         if cluster.clustered() and os.environ.get("COMPOZY_SESSIONS_DIR"):
             # A shared store: a node cut off from the others must not write what a survivor may be writing.

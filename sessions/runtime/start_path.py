@@ -84,7 +84,9 @@ class StartPathMixin:
                                      package=self.provider.npm if command[0] == self.provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=self.provider.env, on_update=self.on_update,
                                  on_request=self.on_request, others_waiting=self.recorder.others_waiting,
-                                 on_violation=self.protocol_violation, owner=self.meta["id"])
+                                 on_violation=self.protocol_violation, owner=self.meta["id"],
+                                 kill_grace=self.config.timeouts.stop_kill_grace,
+                                 closed_stdout_grace=self.config.timeouts.closed_stdout_grace)
             self.agent = agent
             await agent.start()
         except AgentNotFound as exc:

@@ -18,8 +18,6 @@ from sessions.store.redact import bound_tail, redact_text
 
 logger = logging.getLogger(__name__)
 
-# Reference §8: cancel budget before the subprocess shutdown path starts.
-CANCEL_BUDGET_SECONDS = 1.0
 STDERR_IN_EVENTS_BYTES = 4096
 
 
@@ -77,10 +75,10 @@ class StopPathMixin:
         if turn is not None and not process_gone and self.agent and self.agent.returncode is None:
             await self.cancel_turn()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(turn.ended.wait(), CANCEL_BUDGET_SECONDS)
+                await asyncio.wait_for(turn.ended.wait(), self.config.timeouts.stop_cancel_grace)
         # 4-5. wait for exit, escalating through SIGTERM and SIGKILL of the process group
         if self.agent is not None:
-            await self.agent.shutdown()
+            await self.agent.shutdown(grace=self.config.timeouts.stop_cancel_grace)
         if turn is not None and turn.task and not turn.task.done():
             turn.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Daemon
+from tests.conftest import ROOT, Daemon, module_daemon
+
+# The production escalation (cancel 1 s, EOF 1 s, SIGTERM 5 s): the stopping-window test needs its width.
+daemon = module_daemon('[session.stop]\nkill_grace = "5s"\n')
 
 UNKNOWN_SESSION = "sess_0123456789abcdef"
 

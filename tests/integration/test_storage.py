@@ -28,6 +28,11 @@ TMPFS_BYTES = 8 * 1024 * 1024
 # Left free when the big turn starts: more than a prompt needs up front (512 KiB), far less than the turn.
 HEADROOM_BYTES = 2 * 1024 * 1024
 
+# A store that stays unwritable stops its session after `[session.store] write_deadline` (5 s in production): the
+# full-disk tests cross it in one second.
+FAST_STORE_FAILURE = '[session.store]\nwrite_deadline = "1s"\n'
+
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
@@ -39,7 +44,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_disk_loses_no_acknowledged_event_stops_the_session_refuses_new_work_and_recovers(
         small_disk: Path, workspace: Path) -> None:
-    d = start_daemon(small_disk)
+    d = start_daemon(small_disk, extra_config=FAST_STORE_FAILURE)
     sessions = small_disk / "sessions"
     try:
         streaming = d.create(workspace)["id"]
@@ -168,7 +173,7 @@ def test_a_store_locked_by_another_process_never_stalls_another_sessions_stream(
 
 def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_returns(
         small_disk: Path, workspace: Path) -> None:
-    d = start_daemon(small_disk)
+    d = start_daemon(small_disk, extra_config=FAST_STORE_FAILURE)
     sessions = small_disk / "sessions"
     try:
         sid = d.create(workspace)["id"]
@@ -180,7 +185,7 @@ def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_ret
         d.stop(signal.SIGKILL)
         filler.unlink()
 
-        d = start_daemon(small_disk)
+        d = start_daemon(small_disk, extra_config=FAST_STORE_FAILURE)
         # Boot repair must not call this "daemon crashed while session active": the daemon recorded the cause.
         stopped = wait_for(lambda: (s := d.session(sid))["state"] == "stopped" and s, 30, "the session to read")
         assert stopped["stop_reason"] == "error" and stopped["failure"]["kind"] == "storage_failure", stopped

@@ -147,3 +147,34 @@ def test_every_key_the_readme_shows_is_known() -> None:
     import tomllib
 
     assert unknown_keys(tomllib.loads(block)) == []
+
+
+def test_every_timeout_a_test_crosses_is_configurable_and_defaults_to_the_production_value(tmp_path: Path) -> None:
+    from sessions.config import Timeouts
+
+    assert load_config(config(tmp_path, "")).timeouts == Timeouts()
+    loaded = load_config(config(tmp_path, """
+        [http]
+        header_timeout = "2s"
+        body_timeout = "3s"
+        idle_timeout = "4s"
+        stream_stall_timeout = "500ms"
+        [session.stop]
+        cancel_grace = "250ms"
+        kill_grace = "1s"
+        closed_stdout_grace = "1.5s"
+        [session.store]
+        write_deadline = "600ms"
+        """)).timeouts
+    assert loaded == Timeouts(http_header=2.0, http_body=3.0, http_idle=4.0, stream_stall=0.5,
+                              stop_cancel_grace=0.25, stop_kill_grace=1.0, closed_stdout_grace=1.5,
+                              store_write_deadline=0.6)
+    assert not load_config(config(tmp_path, '[session.stop]\nkill_grace = "1s"\n')).unknown_keys
+
+
+@pytest.mark.parametrize("text", ['[http]\nheader_timeout = "0s"\n', '[session.stop]\nkill_grace = "2h"\n',
+                                  '[session.store]\nwrite_deadline = "soon"\n', '[session]\nstop = 3\n'])
+def test_a_timeout_that_is_not_a_positive_duration_of_at_most_an_hour_is_refused(tmp_path: Path, text: str) -> None:
+    message = refused(tmp_path, text)
+    assert message.startswith(("http.header_timeout", "session.stop.kill_grace", "session.store.write_deadline",
+                               "[session.stop]")), message
