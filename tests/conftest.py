@@ -215,6 +215,39 @@ class Daemon:
         return self.proc.returncode
 
 
+def job_ticks(home: Path, job: str) -> tuple[int, float]:
+    """How many ticks of the daemon's periodic `job` (`supervision`, `tasks`, `wake_cycle`, `health_sweep`, …) ran, and
+    when the last one started (epoch seconds; 0.0: never), read from the catalog's claim rows (sessions/claims.py)."""
+    import sqlite3
+    from contextlib import closing
+    from datetime import datetime
+
+    with closing(sqlite3.connect(f"file:{home / 'catalog.sqlite3'}?mode=ro", uri=True, timeout=10)) as conn:
+        row = conn.execute("SELECT claims, claimed_at FROM compozy_sessions_sweepclaim WHERE name LIKE ?",
+                           (f"{job}:%",)).fetchone()
+    if row is None or row[1] is None:
+        return (int(row[0]) if row else 0), 0.0
+    stamp = str(row[1]).replace(" ", "T")
+    parsed = datetime.fromisoformat(stamp if ("+" in stamp[10:] or stamp.endswith("Z")) else stamp + "+00:00")
+    return int(row[0]), parsed.timestamp()
+
+
+def wait_job_ticks(home: Path, job: str, *, after: float | None = None, ticks: int = 2,
+                   timeout: float = 60.0) -> None:
+    """Wait until `ticks` more ticks of `job` ran, the last of them started after `after` (epoch seconds, default
+    now): the condition a test that asserts that something did NOT happen waits on, instead of a sleep. A job that
+    would have acted by `after` had its chance in the first of those ticks, and handed its action on before the
+    next one began."""
+    start, _ = job_ticks(home, job)
+    after = time.time() if after is None else after
+
+    def passed() -> bool:
+        claims, last = job_ticks(home, job)
+        return claims >= start + ticks and last > after
+
+    wait_for(passed, timeout, f"{ticks} more ticks of the {job} job after {after:.1f}")
+
+
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs; a zombie counts as gone (orphans reparent to a PID 1 that may never reap)."""
     try:
