@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test fuzz system-deps lint bench bench-catalog venv clean
+.PHONY: run test fuzz coverage system-deps lint bench bench-catalog venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,15 @@ test: system-deps
 # failure); COMPOZY_FUZZ_SEED=<n> replays one.
 fuzz: $(STAMP)
 	COMPOZY_FUZZ_DEEP=1 $(BIN)/python -m pytest tests/integration/test_api_contract.py
+
+## Line coverage of the project's packages over the whole suite (the daemons the tests start included).
+coverage: system-deps
+	@$(MAKE) --no-print-directory venv
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --cov --cov-report= tests/unit tests/integration $(PYTEST_ARGS) || true
+	$(BIN)/python -m pytest --cov --cov-append --cov-report= tests/e2e $(PYTEST_ARGS) || true
+	$(BIN)/coverage combine --append -q || true
+	$(BIN)/coverage report
 
 system-deps:
 	PYTHON=$(PYTHON) scripts/ensure-system-deps.sh

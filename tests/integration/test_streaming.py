@@ -237,7 +237,9 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
     upsert(cache, snap["entries"])
     cursor = int(first.id or 0)
     fences = {"epoch": snap["epoch"], "generation": snap["generation"]}
-    turn = daemon.prompt(sid, "stream 10000").json()["prompt"]["turn_id"]
+    # A steady answer (600 chunks over about 3 s), so the first viewer can hang up in the middle of it: a burst of
+    # 10k chunks could end before that viewer's first delta on a loaded machine.
+    turn = daemon.prompt(sid, "slow 600 0.005").json()["prompt"]["turn_id"]
     # Fenced resume → deltas only; hang up while the answer is still streaming, resume again.
     for attempt in range(2):
         with open_stream(daemon.http, path, fences, last_event_id=cursor) as response:
@@ -265,7 +267,7 @@ def test_transcript_snapshot_and_fenced_deltas_rebuild_the_stored_transcript(dae
     assert ordered(cache) == body["entries"]
     final = [e for e in body["entries"] if e["message"]["metadata"].get("turn_id") == turn]
     others = [(e["sequence"], e["type"]) for e in daemon.all_events(sid) if e["type"] != "agent_message"]
-    assert assistant_text(final[-1]) == "".join(f"c{i} " for i in range(10000)), others
+    assert assistant_text(final[-1]) == "".join(f"c{i} " for i in range(600)), others
     assert final[-1]["message"]["metadata"]["stop_reason"] == "end_turn"
 
     # Backward pages walk the same entries.
