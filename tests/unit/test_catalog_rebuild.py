@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Iterator
 
@@ -28,7 +29,9 @@ def catalog() -> Iterator[list[str]]:
     now = folder.utcnow()
     workspace = Workspace.objects.create(id="ws_00000000000000aa", name="scale", root_dir="/tmp/scale",
                                          created_at=now, updated_at=now)
-    ids = [f"sess_{n:016x}" for n in range(SESSIONS)]
+    # Ids of a random prefix: other modules of this worker may have left rows with ids of their own (sess_000…1).
+    prefix = secrets.token_hex(2)
+    ids = [f"sess_{prefix}{n:012x}" for n in range(SESSIONS)]
     # One executemany: the ORM's bulk_create batches by the variable limit and takes ~10 s for 100k rows.
     stamp = now.isoformat()
     with transaction.atomic(), connection.cursor() as cursor:
