@@ -68,6 +68,29 @@ def test_database_url_keeps_sslmode_and_options(tmp_path: Path) -> None:
     assert shown["layer"] == "channels_redis.core.RedisChannelLayer"
 
 
+IDLE_SETTING = """
+import django
+django.setup()
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("SHOW idle_in_transaction_session_timeout")
+    print(cursor.fetchone()[0])
+"""
+
+
+def test_a_catalog_connection_idle_in_a_transaction_is_ended_by_postgresql(tmp_path: Path) -> None:
+    """A node paused inside a transaction kept its row locks and held the survivor's failover for as long as it
+    slept (test_scale, seen in CI): every catalog connection sets an idle-in-transaction timeout."""
+    require_postgres()
+    with fresh_database() as url:
+        result = django_run(IDLE_SETTING, tmp_path, DATABASE_URL=url)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "5s"
+        chosen = django_run(IDLE_SETTING, tmp_path,
+                            DATABASE_URL=url + "?options=-c%20idle_in_transaction_session_timeout%3D9000")
+        assert chosen.stdout.strip() == "9s", chosen.stderr  # the operator's own value wins
+
+
 def test_the_same_migrations_apply_to_a_fresh_postgresql_database(tmp_path: Path) -> None:
     require_postgres()
     with fresh_database() as url:
