@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sessions.stream_pressure import HIGH_WATER_BYTES
 from tests.conftest import Daemon, of_type, wait_for
+from tests.sse import RawStream
 
 
 def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every_frame(
@@ -22,7 +23,8 @@ def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {daemon.token}\r\n"
                     f"Accept: text/event-stream\r\nLast-Event-ID: 0\r\n\r\n".encode())
-    assert stalled.recv(4096).startswith(b"HTTP/1.1 200")
+    stream = RawStream(stalled)
+    assert stream.head().startswith(b"HTTP/1.1 200")
     # ~100 MB of chunk text that the stalled viewer does not read while the turn runs: it used to be queued.
     done = of_type(daemon.run_turn(sid, "stream 100000 1000", timeout=180), "done")[0]["sequence"]
     streams = wait_for(lambda: (s := daemon.http.get("/api/status").json()["streams"])["waiting_on_client"] and s,
@@ -32,17 +34,9 @@ def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every
     assert streams["queued_bytes"] < HIGH_WATER_BYTES + 8 * 1024 * 1024, streams
     assert re.search(r"slow viewers\s+1 waiting", daemon.cli("status").stdout)
 
-    chunks: list[bytes] = []
-    marker, tail = f"id: {done}\n".encode(), b""
-    while marker not in tail:
-        chunk = stalled.recv(1 << 20)
-        assert chunk, "the stream ended before done"
-        chunks.append(chunk)
-        tail = tail[-64:] + chunk
-    ids = [int(line[3:]) for line in b"".join(chunks).split(b"\n")
-           if line.startswith(b"id:") and line[3:].strip().isdigit()]
+    stream.read_until(f"id: {done}\n".encode())
     stalled.close()
-    assert ids == list(range(1, done + 1)), "frames lost or repeated"
+    assert stream.ids() == list(range(1, done + 1)), "frames lost or repeated"
     assert daemon.http.get("/api/status").json()["streams"]["waiting_on_client"] == 0
 
 
@@ -84,8 +78,8 @@ def test_a_prompt_stream_whose_client_stops_reading_waits_for_it_and_then_ends_w
     client.sendall(f"POST {daemon.scoped(sid, '/prompt')}?format=raw HTTP/1.1\r\nHost: localhost\r\n"
                    f"Authorization: Bearer {daemon.token}\r\nAccept: text/event-stream\r\n"
                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-    head = client.recv(4096)  # the headers, and maybe the first frames
-    assert head.startswith(b"HTTP/1.1 200")
+    stream = RawStream(client)
+    assert stream.head().startswith(b"HTTP/1.1 200")
     turn_id = wait_for(lambda: [e["turn_id"] for e in daemon.events(sid, type="user_message")], timeout=30,
                        what="the prompt's user_message")[-1]
     events = daemon.turn_events(sid, turn_id, timeout=180)
@@ -95,15 +89,8 @@ def test_a_prompt_stream_whose_client_stops_reading_waits_for_it_and_then_ends_w
     assert streams["waiting_on_client"] == 1
     assert streams["queued_bytes"] < HIGH_WATER_BYTES + 8 * 1024 * 1024, streams
 
-    text, tail = bytearray(head), head[-64:]
-    while b"event: done\n" not in tail:
-        chunk = client.recv(1 << 20)
-        assert chunk, "the stream ended before done"
-        text += chunk
-        tail = tail[-64:] + chunk
+    stream.read_until(b"event: done\n")
     client.close()
-    sent = [int(line[3:]) for line in bytes(text).split(b"\n")
-            if line.startswith(b"id:") and line[3:].strip().isdigit()]
     stored = [e["sequence"] for e in events if e["type"] != "user_message"]
-    assert sent == stored, "frames lost or repeated"
+    assert stream.ids() == stored, "frames lost or repeated"
     assert daemon.http.get("/api/status").json()["streams"]["waiting_on_client"] == 0

@@ -17,7 +17,7 @@ import pytest
 
 from sessions.transcript import TRANSCRIPT_GENERATION as GEN
 from tests.conftest import ROOT, Daemon, chunk_count, of_type, start_daemon, wait_for
-from tests.sse import Frame, frames, open_stream, watch_raw
+from tests.sse import Frame, RawStream, frames, open_stream, watch_raw
 
 
 @pytest.fixture(scope="module")
@@ -506,26 +506,6 @@ def test_recap_of_a_busy_session_shows_the_active_run_and_the_queue(daemon: Daem
     daemon.http.post(daemon.scoped(sid, "/stop"))
 
 
-def read_chunked_sse(sock: socket.socket, until: bytes, timeout: float = 60.0) -> bytes:
-    """Everything a raw HTTP/1.1 socket receives until `until` appears in the de-chunked body."""
-    sock.settimeout(timeout)
-    raw = b""
-    while b"\r\n\r\n" not in raw:
-        raw += sock.recv(65536)
-    head, _, rest = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head[:200]
-    body, buf = b"", rest
-    while until not in body:
-        while b"\r\n" not in buf:
-            buf += sock.recv(65536)
-        size_line, _, buf = buf.partition(b"\r\n")
-        size = int(size_line, 16)
-        while len(buf) < size + 2:
-            buf += sock.recv(65536)
-        body, buf = body + buf[:size], buf[size + 2:]
-    return body
-
-
 def test_a_viewer_that_stops_reading_gets_every_frame_once_it_reads_again(daemon: Daemon, ws: Path) -> None:
     """Frames go straight to the socket while it takes them whole (compozy_site/http_server.write_through); a
     viewer with a 4 KiB receive window that reads nothing during a long turn makes those sends partial, and the
@@ -544,7 +524,10 @@ def test_a_viewer_that_stops_reading_gets_every_frame_once_it_reads_again(daemon
         assert daemon.prompt(sid, f"stream {count}").status_code == 200
         wait_for(lambda: any(e["type"] == "done" for e in daemon.events(sid, limit=5)), timeout=120,
                  what="the turn's end in the store while the viewer reads nothing")
-        body = read_chunked_sse(sock, b"event: done\n")
+        sock.settimeout(60)
+        stream = RawStream(sock)
+        assert stream.head().startswith(b"HTTP/1.1 200")
+        body = stream.read_until(b"event: done\n")
     finally:
         sock.close()
     blocks = [b for b in body.decode().split("\n\n") if b.startswith("id: ")]
