@@ -80,7 +80,7 @@ def worker(sessions: int, repeat: int) -> dict[str, Any]:
             cursor.execute("ANALYZE")
     fill = time.perf_counter() - started
     # A live session with no daemon would be repaired on read; pretend a daemon of this home runs (none writes).
-    from compozy_site import daemon_record
+    from compozy_base import daemon_record
 
     daemon_record.daemon_running = lambda: True  # type: ignore[assignment]
     results: dict[str, Any] = {"engine": connection.vendor, "fill_seconds": round(fill, 1), "cases": {}}

@@ -17,7 +17,7 @@ SWEEP_SECONDS = 1.0
 
 class DoorbellLayer(InMemoryChannelLayer):
     def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
         self._swept_at = float("-inf")
 
     def _clean_expired(self) -> None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compozy_site.home import compozy_home
+from compozy_base.home import compozy_home
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 COMPOZY_HOME = compozy_home()
@@ -20,7 +20,7 @@ COMPOZY_HOME.mkdir(parents=True, exist_ok=True, mode=0o700)
 # The daemon binds to loopback only; the key only signs CSRF tokens for the local dashboard.
 SECRET_KEY = os.environ.get("COMPOZY_SECRET_KEY", "compozy-local-daemon-loopback-only")
 DEBUG = os.environ.get("COMPOZY_DEBUG") == "1"
-# The ASGI guard (compozy_site/guard.py) checks Host for every route, the SSE consumers included, and answers in
+# The ASGI guard (compozy/api/guard.py) checks Host for every route, the SSE consumers included, and answers in
 # the API's JSON error shape; Django's own check would see only half the routes.
 ALLOWED_HOSTS = ["*"]
 
@@ -33,14 +33,14 @@ INSTALLED_APPS = [
     "ninja",
     "huey.contrib.djhuey",
     "sessions.apps.SessionsConfig",
-    "sessions.work.apps.WorkConfig",
+    "tasks.apps.TasksConfig",
     "health.apps.HealthConfig",
     "frontend.apps.FrontendConfig",
 ]
 
 MIDDLEWARE = [
     # Outermost, so every non-JSON error answer under /api/ is rewritten into the common error shape.
-    "compozy_site.api.json_error_middleware",
+    "compozy.api.app.json_error_middleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -66,7 +66,7 @@ def _database_from_env() -> dict[str, Any]:
         import dj_database_url  # only scale-out needs it; the embedded default never imports it
 
         # dj-database-url keeps ?sslmode=…, options and the rest of the query string in OPTIONS.
-        return dj_database_url.parse(url)
+        return dict(dj_database_url.parse(url))
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": COMPOZY_HOME / "catalog.sqlite3",
@@ -113,7 +113,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "compozy_site.logging.RedactFilter"}},
+    "filters": {"redact": {"()": "compozy.daemon.logs.RedactFilter"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("COMPOZY_LOG_LEVEL", "INFO")},

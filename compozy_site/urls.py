@@ -1,7 +1,8 @@
 from django.urls import include, path
 
-from compozy_site.api import api, not_found
-from compozy_site.metrics import metrics_view
+from compozy.api.app import api
+from compozy.api.metrics import metrics_view
+from compozy_base.errors import not_found
 
 handler404 = not_found
 

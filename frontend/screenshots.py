@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, ViewportSize, expect, sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -24,7 +24,7 @@ from tests.conftest import Daemon, start_daemon  # noqa: E402
 from tests.e2e.conftest import CHROMIUM_ARGS, CHROMIUM_PATH  # noqa: E402
 
 logger = logging.getLogger("compozy.screenshots")
-VIEWPORT = {"width": 1440, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1440, "height": 900}
 
 
 def make_workspace(base: Path, name: str) -> Path:

@@ -29,6 +29,7 @@ from django.http import (
     JsonResponse,
     StreamingHttpResponse,
 )
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
@@ -139,7 +140,7 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
 @require_safe
 async def tasks_page(request: HttpRequest) -> HttpResponse:
     """Supervised work: tasks with their attempts and linked sessions, needs-attention first."""
-    from sessions.work.services import list_tasks
+    from tasks.services import list_tasks
 
     tasks = await sync_to_async(list_tasks)()
     page = {"initial": tasks, "features": features()}
@@ -211,7 +212,7 @@ def _wants_html(request: HttpRequest) -> bool:
 async def page_not_found(request: HttpRequest) -> HttpResponse:
     """Any page address that matches nothing: a browser gets the styled page, a script the API's JSON 404."""
     if request.method not in ("GET", "HEAD") or not _wants_html(request):
-        from compozy_site.api import not_found
+        from compozy_base.errors import not_found
 
         return not_found(request)
     response = render(request, "frontend/not_found.html", {"path": request.path[:512]}, status=404)
@@ -242,7 +243,7 @@ async def _jsonl(meta: dict[str, Any], path: Path, ceiling: int) -> AsyncIterato
 
 @csrf_exempt
 @require_safe
-async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
+async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponseBase:
     """GET /sessions/<id>/events.jsonl: every stored event of the session, streamed."""
     try:
         meta = await sync_to_async(services.read_session_meta)(session_id)
@@ -253,7 +254,7 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponse:
     try:
         ceiling = await asyncio.to_thread(event_store.max_sequence, path)
     except sqlite3.DatabaseError as exc:
-        from compozy_site.api import error_body
+        from compozy_base.errors import error_body
 
         body = error_body("the session's event store cannot be read", "event_store_unreadable", 409,
                           {"detail": str(exc)[:200]})

@@ -8,9 +8,13 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         # Register the health jobs with huey for `manage.py run_huey` too (the daemon imports them itself).
         import health.jobs  # noqa: F401
-        from health.services import on_meta_saved
+        from health.services import boot_recompute, on_meta_saved
         from sessions import catalog
+        from sessions.boot_repair import BOOT_REPAIRED
 
         # Every metadata save derives the session's health row (sessions/catalog.py calls what is registered).
         if on_meta_saved not in catalog.META_SAVED:
             catalog.META_SAVED.append(on_meta_saved)
+        # Once per daemon start, after boot repair: health from the repaired metadata (sessions/jobs.py calls it).
+        if boot_recompute not in BOOT_REPAIRED:
+            BOOT_REPAIRED.append(boot_recompute)

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from health.config import HeartbeatConfig
+from sessions.heartbeat_config import HeartbeatConfig
 from sessions.nesting import MAX_DEPTH
 
 SCHEMA_VERSION = 1
@@ -85,13 +85,13 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
                                                   self.peek_event().start_mark)
-            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 

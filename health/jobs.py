@@ -40,7 +40,7 @@ def health_sweep() -> int | None:
     """Age idle sessions into `stale`. Only in the daemon that owns the sessions (their live facts are here)."""
     from health.services import sweep_stale
     from sessions.claims import claim_tick, owner_id
-    from sessions.jobs import _arrive as arrive
+    from sessions.jobs import arrive
 
     manager = arrive("health_sweep")
     if manager is None or manager.draining or not manager.runtimes:
@@ -56,8 +56,7 @@ def wake_cycle(run: str) -> dict[str, int] | None:
     from health.services import recomputed_at
     from health.wake import run_cycle
     from sessions.claims import claim_tick, owner_id
-    from sessions.jobs import _arrive as arrive
-    from sessions.jobs import this_start
+    from sessions.jobs import arrive, this_start
 
     if not this_start(run):
         return None  # another daemon start's (another node's) cycle: its own ticker runs it there

@@ -11,12 +11,12 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from compozy_site.home import compozy_home
+from compozy_base.home import compozy_home
 from health import heartbeat
-from health.config import HeartbeatConfig
 from health.enums import PolicyStatus
 from health.models import HeartbeatSnapshot
 from sessions.config import get_config
+from sessions.heartbeat_config import HeartbeatConfig
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)

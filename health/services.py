@@ -265,7 +265,7 @@ def recomputed_at(run: str) -> str | None:
 
 
 def current_run() -> str:
-    from compozy_site.daemon_record import read_daemon_record
+    from compozy_base.daemon_record import read_daemon_record
 
     record = read_daemon_record() or {}
     return str(record.get("started_at") or "")

@@ -22,11 +22,11 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from health import heartbeat, policy, services
-from health.config import HeartbeatConfig
 from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
 from sessions.config import get_config
 from sessions.errors import Conflict, Unavailable
+from sessions.heartbeat_config import HeartbeatConfig
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
     if dry_run:
         return ctx.decide(WakeResult.SENT, WakeReason.WAKE_SENT)
     # 7. claim the gate, record the decision's id, send with "skip if busy"
+    assert state is not None  # a missing state returned at 5 unless `peek`, and a peek is a dry run (returned at 6)
     claimed = WakeState.objects.filter(session_id=session_id, version=state.version, in_flight=False).update(
         in_flight=True, version=F("version") + 1, updated_at=now)
     if claimed != 1:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compozy_site.home import boot_report_path
+from compozy_base.home import boot_report_path
 from sessions.enums import LIVE_STATES, EventType, SessionState
 from sessions.repair import (
     NO_TURN_IDS,
@@ -28,6 +29,11 @@ from sessions.store import folder
 from sessions.store.failures import classify
 
 logger = logging.getLogger(__name__)
+
+# Called with the daemon start's `run` once its boot repair has run, even one that failed: apps that derive state
+# from session metadata (health registers its recompute, health/apps.py) do it from the repaired metadata, before
+# any of their consumers start (the same pattern as catalog.META_SAVED).
+BOOT_REPAIRED: list[Callable[[str], object]] = []
 
 
 def _interrupted(path: Path) -> bool:
@@ -155,7 +161,7 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
     Sessions the new daemon owns are skipped: they are in the manager, and their events.db is its to write.
     `run` (the daemon start, daemon.json `started_at`) goes into the report: `daemon start` waits for it.
     """
-    from compozy_site.daemon_record import read_daemon_record
+    from compozy_base.daemon_record import read_daemon_record
 
     manager = local_manager()
     # Sessions this daemon created are never stale; only state older than our start can be.

@@ -21,7 +21,7 @@ from sessions.store import folder
 
 def owner_id() -> str:
     """The node whose sessions a daemon owns: one daemon per COMPOZY_HOME, homes told apart by host."""
-    from compozy_site.home import compozy_home
+    from compozy_base.home import compozy_home
 
     return f"{socket.gethostname()}:{compozy_home()}"
 

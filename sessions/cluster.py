@@ -267,7 +267,7 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | N
     if _identity is not None and (row.node_id, row.run) == (_identity.node_id, _identity.run):
         return None
     if _identity is None and row.node_id == node_id():
-        from compozy_site.daemon_record import daemon_running
+        from compozy_base.daemon_record import daemon_running
 
         if not daemon_running():
             return None  # manage.py after this home's daemon died: its leases died with it
@@ -396,7 +396,7 @@ def redis_health() -> dict[str, Any]:
 
 def status() -> dict[str, Any]:
     """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
-    from compozy_site.auth import cluster_token_state
+    from compozy_base.auth import cluster_token_state
 
     me = _identity
     return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
@@ -407,6 +407,6 @@ def status() -> dict[str, Any]:
 
 
 def _sessions_dir() -> str:
-    from compozy_site.home import sessions_dir
+    from compozy_base.home import sessions_dir
 
     return str(sessions_dir())

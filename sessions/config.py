@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from compozy_site.home import compozy_home
-from health.config import HeartbeatConfig, parse_heartbeat
+from compozy_base.home import compozy_home
 from sessions.config_checks import UnknownKey, read_toml, unknown_keys
 from sessions.config_values import boolean, integer, parse_duration, port, string_table
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
+from sessions.heartbeat_config import HeartbeatConfig, parse_heartbeat
 from sessions.hooks.declarations import parse_hook_declarations
 from sessions.hooks.spec import HookDeclaration
 

@@ -53,10 +53,10 @@ def integer(value: object, key: str, low: int, high: int) -> int:
 def port(value: object, key: str, *, text: bool = False) -> int:
     """A TCP port (0 = any free one); with `text` (an environment variable) a decimal integer written out."""
     if text and isinstance(value, str):
-        text = value.strip()
-        if not text.isascii() or not text.isdigit():
+        written = value.strip()
+        if not written.isascii() or not written.isdigit():
             raise ConfigError(f"{key}: must be an integer in 0..65535, got {value!r:.60}")
-        value = int(text)
+        value = int(written)
     return integer(value, key, 0, 65535)
 
 

@@ -34,7 +34,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
             if runs_here(session_id):
                 continue  # reactivated here meanwhile
             meta = load_meta(session_id)
-            fixed = repair_stale_meta(meta)
+            fixed: dict[str, Any] | None = repair_stale_meta(meta)
         except Exception as exc:
             # The folder is not shared with the dead node, or its meta.json is invalid (known: one line, no
             # traceback): the catalog row is all there is to correct.

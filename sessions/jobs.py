@@ -1,7 +1,8 @@
-"""huey jobs: boot repair, tombstone clean-up, the supervision and reaping sweep, and the task-run cycle.
+"""huey jobs: boot repair, tombstone clean-up, the supervision and reaping sweep (the task-run cycle is
+tasks/jobs.py).
 
 How they are scheduled, and why it survives lost messages and extra consumers:
-1. The daemon's `Ticker` thread (`compozy_site/jobs.py`) enqueues each job when it falls due: the sweep
+1. The daemon's `Ticker` thread (`compozy/daemon/consumer.py`) enqueues each job when it falls due: the sweep
    every `sweep_interval`, tombstones every minute. Nothing reschedules itself. Boot repair (until it has run for
    this daemon start) and the wake cycle belong to one daemon start: the ticker runs them in its own process, and a
    consumer that gets one for another start (another node's) ignores it. When a job's previous message has not
@@ -65,7 +66,8 @@ def arrived(name: str) -> float:
     return _arrived.get(name, 0.0)
 
 
-def _arrive(name: str) -> Any:
+def arrive(name: str) -> Any:
+    """This process's SessionManager when it owns sessions (the daemon), noting that a message for `name` came."""
     manager = _owner()
     if manager is not None:
         _arrived[name] = time.monotonic()
@@ -84,23 +86,21 @@ def this_start(run: str) -> bool:
 @db_task()
 def boot_repair(run: str) -> dict[str, int] | None:
     """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
-    from sessions.boot_repair import boot_repair_all
+    from sessions.boot_repair import BOOT_REPAIRED, boot_repair_all
     from sessions.claims import claim_tick, owner_id
     from sessions.store.folder import parse_time
 
-    if not this_start(run) or _arrive("boot") is None or run in _boot_runs:
+    if not this_start(run) or arrive("boot") is None or run in _boot_runs:
         return None
     if not claim_tick(f"boot_repair:{owner_id()}", BOOT_CLAIM_EVERY, now=parse_time(run)):
         _boot_runs.add(run)  # this start's repair was claimed already (a duplicate message)
         return None
     _boot_runs.add(run)
-    from health.services import boot_recompute
-
     try:
         return boot_repair_all(run)
     finally:
-        # Health is recomputed from the repaired metadata, and before any wake consumer (they wait for it).
-        boot_recompute(run)
+        for after_repair in BOOT_REPAIRED:  # health's recompute, before any wake consumer (they wait for it)
+            after_repair(run)
 
 
 @db_task()
@@ -109,7 +109,7 @@ def supervision_sweep() -> dict[str, int] | None:
     from sessions.claims import claim_tick, owner_id
     from sessions.supervision import sweep_interval
 
-    manager = _arrive("sweep")
+    manager = arrive("sweep")
     # No live session, nothing to supervise: an idle daemon writes nothing to the catalog.
     if manager is None or manager.loop is None or manager.draining or not manager.runtimes:
         return None
@@ -156,35 +156,13 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
     return {"sessions": len(ids), "handed_off": handed, "reaped": reaped}
 
 
-def task_every() -> float:
-    from sessions.config import get_config
-    from sessions.work.runner import tick_seconds
-
-    return tick_seconds(get_config())
-
-
-@db_task()
-def task_cycle() -> dict[str, int] | None:
-    """Task runs (`sessions/work/runner.py`): recover lapsed leases, renew and settle ours, dispatch queued ones."""
-    from sessions.claims import claim_tick, owner_id
-    from sessions.work.runner import cycle, has_work
-
-    manager = _arrive("tasks")
-    # No queued or running run, nothing to do: an idle daemon writes nothing to the catalog.
-    if manager is None or manager.loop is None or manager.draining or not has_work():
-        return None
-    if not claim_tick(f"tasks:{owner_id()}", task_every() * SWEEP_CLAIM_SHARE):
-        return None
-    return cycle(manager)
-
-
 @db_task()
 def remove_tombstones() -> int | None:
     """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
-    from compozy_site.home import sessions_dir
+    from compozy_base.home import sessions_dir
     from sessions.claims import claim_tick, owner_id
 
-    if _arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
+    if arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
         return None
     root = sessions_dir()
     removed = 0
@@ -197,4 +175,4 @@ def remove_tombstones() -> int | None:
     return removed
 
 
-__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep", "task_cycle"]
+__all__ = ["HUEY", "arrived", "boot_repair", "boot_repaired", "remove_tombstones", "supervision_sweep"]

@@ -67,7 +67,7 @@ def _bound_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def _marker(row: dict[str, Any]) -> dict[str, Any]:
     content = row["content"] if isinstance(row["content"], dict) else {}
-    raw = content.get("raw") if isinstance(content.get("raw"), dict) else {}
+    raw = content["raw"] if isinstance(content.get("raw"), dict) else {}
     kind = str(raw.get("kind") or f"transcript_marker.{content.get('title', '')}")
     marker: dict[str, Any] = {"kind": kind, "occurred_at": raw.get("occurred_at") or row["timestamp"],
                               "summary": bound_text(str(raw.get("summary") or content.get("text") or ""), 2048),

@@ -179,7 +179,7 @@ def _daemon_holds(session_id: str, state: str) -> bool:
     if manager is not None and manager.owns(session_id):
         return True
     if manager is None:
-        from compozy_site.daemon_record import daemon_running
+        from compozy_base.daemon_record import daemon_running
 
         if state in LIVE_STATES and daemon_running():
             return True

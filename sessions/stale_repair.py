@@ -31,7 +31,7 @@ STALL_AGE = timedelta(minutes=2)
 
 def _agent_alive(liveness: dict[str, Any]) -> bool:
     """The recorded agent still runs, checked by pid AND start time (the pid may have been reused)."""
-    from compozy_site.daemon_record import is_same_process
+    from compozy_base.daemon_record import is_same_process
 
     started = folder.parse_time(liveness.get("subprocess_started_at"))
     return is_same_process(liveness.get("subprocess_pid"), started.timestamp() if started else None)

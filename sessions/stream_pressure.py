@@ -2,7 +2,7 @@
 was queued in the daemon, and eight such viewers of one fast turn queued 15 GB before the kernel killed it. Past
 HIGH_WATER bytes queued for its connection, a stream writes nothing more until the client takes them; one that
 takes nothing for `[http] stream_stall_timeout` (60 s) is ended (it resumes from the store with Last-Event-ID when
-it reads again). The transport's hard cap (compozy_site/http_server.py) is a safety net behind this. `compozy
+it reads again). The transport's hard cap (compozy/api/http_server.py) is a safety net behind this. `compozy
 status` shows the streams waiting on their clients."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 HIGH_WATER_BYTES = 1024 * 1024
 DRAIN_POLL_SECONDS = 0.02
-BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (compozy_site.http_server)
+BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (compozy.api.http_server)
 
 # The backlogs of the streams waiting on their client now (one per connection). Written on the loop, read by status.
 _waiting: set[Callable[[], int]] = set()

@@ -159,7 +159,7 @@ def process_start_time(pid: int) -> int | None:
 def group_members(pgid: int) -> tuple[list[int], list[int]]:
     """(live, zombie) pids whose process group is `pgid`, from a /proc scan. Zombies are dead: they wait for a
     parent (PID 1 for orphans, which may never reap in a container) and can do nothing."""
-    live, zombies = [], []
+    live, zombies = list[int](), list[int]()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -170,7 +170,7 @@ def permission_data(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     content = row["content"] if isinstance(row["content"], dict) else {}
     request_id = str(content.get("request_id") or content.get("tool_call_id") or row["id"])
     data = event_data(row)
-    raw = content.get("raw") if isinstance(content.get("raw"), dict) else {}
+    raw = content["raw"] if isinstance(content.get("raw"), dict) else {}
     data["options"] = [{"option_id": o.get("optionId"), "kind": o.get("kind"), "label": o.get("name")}
                        for o in raw.get("options") or [] if isinstance(o, dict)]
     return request_id, data
@@ -245,11 +245,11 @@ class Assembler:
                 entry.metadata["synthetic_reentry"] = True
             self._touch(entry, row)
         elif type_ in (EventType.AGENT_MESSAGE, EventType.THOUGHT):
-            text = content.get("text")
-            if not isinstance(text, str) or not text:
+            chunk = content.get("text")
+            if not isinstance(chunk, str) or not chunk:
                 return  # empty chunks are dropped
             entry = self._assistant(row)
-            entry.add_text("text" if type_ == EventType.AGENT_MESSAGE else "reasoning", text)
+            entry.add_text("text" if type_ == EventType.AGENT_MESSAGE else "reasoning", chunk)
             self._touch(entry, row)
         elif type_ == EventType.TOOL_CALL:
             entry = self._assistant(row)

@@ -108,7 +108,7 @@ class Daemon:
         return self.cli_json("dashboard", "--no-open")["url"]
 
     def cli(self, *args: str, timeout: float = 60.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=self.env, cwd=str(ROOT),
+        return subprocess.run([sys.executable, "-m", "compozy.cli", *args], env=self.env, cwd=str(ROOT),
                               capture_output=True, text=True, timeout=timeout, input=input)
 
     def cli_json(self, *args: str, timeout: float = 60.0) -> Any:
@@ -310,7 +310,7 @@ def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] |
     env.pop("COMPOZY_URL", None)
     log_path = home / "daemon-test.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the daemon writes to it for its whole life
-    proc = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--foreground",
+    proc = subprocess.Popen([sys.executable, "-m", "compozy.cli", "daemon", "start", "--foreground",
                              "--port", str(port or 0)], env=env, cwd=str(ROOT), stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     record_path = home / "daemon.json"

@@ -257,7 +257,7 @@ def _drop_rows_since(started: datetime) -> None:
     """The catalog is the test process's, shared with the other unit modules (some count its rows): what this app
     wrote goes with it. Nothing else writes to it while a module's tests run."""
     from sessions.models import Session, Workspace
-    from sessions.work.models import Task
+    from tasks.models import Task
 
     for model in (Task, Session, Workspace):  # dependents first: a workspace PROTECTs its sessions and tasks
         model.objects.filter(created_at__gte=started).delete()

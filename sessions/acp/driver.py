@@ -36,7 +36,7 @@ from acp.connection import Connection
 from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 
-from compozy_site.home import user_umask
+from compozy_base.home import user_umask
 from sessions.acp import stragglers
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 from sessions.child_env import inherited_environment
@@ -157,8 +157,8 @@ class AgentProcess:
     async def start(self) -> None:
         from sessions.store.folder import isoformat, utcnow
 
-        self.started_at = isoformat(utcnow())
-        self.mark = stragglers.mark(self.owner, self.started_at)
+        self.started_at = started_at = isoformat(utcnow())
+        self.mark = stragglers.mark(self.owner, started_at)
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command,
@@ -213,7 +213,7 @@ class AgentProcess:
             return
         loop = asyncio.get_running_loop()
         exited = loop.create_future()
-        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        loop.add_reader(pidfd, lambda: None if exited.done() else exited.set_result(None))
         try:
             await asyncio.wait({waited, exited}, return_when=asyncio.FIRST_COMPLETED)
         finally:

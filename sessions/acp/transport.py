@@ -41,7 +41,8 @@ BREATHE_SECONDS = 0.0005
 
 # One read takes what the pipe's reader holds, up to this; lines are split and parsed from it in one pass.
 READ_BYTES = 1024 * 1024
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: one object from a str, no wrapper
+# The C scanner: one object from a str, no wrapper (typeshed types make_scanner as a class taking its context).
+_scan_json: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 class RecordingTransport(NdjsonTransport):

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from compozy_site.home import user_umask
+from compozy_base.home import user_umask
 
 MAX_READ_BYTES = 10 * 1024 * 1024
 # Agents' file I/O never takes a thread of the loop's default pool, which serves prompts, streams and reads.
@@ -87,7 +87,7 @@ def confine(path: str, roots: Sequence[Path]) -> Confined:
     raise OutsideWorkspace(f"path outside the workspace: {path}")
 
 
-def _refused(exc: OSError, target: Confined, dir_fd: int, name: str) -> OSError:
+def _refused(exc: OSError, target: Confined, dir_fd: int, name: str) -> OSError | NotARegularFile:
     """What a failed O_NOFOLLOW open means. A component that is a symlink now (ELOOP, or ENOTDIR where
     O_DIRECTORY was asked) turned into one after `confine` checked it: refused as outside the workspace."""
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compozy_site.home import user_umask
+from compozy_base.home import user_umask
 from sessions.child_env import inherited_environment, is_daemon_secret
 from sessions.hooks.spec import HookDeclaration
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from compozy_site import metrics
+from compozy_base import metrics
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable

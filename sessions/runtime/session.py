@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compozy_site import metrics
+from compozy_base import metrics
 from sessions import catalog, cluster
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update

@@ -8,8 +8,8 @@ import contextlib
 import logging
 from typing import Any
 
-from compozy_site import metrics
-from compozy_site.home import crash_bundles_dir
+from compozy_base import metrics
+from compozy_base.home import crash_bundles_dir
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
 from sessions.runtime.tasks import spawn

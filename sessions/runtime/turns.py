@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from compozy_site import metrics
+from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState

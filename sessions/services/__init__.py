@@ -35,7 +35,6 @@ from sessions.services.prompts import (
 )
 from sessions.services.reactivation import attach, detach, reactivate
 from sessions.services.reads import history, hook_runs, list_events, list_sessions
-from sessions.services.status import runtime_status
 from sessions.services.workspaces import add_workspace, list_workspaces, remove_workspace, workspace_info
 from sessions.store.folder import load_meta
 
@@ -72,7 +71,6 @@ __all__ = [
     "rename_session",
     "resolve_agent",
     "ring_catalog_threadsafe",
-    "runtime_status",
     "scoped_meta",
     "session_payload",
     "spawn_child",

@@ -58,7 +58,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     # create-only behaviour, so a script that passes an optional prompt through still creates its session.
     raw_prompt = body.get("prompt") or ""
     prompt = manager.inputs.check_text(raw_prompt, "prompt") if raw_prompt.strip() else ""
-    ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(workspace_path)
+    ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(str(workspace_path))
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
     if body.get("provider"):
@@ -79,7 +79,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         "acp_session_id": "", "liveness": {"activity": {}}, "input_generation": 0,
         "created_at": now, "updated_at": now,
     }
-    binding = body.get("task_binding")  # internal only (sessions/work): the API's create schema refuses it
+    binding = body.get("task_binding")  # internal only (tasks): the API's create schema refuses it
     if binding:
         meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:

@@ -104,7 +104,7 @@ def _daemon_may_own(session_id: str) -> bool:
     try:
         manager = get_manager()
     except Exception:
-        from compozy_site.daemon_record import daemon_running
+        from compozy_base.daemon_record import daemon_running
 
         return daemon_running() or cluster.holder_elsewhere(session_id) is not None
     return manager.owns(session_id) or cluster.holder_elsewhere(session_id) is not None
@@ -131,7 +131,7 @@ class SessionOwnedElsewhere(Conflict):
 
 def _not_routed() -> str:
     """Why this node did not route the request, when its cluster token is refused: nothing else points at it."""
-    from compozy_site.auth import cluster_token_state
+    from compozy_base.auth import cluster_token_state
 
     token = cluster_token_state()
     return f" (not routed: {token['reason']})" if token["status"] == "refused" else ""

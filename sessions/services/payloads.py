@@ -57,7 +57,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "activity": activity or None,
         "last_activity_at": activity.get("last_activity_at"),
         "lineage": meta.get("lineage"),
-        "task_id": meta.get("task_id"),  # correlation keys of a task run's session (sessions/work)
+        "task_id": meta.get("task_id"),  # correlation keys of a task run's session (tasks)
         "run_id": meta.get("run_id"),
         "created_at": meta["created_at"],
         "activated_at": meta.get("activated_at"),  # first reached `active`: `session new` tells start from turn

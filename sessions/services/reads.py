@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sessions import catalog, transcript
@@ -77,7 +78,7 @@ def _limit(value: int | None, default: int = 200) -> int:
 
 
 def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
-                limit: int | None = None, types: list[str] | None = None, turn_id: str | None = None,
+                limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
                 agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
     meta = scoped_meta(session_id, workspace_ref)
     if after is not None and after < 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions import catalog
+from sessions import catalog, workspace_users
 from sessions.config import get_config
 from sessions.enums import LIVE_STATES
 from sessions.errors import Conflict, InvalidRequest, NotFound, StorageError
@@ -59,16 +59,13 @@ def remove_workspace(ref: str) -> dict[str, Any]:
     """Delete a workspace, its sessions' folders and rows, and its finished tasks. Everything that can refuse is
     checked first: a workspace with live sessions or unfinished tasks answers 409 with nothing deleted (a task
     once made it a 500 after its sessions were already gone)."""
-    from sessions.work.enums import FINAL
-
     ws = catalog.find_workspace(ref)
     live = Session.objects.filter(workspace_id=ws.id, state__in=[s.value for s in LIVE_STATES])
     if live.exists():
         raise Conflict("workspace has active sessions", code="workspace_has_active_sessions")
-    unfinished = ws.tasks.exclude(status__in=[s.value for s in FINAL])
-    if unfinished.exists():
-        raise Conflict("workspace has queued or running tasks: cancel them first",
-                       code="workspace_has_active_tasks", data={"tasks": list(unfinished.values_list("id", flat=True))})
+    for user in workspace_users.users():
+        if busy := user.busy(ws):
+            raise Conflict(user.message, code=user.code, data={user.data_key: busy})
     record = catalog.workspace_record(ws)
     for row in Session.objects.filter(workspace_id=ws.id):
         try:
@@ -78,6 +75,7 @@ def remove_workspace(ref: str) -> dict[str, Any]:
         except OSError as exc:  # the sessions deleted so far stay deleted; the workspace and the rest stay
             raise StorageError.from_exception(exc) from exc
     with transaction.atomic():
-        ws.tasks.all().delete()  # finished: their sessions are deleted above
+        for user in workspace_users.users():
+            user.release(ws)  # finished rows only: their sessions are deleted above
         ws.delete()
     return record

@@ -404,7 +404,7 @@ def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None 
                    last: int | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    where, params = ["1=1"], []
+    where, params = ["1=1"], list[object]()
     if event:
         where.append("event = ?")
         params.append(event)

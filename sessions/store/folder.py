@@ -8,9 +8,9 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from compozy_site.home import sessions_dir
+from compozy_base.home import sessions_dir
 from sessions.enums import SessionState
 from sessions.errors import Conflict, NotFound
 from sessions.nesting import MAX_DEPTH, may_nest_deeper, too_deep
@@ -28,11 +28,23 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@overload
+def isoformat(moment: datetime) -> str: ...
+@overload
+def isoformat(moment: datetime | None) -> str | None: ...
+
+
 def isoformat(moment: datetime | None) -> str | None:
     """RFC3339 UTC with a Z, microsecond precision, or None."""
     if moment is None:
         return None
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@overload
+def parse_time(text: str) -> datetime: ...
+@overload
+def parse_time(text: str | None) -> datetime | None: ...
 
 
 def parse_time(text: str | None) -> datetime | None:

@@ -114,7 +114,7 @@ def op_weight(op: PendingOp) -> int:
 
 def materialize(ops: Sequence[PendingOp]) -> list[StoreOp]:
     """The store operations of merged `ops`: each run becomes one event with its text joined once."""
-    return [op.event() if type(op) is ChunkRun else op for op in ops]
+    return [op.event() if isinstance(op, ChunkRun) else op for op in ops]
 
 
 def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:

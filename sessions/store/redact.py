@@ -266,6 +266,12 @@ def _key_word_hits(low: str) -> list[int]:
     return hits
 
 
+def _run_end(pattern: re.Pattern[str], text: str, at: int) -> int:
+    """End of the run of `pattern` at `at`; the patterns match the empty string, so there always is one."""
+    found = pattern.match(text, at)
+    return found.end() if found else at
+
+
 def _redact_keyed(text: str, low: str, hits: list[int]) -> str:
     """Redact values of secret-like keys, examining only keys around the trigger-word ``hits``."""
     pieces: list[str] = []
@@ -276,8 +282,8 @@ def _redact_keyed(text: str, low: str, hits: list[int]) -> str:
     for pos in hits:
         if pos < done or pos < run_end:
             continue
-        start = max(pos - (_KEY_RUN_RE.match(rev, n - pos).end() - (n - pos)), done)
-        end = run_end = _KEY_RUN_RE.match(low, pos).end()
+        start = max(pos - (_run_end(_KEY_RUN_RE, rev, n - pos) - (n - pos)), done)
+        end = run_end = _run_end(_KEY_RUN_RE, low, pos)
         if end - start > _MAX_KEY_CHARS:
             continue
         # Cheap reject before any regex: every form needs a separator or quote right after the key, dashes

@@ -54,7 +54,8 @@ def _open_block(text: str) -> tuple[int, str] | None:
 def _run_start(rev: str, end: int, pattern: re.Pattern[str] = _RUN_REV_RE) -> int:
     """Start of the run of `pattern` characters that ends at `end` (an index into the unreversed text)."""
     at = len(rev) - end
-    return end - (pattern.match(rev, at).end() - at)
+    found = pattern.match(rev, at)  # the run patterns match the empty string: always a match
+    return end - ((found.end() if found else at) - at)
 
 
 def _key_before(tail: str, rev: str, end: int) -> int | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 DEFAULT_TIMEOUT_MS = 15_000
 
 

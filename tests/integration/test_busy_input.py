@@ -286,7 +286,7 @@ def test_an_interrupt_drops_a_queued_entry_and_a_staged_steer_once_each(daemon: 
 
 def test_a_cli_prompt_whose_turn_is_interrupted_elsewhere_exits_70(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace)["id"]
-    streaming = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "session", "prompt", sid, "slow 60 0.1",
+    streaming = subprocess.Popen([sys.executable, "-m", "compozy.cli", "session", "prompt", sid, "slow 60 0.1",
                                   "-o", "json"], env=daemon.env, cwd=str(ROOT), text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -14,7 +14,7 @@ COLUMNS = 80
 
 
 def narrow(d: Daemon, *args: str, columns: int = COLUMNS, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], cwd=str(ROOT), capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", *args], cwd=str(ROOT), capture_output=True,
                             text=True, timeout=60, env={**d.env, "COLUMNS": str(columns), "LINES": "24"})
     assert result.returncode == 0 or not check, result.stderr or result.stdout
     return result

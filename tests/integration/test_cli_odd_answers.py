@@ -94,7 +94,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COMPOZY_HOME": str(home)}
     for name in ("COMPOZY_URL", "COMPOZY_DEBUG", "COMPOZY_HTTP_PORT"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=env, cwd=str(ROOT),
+    return subprocess.run([sys.executable, "-m", "compozy.cli", *args], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=60)
 
 

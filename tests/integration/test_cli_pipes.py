@@ -32,7 +32,7 @@ daemon = module_daemon(NO_TITLE, timeout=START_TIMEOUT)
 
 
 def compozy(*args: str) -> list[str]:
-    return [sys.executable, "-m", "compozy_site.cli", *args]
+    return [sys.executable, "-m", "compozy.cli", *args]
 
 
 def assert_no_escapes(text: str) -> None:

@@ -113,7 +113,7 @@ def test_prompt_to_a_session_that_is_not_active_is_refused(daemon: Daemon, works
 
 def test_cli_reports_an_unreachable_daemon_in_one_line(daemon: Daemon, tmp_path: Path) -> None:
     env = {**daemon.env, "COMPOZY_HOME": str(tmp_path / "no-daemon-here")}
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", "status", "-o", "json"], env=env,
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", "status", "-o", "json"], env=env,
                             cwd=str(ROOT), capture_output=True, text=True, timeout=60)
     assert result.returncode == 69
     [line] = result.stderr.strip().splitlines()

@@ -178,7 +178,7 @@ def test_daemon_status_prints_the_record(daemon: Daemon) -> None:
 
 def test_daemon_status_without_a_daemon_says_stopped(daemon: Daemon, tmp_path: Path) -> None:
     env = {**daemon.env, "COMPOZY_HOME": str(tmp_path / "empty-home")}
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", "daemon", "status", "-o", "json"],
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "status", "-o", "json"],
                             env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "stopped"

@@ -185,7 +185,7 @@ def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subproce
     for name in ("COMPOZY_URL", "COMPOZY_HTTP_PORT", "DATABASE_URL", "REDIS_URL"):
         if name not in (env or {}):
             environ.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "compozy_site.cli", "daemon", "start", "--port", "0", *args],
+    return subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "start", "--port", "0", *args],
                           env=environ, cwd=str(ROOT), capture_output=True, text=True, timeout=120)
 
 

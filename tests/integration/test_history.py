@@ -15,7 +15,7 @@ daemon = module_daemon(NO_TITLE)
 
 
 def at_80_columns(d: Daemon, *args: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], cwd=str(ROOT), capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", *args], cwd=str(ROOT), capture_output=True,
                             text=True, timeout=60, env={**d.env, "COLUMNS": "80", "LINES": "24"})
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()

@@ -236,7 +236,7 @@ EXAMPLE_ID = "sess_0123456789abcdef"
 
 def jq_examples(*path: str) -> list[tuple[list[str], list[str]]]:
     """(compozy arguments, jq arguments) of each `compozy … | jq …` line in a command's --help examples."""
-    from compozy_site.cli.main import cli
+    from compozy.cli.main import cli
 
     command = cli
     for name in path:
@@ -288,7 +288,7 @@ def test_a_permission_request_naming_only_the_tool_call_id_shows_the_calls_kind_
 
 
 def at_80_columns(d: Daemon, *args: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", *args], capture_output=True, text=True,
                             timeout=60, env={**d.env, "COLUMNS": "80", "LINES": "24"})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

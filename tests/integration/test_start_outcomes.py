@@ -47,7 +47,7 @@ def test_session_new_still_exits_non_zero_when_the_start_failed(daemon: Daemon, 
 def compozy(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COMPOZY_HOME": str(home)}
     env.pop("COMPOZY_URL", None)
-    return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=env, cwd=str(ROOT),
+    return subprocess.run([sys.executable, "-m", "compozy.cli", *args], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=timeout)
 
 

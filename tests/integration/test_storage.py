@@ -204,7 +204,7 @@ def test_an_events_db_deleted_under_a_live_session_stops_it_as_a_storage_failure
     active and healthy, doctor content, and the next prompt's CLI waiting for ever on rows nobody could read."""
     sid = daemon.create(workspace)["id"]
     folder = daemon.home / "sessions" / sid
-    first = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "session", "prompt", sid, "slow 60 0.1"],
+    first = subprocess.Popen([sys.executable, "-m", "compozy.cli", "session", "prompt", sid, "slow 60 0.1"],
                              env=daemon.env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: chunk_count(e["content"].get("text", "") for e in daemon.events(sid, type="agent_message")),

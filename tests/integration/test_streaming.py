@@ -387,7 +387,7 @@ def test_the_catalog_stream_announces_a_turn_while_it_runs(daemon: Daemon, tmp_p
 def test_session_events_follow_prints_rows_until_the_session_stops(daemon: Daemon, ws: Path) -> None:
     sid = daemon.create(ws)["id"]
     assert daemon.prompt(sid, "slow 20 0.1").status_code == 200
-    proc = subprocess.Popen([sys.executable, "-m", "compozy_site.cli", "session", "events", sid, "--follow",
+    proc = subprocess.Popen([sys.executable, "-m", "compozy.cli", "session", "events", sid, "--follow",
                              "-o", "jsonl", "--after", "0"], env=daemon.env, cwd=str(ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -413,7 +413,7 @@ def test_a_daemon_killed_mid_turn_fails_the_cli_prompt_and_follow_reconnects_to_
     procs: list[subprocess.Popen[str]] = []
 
     def cli(*args: str) -> subprocess.Popen[str]:
-        procs.append(subprocess.Popen([sys.executable, "-m", "compozy_site.cli", *args], env=daemon.env,
+        procs.append(subprocess.Popen([sys.executable, "-m", "compozy.cli", *args], env=daemon.env,
                                       cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         return procs[-1]
 
@@ -507,7 +507,7 @@ def test_recap_of_a_busy_session_shows_the_active_run_and_the_queue(daemon: Daem
 
 
 def test_a_viewer_that_stops_reading_gets_every_frame_once_it_reads_again(daemon: Daemon, ws: Path) -> None:
-    """Frames go straight to the socket while it takes them whole (compozy_site/http_server.write_through); a
+    """Frames go straight to the socket while it takes them whole (compozy/api/http_server.write_through); a
     viewer with a 4 KiB receive window that reads nothing during a long turn makes those sends partial, and the
     rest must wait in Twisted's queue, in order, until it reads again."""
     count = 800_000

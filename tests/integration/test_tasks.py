@@ -199,7 +199,7 @@ def test_a_failed_turn_fails_the_task_without_a_retry_and_a_person_can_retry_it(
 
 def recorded_pgid(home: Path, task_id: str) -> int | None:
     with contextlib.closing(sqlite3.connect(f"file:{home / 'catalog.sqlite3'}?mode=ro", uri=True)) as conn:
-        row = conn.execute("SELECT agent_pgid FROM work_taskrun WHERE task_id = ? AND attempt = 1",
+        row = conn.execute("SELECT agent_pgid FROM tasks_taskrun WHERE task_id = ? AND attempt = 1",
                            (task_id,)).fetchone()
     return row[0] if row else None
 

@@ -101,7 +101,7 @@ def cli(home: Path, *args: str, url: str | None = None) -> subprocess.CompletedP
     env.pop("COMPOZY_URL", None)
     if url:
         env["COMPOZY_URL"] = url
-    return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args, "-o", "json"], env=env, cwd=str(ROOT),
+    return subprocess.run([sys.executable, "-m", "compozy.cli", *args, "-o", "json"], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=60)
 
 

@@ -130,7 +130,7 @@ def test_a_link_preview_or_a_sub_resource_fetch_does_not_use_up_the_login_link(d
 
 
 def test_the_dashboard_cookie_is_dated_and_refused_once_older_than_a_week(daemon: Daemon) -> None:
-    from compozy_site.auth import COOKIE_MAX_AGE, COOKIE_NAME, cookie_value
+    from compozy_base.auth import COOKIE_MAX_AGE, COOKIE_NAME, cookie_value
 
     fresh = cookie_value(daemon.token)
     stale = cookie_value(daemon.token, issued=int(time.time() - COOKIE_MAX_AGE - 120))
@@ -283,7 +283,7 @@ def test_every_file_in_the_home_is_private_after_a_session_ran(tmp_path: Path, w
     (home / "config.toml").write_text(daemon_config(tmp_path / "agent-files"))
     os.chmod(home / "config.toml", 0o644)  # a pre-existing file made by hand is tightened at start
     env = {**os.environ, "COMPOZY_HOME": str(home)}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], env=env,  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "compozy.cli", *args], env=env,  # noqa: E731
                                        cwd=str(ROOT), capture_output=True, text=True, timeout=60)
     started = run("daemon", "start", "--port", "0", "-o", "json")  # detached: writes logs/daemon.log
     assert started.returncode == 0, started.stderr
@@ -334,7 +334,7 @@ def test_two_homes_on_one_machine_never_cross_talk(daemon: Daemon, tmp_path: Pat
     env_b.pop("COMPOZY_URL", None)
 
     def status_b() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "compozy_site.cli", "status", "-o", "json"], env=env_b,
+        return subprocess.run([sys.executable, "-m", "compozy.cli", "status", "-o", "json"], env=env_b,
                               cwd=str(ROOT), capture_output=True, text=True, timeout=60)
 
     # B never ran: no token, so nothing on B's configured port (A's daemon) can be B's.
@@ -345,7 +345,7 @@ def test_two_homes_on_one_machine_never_cross_talk(daemon: Daemon, tmp_path: Pat
         (home_b / "token").write_text(token)
         result = status_b()
         assert result.returncode == 69 and json.loads(result.stderr)["code"] == "daemon_unavailable", result.stderr
-        new = subprocess.run([sys.executable, "-m", "compozy_site.cli", "session", "new", "--cwd", str(workspace),
+        new = subprocess.run([sys.executable, "-m", "compozy.cli", "session", "new", "--cwd", str(workspace),
                               "--no-wait", "-o", "json"], env=env_b, cwd=str(ROOT), capture_output=True, text=True,
                              timeout=60)
         assert new.returncode == 69

@@ -1,4 +1,4 @@
-"""The evidence archive's file (compozy_site/cli/evidence.py `_create`): the default name carries the time to the
+"""The evidence archive's file (compozy/cli/evidence.py `_create`): the default name carries the time to the
 second, so a second archive within it used to fail with file_exists; a name the person chose is never replaced."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compozy_site.cli.evidence import _create
+from compozy.cli.evidence import _create
 
 
 def test_a_default_name_taken_gets_the_next_number(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compozy_site.cli.output import exit_code_for as code
-from compozy_site.cli.output import one_line
+from compozy.cli.output import exit_code_for as code
+from compozy.cli.output import one_line
 
 DOCUMENTED = {65, 69, 70, 77, 78}
 
@@ -36,14 +36,14 @@ def test_an_error_message_is_one_readable_line() -> None:
 
 
 def test_an_empty_session_id_is_a_usage_error_not_a_bare_not_found(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "compozy_site.cli", "session", "status", ""], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", "session", "status", ""], capture_output=True,
                             text=True, timeout=60, env={**os.environ, "COMPOZY_HOME": str(tmp_path)})
     assert result.returncode == 65 and "a session id is required" in result.stderr
     assert len(result.stderr.splitlines()) == 1
 
 
 def test_a_failed_evidence_write_exits_with_what_its_errno_means() -> None:
-    from compozy_site.cli.evidence import _write_failure
+    from compozy.cli.evidence import _write_failure
 
     assert _write_failure(OSError(errno.ENOSPC, "full")) == ("storage_full", 69)
     assert _write_failure(OSError(errno.EIO, "I/O error")) == ("storage_unavailable", 69)

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from compozy_site.cli.main import cli
+from compozy.cli.main import cli
 
 
 def _leaves(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compozy_site.cli.reads import _message_line
+from compozy.cli.reads import _message_line
 
 
 def test_a_message_line_shows_the_reply_not_the_reasoning_mixed_in() -> None:

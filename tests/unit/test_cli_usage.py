@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def compozy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compozy_site.cli", *args], cwd=str(ROOT), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "compozy.cli", *args], cwd=str(ROOT), capture_output=True,
                           text=True, timeout=60, env={"COMPOZY_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
 
 
@@ -44,7 +44,7 @@ def test_help_still_exits_0(tmp_path: Path) -> None:
 
 def test_stored_text_never_reaches_the_terminal_as_control_sequences_or_markup(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from compozy_site.cli.output import kv
+    from compozy.cli.output import kv
 
     kv("Session", [("name", "\x1b[31mRED\x1b[0m [bold]b[/bold] \x1b]0;title\x07")])
     out = capsys.readouterr().out

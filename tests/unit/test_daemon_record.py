@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from compozy_site.daemon_record import is_same_process, process_started_at
+from compozy_base.daemon_record import is_same_process, process_started_at
 
 
 def test_a_live_process_is_recognised_by_pid_and_start_time() -> None:

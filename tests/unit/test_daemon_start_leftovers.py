@@ -1,4 +1,4 @@
-"""What a daemon start finds from an earlier run (compozy_site/launcher.py): an oversized daemon.log is kept as one
+"""What a daemon start finds from an earlier run (compozy/daemon/launcher.py): an oversized daemon.log is kept as one
 older generation, so a flood cannot keep growing it start after start; a stale socket lock is cleared."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compozy_site.launcher import _clear_stale_lock, rotate_log
+from compozy.daemon.launcher import _clear_stale_lock, rotate_log
 
 
 def test_a_daemon_log_over_the_limit_is_kept_as_one_generation_at_start(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_a_stale_socket_lock_is_cleared_and_a_running_daemons_is_kept(tmp_path: 
     that pid ran again as something else, or while the dead daemon was a zombie."""
     lock = tmp_path / "daemon.sock.lock"
     other = subprocess.Popen(["sleep", "30"])
-    daemon_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "compozy_site.cli"])
+    daemon_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "compozy.cli"])
     gone = subprocess.Popen(["true"])
     gone.wait()
     try:

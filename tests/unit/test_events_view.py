@@ -1,4 +1,4 @@
-"""Human CLI lines (compozy_site/cli/events_view.py): relative times, `--since` and tables that never wrap ids."""
+"""Human CLI lines (compozy/cli/events_view.py): relative times, `--since` and tables that never wrap ids."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from compozy_site.cli.events_view import ago, fit_table, since_timestamp
+from compozy.cli.events_view import ago, fit_table, since_timestamp
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compozy_site.guard import Guard, GuardPolicy, host_name, origin_allowed
+from compozy.api.guard import Guard, GuardPolicy, host_name, origin_allowed
 from tests.django_env import ensure_django
 
 TOKEN = "t" * 43

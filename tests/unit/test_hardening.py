@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from acp.exceptions import RequestError
 
-from compozy_site.auth import FailureBudget
+from compozy_base.auth import FailureBudget
 from health import heartbeat
-from health.config import HeartbeatConfig
 from sessions.acp.workspace_fs import (
     Confined,
     HardLinked,
@@ -28,6 +27,7 @@ from sessions.acp.workspace_fs import (
     write_text,
 )
 from sessions.child_env import inherited_environment
+from sessions.heartbeat_config import HeartbeatConfig
 from sessions.hooks.process import hook_env
 from sessions.hooks.spec import HookDeclaration
 from sessions.nesting import too_deep

@@ -9,7 +9,7 @@ import shlex
 import click
 import pytest
 
-from compozy_site.cli.main import cli
+from compozy.cli.main import cli
 from tests.conftest import ROOT
 
 PLACEHOLDERS = {"ID": "sess_0123456789abcdef", "SESSION_ID": "sess_0123456789abcdef", "NAME": "general",

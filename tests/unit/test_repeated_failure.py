@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from compozy_site.logging import RepeatedFailure
+from compozy.daemon.logs import RepeatedFailure
 
 
 def test_a_repeating_error_is_logged_once_then_summarised(caplog: pytest.LogCaptureFixture,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from compozy_site.auth import MIN_CLUSTER_TOKEN_CHARS, cluster_token
-from compozy_site.guard import Guard, GuardPolicy
-from compozy_site.routing import _runtime_session
+from compozy.api.guard import Guard, GuardPolicy
+from compozy.api.routing import _runtime_session
+from compozy_base.auth import MIN_CLUSTER_TOKEN_CHARS, cluster_token
 from tests.django_env import ensure_django
 from tests.unit.test_guard import POLICY, http_scope
 

@@ -1,4 +1,4 @@
-"""Run ownership in the catalog (`sessions/work/leases.py`) and the recovery rules (`recovery.py`), on a real
+"""Run ownership in the catalog (`tasks/leases.py`) and the recovery rules (`recovery.py`), on a real
 SQLite catalog: ClaimNextRun gives each run to exactly one of many racing workers (threads and processes),
 HeartbeatRunLease renews only the holder's lease, a lapsed lease is recovered once, and recovery requeues one
 linked attempt within `max_attempts` or leaves the task needing attention."""
@@ -27,11 +27,11 @@ from django.db import connection  # noqa: E402
 
 from sessions.models import Workspace  # noqa: E402
 from sessions.store import folder  # noqa: E402
-from sessions.work import services  # noqa: E402
-from sessions.work.enums import RunOutcome, RunStatus, TaskAction, TaskReason, TaskStatus  # noqa: E402
-from sessions.work.leases import claim_next_run, expired_runs, heartbeat_run_lease  # noqa: E402
-from sessions.work.models import Task, TaskEvent, TaskRun  # noqa: E402
-from sessions.work.recovery import recover  # noqa: E402
+from tasks import services  # noqa: E402
+from tasks.enums import RunOutcome, RunStatus, TaskAction, TaskReason, TaskStatus  # noqa: E402
+from tasks.leases import claim_next_run, expired_runs, heartbeat_run_lease  # noqa: E402
+from tasks.models import Task, TaskEvent, TaskRun  # noqa: E402
+from tasks.recovery import recover  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +119,7 @@ import json, os, sys, time
 os.environ["DJANGO_SETTINGS_MODULE"] = "compozy_site.settings"
 import django
 django.setup()
-from sessions.work.leases import claim_next_run
+from tasks.leases import claim_next_run
 start = float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)

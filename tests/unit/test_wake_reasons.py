@@ -19,12 +19,12 @@ from tests.django_env import ensure_django
 ensure_django(migrate=True)
 
 from health import services, wake  # noqa: E402
-from health.config import HeartbeatConfig  # noqa: E402
 from health.derive import LiveFacts  # noqa: E402
 from health.enums import WakeReason  # noqa: E402
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState  # noqa: E402
 from sessions import config as config_module  # noqa: E402
 from sessions.config import AgentConfig, Config  # noqa: E402
+from sessions.heartbeat_config import HeartbeatConfig  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402

@@ -18,8 +18,8 @@ from sessions.errors import Conflict  # noqa: E402
 from sessions.models import Workspace  # noqa: E402
 from sessions.services.workspaces import remove_workspace  # noqa: E402
 from sessions.store import folder  # noqa: E402
-from sessions.work import services  # noqa: E402
-from sessions.work.models import Task  # noqa: E402
+from tasks import services  # noqa: E402
+from tasks.models import Task  # noqa: E402
 
 
 @pytest.fixture

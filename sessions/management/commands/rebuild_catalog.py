@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
-from compozy_site.daemon_record import daemon_running
+from compozy_base.daemon_record import daemon_running
 from sessions import catalog
 from sessions.management.commands._cli import CliCommand
 from sessions.models import Session, Workspace
@@ -111,7 +111,7 @@ exit codes: 0 every folder cataloged, 1 a folder could not be (listed), 65 a bad
         if self.wants_json(options):
             self.stdout.write(json.dumps(result, indent=2, sort_keys=True))
         else:
-            for error in result["errors"]:
+            for error in errors[:MAX_LISTED]:
                 self.stdout.write(f"skipped {error['session_id']}: {error['error']}")
             if orphans:
                 self.stdout.write(f"catalog rows without a session folder: {', '.join(orphans[:MAX_LISTED])}")

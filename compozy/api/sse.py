@@ -1,0 +1,406 @@
+"""SSE over channels consumers. The store is the truth: a frame is read from events.db after a
+doorbell (or a poll), never taken from the channel message, so a dropped doorbell loses nothing.
+
+Session stream (events reference §6.1), two contracts:
+- `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
+  `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/transcript.py).
+- `frames=raw` (the CLI): `id:` = sequence, `event:` = type, `data:` = SessionEventPayload; resume from
+  `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that cannot set headers).
+Both end with a `session_stopped` frame carrying stop_reason, stop_detail and the failure object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.exceptions import StopConsumer
+from channels.generic.http import AsyncHttpConsumer
+
+from compozy.api.schemas import MAX_SEQUENCE, rfc3339
+from compozy.api.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
+from compozy_base import metrics
+from compozy_base.errors import error_body
+from sessions import feed as live_feed
+from sessions import services, transcript
+from sessions.boot_repair import transcript_check_pending, transcript_settled
+from sessions.enums import EventType, SessionState
+from sessions.errors import CompozyError, InvalidRequest, StorageError
+from sessions.repair import runs_here
+from sessions.runtime.signals import CATALOG_GROUP
+from sessions.store import events as event_store
+from sessions.store import folder
+from sessions.store.failures import StoreReadError, classify
+from sessions.stream_pressure import BACKLOG, writable
+
+logger = logging.getLogger(__name__)
+
+# Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open.
+KEEPALIVE_SECONDS = 20.0
+# A viewer with nothing new wakes this often to ask whether its session stopped (the session's live feed,
+# not the viewer, polls the store for rows whose doorbell was dropped: sessions/feed.py).
+QUIET_SECONDS = 0.5
+# A transcript delta upserts each changed entry whole (events reference §6), so a message that grows by a row at a
+# time was resent at every row: a 3.2 MB reply cost a dashboard viewer 1.48 GB and slowed the agent's recording
+# tenfold. Deltas are sent at most this often: rows that arrive in between join the next one (20 a second is
+# still live to a person; raw frames, for machines, are never held).
+TRANSCRIPT_DELTA_SECONDS = 0.05
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class StreamingConsumer(AsyncHttpConsumer):
+    """An HTTP consumer whose response outlives handle(): a pump task writes, dispatch keeps running."""
+
+    groups_to_join: list[str]
+    metric_stream = "session"  # the `stream` label of compozy_sse_clients
+
+    async def http_request(self, message: dict[str, Any]) -> None:
+        if "body" in message:
+            self.body.append(message["body"])
+        if message.get("more_body"):
+            return
+        self.pump: asyncio.Task[None] | None = None
+        self.wake = asyncio.Event()
+        self.finished = False
+        self.started = False  # the 200 and its headers are sent: an error can only end the stream now
+        if self.scope.get("method") not in ("GET", "HEAD"):
+            # A stream is read, never written: a POST or DELETE must not open one and look accepted.
+            await self.send_json_error(405, "method not allowed", "method_not_allowed", {"allow": "GET"},
+                                       headers=[(b"allow", b"GET")])
+            raise StopConsumer()
+        try:
+            await self.handle(b"".join(self.body))
+        except CompozyError as exc:
+            await self.send_json_error(exc.status, exc.message, exc.code, exc.data)
+            raise StopConsumer() from None
+        except Exception:
+            # Not daphne's HTML 500 page: every error a client gets is JSON with a code.
+            logger.exception("opening a %s stream failed", self.metric_stream)
+            if not self.started:
+                await self.send_json_error(500, "internal error", "internal_error")
+            raise StopConsumer() from None
+
+    async def send_json_error(self, status: int, message: str, code: str, data: dict[str, Any] | None = None,
+                              headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        body = json.dumps(error_body(message, code, status, data)).encode()
+        await self.send_response(status, body, headers=[(b"content-type", b"application/json"), *(headers or [])])
+        self.finished = True
+
+    async def start_stream(self, groups: list[str]) -> None:
+        self.groups_to_join = groups
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.started = True
+        await self.send_headers(status=200, headers=SSE_HEADERS)
+        metrics.SSE_CLIENTS.labels(stream=self.metric_stream).inc()
+        self.counted = True
+        await self.send_body(b": connected\n\n", more_body=True)
+        self.pump = asyncio.create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        try:
+            await self.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await self.send_body(frame(failure_body(exc, self.metric_stream), event="error"), more_body=True)
+        finally:
+            await self.finish()
+
+    async def send_frames(self, out: bytes) -> bool:
+        """Frames to the client once it has taken what was sent before; False when it stopped reading."""
+        if not await writable(self.scope.get(BACKLOG), self.metric_stream):
+            return False
+        await self.send_body(out, more_body=True)
+        return True
+
+    async def finish(self) -> None:
+        # A finished response needs no more rows, even while a keep-alive connection stays open.
+        self.leave_feed()
+        self.uncount()
+        if not self.finished:
+            self.finished = True
+            with contextlib.suppress(Exception):
+                await self.send_body(b"", more_body=False)
+
+    def uncount(self) -> None:
+        """The stream ended (its response finished, or the client went away): once, whichever comes first."""
+        if getattr(self, "counted", False):
+            self.counted = False
+            metrics.SSE_CLIENTS.labels(stream=self.metric_stream).dec()
+
+    feed: live_feed.SessionFeed | None = None
+
+    def leave_feed(self) -> None:
+        feed = self.feed
+        if feed is not None:
+            live_feed.unsubscribe(feed, self.wake)
+            self.feed = None
+
+    async def wait_for_wake(self, timeout: float) -> bool:
+        """True when rung, False on timeout. A timer handle instead of asyncio.wait_for, which wraps the
+        wait in a new task each time: that was a tenth of the daemon's CPU with 60 live viewers."""
+        if self.wake.is_set():
+            self.wake.clear()
+            return True
+        timed_out = False
+
+        def expire() -> None:
+            nonlocal timed_out
+            timed_out = True
+            self.wake.set()
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
+        try:
+            await self.wake.wait()
+        finally:
+            timer.cancel()
+            self.wake.clear()
+        return not timed_out
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Doorbells skip channels' per-message close_old_connections (a sync_to_async round trip through
+        # one shared thread for every event and every viewer); these handlers never touch the ORM.
+        if message.get("type") in ("events.appended", "catalog.changed"):
+            await getattr(self, message["type"].replace(".", "_"))(message)
+            return
+        await super().dispatch(message)
+
+    async def events_appended(self, message: dict[str, Any]) -> None:
+        self.wake.set()
+
+    async def catalog_changed(self, message: dict[str, Any]) -> None:
+        self.wake.set()
+
+    async def disconnect(self) -> None:
+        pump = getattr(self, "pump", None)
+        if pump is not None and not pump.done():
+            pump.cancel()
+        self.leave_feed()
+        self.uncount()
+        conn = getattr(getattr(self, "tail", None), "conn", None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+        for group in getattr(self, "groups_to_join", []):
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        await self.disconnect()
+        raise StopConsumer()
+
+
+def failure_body(exc: Exception, stream: str) -> dict[str, Any]:
+    """The error frame that ends a stream after its 200, with a machine code as the API's answers have.
+
+    A stream only reads, so a storage condition (a full disk refusing the store's -shm, an I/O error) is the store
+    that could not be read, classified as the API does (`storage_unavailable`): a condition of this machine, one
+    log line. Anything else is a bug: `stream_failed`, and its traceback in the log."""
+    reason = classify(exc)
+    if reason is not None:
+        unread = exc if isinstance(exc, StoreReadError) else StoreReadError(reason, str(exc))
+        err = StorageError.from_exception(unread)
+        logger.warning("a %s stream ended: %s: %s", stream, err.message, exc)
+        return error_body(err.message, err.code, err.status, err.data)
+    logger.exception("SSE stream failed")
+    return error_body("stream failed", "stream_failed", 500, {"detail": str(exc)[:200]})
+
+
+def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
+    return parse_qs(scope.get("query_string", b"").decode("latin-1"))
+
+
+def _first(q: dict[str, list[str]], *keys: str) -> str | None:
+    """The first value of the first of `keys` the query has."""
+    for key in keys:
+        if q.get(key):
+            return q[key][0]
+    return None
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _non_negative(value: str | None, what: str, code: str = "invalid_cursor") -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_SEQUENCE:  # SQLite integers are signed 64-bit
+        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code=code)
+    return number
+
+
+def _limit(value: str | None) -> int | None:
+    limit = _non_negative(value, "limit", "invalid_limit")  # the code `GET …/events` gives the same mistake
+    if limit is not None and not 1 <= limit <= transcript.MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {transcript.MAX_LIMIT}", code="invalid_limit")
+    return limit
+
+
+def _event_types(values: list[str]) -> list[str] | None:
+    """The same rule as `GET …/events`: repeated and comma-separated, each a known event type."""
+    types = [t for v in values for t in v.split(",") if t]
+    unknown = sorted(set(types) - set(EventType))
+    if unknown:
+        raise InvalidRequest(f"unknown event type(s): {', '.join(unknown)[:200]}", code="invalid_type")
+    return types or None
+
+
+def _since(value: str | None) -> str | None:
+    """RFC 3339, normalised to the store's UTC text form (as on `GET …/events`)."""
+    if not value:
+        return None
+    try:
+        return rfc3339(value)
+    except ValueError as exc:  # pydantic-core's PydanticCustomError is a ValueError
+        raise InvalidRequest(f"since must be an RFC 3339 timestamp with a time zone: {exc}",
+                             code="invalid_since") from None
+
+
+TRANSCRIPT_REJECTS = ("type", "agent_name", "turn_id", "since")
+
+
+class SessionStreamConsumer(StreamingConsumer):
+    """GET /api/workspaces/<ws>/stream: transcript frames (default) or raw persisted rows (`frames=raw`)."""
+
+    tail: RawTail | TranscriptTail
+    feed: live_feed.SessionFeed | None
+
+    async def handle(self, body: bytes) -> None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        self.session_id = kwargs["session_id"]
+        q = _query(self.scope)
+        frames = (q.get("frames") or ["transcript"])[0]
+        if frames not in {"raw", "transcript"}:
+            raise InvalidRequest("frames must be raw or transcript", code="invalid_frames")
+        for bad in ("replay", "before_sequence", *(TRANSCRIPT_REJECTS if frames == "transcript" else ())):
+            if bad in q:
+                raise InvalidRequest(f"{bad} is not supported on this stream"
+                                     + (" in transcript mode; use frames=raw" if bad in TRANSCRIPT_REJECTS else ""),
+                                     code="invalid_parameter")
+        cursor = _non_negative(_header(self.scope, b"last-event-id"), "Last-Event-ID")
+        if cursor is None:
+            cursor = _non_negative(_first(q, "after_sequence", "after"), "after_sequence")
+        limit = _limit(_first(q, "limit"))
+        meta = await sync_to_async(services.scoped_meta)(self.session_id, kwargs["workspace"])
+        path = folder.events_path(self.session_id)
+        if frames == "raw":
+            filters = {"types": _event_types(q.get("type", [])),
+                       "turn_id": _first(q, "turn_id"), "agent_name": _first(q, "agent_name"),
+                       "since": _since(_first(q, "since"))}
+            self.tail = RawTail(meta, path, cursor, limit, filters)
+        else:
+            self.tail = TranscriptTail(meta, path, cursor, limit,
+                                       _non_negative(_first(q, "epoch"), "epoch"),
+                                       _non_negative(_first(q, "generation"), "generation"))
+        # The session's shared live feed rings `wake` on new rows; this consumer joins no group itself.
+        self.feed = live_feed.subscribe(self.session_id, path, self.wake)
+        await self.start_stream([])
+
+    async def run(self) -> None:
+        """Frames after the cursor: from the shared feed's ring when it holds them, else read from the store.
+        The feed wakes the viewer when it has new rows (from a doorbell or its own poll)."""
+        loop = asyncio.get_running_loop()
+        out, terminal = await asyncio.to_thread(self.tail.open)
+        if out and not await self.send_frames(out):
+            return
+        last_sent = loop.time()
+        woke = False
+        feed = self.feed
+        assert feed is not None  # subscribed in handle()
+        paced, more = isinstance(self.tail, TranscriptTail), False
+        while not terminal:
+            if paced and not more and (wait := TRANSCRIPT_DELTA_SECONDS - (loop.time() - last_sent)) > 0:
+                await asyncio.sleep(wait)  # live rows wait to share a delta; catch-up pages never do
+            taken = self.tail.take(feed)
+            if taken is not None:
+                out, terminal, more = taken
+            else:
+                # Behind the ring (a resume from far back, a slow client): a page of up to 1000 rows read and
+                # framed off the loop, which every other stream and session shares.
+                out, terminal, more = await asyncio.to_thread(self.tail.poll)
+            if out:
+                if not await self.send_frames(out):
+                    return
+                last_sent = loop.time()
+            if terminal or more:
+                continue
+            # Only a quiet poll (no doorbell) asks whether the session stopped: doorbells mean rows.
+            if not out and not woke and await self._stopped_without_newer():
+                return
+            woke = await self.wait_for_wake(QUIET_SECONDS)
+            # Measured from the last write: doorbells for rows a filter hides must not starve the keepalive.
+            if loop.time() - last_sent >= KEEPALIVE_SECONDS:
+                await self.send_body(b": keepalive\n\n", more_body=True)
+                last_sent = loop.time()
+
+    async def _stopped_without_newer(self) -> bool:
+        """A stopped session with nothing after the cursor gets one synthetic terminal frame."""
+        if runs_here(self.session_id):
+            # Its runtime is live in this process: a stop writes its row, which reaches this viewer like any other.
+            # Every quiet viewer asks twice a second; this answers without a thread hop and a meta.json read.
+            return False
+        try:
+            meta = await sync_to_async(services.read_session_meta)(self.session_id)
+        except CompozyError:
+            await self.send_body(frame(error_body("session not found", "not_found", 404), event="error"),
+                                 more_body=True)
+            return True
+        if meta["state"] != SessionState.STOPPED:
+            return False
+        # Nearly always settled (judged once per run): only a crashed run not judged yet costs a thread hop.
+        if transcript_check_pending(meta) and not await sync_to_async(transcript_settled)(self.session_id, meta):
+            return False  # another node is closing the crashed turn right now: its row comes first
+        newest = await asyncio.to_thread(event_store.max_sequence, self.tail.path)
+        # Newer rows hidden by a raw-mode filter do not keep the stream open.
+        if newest > self.tail.cursor and not self.tail.filtered:
+            return False
+        await self.send_body(terminal_frame(self.session_id, meta=meta), more_body=True)
+        return True
+
+
+class CatalogStreamConsumer(StreamingConsumer):
+    """GET /api/sessions/catalog-stream: a wake signal per catalog change; clients refetch the list."""
+
+    metric_stream = "catalog"
+
+    async def handle(self, body: bytes) -> None:
+        self.pending: list[dict[str, Any]] = []
+        await self.start_stream([CATALOG_GROUP])
+
+    async def catalog_changed(self, message: dict[str, Any]) -> None:
+        self.pending.append({k: message.get(k) for k in ("kind", "workspace_id", "session_id")})
+        self.wake.set()
+
+    async def run(self) -> None:
+        while True:
+            woke = await self.wait_for_wake(KEEPALIVE_SECONDS)
+            if not woke:
+                await self.send_body(b": keepalive\n\n", more_body=True)
+                continue
+            batch, self.pending = self.pending, []
+            if batch and not await self.send_frames(
+                    b"".join(frame(item, event="session_catalog_changed") for item in batch)):
+                return

@@ -1,0 +1,185 @@
+"""What a session stream reads and frames, apart from the consumers that serve it (compozy/api/sse.py).
+
+`RawTail`: persisted rows after a cursor as raw frames (`id:` = sequence, `event:` = type, `data:` =
+SessionEventPayload). `TranscriptTail`: one `transcript_snapshot` (unless a fenced resume), then
+`transcript_delta` frames. Both take rows from the session's shared live feed when its ring holds them and read
+events.db otherwise (called in a worker thread then: `poll`, `open`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sessions import feed as live_feed
+from sessions import services, transcript
+from sessions.enums import EventType
+from sessions.store import events as event_store
+
+PAGE = 1000  # rows read from the store per catch-up page
+
+
+def frame(data: dict[str, Any], event: str | None = None, event_id: int | str | None = None) -> bytes:
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event:
+        lines.append(f"event: {event}")
+    lines.append("data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def terminal_frame(session_id: str, *, row: dict[str, Any] | None = None,
+                   meta: dict[str, Any] | None = None) -> bytes:
+    """The closing `session_stopped` frame (no id: the client's cursor stays on the last stored row),
+    from the stored row when there is one, else from meta.json."""
+    if row is not None:
+        content = row["content"] if isinstance(row["content"], dict) else {}
+        source, timestamp = content, row["timestamp"]
+    else:
+        source, timestamp = meta or {}, (meta or {}).get("updated_at")
+    return frame({"session_id": session_id, "type": EventType.SESSION_STOPPED.value,
+                  "stop_reason": source.get("stop_reason") or None, "stop_detail": source.get("stop_detail") or None,
+                  "failure": source.get("failure"), "timestamp": timestamp}, event=EventType.SESSION_STOPPED)
+
+
+
+
+class RawTail:
+    """Raw persisted rows after a cursor: `id:` = sequence, `event:` = type, `data:` = SessionEventPayload."""
+
+    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+                 filters: dict[str, Any]) -> None:
+        self.meta, self.path, self.limit, self.filters = meta, path, limit, filters
+        self.conn: sqlite3.Connection | None = None
+        self.cursor = cursor or 0
+        self.start_cursor = cursor
+        self.filtered = any(filters.values())
+        self.head = json.dumps({"session_id": meta["id"], "workspace_id": meta["workspace_id"]})[:-1]
+
+    def open(self) -> tuple[bytes, bool]:
+        if self.start_cursor is None and self.limit:
+            newest = event_store.read_events(self.path, limit=self.limit, newest=True, **self.filters)
+            self.cursor = newest[0]["sequence"] - 1 if newest else 0
+        return b"", False
+
+    def _frame(self, raw: tuple[Any, ...]) -> bytes:
+        seq, event_id, turn_id, type_, agent, text, timestamp, archived = raw
+        try:
+            content = json.loads(text)  # only to validate: a broken row must not break the stream
+        except json.JSONDecodeError:
+            content = None
+        if not isinstance(content, dict) or type_ == EventType.SESSION_STOPPED:
+            row = {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
+                   "content": content if isinstance(content, dict) else {"invalid_json": text[:2048]},
+                   "timestamp": timestamp, "archived": bool(archived)}
+            payload = services.envelope(self.meta, row)
+            if type_ == EventType.SESSION_STOPPED:
+                payload.update({k: row["content"].get(k) for k in ("stop_reason", "stop_detail", "failure")})
+            return frame(payload, event=type_, event_id=seq)
+        dumps = json.dumps
+        data = (f'{self.head},"id":{dumps(event_id)},"sequence":{seq},"turn_id":{dumps(turn_id)},'
+                f'"type":{dumps(type_)},"agent_name":{dumps(agent)},"content":{text},'
+                f'"timestamp":{dumps(timestamp)},"archived":{"true" if archived else "false"}}}')
+        return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+    def _matches(self, raw: tuple[Any, ...]) -> bool:
+        """The store query's filters, applied to a row from the live feed (same comparisons as SQL)."""
+        f = self.filters
+        return ((not f.get("types") or raw[3] in f["types"]) and (not f.get("turn_id") or raw[2] == f["turn_id"])
+                and (not f.get("agent_name") or raw[4] == f["agent_name"])
+                and (not f.get("since") or raw[6] >= f["since"]))
+
+    def take(self, feed: live_feed.SessionFeed) -> tuple[bytes, bool, bool] | None:
+        """Frames from the shared live feed; None when the cursor is older than its ring."""
+        rows = feed.since(self.cursor)
+        if rows is None:
+            return None
+        out, terminal = self._emit(rows)
+        return out, terminal, False
+
+    def poll(self) -> tuple[bytes, bool, bool]:
+        """The next page from the store (the cursor is behind the feed's ring)."""
+        if self.conn is None and self.path.exists():
+            self.conn = event_store.connect(self.path, readonly=True)
+        rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, conn=self.conn, **self.filters)
+        out, terminal = self._emit(live_feed.FeedRow(raw) for raw in rows)
+        return out, terminal, not terminal and len(rows) == PAGE
+
+    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[bytes, bool]:
+        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal)."""
+        chunks = []
+        for row in rows:
+            self.cursor = row.sequence
+            if self.filtered and not self._matches(row.raw):
+                continue
+            chunks.append(row.frame(self._frame))
+            if row.type == EventType.SESSION_STOPPED:
+                return b"".join(chunks), True
+        return b"".join(chunks), False
+
+
+class TranscriptTail:
+    """Assembled transcript frames: one `transcript_snapshot` (unless a fenced resume), then deltas."""
+
+    filtered = False
+
+    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+                 epoch: int | None, generation: int | None) -> None:
+        self.meta, self.path, self.limit = meta, path, limit or transcript.DEFAULT_LIMIT
+        self.cursor = cursor or 0
+        self.fences = (cursor, epoch, generation)
+        self.epoch = transcript.session_epoch(meta)
+        self.assembler = transcript.Assembler()
+
+    def open(self) -> tuple[bytes, bool]:
+        cursor, epoch, generation = self.fences
+        top = event_store.max_sequence(self.path)
+        reason = transcript.check_fences(cursor, epoch, generation, current_epoch=self.epoch, max_sequence=top)
+        if cursor is not None and reason is None:
+            self.assembler = transcript.resume(self.path, cursor)
+            return b"", False
+        page = transcript.read_page(self.path, limit=self.limit)
+        self.assembler, self.cursor = page.assembler, page.max_sequence
+        data: dict[str, Any] = {
+            "session_id": self.meta["id"], "workspace_id": self.meta["workspace_id"], "epoch": self.epoch,
+            "generation": transcript.TRANSCRIPT_GENERATION, "entries": page.entries,
+            "max_sequence": page.max_sequence, "has_older": page.has_older,
+        }
+        if page.next_before_sequence is not None:
+            data["next_before_sequence"] = page.next_before_sequence
+        data["reset"] = reason is not None
+        if reason is not None:
+            data["reason"] = reason.value
+        out = frame(data, event="transcript_snapshot", event_id=page.max_sequence)
+        return self._with_terminal(out, self.assembler.last_row)
+
+    def take(self, feed: live_feed.SessionFeed) -> tuple[bytes, bool, bool] | None:
+        """A delta from the shared live feed's decoded rows; None when the cursor is older than its ring."""
+        rows = feed.since(self.cursor)
+        if rows is None:
+            return None
+        return self._delta_frames(transcript.apply_rows(self.assembler, [r.event() for r in rows], self.cursor))
+
+    def poll(self) -> tuple[bytes, bool, bool]:
+        return self._delta_frames(transcript.read_delta(self.path, self.assembler, self.cursor, limit=PAGE))
+
+    def _delta_frames(self, delta: transcript.Delta) -> tuple[bytes, bool, bool]:
+        if not delta.rows:
+            return b"", False, False
+        self.cursor = delta.cursor
+        top = event_store.max_sequence(self.path) if delta.has_more else delta.cursor
+        out = frame({"session_id": self.meta["id"], "epoch": self.epoch,
+                     "generation": transcript.TRANSCRIPT_GENERATION, "entries": delta.entries,
+                     "cursor": delta.cursor, "max_sequence": top, "has_more": top > delta.cursor},
+                    event="transcript_delta", event_id=delta.cursor)
+        out, terminal = self._with_terminal(out, delta.last_row)
+        return out, terminal, delta.has_more and not terminal
+
+    def _with_terminal(self, out: bytes, last: dict[str, Any] | None) -> tuple[bytes, bool]:
+        if last is not None and last["type"] == EventType.SESSION_STOPPED:
+            return out + terminal_frame(self.meta["id"], row=last), True
+        return out, False

@@ -1,0 +1,5 @@
+"""`python -m compozy.cli`."""
+
+from compozy.cli.main import main
+
+main()

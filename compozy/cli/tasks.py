@@ -1,0 +1,204 @@
+"""`compozy task …`: hand the daemon work it supervises, retries once when it goes silent, and flags for you.
+
+Thin like the other commands: one API call each over the daemon socket; no Django, no ACP SDK.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import rich_click as click
+
+from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
+from compozy.cli.client import ApiError
+from compozy.cli.output import emit, fail_api, kv, table
+
+STATUSES = ["queued", "running", "succeeded", "failed", "canceled", "needs_attention"]
+
+
+@cli.group()
+def task() -> None:
+    """Supervised work: a prompt the daemon runs in a session of its own and watches for you.
+
+    A task runs as **attempts** (runs). Each run is claimed by one daemon and kept by lease heartbeats.
+    When the agent goes silent (no work evidence for `[session.supervision] quiet_after`, then `stop_grace`
+    more) its process tree is stopped and verified gone, and the task is requeued once as a linked attempt
+    while `--max-attempts` allows (a daemon that died mid-run counts too). Past that the task is
+    `needs_attention`. A new attempt starts from the files the last one left; anything it did outside them
+    (a push, a message) may happen twice, so check before retrying by hand.
+
+    Examples:
+
+        compozy task create "Fix the flaky test in tests/test_io.py" --cwd "$PWD"
+        compozy task list                      # needs_attention first
+        compozy task show TASK_ID              # attempts, their sessions, the history
+        compozy session events SESSION_ID      # what an attempt's agent did
+        compozy task retry TASK_ID             # a failed or needs_attention task, fresh budget
+    """
+
+
+def _call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+    try:
+        return _client().request(method, path, body, query=query)
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+
+def _rows(tasks: list[dict[str, Any]], wide: bool) -> None:
+    """One line per task, never a wrapped cell (at 80 columns the status folded into `run / nin / g`): ids and
+    statuses keep their width, the reason and title give way; `--wide` adds the sessions, unshrunk."""
+    from compozy.cli.events_view import fit_table, terminal_width
+
+    columns = ["TASK", "STATUS", "ATTEMPTS", "REQUEUED", "REASON", "TITLE"]
+    rows = [[t["id"], t["status"], f"{t['attempts']}/{t['max_attempts']}", t["requeued"], t.get("reason"),
+             t["title"]] for t in tasks]
+    if wide:
+        columns.insert(4, "SESSIONS")
+        for row, t in zip(rows, tasks, strict=True):
+            row.insert(4, " ".join(t["session_ids"][-2:]))
+    for line in fit_table(columns, rows, set() if wide else {"REASON", "TITLE"}, None if wide else terminal_width()):
+        click.echo(line)
+
+
+def _show(data: dict[str, Any]) -> None:
+    t = data["task"]
+    kv(f"Task {t['id']}", [("title", t["title"]), ("status", t["status"]), ("reason", t.get("reason")),
+                           ("detail", t.get("detail")), ("agent", t.get("agent_name") or "(default)"),
+                           ("workspace", t["workspace_id"]), ("cwd", t["cwd"]),
+                           ("attempts", f"{t['attempts']} of max {t['max_attempts']}"),
+                           ("requeued", str(t["requeued"]))])
+    table("Attempts", ["#", "Run", "Status", "Outcome", "Session", "Recovers", "Lease until"],
+          [(r["attempt"], r["id"], r["status"], r.get("outcome"), r.get("session_id"), r.get("recovers_run_id"),
+            r.get("lease_expires_at")) for r in t["runs"]])
+    if data.get("history"):
+        table("History", ["When", "Event", "Reason", "Action", "Run"],
+              [(e["created_at"], e["kind"], e.get("reason"), e.get("action"), e.get("run_id"))
+               for e in data["history"]])
+
+
+@task.command("create")
+@click.argument("prompt")
+@click.option("--title", default=None, help="Short name (default: the prompt's first line).")
+@click.option("--agent", "agent_name", default=None, help="Agent to run (default: the workspace's, then config's).")
+@click.option("--cwd", default=None, help="Directory to work in (default: the current directory). Registered as a "
+              "workspace when it is not inside one.")
+@click.option("--workspace", default=None, help="A registered workspace id, name or path; the agent works in its "
+              "root, or in --cwd inside it.")
+@click.option("--max-attempts", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="Attempts in all, automatic recoveries included; 1 disables automatic retry.")
+@output_option
+@json_flag
+def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str | None, workspace: str | None,
+                max_attempts: int, fmt: str, as_json: bool) -> None:
+    """Queue PROMPT as a task; the daemon starts it in a new session as soon as an agent slot is free.
+
+    Prints `TASK_ID queued: TITLE`; `-o json` prints `{"task": {...}}` (`.task.id`, `.task.status`).
+
+    Examples:
+
+        compozy task create "Fix the flaky test in tests/test_io.py" --cwd "$PWD"
+        compozy task create "Update the changelog" --workspace ws_0123456789abcdef --max-attempts 1
+        compozy task create "Review the open diff" --title review -o json | jq -r .task.id
+    """
+    fmt = _fmt(fmt, as_json)
+    body: dict[str, Any] = {"prompt": prompt, "title": title, "agent_name": agent_name, "max_attempts": max_attempts}
+    if workspace:
+        body.update(workspace=workspace, cwd=os.path.abspath(cwd) if cwd else None)
+    else:
+        body["workspace_path"] = os.path.abspath(cwd or os.getcwd())
+    data = _call(fmt, "POST", "/api/tasks", body)
+    emit(data, fmt, lambda: click.echo(f"{data['task']['id']} queued: {data['task']['title']}"))
+
+
+@task.command("list")
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only tasks with this status.")
+@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True,
+              help="At most this many tasks, the most recently updated (1-500).")
+@click.option("--wide", is_flag=True, help="Add each task's newest sessions, and shrink no column.")
+@output_option
+@json_flag
+def task_list(status: str | None, limit: int, wide: bool, fmt: str, as_json: bool) -> None:
+    """List tasks, those that need a person first.
+
+    Newest first within a status; one line per task (reason and title cut to the terminal's width), then a
+    totals line that counts every task. `--wide` adds the linked sessions. `-o json` prints
+    `{tasks: [...], totals: {total, by_status, needs_attention, requeued, ...}}`.
+
+    Examples:
+
+        compozy task list
+        compozy task list --status needs_attention --wide
+        compozy task list --status running -o json | jq -r '.tasks[].id'
+    """
+    fmt = _fmt(fmt, as_json)
+    data = _call(fmt, "GET", "/api/tasks", query={"status": status, "limit": limit})
+
+    def human() -> None:
+        if not data["tasks"]:
+            click.echo("no tasks")
+            return
+        _rows(data["tasks"], wide)
+        totals = data["totals"]
+        click.echo(f"{totals['total']} tasks, {totals['needs_attention']} need attention, "
+                   f"{totals['requeued']} requeued")
+
+    emit(data, fmt, human, rows=data["tasks"])
+
+
+@task.command("show")
+@click.argument("task_id")
+@output_option
+@json_flag
+def task_show(task_id: str, fmt: str, as_json: bool) -> None:
+    """A task, its attempts (each with its session) and its history (`task.run_recovered`, …).
+
+    `-o json` prints `{"task": {..., "runs": [...]}, "history": [...]}`. Exits 69 when no such task exists.
+
+    Examples:
+
+        compozy task show task_0123456789abcdef
+        compozy task show task_0123456789abcdef -o json | jq -r '.task.runs[-1].session_id'
+    """
+    fmt = _fmt(fmt, as_json)
+    data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}")
+    emit(data, fmt, lambda: _show(data))
+
+
+@task.command("cancel")
+@click.argument("task_id")
+@output_option
+@json_flag
+def task_cancel(task_id: str, fmt: str, as_json: bool) -> None:
+    """Cancel a task: its running session is stopped and it is never retried automatically.
+
+    Cancelling a canceled task is a no-op; a succeeded one exits 65 (`task_finished`).
+
+    Examples:
+
+        compozy task cancel task_0123456789abcdef
+    """
+    fmt = _fmt(fmt, as_json)
+    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/cancel")
+    emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']}"))
+
+
+@task.command("retry")
+@click.argument("task_id")
+@output_option
+@json_flag
+def task_retry(task_id: str, fmt: str, as_json: bool) -> None:
+    """Queue one more attempt of a failed, canceled or needs_attention task, with a fresh attempt budget.
+
+    Check first what the last attempt left behind (`compozy task show`, then `compozy session events`):
+    committed files stay, and external effects are not undone. A queued, running or succeeded task exits 65
+    (`task_not_retryable`).
+
+    Examples:
+
+        compozy task retry task_0123456789abcdef
+        compozy task retry task_0123456789abcdef -o json | jq -r .task.status
+    """
+    fmt = _fmt(fmt, as_json)
+    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
+    emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']} (attempt {data['task']['attempts']})"))

@@ -1,0 +1,472 @@
+"""The daemon launcher: one process runs daphne (HTTP + UDS), the SessionManager and the huey consumer.
+
+daphne has no ASGI lifespan, so the manager starts here, on daphne's asyncio loop, before the
+reactor runs. SIGTERM/SIGINT stop every live session with reason `shutdown`, then the reactor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("compozy.daemon")
+
+
+class DaemonError(RuntimeError):
+    """A start that failed; `exit_code` is the CLI's documented class (69 unavailable, 78 invalid config)."""
+
+    def __init__(self, message: str, exit_code: int = 69) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class DaemonAlreadyRunning(DaemonError):
+    """This home's daemon runs already: a conflict (exit 65), not a failed start."""
+
+
+def _prepare_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "compozy_site.settings")
+    # daphne.server installs the asyncio Twisted reactor at import: it must come before django/channels.
+    import daphne.server  # noqa: F401
+    import django
+
+    django.setup()
+
+
+# Any constant: the key of the PostgreSQL advisory lock under which the nodes of a cluster migrate one at a time.
+MIGRATE_LOCK_KEY = 0x636F6D706F7A79
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        call_command("migrate", interactive=False, verbosity=0)
+        return
+    # Two nodes starting together would both create the same tables; the second waits, then finds nothing to do.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])
+
+
+def database_label() -> str:
+    """The catalog database as a start failure names it: DATABASE_URL without its password, else the SQLite file."""
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        from compozy_base.home import compozy_home
+
+        return f"the catalog {compozy_home() / 'catalog.sqlite3'}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        where = f"{parts.scheme}://{parts.username + '@' if parts.username else ''}{host}"
+        where += f":{parts.port}" if parts.port else ""
+        return f"the catalog database at DATABASE_URL ({where}{parts.path})"
+    except ValueError:
+        return "the catalog database at DATABASE_URL"
+
+
+def check_database_url() -> None:
+    """A DATABASE_URL Django cannot use, said in one line before settings import it (a traceback, "code 1")."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        return
+    try:
+        import dj_database_url
+    except ImportError as exc:
+        raise DaemonError("DATABASE_URL is set but the scale-out libraries are missing: pip install -e '.[scale]'",
+                          exit_code=78) from exc
+    from sessions.errors import first_line
+
+    try:
+        dj_database_url.parse(url)
+    except Exception as exc:  # UnknownSchemeError, ParseError, ValueError: all mean the URL is not one
+        # The message names the scheme, never the URL: it may hold the password.
+        reason = re.split(r"(?<=\.)\s", first_line(exc))[0]
+        raise DaemonError(f"DATABASE_URL is not a database URL Compozy can use: {reason}", exit_code=78) from None
+
+
+def migrate_or_say_why() -> None:
+    """migrate(), with a catalog that does not answer (a PostgreSQL down, refused, a wrong password) named in one
+    line: a start against an unreachable DATABASE_URL said only "daemon exited during start: code 1"."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import Error as DatabaseError
+    from django.db import OperationalError
+
+    from sessions.errors import first_line
+
+    try:
+        migrate()
+    except ImproperlyConfigured as exc:  # its driver missing, an option it does not take
+        raise DaemonError(f"{database_label()} cannot be used: {first_line(exc)}", exit_code=78) from exc
+    except OperationalError as exc:  # down, refused, a wrong password
+        raise DaemonError(f"{database_label()} does not answer: {first_line(exc)}") from exc
+    except DatabaseError as exc:
+        raise DaemonError(f"{database_label()} failed the migration: {first_line(exc)}") from exc
+
+
+def _bind_socket_path(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _clear_stale_lock(path.with_name(path.name + ".lock"))
+    if path.exists() or path.is_symlink():
+        import stat
+
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise DaemonError(f"existing path {path} is not a unix socket; refusing to replace it")
+        path.unlink()
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """Twisted's socket lock (a symlink naming the holder's pid) outlives a kill -9. It refused every restart with
+    "Cannot acquire lock" while that pid ran again as something else, or while the dead daemon was still a zombie
+    (about 1.6 s here). Only a running Compozy daemon holds it: any other holder is stale, and the lock goes."""
+    try:
+        pid = int(os.readlink(lock))
+    except (OSError, ValueError):
+        return
+    from compozy_base.daemon_record import pid_alive
+
+    ours = False
+    if pid != os.getpid() and pid_alive(pid):  # pid_alive counts a zombie as gone
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            ours = b"compozy" in cmdline.read()
+    if not ours:
+        logger.warning("removed the stale socket lock %s (pid %d is not a running daemon)", lock, pid)
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+
+
+def run_foreground(port: int | None = None) -> int:
+    """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
+    from compozy_base.daemon_record import read_daemon_record, running_record
+    from compozy_base.home import compozy_home, daemon_record_path, enter_private_umask, make_private, token_path
+
+    home = compozy_home()
+    # Before anything is created: the socket, catalogs, logs and SQLite's -wal/-shm are all born owner-only.
+    enter_private_umask()
+    if (running := running_record()) is not None:
+        raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
+    make_private(home)
+    raise_open_file_limit()
+
+    # config.toml and DATABASE_URL first: a start they refuse says so at once, not after Django's set-up.
+    from sessions.config import ConfigError, get_config
+
+    try:
+        config = get_config()
+    except ConfigError as exc:
+        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
+    check_database_url()
+    _prepare_django()
+    from channels.routing import get_default_application
+
+    from compozy.api.http_server import GuardedServer, reactor
+    from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
+    from compozy_base.auth import cluster_token, ensure_token
+    from sessions import cluster
+    from sessions.runtime.manager import SessionManager, set_manager
+    from sessions.store.redact import register_secret
+
+    for unknown in config.unknown_keys:
+        logger.warning("config.toml: %s", unknown.message())
+    # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
+    # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
+    for secret in (ensure_token(home), cluster_token()):
+        register_secret(secret)
+    from compozy_base.auth import cluster_token_state
+
+    if (token_state := cluster_token_state())["status"] == "refused":
+        logger.warning("cluster token refused: %s", token_state["reason"])
+    migrate_or_say_why()
+    http_port = config.http_port if port is None else port
+    _check_port_free(config.http_host, http_port)
+    sock = config.socket
+    _bind_socket_path(sock)
+
+    # daphne installs Twisted on its own new loop without making it current: use the reactor's loop.
+    loop: asyncio.AbstractEventLoop = reactor._asyncioEventloop
+    asyncio.set_event_loop(loop)
+    manager = SessionManager(config)
+    manager.bind_loop(loop)
+    from sessions.runtime.loop_lag import MONITOR
+
+    loop.call_soon(MONITOR.start)  # lag of the loop every session shares: `compozy status`, the benchmarks
+    set_manager(manager)
+    from sessions.store.folder import isoformat, utcnow
+
+    started_at = isoformat(utcnow())  # this daemon start: the run of its leases and of boot repair
+
+    def advertised(actual_port: int) -> str:
+        return config.cluster.advertise_url or f"http://{config.http_host}:{actual_port}"
+
+    # Set before the first request can arrive: a create takes its session's lease under this identity.
+    cluster.set_identity(cluster.Identity(cluster.node_id(), started_at, advertised(http_port),
+                                          config.cluster.lease_ttl))
+
+    endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}",
+                 f"unix:{_endpoint_escape(str(sock))}"]
+    state: dict[str, Any] = {"stopping": False}
+    consumer = InProcessConsumer.build()
+
+    def ready() -> None:
+        state["ready"] = True
+        with contextlib.suppress(OSError):
+            os.chmod(sock, 0o600)
+        # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
+        actual_port = next((port for _, port in server.listening_addresses if port), http_port)
+        from sessions.store.folder import write_json_atomic
+
+        identity = cluster.identity()
+        if identity is not None:
+            cluster.set_identity(dataclasses.replace(identity, address=advertised(actual_port)))
+        record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
+                  "started_at": started_at, "home": str(home), "status": "running", "version": "0.1.0",
+                  "node_id": cluster.node_id()}
+        if config.unknown_keys:  # `daemon start` prints them: a typo in config.toml must not pass unseen
+            record["config_warnings"] = [unknown.message() for unknown in config.unknown_keys]
+
+        write_json_atomic(daemon_record_path(home), record, mode=0o600)
+        # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
+        # collector's view keeps full collections short, which otherwise paused every live stream.
+        gc.collect()
+        gc.freeze()
+        consumer.start()
+        from sessions.supervision import sweep_interval
+
+        state["ticker"] = Ticker(str(record["started_at"]), lambda: sweep_interval(manager.config))
+        state["ticker"].start()
+        state["leases"] = LeaseKeeper(manager)
+        state["leases"].start()
+        logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
+                    sock, home)
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
+              f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
+              f"{token_path(home)}", flush=True)
+
+    # settings.ASGI_APPLICATION (compozy_site.asgi): the site wires the HTTP layer; the daemon only serves it.
+    server = GuardedServer(get_default_application(), endpoints=endpoints, signal_handlers=False, ready_callable=ready,
+                           application_close_timeout=5, http_timeout=None,
+                           max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts)
+
+    async def shutdown() -> None:
+        if state["stopping"]:
+            return
+        state["stopping"] = True
+        logger.info("shutting down: stopping live sessions")
+        try:
+            await manager.shutdown()
+        finally:
+            if "ticker" in state:
+                state["ticker"].stop()
+            if "leases" in state:
+                state["leases"].stop()
+            consumer.stop()
+            with contextlib.suppress(Exception):
+                reactor.stop()
+
+    def on_signal() -> None:
+        state["task"] = loop.create_task(shutdown())
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        server.run()
+        if not state.get("ready"):
+            # daphne logs the listen failure and stops the reactor; the caller needs a failing exit.
+            raise DaemonError(f"could not listen on {config.http_host}:{http_port} or {sock} (see the log above)")
+    finally:
+        set_manager(None)
+        cluster.set_identity(None)
+        with contextlib.suppress(OSError):
+            sock.unlink()
+        record = read_daemon_record()
+        if record and record.get("pid") == os.getpid():
+            with contextlib.suppress(OSError):
+                daemon_record_path(home).unlink()
+    return 0
+
+
+def raise_open_file_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: each live session holds ~7 fds (pipes, events.db and its WAL, the
+    stream sockets), so the usual soft 1024 ran out long before `[limits] max_concurrent_agents` did."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit is still capped by the kernel's nr_open; 2^20 is its default.
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        logger.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+
+
+def _endpoint_escape(value: str) -> str:
+    """A host or path inside a Twisted endpoint string, where ':' separates fields."""
+    return value.replace(":", r"\:")
+
+
+# Readiness budget of a detached start: migrations and imports took over 15 s on a loaded 2-core machine, and a
+# start reported as failed must not leave a daemon behind, so the budget is generous and the child is stopped
+# when it runs out.
+START_TIMEOUT_SECONDS = 60.0
+ABANDON_GRACE_SECONDS = 5.0
+
+
+# daemon.log is the background daemon's stdout and stderr. It is never cut while a daemon writes it; a start finds it
+# over this size and keeps it as daemon.log.1 (one generation), so a past flood cannot fill the disk start by start.
+LOG_ROTATE_BYTES = 32 * 1024 * 1024
+
+
+def rotate_log(path: Path, limit: int = LOG_ROTATE_BYTES) -> bool:
+    try:
+        if path.stat().st_size <= limit:
+            return False
+    except FileNotFoundError:
+        return False
+    os.replace(path, path.with_name(path.name + ".1"))
+    return True
+
+
+def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """Spawn `compozy daemon start --foreground` in the background; wait until it answers. A child that is not
+    ready in `timeout` is stopped (its whole process group) before the failure is reported."""
+    import subprocess
+
+    from compozy_base.daemon_record import read_daemon_record, running_record
+    from compozy_base.home import compozy_home
+
+    if (running := running_record()) is not None:
+        raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
+    home = compozy_home()
+    log_dir = home / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    args = [sys.executable, "-m", "compozy.cli", "daemon", "start", "--foreground"]
+    if port is not None:
+        args += ["--port", str(port)]
+    rotate_log(log_dir / "daemon.log")
+    started_at = 0  # where this start's lines begin in the log
+    with contextlib.suppress(OSError):
+        started_at = (log_dir / "daemon.log").stat().st_size
+    log_fd = os.open(log_dir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(log_fd, 0o600)
+    with os.fdopen(log_fd, "ab") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                env={**os.environ, "COMPOZY_HOME": str(home)})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = read_daemon_record()
+        if record and record.get("pid") == proc.pid:
+            return {**record, "boot_repair": _await_boot_repair(home, record, proc, deadline)}
+        if proc.poll() is not None:
+            # The reason is the child's own error line: "see the log" sent every newcomer to read it.
+            reason = _start_error(log_dir / "daemon.log", started_at)
+            raise DaemonError(f"daemon exited during start: {reason or f'code {proc.returncode}'} "
+                              f"(log: {log_dir / 'daemon.log'})",
+                              exit_code=proc.returncode if proc.returncode in (69, 78) else 69)
+        time.sleep(0.1)
+    record = read_daemon_record()
+    if record and record.get("pid") == proc.pid:
+        return record  # ready between the last look and the deadline
+    _abandon(proc)
+    raise DaemonError(f"daemon did not become ready in {timeout:g}s and was stopped (pid={proc.pid}); "
+                      f"see {log_dir / 'daemon.log'}")
+
+
+BOOT_REPAIR_WAIT_SECONDS = 30.0  # at most this long of `--timeout` for boot repair; the daemon serves meanwhile
+
+
+def _await_boot_repair(home: Path, record: dict[str, Any], proc: Any, deadline: float) -> dict[str, Any]:
+    """Wait, within the start's deadline, for this start's boot repair to finish: a script that reads a session
+    right after `daemon start` sees it repaired (it returned ~1 s before the repair rows). A repair still running
+    then is said, not waited for: the daemon is up and answers."""
+    from compozy_base.home import boot_report_path
+
+    until = min(deadline, time.monotonic() + BOOT_REPAIR_WAIT_SECONDS)
+    while True:
+        try:
+            report = json.loads(boot_report_path(home).read_text())
+        except (OSError, ValueError):
+            report = None
+        if isinstance(report, dict) and report.get("run") == record.get("started_at"):
+            return {"status": "done", **(report.get("counts") or {})}
+        if time.monotonic() >= until or proc.poll() is not None:
+            return {"status": "running"}
+        time.sleep(0.05)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A taken port, said in one line before anything starts (daphne only logs the listen failure and stops)."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Twisted listens: TIME_WAIT is no conflict
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise DaemonError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another daemon or program "
+                              f"holds it; set [http] port or COMPOZY_HTTP_PORT)") from exc
+
+
+def _start_error(log: Path, offset: int) -> str:
+    """The last `error: …` line a failed foreground start wrote to the log after `offset`, without its prefix."""
+    try:
+        with open(log, "rb") as file:
+            file.seek(offset)
+            lines = file.read(1024 * 1024).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return re.sub(r" \([a-z_]+\)$", "", errors[-1]) if errors else ""  # its code is the caller's to add
+
+
+def _abandon(proc: Any) -> None:
+    """Stop a daemon that missed its start deadline: SIGTERM (it removes its own record and socket), then
+    SIGKILL of its process group (it was started in a new session, so agents it spawned go with it)."""
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(ABANDON_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
+    from compozy_base.daemon_record import pid_alive, running_record
+
+    record = running_record()
+    if record is None:
+        raise DaemonError("daemon is not running")
+    pid = record["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+    if pid_alive(pid):
+        raise DaemonError(f"daemon (pid={pid}) did not stop within {timeout:.0f}s")
+    return {**record, "status": "stopped"}

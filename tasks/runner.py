@@ -1,0 +1,203 @@
+"""The daemon's side of task runs, one claimed tick at a time (the `task_cycle` huey job, sent by the Ticker).
+
+1. Recover runs whose lease lapsed, whoever held them: a killed daemon renews nothing (`recovery.py`).
+2. For each run this daemon holds: renew its lease while the session lives here (HeartbeatRunLease); settle
+   the outcome once the task's turn ended (`done` → succeeded, an error → failed) or the session stopped.
+3. Dispatch queued runs while agent slots are free: ClaimNextRun, then a session created on the daemon's loop
+   with the task's prompt staged; the run binds the session id, the session's meta carries task_id/run_id.
+
+Like the supervision sweep it never waits on a runtime: session starts and stops are handed to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any
+
+from django.db import transaction
+
+from sessions.config import Config
+from sessions.enums import LIVE_STATES, StopReason
+from sessions.errors import AgentLimitReached, CompozyError, Unavailable
+from sessions.store import events as event_store
+from sessions.store import folder
+from sessions.supervision import SILENCE_DETAIL, process_start_time
+from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
+from tasks.history import note
+from tasks.leases import claim_next_run, expired_runs, finish_run, heartbeat_run_lease, lease_owner, release_run
+from tasks.models import Task, TaskRun
+from tasks.recovery import recover_lapsed
+
+logger = logging.getLogger(__name__)
+
+MIN_TICK_SECONDS = 0.5
+MAX_TICK_SECONDS = 2.0  # a queued task waits at most this long for a free slot to be noticed
+RENEW_AT_SHARE = 2 / 3  # renew when less than this share of the lease is left
+_starting: set[str] = set()  # runs whose session is being created on the loop: they hold a slot already
+
+
+def tick_seconds(config: Config) -> float:
+    """Four ticks per lease: a lease survives three missed renewals (a busy machine, a lost message)."""
+    return max(MIN_TICK_SECONDS, min(MAX_TICK_SECONDS, config.task_lease_ttl / 4))
+
+
+def has_work() -> bool:
+    return TaskRun.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists()
+
+
+def cycle(manager: Any) -> dict[str, int]:
+    owner = lease_owner()
+    ttl = manager.config.task_lease_ttl
+    counts: Counter[str] = Counter()
+    for run in expired_runs():
+        try:
+            recover_lapsed(run)
+            counts["recovered"] += 1
+        except Exception:
+            logger.exception("recovery of lapsed run %s failed", run.id)
+    for run in TaskRun.objects.filter(status=RunStatus.RUNNING, lease_owner=owner).select_related("task"):
+        try:
+            counts[_keep(manager, run, owner, ttl)] += 1
+        except Exception:
+            logger.exception("task run %s skipped this tick", run.id)
+    counts["dispatched"] = _dispatch(manager, owner, ttl)
+    return dict(counts)
+
+
+def _renew(run: TaskRun, owner: str, ttl: float) -> bool:
+    """HeartbeatRunLease once a third of the lease is used: a write per run every few ticks, not every tick,
+    and still two renewals missed before the lease lapses."""
+    left = (run.lease_expires_at - folder.utcnow()).total_seconds() if run.lease_expires_at else 0.0
+    return left > ttl * RENEW_AT_SHARE or heartbeat_run_lease(run.id, owner, ttl)
+
+
+# ---- runs this daemon holds ------------------------------------------------------------------------------
+
+def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
+    if not run.session_id:
+        return "renewed" if run.id in _starting and _renew(run, owner, ttl) else "waiting"
+    runtime = manager.get(run.session_id)
+    if runtime is not None and not runtime.stopped.is_set():
+        if not _renew(run, owner, ttl):
+            manager.hand_off_stop(run.session_id, StopReason.USER_CANCELED, "task run lease lost")
+            return "lost"
+        agent = runtime.agent
+        if run.agent_pgid is None and agent is not None and agent.pid:
+            TaskRun.objects.filter(id=run.id).update(agent_pgid=agent.pid, agent_started=process_start_time(agent.pid))
+        if runtime.state == "active" and not runtime.stopping and runtime.turn is None:
+            outcome = turn_outcome(run.session_id)
+            if outcome is not None:
+                settle(run, owner, *outcome)
+                manager.hand_off_stop(run.session_id, StopReason.COMPLETED, f"task run {outcome[0].value}")
+                return "settled"
+        return "renewed"
+    meta = folder.read_meta(run.session_id)
+    if meta is not None and meta["state"] in LIVE_STATES and manager.owns(run.session_id):
+        return "renewed" if _renew(run, owner, ttl) else "lost"
+    if manager.draining or meta is None or meta.get("stop_detail") == SILENCE_DETAIL \
+            or meta.get("stop_reason") == StopReason.SHUTDOWN:
+        # The verified-stop path settles a silence stop; a shutdown's runs lapse and are recovered after restart.
+        return "waiting"
+    outcome = turn_outcome(run.session_id)
+    if outcome is None or outcome[0] != RunOutcome.SUCCEEDED:
+        failure = meta.get("failure") or {}
+        detail = failure.get("summary") or meta.get("stop_detail") or meta.get("stop_reason") or "session stopped"
+        outcome = (RunOutcome.FAILED, TaskReason.SESSION_STOPPED, f"{meta.get('stop_reason')}: {detail}")
+    settle(run, owner, *outcome)
+    return "settled"
+
+
+def turn_outcome(session_id: str) -> tuple[RunOutcome, TaskReason, str] | None:
+    """How the task's turn ended, from the session's own store: `done` with end_turn → succeeded; `done` with
+    any other stop reason (cancelled, refusal, max_tokens) or an `error` → failed. None: still going."""
+    rows = event_store.read_events(folder.events_path(session_id), types=["done", "error"], newest=True, limit=20)
+    rows = [r for r in rows if r["turn_id"]]
+    if not rows:
+        return None
+    last = rows[-1]
+    content = last.get("content") or {}
+    if last["type"] == "done":
+        stop = content.get("prompt_stop_reason") or content.get("stop_reason") or "end_turn"
+        if stop == "end_turn":
+            return RunOutcome.SUCCEEDED, TaskReason.NONE, ""
+        return RunOutcome.FAILED, TaskReason.TURN_FAILED, f"the turn ended with stop reason {stop}"
+    return RunOutcome.FAILED, TaskReason.TURN_FAILED, str(content.get("error") or "the agent answered with an error")
+
+
+def settle(run: TaskRun, owner: str, outcome: RunOutcome, reason: TaskReason, detail: str) -> bool:
+    """Finish the run (compare-and-set: once) and carry its outcome to the task, unless a person canceled it."""
+    now = folder.utcnow()
+    with transaction.atomic():
+        if not finish_run(run.id, owner, outcome, reason, detail, now=now):
+            return False
+        status = TaskStatus.SUCCEEDED if outcome == RunOutcome.SUCCEEDED else TaskStatus.FAILED
+        Task.objects.filter(id=run.task_id, status=TaskStatus.RUNNING).update(
+            status=status, reason=reason, detail=detail[:2048], updated_at=now)
+        kind = TaskEventKind.RUN_SUCCEEDED if outcome == RunOutcome.SUCCEEDED else TaskEventKind.RUN_FAILED
+        note(run.task_id, kind, run_id=run.id, reason=reason,
+             detail={"session_id": run.session_id, "detail": detail[:2048]}, now=now)
+    logger.info("task %s: run %s %s", run.task_id, run.id, outcome.value)
+    return True
+
+
+# ---- dispatch --------------------------------------------------------------------------------------------
+
+def _dispatch(manager: Any, owner: str, ttl: float) -> int:
+    loop = manager.loop
+    if manager.draining or loop is None or loop.is_closed():
+        return 0
+    free = manager.config.max_concurrent_agents - len(manager.runtimes) - manager.admitting - len(_starting)
+    started = 0
+    while free > 0:
+        run = claim_next_run(owner, ttl)
+        if run is None:
+            break
+        _starting.add(run.id)
+        try:
+            asyncio.run_coroutine_threadsafe(_start(manager, run, owner), loop)
+        except RuntimeError:  # the loop closed under us: give the run back
+            _starting.discard(run.id)
+            release_run(run.id, owner)
+            break
+        free -= 1
+        started += 1
+    return started
+
+
+async def _start(manager: Any, run: TaskRun, owner: str) -> None:
+    """On the daemon's loop: create the run's session with the task's prompt staged, then bind it to the run."""
+    from sessions import services
+    from sessions.runtime.tasks import db
+
+    task = run.task
+    body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
+            "name": f"{task.title} (attempt {run.attempt})"[:300],
+            "task_binding": {"task_id": task.id, "run_id": run.id, "cwd": task.cwd}}
+    try:
+        try:
+            payload = await services.create_session(body)
+        except (AgentLimitReached, Unavailable):
+            # Another create took the slot, or the daemon is draining: the run waits in the queue.
+            await db(release_run, run.id, owner)
+            return
+        except Exception as exc:
+            message = exc.message if isinstance(exc, CompozyError) else str(exc)
+            logger.warning("task %s: run %s could not start its session: %s", task.id, run.id, message)
+            await db(settle, run, owner, RunOutcome.FAILED, TaskReason.START_FAILED, message)
+            return
+        if not await db(_bind, run, owner, payload["id"]):
+            manager.hand_off_stop(payload["id"], StopReason.USER_CANCELED, "task run lease lost before start")
+    finally:
+        _starting.discard(run.id)
+
+
+def _bind(run: TaskRun, owner: str, session_id: str) -> bool:
+    with transaction.atomic():
+        if TaskRun.objects.filter(id=run.id, status=RunStatus.RUNNING, lease_owner=owner, session_id="").update(
+                session_id=session_id) != 1:
+            return False
+        note(run.task_id, TaskEventKind.RUN_STARTED, run_id=run.id,
+             detail={"session_id": session_id, "attempt": run.attempt})
+    return True
