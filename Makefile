@@ -30,8 +30,7 @@ TEST_WORKERS ?= 4
 PYTEST_ARGS ?=
 
 test: system-deps
-	@$(MAKE) --no-print-directory venv
-	$(BIN)/ruff check .
+	@$(MAKE) --no-print-directory lint
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope tests/unit tests/integration $(PYTEST_ARGS) || status=$$?; \
 	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS) || status=$$((status ? status : $$?)); \
@@ -55,9 +54,13 @@ coverage: system-deps
 system-deps:
 	PYTHON=$(PYTHON) scripts/ensure-system-deps.sh
 
-# Style is `ruff check` (pyproject.toml, line length 120); the code is hand-formatted, not by `ruff format`.
+## The checks that keep the house in order; `make test` runs them first.
+# ruff (pyproject.toml: line length 120, blind excepts, complexity; the code is hand-formatted, not by `ruff
+# format`), the layer contracts (`lint-imports`, [tool.importlinter]) and the type checker (mypy, [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 ## Benchmarks: one command, prints a table with ratios against the raw limits.
 bench: $(STAMP)

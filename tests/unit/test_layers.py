@@ -1,0 +1,65 @@
+"""The layers import one way (docs/architecture.md §Layers; the contracts are `[tool.importlinter]` in
+pyproject.toml, run by `make lint`). Here the contracts run on a copy of the tree: as it is, and with one upward
+import planted in the domain, which they must refuse by name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "frontend")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def copy_tree(dest: Path) -> Path:
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, dest / package,
+                        ignore=shutil.ignore_patterns("static", "templates", "__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_tree(tmp_path_factory.mktemp("layers"))
+
+
+def test_the_tree_keeps_its_layer_contract(tree: Path) -> None:
+    result = lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Layers import one way KEPT" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "planted", "refusal"), [
+    # the domain reaching up into the HTTP layer, as sessions/ once imported compozy_site.api
+    ("sessions/planted.py", "from compozy.api.app import api\n", "sessions is not allowed to import compozy.api"),
+    # inside a function, the way 192 imports once dodged their cycles: still an import
+    ("health/planted.py", "def f():\n    from compozy.daemon import launcher\n",
+     "health is not allowed to import compozy.daemon"),
+    # the base importing the domain
+    ("compozy_base/planted.py", "import sessions.models\n", "compozy_base is not allowed to import sessions"),
+    # two sibling apps that must stay independent
+    ("tasks/planted.py", "from health import services\n", "tasks is not allowed to import health"),
+])
+def test_a_planted_upward_import_breaks_the_contract(tree: Path, module: str, planted: str, refusal: str) -> None:
+    path = tree / module
+    path.write_text(planted)
+    try:
+        result = lint(tree)
+    finally:
+        path.unlink()
+    assert result.returncode != 0, result.stdout
+    assert refusal in result.stdout, result.stdout
