@@ -36,12 +36,9 @@ _recompute_lock = threading.Lock()
 
 
 def _manager() -> Any:
-    from sessions.runtime.manager import get_manager
+    from sessions.ownership import local_manager
 
-    try:
-        return get_manager()
-    except Exception:
-        return None
+    return local_manager()
 
 
 def live_facts(session_id: str) -> LiveFacts:

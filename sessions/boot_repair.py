@@ -14,13 +14,13 @@ from typing import Any
 
 from compozy_base.home import boot_report_path
 from sessions.enums import LIVE_STATES, EventType, SessionState
+from sessions.ownership import local_manager
 from sessions.repair import (
     NO_TURN_IDS,
     REPAIRABLE_STOP_REASONS,
     IssueCode,
     Severity,
     leased_elsewhere,
-    local_manager,
     repair_transcript,
 )
 from sessions.stale_repair import repair_row_only, repair_stale_meta, stale_fix

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError
 from django.db.models import F
 
+from compozy_base import process
 from sessions.models import SweepClaim
 from sessions.store import folder
 
@@ -56,13 +57,7 @@ def _holder_gone(claimed_by: str) -> bool:
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, as another user
-        pass
-    return False  # alive (ourselves included): its lease stands
+    return not process.exists(int(pid))  # alive (ourselves, or as another user): its lease stands
 
 
 def claim_lease(name: str, lease: float) -> bool:

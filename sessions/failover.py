@@ -14,7 +14,7 @@ from typing import Any
 from sessions import cluster
 from sessions.boot_repair import check_transcript_once
 from sessions.errors import CompozyError
-from sessions.repair import runs_here
+from sessions.ownership import runs_here
 from sessions.stale_repair import repair_row_only, repair_stale_meta
 from sessions.store.folder import load_meta
 

@@ -43,17 +43,17 @@ _warned_foreign = False
 def _owner() -> Any:
     """This process's SessionManager, or None in a consumer that owns no sessions."""
     global _warned_foreign
-    from sessions.runtime.manager import get_manager
+    from sessions.ownership import local_manager
 
-    try:
-        return get_manager()
-    except Exception:
-        if not _warned_foreign:
-            _warned_foreign = True
-            # Once per process: this consumer takes daemon jobs from the shared queue and can only drop them.
-            logger.warning("a Compozy job reached a huey consumer outside the daemon; it is dropped here and the "
-                           "daemon's ticker sends it again")
-        return None
+    manager = local_manager()
+    if manager is not None:
+        return manager
+    if not _warned_foreign:
+        _warned_foreign = True
+        # Once per process: this consumer takes daemon jobs from the shared queue and can only drop them.
+        logger.warning("a Compozy job reached a huey consumer outside the daemon; it is dropped here and the "
+                       "daemon's ticker sends it again")
+    return None
 
 
 def boot_repaired(run: str) -> bool:

@@ -6,18 +6,19 @@ stale metadata (a live state no daemon owns → `stopped`), is `stale_repair.py`
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from django.db import DatabaseError
+
 from sessions.enums import LIVE_STATES, EventType, StopReason
 from sessions.errors import Conflict
+from sessions.ownership import Owner, Where, holder_elsewhere, owner
 from sessions.stale_repair import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
@@ -155,46 +156,28 @@ class RepairReport:
                 "actions": actions, "persisted": persisted}
 
 
-def local_manager() -> Any:
-    """This process's SessionManager, or None (manage.py, a huey consumer of its own)."""
-    # A manager exists only where its module was loaded; manage.py need not import the ACP stack to know.
-    module = sys.modules.get("sessions.runtime.manager")
-    if module is None:
-        return None
-    with contextlib.suppress(Exception):
-        return module.get_manager()
-    return None
-
-
-def runs_here(session_id: str) -> bool:
-    """This process runs the session (its runtime is live in the local manager)."""
-    manager = local_manager()
-    return manager is not None and bool(manager.owns(session_id))
-
-
 def _daemon_holds(session_id: str, state: str) -> bool:
-    """Whether a running daemon may be writing this session. Inside the daemon: its manager owns it
-    (in any state: a stop or reactivation may be under way). Outside: a live state while a daemon runs."""
-    manager = local_manager()
-    if manager is not None and manager.owns(session_id):
-        return True
-    if manager is None:
-        from compozy_base.daemon_record import daemon_running
-
-        if state in LIVE_STATES and daemon_running():
-            return True
-    return state in LIVE_STATES and leased_elsewhere(session_id)
+    """Whether a running daemon may be writing this session (so repair must not): this process runs it, in any
+    state (a stop or reactivation may be under way), or it is in a live state and someone else may run it."""
+    found = _owner(session_id)
+    return found.where is Where.HERE or (state in LIVE_STATES and found.anyone)
 
 
 def leased_elsewhere(session_id: str) -> bool:
     """Another node holds the session's unexpired lease: it runs the agent and writes events.db."""
-    from sessions import cluster
-
     try:
-        return cluster.holder_elsewhere(session_id) is not None
-    except Exception:  # a catalog without the lease table (a store opened before migrate): nobody holds it
+        return holder_elsewhere(session_id) is not None
+    except DatabaseError:  # a catalog without the lease table (a store opened before migrate): nobody holds it
         logger.debug("lease of %s not readable", session_id, exc_info=True)
         return False
+
+
+def _owner(session_id: str) -> Owner:
+    try:
+        return owner(session_id)
+    except DatabaseError:  # as in leased_elsewhere
+        logger.debug("lease of %s not readable", session_id, exc_info=True)
+        return Owner(Where.NOBODY)
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import os
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from compozy_base import process
 from sessions import catalog
 from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
@@ -31,10 +32,8 @@ STALL_AGE = timedelta(minutes=2)
 
 def _agent_alive(liveness: dict[str, Any]) -> bool:
     """The recorded agent still runs, checked by pid AND start time (the pid may have been reused)."""
-    from compozy_base.daemon_record import is_same_process
-
     started = folder.parse_time(liveness.get("subprocess_started_at"))
-    return is_same_process(liveness.get("subprocess_pid"), started.timestamp() if started else None)
+    return process.same_process(liveness.get("subprocess_pid"), wall=started.timestamp() if started else None)
 
 
 def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
@@ -97,14 +96,8 @@ def _kill_orphaned_group(session_id: str, liveness: dict[str, Any]) -> None:
     pid = liveness.get("subprocess_pid")
     if not isinstance(pid, int) or pid <= 1:
         return
-    if not _agent_alive(liveness):
-        try:
-            os.kill(pid, 0)
-            return  # the pid was reused: never signal another process's group
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            return
+    if not _agent_alive(liveness) and process.exists(pid):
+        return  # the pid was reused: never signal another process's group
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, 9)
 

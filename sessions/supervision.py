@@ -18,6 +18,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
+from compozy_base import process
 from sessions.config import Config
 from sessions.store import folder
 
@@ -142,20 +143,6 @@ def confirmed(action: str, turn: LiveTurn, config: Config) -> bool:
 
 # ---- the verified process-tree stop -------------------------------------------------------------
 
-def _stat(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat fields after the command name (state is [0], pgrp [2], starttime [19]); None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def process_start_time(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[19]) if fields else None
-
-
 def group_members(pgid: int) -> tuple[list[int], list[int]]:
     """(live, zombie) pids whose process group is `pgid`, from a /proc scan. Zombies are dead: they wait for a
     parent (PID 1 for orphans, which may never reap in a container) and can do nothing."""
@@ -163,7 +150,7 @@ def group_members(pgid: int) -> tuple[list[int], list[int]]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat(int(entry.name))
+        fields = process.stat_fields(int(entry.name))
         if fields and int(fields[2]) == pgid:
             (zombies if fields[0] in ("Z", "X") else live).append(int(entry.name))
     return sorted(live), sorted(zombies)
@@ -210,7 +197,7 @@ def verify_orphan_group(pgid: int | None, started: int | None) -> dict[str, Any]
     from reuse while any member lives. Otherwise what remains of the group is killed and verified gone."""
     if pgid is None:
         return {"pgid": None, "verified": True, "note": "no agent process was started"}
-    leader_start = process_start_time(pgid)
+    leader_start = process.start_ticks(pgid)
     if leader_start is not None and started is not None and leader_start != started:
         return {"pgid": pgid, "verified": True, "note": "the pid now belongs to another process",
                 "checked_at": folder.isoformat(folder.utcnow())}

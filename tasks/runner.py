@@ -18,12 +18,13 @@ from typing import Any
 
 from django.db import transaction
 
+from compozy_base.process import start_ticks
 from sessions.config import Config
 from sessions.enums import LIVE_STATES, StopReason
 from sessions.errors import AgentLimitReached, CompozyError, Unavailable
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.supervision import SILENCE_DETAIL, process_start_time
+from sessions.supervision import SILENCE_DETAIL
 from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
 from tasks.leases import claim_next_run, expired_runs, finish_run, heartbeat_run_lease, lease_owner, release_run
@@ -85,7 +86,7 @@ def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
             return "lost"
         agent = runtime.agent
         if run.agent_pgid is None and agent is not None and agent.pid:
-            TaskRun.objects.filter(id=run.id).update(agent_pgid=agent.pid, agent_started=process_start_time(agent.pid))
+            TaskRun.objects.filter(id=run.id).update(agent_pgid=agent.pid, agent_started=start_ticks(agent.pid))
         if runtime.state == "active" and not runtime.stopping and runtime.turn is None:
             outcome = turn_outcome(run.session_id)
             if outcome is not None:

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from compozy_base import process
+
 ROOT = Path(__file__).resolve().parent.parent
 # The scripted ACP agent every test provider runs: standard library only, so a spawn costs milliseconds.
 SCRIPTED = ROOT / "tests" / "agents" / "scripted_agent.py"
@@ -250,11 +252,7 @@ def wait_job_ticks(home: Path, job: str, *, after: float | None = None, ticks: i
 
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs; a zombie counts as gone (orphans reparent to a PID 1 that may never reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return process.alive(pid)
 
 
 def wait_gone(pid: int, timeout: float = 15.0) -> bool:

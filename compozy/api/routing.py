@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from compozy.api.guard import ASGIApp, Receive, Scope, Send
+from sessions import ownership
 from sessions.errors import first_line
 
 if TYPE_CHECKING:
@@ -48,6 +49,15 @@ class OwnerRouter:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Everything a request asks of a session's lease (here, and in the lookups behind the view) reads it once.
+        # Not a stream's: it lasts for hours, and the session may move to another node meanwhile.
+        if scope.get("path", "").endswith("stream"):
+            await self._route(scope, receive, send)
+            return
+        with ownership.one_lease_read():
+            await self._route(scope, receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         from compozy_base.auth import cluster_token
 
         token = cluster_token()
@@ -57,7 +67,8 @@ class OwnerRouter:
             await self.app(scope, receive, send)
             return
         try:
-            holder = await sync_to_async(_holder_elsewhere)(session_id, read_id)
+            target = session_id or read_id or ""
+            holder = await sync_to_async(ownership.route_target)(target, read=read_id is not None)
         except Exception as exc:
             # The catalog does not answer (a server database gone): a coded JSON answer, not daphne's HTML 500.
             logger.warning("could not read the lease of %s: %s", session_id or read_id, first_line(exc))
@@ -128,25 +139,6 @@ def _read_session(scope: Scope) -> str | None:
         return None
     match = READ_PATH.match(scope.get("path", ""))
     return match.group(1) if match else None
-
-
-def _holder_elsewhere(session_id: str | None, read_id: str | None) -> Holder | None:
-    """Off the loop (a catalog read, and for reads a stat of the session folder, which may sit on a network
-    filesystem): the other node that holds the session, or None to answer here. A read whose folder is on this
-    node (sessions shared, or the session lives here) is always answered here."""
-    from compozy_base.home import sessions_dir
-    from sessions import cluster
-
-    target = session_id or read_id or ""
-    here = (sessions_dir() / target).is_dir()
-    if read_id is not None and here:
-        return None
-    cluster.usable_connection()  # outside Django's request cycle: nobody else replaces a dead connection here
-    holder = cluster.holder_elsewhere(target)
-    if holder is None and not here:
-        # Nobody runs it and its folder is on another node (no shared folder): that node reads it, or continues it.
-        holder = cluster.folder_holder(target)
-    return holder
 
 
 def _owner_request(scope: Scope, address: str, token: str) -> tuple[str, dict[str, str]]:

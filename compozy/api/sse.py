@@ -31,7 +31,7 @@ from sessions import services, transcript
 from sessions.boot_repair import transcript_check_pending, transcript_settled
 from sessions.enums import EventType, SessionState
 from sessions.errors import CompozyError, InvalidRequest, StorageError
-from sessions.repair import runs_here
+from sessions.ownership import runs_here
 from sessions.runtime.signals import CATALOG_GROUP
 from sessions.store import events as event_store
 from sessions.store import folder

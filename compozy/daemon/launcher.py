@@ -141,12 +141,10 @@ def _clear_stale_lock(lock: Path) -> None:
         pid = int(os.readlink(lock))
     except (OSError, ValueError):
         return
-    from compozy_base.daemon_record import pid_alive
+    from compozy_base import process
 
-    ours = False
-    if pid != os.getpid() and pid_alive(pid):  # pid_alive counts a zombie as gone
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            ours = b"compozy" in cmdline.read()
+    # A zombie counts as gone; a live pid is a daemon only if it runs compozy.
+    ours = pid != os.getpid() and process.alive(pid) and b"compozy" in process.command_line(pid)
     if not ours:
         logger.warning("removed the stale socket lock %s (pid %d is not a running daemon)", lock, pid)
         with contextlib.suppress(FileNotFoundError):
@@ -457,7 +455,8 @@ def _abandon(proc: Any) -> None:
 
 
 def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
-    from compozy_base.daemon_record import pid_alive, running_record
+    from compozy_base.daemon_record import running_record
+    from compozy_base.process import alive as pid_alive
 
     record = running_record()
     if record is None:

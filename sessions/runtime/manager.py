@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
+from sessions import ownership
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable
@@ -24,19 +25,17 @@ logger = logging.getLogger(__name__)
 # an operator frees it, so a few seconds is prompt without spinning.
 RESAVE_INTERVAL_SECONDS = 2.0
 
-_manager: SessionManager | None = None
-
-
 def get_manager() -> SessionManager:
-    """The manager of this daemon process; API calls made outside a daemon get 503."""
-    if _manager is None:
+    """The manager of this daemon process; API calls made outside a daemon get 503 (sessions/ownership.py keeps
+    it: `local_manager()` is the way to ask without raising)."""
+    manager = ownership.local_manager()
+    if manager is None:
         raise Unavailable("the Compozy daemon is not running in this process", code="daemon_unavailable")
-    return _manager
+    return manager
 
 
 def set_manager(manager: SessionManager | None) -> None:
-    global _manager
-    _manager = manager
+    ownership.set_local_manager(manager)
 
 
 def _log_release_failure(task: asyncio.Task[Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from sessions import catalog, cluster
+from sessions import catalog, cluster, ownership
 from sessions.config import AgentConfig, Config, ProviderConfig
 from sessions.enums import LIVE_STATES, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound
@@ -91,23 +91,15 @@ def _runtime_meta(session_id: str) -> dict[str, Any] | None:
 
 
 def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
-    try:
-        meta = get_manager().unsaved_meta.get(session_id)
-    except Exception:
-        return None
+    manager = ownership.local_manager()
+    meta = manager.unsaved_meta.get(session_id) if manager is not None else None
     return copy.deepcopy(meta) if meta is not None else None
 
 
 def _daemon_may_own(session_id: str) -> bool:
     """A live state is live while this daemon runs (or is creating) the session, or while another node holds its
     unexpired lease. Outside a daemon (manage.py, tests) a running daemon of this home may own it too: leave it."""
-    try:
-        manager = get_manager()
-    except Exception:
-        from compozy_base.daemon_record import daemon_running
-
-        return daemon_running() or cluster.holder_elsewhere(session_id) is not None
-    return manager.owns(session_id) or cluster.holder_elsewhere(session_id) is not None
+    return ownership.owner(session_id).anyone
 
 
 def row_meta_unreadable(row: Session) -> dict[str, Any]:
@@ -199,13 +191,13 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     try:
         meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
     except SessionFolderElsewhere:
-        holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
+        holder = await sync_to_async(ownership.holder_elsewhere)(session_id)
         if holder is not None:  # it runs there: the owner is the answer, not where its folder is
             raise SessionOwnedElsewhere(session_id, holder) from None
         raise
     runtime = get_manager().get(session_id)
     if runtime is None and meta["state"] in LIVE_STATES:
-        holder = await sync_to_async(cluster.holder_elsewhere)(session_id)
+        holder = await sync_to_async(ownership.holder_elsewhere)(session_id)
         if holder is not None:
             raise SessionOwnedElsewhere(session_id, holder)
     return runtime, meta

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sessions import ownership
 from sessions.enums import FailureKind, SessionState
 from sessions.runtime import lifecycle
-from sessions.runtime.manager import get_manager
 
 
 def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
@@ -78,10 +78,8 @@ def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
 
 
 def _live_runtime(session_id: str) -> Any:
-    try:
-        return get_manager().get(session_id)
-    except Exception:
-        return None
+    manager = ownership.local_manager()
+    return manager.get(session_id) if manager is not None else None
 
 
 def envelope(meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from sessions import cluster
+from sessions import cluster, ownership
 from sessions.config import ProviderConfig, get_config
 from sessions.enums import FailureKind, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest
@@ -37,7 +37,7 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig,
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
         # Another node's reactivation won the race since the caller read `stopped`: the session is that node's.
-        holder = cluster.holder_elsewhere(session_id)
+        holder = ownership.holder_elsewhere(session_id)
         if holder is not None:
             raise SessionOwnedElsewhere(session_id, holder)
         raise Conflict(f"session is {meta['state']}, not stopped", code="session_not_stopped")

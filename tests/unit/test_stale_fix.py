@@ -18,7 +18,7 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)
 
-from compozy_base.daemon_record import process_started_at  # noqa: E402
+from compozy_base.process import started_at as process_started_at  # noqa: E402
 from sessions import catalog  # noqa: E402
 from sessions.models import Session  # noqa: E402
 from sessions.stale_repair import STALL_AGE, stale_fix  # noqa: E402

@@ -80,9 +80,9 @@ def test_verification_kills_survivors_and_confirms_the_group_is_gone() -> None:
 def test_an_orphan_group_is_verified_gone_and_a_reused_pid_is_left_alone() -> None:
     proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
     time.sleep(0.1)
-    from sessions.supervision import process_start_time
+    from compozy_base.process import start_ticks
 
-    started = process_start_time(proc.pid)
+    started = start_ticks(proc.pid)
     assert verify_orphan_group(proc.pid, (started or 0) + 1)["note"] == "the pid now belongs to another process"
     assert proc.poll() is None  # not ours: untouched
     result = verify_orphan_group(proc.pid, started)
