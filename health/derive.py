@@ -9,6 +9,7 @@ from typing import Any
 
 from health.enums import HealthState, HealthValue, WakeReason
 from sessions.enums import FailureKind, SessionState
+from sessions.record import activity_of
 from sessions.store.folder import parse_time
 from sessions.store.redact import bound_text, redact_text
 
@@ -33,7 +34,7 @@ def attachable(meta: dict[str, Any], live: LiveFacts) -> bool:
 
 
 def prompt_active(meta: dict[str, Any]) -> bool:
-    return bool(((meta.get("liveness") or {}).get("activity") or {}).get("prompt_active"))
+    return activity_of(meta).prompt_active
 
 
 def state_of(meta: dict[str, Any], live: LiveFacts) -> HealthState:
@@ -58,8 +59,7 @@ def health_of(meta: dict[str, Any], live: LiveFacts) -> HealthValue:
 
 def idle_since(meta: dict[str, Any]) -> datetime | None:
     """Last real activity, else the moment the session became active: the idle clock's start."""
-    activity = (meta.get("liveness") or {}).get("activity") or {}
-    return parse_time(activity.get("last_activity_at")) or parse_time(meta.get("activated_at")) \
+    return parse_time(activity_of(meta).last_activity_at) or parse_time(meta.get("activated_at")) \
         or parse_time(meta.get("created_at"))
 
 
@@ -102,12 +102,12 @@ def derive(meta: dict[str, Any], live: LiveFacts, *, presence: datetime | None, 
     health = health_of(meta, live)
     active = state == HealthState.PROMPTING
     can_attach = attachable(meta, live)
-    activity = (meta.get("liveness") or {}).get("activity") or {}
+    activity = activity_of(meta)
     if is_stale(state, health, active, idle_since(meta), presence, now, stale_after):
         health = HealthValue.STALE
     eligible, reason = eligibility(state, health, active, can_attach)
     return {
         "state": state.value, "health": health.value, "active_prompt": active, "attachable": can_attach,
         "eligible_for_wake": eligible, "ineligibility_reason": reason,
-        "last_activity_at": parse_time(activity.get("last_activity_at")), "last_error": last_error(meta),
+        "last_activity_at": parse_time(activity.last_activity_at), "last_error": last_error(meta),
     }

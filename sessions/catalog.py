@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 
 from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
+from sessions.record import activity_of
 from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
@@ -167,7 +168,7 @@ def upsert_session_row(meta: dict[str, Any]) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
     from sessions.cluster import node_id
 
-    activity = (meta.get("liveness") or {}).get("activity") or {}
+    activity = activity_of(meta)
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
     lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if meta["state"] == "stopped" else {}
@@ -187,7 +188,7 @@ def upsert_session_row(meta: dict[str, Any]) -> None:
             "failure": meta.get("failure"),
             "acp_session_id": meta.get("acp_session_id") or "",
             "folder_node": node_id(),
-            "last_activity_at": parse_time(activity.get("last_activity_at")),
+            "last_activity_at": parse_time(activity.last_activity_at),
             "created_at": parse_time(meta["created_at"]),
             "updated_at": parse_time(meta["updated_at"]),
         },

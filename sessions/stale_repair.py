@@ -14,6 +14,7 @@ from compozy_base import process
 from sessions import catalog
 from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
+from sessions.record import activity_of
 from sessions.runtime import lifecycle
 from sessions.store import folder
 
@@ -68,7 +69,7 @@ def stale_fix(meta: dict[str, Any], now: datetime | None = None) -> dict[str, An
     liveness = dict(fixed.get("liveness") or {})
     if state != SessionState.STARTING and _agent_alive(liveness):
         detail = "daemon exited while session subprocess remained alive"
-        last = folder.parse_time((liveness.get("activity") or {}).get("last_activity_at"))
+        last = folder.parse_time(activity_of(meta).last_activity_at)
         if last is None or now - last >= STALL_AGE:
             detail = "daemon exited while stalled session subprocess remained alive"
             liveness["stall_state"] = "stalled"

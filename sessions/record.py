@@ -1,0 +1,116 @@
+"""The session record: meta.json as a typed model (sessions reference §3), the file format unchanged.
+
+Why pydantic: it is already here (django-ninja's schemas are pydantic models), it validates what it reads (a
+meta.json may be hand-edited or half-restored), and `extra="allow"` keeps every key this version does not name
+(a newer daemon's, an operator's note), so `SessionRecord.from_meta(m).to_meta() == m` for every file today's code
+writes (tests/unit/test_session_record.py holds it to samples of them). A dataclass would validate nothing; msgspec
+would be a new dependency for a file read a few times a second.
+
+Readers take the typed view instead of chains of `(meta.get("liveness") or {}).get("activity") or {}`:
+`SessionRecord.from_meta(meta).liveness.activity.turn_id`, or `activity_of(meta)` for the one block most read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sessions.enums import SessionState
+
+
+class _Part(BaseModel):
+    # Keys we do not name are kept and written back; a missing block reads as its defaults.
+    model_config = ConfigDict(extra="allow")
+
+
+class Activity(_Part):
+    """liveness.activity: what the current or last turn is doing, durable for supervision and health."""
+
+    turn_id: str | None = None
+    turn_source: str | None = None
+    turn_started_at: str | None = None
+    prompt_active: bool = False
+    last_activity_at: str | None = None
+    last_activity_kind: str | None = None
+    last_activity_detail: str | None = None
+    last_progress_at: str | None = None
+    tools_in_flight: int = 0
+    current_tool: str | None = None
+    tool_call_id: str | None = None
+
+
+class Liveness(_Part):
+    activity: Activity = Activity()
+    last_update_at: str | None = None
+    stall_state: str = ""
+    stall_reason: str | None = None
+    pending_permissions: int | None = None
+    subprocess_pid: int | None = None
+    subprocess_started_at: str | None = None
+
+
+class Failure(_Part):
+    kind: str
+    summary: str = ""
+    crash_bundle_path: str | None = None
+
+
+class Lineage(_Part):
+    parent_session_id: str
+    root_session_id: str
+    spawn_depth: int = 1
+    spawn_role: str = ""
+    ttl_seconds: int | None = None
+    ttl_expires_at: str | None = None
+
+
+class SessionRecord(_Part):
+    id: str
+    workspace_id: str
+    agent_name: str
+    state: SessionState
+    provider: str = ""
+    session_type: str = "user"
+    name: str = ""
+    cwd: str = ""
+    workspace_path: str = ""
+    created_at: str | None = None
+    updated_at: str | None = None
+    activated_at: str | None = None
+    stop_reason: str = ""
+    stop_detail: str = ""
+    failure: Failure | None = None
+    acp_session_id: str = ""
+    input_generation: int = 0
+    model: str = ""
+    model_explicit: bool = False
+    reasoning_effort: str = ""
+    speed: str = ""
+    effective_permissions: str = ""
+    liveness: Liveness = Liveness()
+    lineage: Lineage | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> SessionRecord:
+        """The typed view of a meta.json document; a ValueError (pydantic's ValidationError) names what is wrong."""
+        return cls.model_validate(meta)
+
+    def to_meta(self) -> dict[str, Any]:
+        """The document again: the keys it had, and only those, with the values JSON takes."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def activity_of(meta: dict[str, Any]) -> Activity:
+    """liveness.activity of a meta.json document, typed; defaults where it has none (a session never prompted).
+    Tolerant like the chains it replaces: a block of the wrong shape reads as absent."""
+    liveness = meta.get("liveness")
+    block = liveness.get("activity") if isinstance(liveness, dict) else None
+    if not isinstance(block, dict):
+        return Activity()
+    try:
+        return Activity.model_validate(block)
+    except ValueError:
+        return Activity()

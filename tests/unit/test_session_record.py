@@ -1,0 +1,50 @@
+"""The typed session record (sessions/record.py) reads every meta.json today's code writes and gives the same
+document back: the file format does not change (tests/fixtures/meta-written-before-the-record)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sessions.enums import SessionState
+from sessions.record import Activity, SessionRecord, activity_of
+from tests.conftest import ROOT
+
+SAMPLES = sorted((ROOT / "tests" / "fixtures" / "meta-written-before-the-record").glob("*.json"))
+
+
+def test_there_are_samples_of_every_state() -> None:
+    states = {json.loads(p.read_text())["state"] for p in SAMPLES}
+    assert {"active", "stopped"} <= states
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_a_meta_json_of_today_round_trips_unchanged(sample: Path) -> None:
+    meta = json.loads(sample.read_text())
+    record = SessionRecord.from_meta(meta)
+    assert record.to_meta() == meta
+    assert record.state == SessionState(meta["state"])
+    assert record.liveness.activity.turn_id == ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
+
+
+def test_keys_it_does_not_name_are_kept() -> None:
+    meta = json.loads(SAMPLES[0].read_text())
+    meta["an_operator_note"] = {"why": "kept"}
+    meta["liveness"]["activity"]["a_newer_field"] = 3
+    assert SessionRecord.from_meta(meta).to_meta() == meta
+
+
+def test_a_damaged_record_is_a_value_error_naming_the_field() -> None:
+    meta = json.loads(SAMPLES[0].read_text())
+    meta["state"] = "exploded"
+    with pytest.raises(ValueError, match="state"):
+        SessionRecord.from_meta(meta)
+
+
+def test_activity_of_reads_what_the_chains_read() -> None:
+    assert activity_of({}) == Activity()
+    assert activity_of({"liveness": None}) == Activity()
+    assert activity_of({"liveness": {"activity": "garbage"}}) == Activity()
+    assert activity_of({"liveness": {"activity": {"turn_id": "turn_1", "prompt_active": True}}}).prompt_active
