@@ -11,14 +11,16 @@ import rich_click as click
 
 # Importing a module registers its commands.
 from compozy.cli import (  # noqa: F401
-    commands,
+    events,
     evidence,
     health,
-    live,
+    hooks,
     reads,
     repair,
+    sessions,
     system,
     tasks,
+    turns,
     workspaces,
 )
 from compozy.cli.app import cli

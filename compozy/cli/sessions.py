@@ -1,10 +1,10 @@
-"""The `compozy session` commands: thin, one or two API calls each over the daemon socket."""
+"""The `compozy session` commands for a session's life: new, status, list, stop, remove, rename, spawn, resume
+(attach) and detach. Thin: one or two API calls each over the daemon socket."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -19,23 +19,21 @@ from compozy.cli.app import (
     output_option,
     seg,
     session,
+    session_call,
 )
 from compozy.cli.client import ApiError, Client
-from compozy.cli.live import follow_turn
 from compozy.cli.output import (
     EXIT_FAILED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    dump,
     emit,
     fail,
     fail_api,
-    fail_stream,
     json_line,
     kv,
 )
+from compozy.cli.turns import follow_turn
 
-# ---- sessions ----------------------------------------------------------------------------------
 
 def _model_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
     """The model the agent reports it runs; the configured one only where it differs or was not applied."""
@@ -236,105 +234,6 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
     emit(data, fmt, human)
 
 
-def _print_event(row: dict[str, Any], fmt: str) -> None:
-    if fmt in ("json", "jsonl"):
-        click.echo(json_line(row))
-        return
-    from compozy.cli.events_view import clock, event_line, terminal_width
-
-    click.echo(event_line(row, terminal_width(), clock(row.get("timestamp"))))
-
-
-@session.command("prompt")
-@click.argument("session_id")
-@click.argument("message", required=False)
-@click.option("--queue", "queue_", is_flag=True, help="If busy, queue it (FIFO).")
-@click.option("--interrupt", "interrupt", is_flag=True, help="If busy, cancel the turn and run this instead.")
-@click.option("--steer", "steer", is_flag=True,
-              help="Steer the running turn at its next tool result (as `POST …/steer`); right after `session "
-              "interrupt`, resend the interrupted prompt once with this correction. Nothing to steer: exit 65.")
-@click.option("--cancel", "cancel_entry", default=None, metavar="ENTRY_ID",
-              help="Cancel a queued entry by id (`inq_…`, printed by `--queue` and `session queue`); no MESSAGE.")
-@click.option("--no-follow", is_flag=True, help="Return once accepted instead of streaming the turn.")
-@output_option
-@json_flag
-def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt: bool, steer: bool,
-                   cancel_entry: str | None, no_follow: bool, fmt: str, as_json: bool) -> None:
-    """Send a prompt. On an idle session the turn streams here until it is `done`.
-
-    A stopped session is continued under the same id. Busy sessions follow the busy-input mode (default
-    from `session.busy_input.default_mode`); a queued prompt prints its entry id. `--steer` is `POST …/steer`:
-    staged for the running turn's next tool result, or, right after `compozy session interrupt`, the interrupted
-    prompt sent once more with this correction as a new turn (which streams here). `-o jsonl` prints each
-    event as it arrives, `-o json` the turn's events as one array at the end. Exits 70 when the turn fails
-    or is cancelled before it ends (a stop or an interrupt from elsewhere), 69 when the stream is cut first.
-
-    Examples:
-
-        compozy session prompt sess_0123456789abcdef "Explain the stop path."
-        compozy session prompt sess_0123456789abcdef "then run the tests" --queue
-        compozy session prompt sess_0123456789abcdef "use the staging database instead" --steer
-        compozy session prompt sess_0123456789abcdef --cancel inq_0123456789abcdef0123456789abcdef
-    """
-    fmt = _fmt(fmt, as_json)
-    chosen = [name for name, on in (("queue", queue_), ("interrupt", interrupt), ("steer", steer)) if on]
-    if len(chosen) + bool(cancel_entry) > 1:
-        fail("give at most one of --queue, --interrupt, --steer and --cancel", "invalid_request", fmt, EXIT_USAGE)
-    mode = chosen[0] if chosen else None
-    client = _client()
-    try:
-        if cancel_entry:
-            if message:
-                fail("--cancel takes no message", "invalid_request", fmt, EXIT_USAGE)
-            result = client.request("DELETE", _session_path(client, session_id, f"/prompt/queue/{seg(cancel_entry)}"))
-            emit(result, fmt, lambda: click.echo(f"canceled queued entry {cancel_entry}"))
-            return
-        if not message:
-            fail("a message is required", "message_required", fmt, EXIT_USAGE)
-        base = _session_path(client, session_id)
-        if mode == "steer":
-            # The steer route itself: after an interrupt it composes the salvaged prompt, and with nothing to steer
-            # it says so (409) instead of starting a plain turn.
-            result = client.request("POST", base + "/steer", {"text": message})
-        else:
-            body: dict[str, Any] = {"message": message}
-            if mode:
-                body["mode"] = mode
-            result = client.request("POST", base + "/prompt", body)
-        prompt = result["prompt"]
-        if prompt["status"] != "accepted" or no_follow:
-            position = f" at position {prompt['queue_position']}" if prompt.get("queue_position") else ""
-            emit(result, fmt, lambda: click.echo(
-                f"{prompt['status']}" + (f": entry {prompt['queue_entry_id']}{position}"
-                                         if prompt.get("queue_entry_id") else "")))
-            return
-        events = follow_turn(client, base, session_id, prompt["turn_id"], fmt)
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    if fmt == "json":
-        click.echo(dump(events))
-    elif fmt == "human":
-        click.echo()
-    last = events[-1] if events else {}
-    if last.get("type") not in ("done", "error", "session_stopped"):
-        # The stream closed before the turn ended (the daemon went away): what was printed may be partial.
-        fail("the stream ended before the turn did (is the daemon running? `compozy status`); read the rest "
-             f"with `compozy session events {session_id}`", "stream_ended", fmt, EXIT_UNAVAILABLE)
-    if last.get("type") == "error" or last.get("type") == "session_stopped":
-        # The turn failed: every output format says so in the exit code (scripts read that, not the text).
-        # A stored row keeps the failure in `content`; the stream's closing frame for a stopped session has it on top.
-        content = last.get("content") or last
-        failure = content.get("failure") or {}
-        kind = failure.get("kind") or "turn_failed"
-        detail = failure.get("summary") or content.get("error") or content.get("stop_detail") or \
-            content.get("stop_reason") or "turn failed"
-        fail(str(detail), kind, fmt, EXIT_FAILED)
-    if last.get("type") == "done" and (last.get("content") or {}).get("prompt_stop_reason") == "cancelled":
-        # Stopped or interrupted from elsewhere: what was printed is not the whole reply.
-        fail("turn cancelled before it ended (a stop or an interrupt); the reply above is partial",
-             "turn_cancelled", fmt, EXIT_FAILED)
-
-
 @session.command("stop")
 @click.argument("session_id")
 @output_option
@@ -382,122 +281,155 @@ def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
     emit(s, fmt, lambda: click.echo(f"removed {session_id}"))
 
 
-@session.command("events")
+@session.command("rename")
 @click.argument("session_id")
-@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N events.")
-@click.option("--after", type=click.IntRange(0), default=None,
-              help="Only events after this sequence number (the first column).")
-@click.option("--type", "types", multiple=True,
-              help="Only these event types, e.g. `error`, `system`, `tool_call` (repeatable).")
-@click.option("--since", default=None, help="Events from this time on: RFC3339, or a duration back (`5m`, `1h30m`).")
-@click.option("--follow", "-f", is_flag=True, help="Keep streaming new events until the session stops.")
+@click.argument("name")
 @output_option
 @json_flag
-def session_events(session_id: str, last: int | None, after: int | None, types: tuple[str, ...], since: str | None,
-                   follow: bool, fmt: str, as_json: bool) -> None:
-    """Read the append-only event store: the best evidence of what happened.
+def session_rename(session_id: str, name: str, fmt: str, as_json: bool) -> None:
+    """Name a session; an explicit name always wins over the auto-title.
 
-    One line per event: sequence, age, type and what it says. `-o json`/`-o jsonl` print whole rows.
-    `--follow` reads raw persisted events over SSE (one JSON row a line under `-o json`), reconnects with
-    `Last-Event-ID` after a drop, ends when the session stops, and exits 69 if the daemon stays away
-    (about 2 minutes).
+    The name shows in `session list`, the dashboard and `session recap`; the session id never changes.
 
     Examples:
 
-        compozy session events sess_0123456789abcdef --since 10m
-        compozy session events sess_0123456789abcdef --type error --type system -o jsonl
-        compozy session events sess_0123456789abcdef --follow
+        compozy session rename sess_0123456789abcdef "fix flaky login test"
+        compozy session rename sess_0123456789abcdef "nightly triage" -o json
     """
-    from compozy.cli.events_view import event_lines, since_timestamp
-
     fmt = _fmt(fmt, as_json)
-    try:
-        since = since_timestamp(since) if since else None
-    except ValueError as exc:
-        fail(str(exc), "invalid_since", fmt, EXIT_USAGE)
+    s = session_call(fmt, session_id, "PATCH", "", {"name": name})["session"]
+    emit(s, fmt, lambda: click.echo(f"renamed {session_id} to {s['name']!r}"))
+
+
+@session.command("spawn")
+@click.argument("parent_id")
+@click.option("--role", required=True, help="What the child is for (recorded in its lineage).")
+@click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 7 * 24 * 3600), required=True,
+              help="Seconds until the child is reaped.")
+@click.option("--agent", default=None, help="Agent (default: the parent's).")
+@click.option("--prompt", default=None, help="First prompt for the child.")
+@click.option("--permissions", type=click.Choice(["deny-all", "approve-reads", "approve-all"]), default=None,
+              help="Never wider than the parent's.")
+@output_option
+@json_flag
+def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None, prompt: str | None,
+                  permissions: str | None, fmt: str, as_json: bool) -> None:
+    """Spawn a child session (type `spawned`) that is reaped when its TTL expires or its parent stops.
+
+    The parent must be running; the child shares its workspace, and `session status CHILD -o json` shows
+    its `lineage` (parent, role, TTL).
+
+    Examples:
+
+        compozy session spawn sess_0123456789abcdef --role reviewer --ttl 3600 --prompt "review the diff"
+        compozy session spawn sess_0123456789abcdef --role scout --ttl 600 --permissions deny-all -o json
+    """
+    fmt = _fmt(fmt, as_json)
+    body: dict[str, Any] = {"role": role, "ttl_seconds": ttl_seconds}
+    for key, value in (("agent_name", agent), ("prompt", prompt), ("permissions", permissions)):
+        if value is not None:
+            body[key] = value
+    s = session_call(fmt, parent_id, "POST", "/children", body)["session"]
+    emit(s, fmt, lambda: kv(f"Spawned {s['id']}", [("parent", parent_id), ("role", role),
+                                                   ("permissions", s.get("effective_permissions")),
+                                                   ("ttl expires", (s.get("lineage") or {}).get("ttl_expires_at"))]))
+
+
+@session.command("resume")
+@click.argument("session_id", required=False)
+@click.option("--latest", is_flag=True, help="The resumable session with the newest activity.")
+@click.option("--workspace", default=None, help="With --latest: only this workspace.")
+@click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
+              help="Holder lease in seconds.")
+@click.option("--holder", default=None, metavar="NAME",
+              help="Who holds the lease (default `cli:<pid>`); a script names itself so it can detach later.")
+@output_option
+@json_flag
+def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int,
+                   holder: str | None, fmt: str, as_json: bool) -> None:
+    """Attach to a session in this terminal: live transcript plus a prompt line, under a holder lease.
+
+    A stopped session is reactivated first under the same id. Without a terminal (or with `-o json`)
+    it takes the lease, prints it and exits; `session detach ID --holder NAME` releases it (a stop ends
+    it too). Refusals say why; read `session recap|history` and `session repair --dry-run` before
+    starting new work.
+
+    Examples:
+
+        compozy session resume sess_0123456789abcdef
+        compozy session resume --latest --workspace "$PWD"
+        compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json
+    """
+    fmt = _fmt(fmt, as_json)
+    if bool(session_id) == bool(latest):
+        fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
+    holder = holder or f"cli:{os.getpid()}"
     try:
-        base = _session_path(client, session_id)
-        if follow:
-            _follow(client, base, after, last, list(types), "jsonl" if fmt == "json" else fmt, since)
-            return
-        rows = client.request("GET", base + "/events", query={
-            "limit": last, "after_sequence": after, "type": list(types) or None, "since": since})["events"]
+        if latest:
+            listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
+                                                                    "limit": 100})["sessions"]
+            if not listing:
+                fail("no resumable session", "no_resumable_session", fmt, EXIT_UNAVAILABLE)
+            session_id = max(listing, key=lambda s: s.get("last_activity_at") or s["updated_at"])["id"]
+        assert session_id
+        current = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
+        base = _scoped(current)  # one lookup: the workspace route of a session never changes
+        if current["state"] == "stopped":
+            client.request("POST", base + "/reactivate")
+        result = client.request("POST", base + "/attach", {"attached_to": holder, "ttl_seconds": ttl_seconds})
     except ApiError as exc:
         fail_api(exc, fmt)
-    emit(rows, fmt, lambda: click.echo("\n".join(event_lines(rows)) if rows else "no events"))
+    if fmt != "human" or not sys.stdin.isatty():
+        emit(result, fmt, lambda: kv(f"Attached to {session_id}", sorted(result["attach"].items())))
+        return
+    _interactive(client, session_id, base, holder)
 
 
-# Reconnects of `events --follow` in a row before it gives up: about 2 minutes of backoff, so a daemon restart
-# (boot, migrations, a busy machine) fits.
-FOLLOW_RETRIES = 65
+@session.command("detach")
+@click.argument("session_id")
+@click.option("--holder", required=True, metavar="NAME",
+              help="The holder to release, as `session resume` printed it (`attach.attached_to`).")
+@output_option
+@json_flag
+def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> None:
+    """Release a holder lease taken by `session resume` (a no-op when NAME does not hold it).
+
+    The session keeps running; only the holder's claim ends. An interactive `session resume` releases
+    its own lease when you press Ctrl-D.
+
+    Examples:
+
+        compozy session detach sess_0123456789abcdef --holder ci-job-42
+        compozy session resume sess_0123456789abcdef --holder ci-job-42 -o json   # the lease to release later
+    """
+    fmt = _fmt(fmt, as_json)
+    data = session_call(fmt, session_id, "DELETE", "/attach", query={"attached_to": holder})
+    emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 
 
-def _follow(client: Client, base: str, after: int | None, last: int | None, types: list[str], fmt: str,
-            since: str | None = None) -> None:
-    cursor = after
-    retries = 0
-    query: dict[str, Any] = {"frames": "raw", "type": types or None, "since": since}
-    if cursor is None and last:
-        query["limit"] = last
-    while True:
+def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
+    click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
+    try:
+        while True:
+            try:
+                line = input("> ").strip()
+            except EOFError:
+                break
+            if not line:
+                continue
+            try:
+                result = client.request("POST", base + "/prompt", {"message": line})["prompt"]
+            except ApiError as exc:
+                click.echo(f"error: {exc.message} ({exc.code})", err=True)
+                continue
+            if result["status"] != "accepted":
+                click.echo(f"{result['status']}: {result.get('queue_entry_id', '')}")
+                continue
+            follow_turn(client, base, session_id, result["turn_id"], "human")
+            click.echo()
+    finally:
         try:
-            for event_id, event, data in client.stream(base + "/stream", query, last_event_id=cursor):
-                retries = 0
-                row = json.loads(data)
-                if event == "error" and "sequence" not in row:  # the stream's own error, not a stored `error` row
-                    fail_stream(row, fmt)
-                if event_id:
-                    cursor = int(event_id)
-                    query.pop("limit", None)
-                _print_event(row, fmt) if "sequence" in row else click.echo(
-                    json.dumps(row, sort_keys=True) if fmt != "human" else f"session stopped: {row.get('stop_reason')}")
-                if event == "session_stopped":
-                    return
-            # The stream closed without the session stopping (a daemon restart): reconnect after the cursor.
-            if retries >= FOLLOW_RETRIES:
-                fail("the stream keeps closing; is the daemon running? (`compozy status`)", "stream_ended", fmt,
-                     EXIT_UNAVAILABLE)
-        except ApiError as exc:
-            if exc.status != 0 or retries >= FOLLOW_RETRIES:
-                raise
-        except (OSError, http.client.HTTPException):
-            if retries >= FOLLOW_RETRIES:
-                fail("lost the daemon and could not reconnect (`compozy status`)", "stream_ended", fmt,
-                     EXIT_UNAVAILABLE)
-        retries += 1
-        time.sleep(min(0.2 * retries, 2.0))
-
-
-@session.command("history")
-@click.argument("session_id")
-@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N turns (default 200).")
-@click.option("--after", type=click.IntRange(0), default=None,
-              help="Only what happened after this sequence number (see `session events`).")
-@output_option
-@json_flag
-def session_history(session_id: str, last: int | None, after: int | None, fmt: str, as_json: bool) -> None:
-    """The user-visible turn sequence: per turn, in time order, the user's message, the agent's reply as one
-    message with its thoughts, each tool call as one line with its status, and the markers where they happened.
-
-    `session events` keeps the rows. `-o json` prints the same structure, oldest turn first:
-    `[{"turn_id", "started_at", "start_sequence", "sequence", "event_count", "messages": [...]}]`, each message
-    a UI message (`role`, `parts`: `text`, `reasoning`, `dynamic-tool`, `data-compozy-event`) as the transcript
-    stream assembles it. A turn too long to read whole (over 1,000 events) keeps its first event and its newest
-    ones (`truncated`, `omitted_events`).
-
-    Examples:
-
-        compozy session history sess_0123456789abcdef --last 3
-        compozy session history sess_0123456789abcdef -o json | jq -r '.[-1].turn_id'
-    """
-    from compozy.cli.events_view import history_lines
-
-    fmt = _fmt(fmt, as_json)
-    client = _client()
-    try:
-        turns = client.request("GET", _session_path(client, session_id, "/history"),
-                               query={"limit": last, "after_sequence": after})["history"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
-    emit(turns, fmt, lambda: click.echo("\n".join(history_lines(turns, session_id)) if turns else "no turns yet"))
+            client.request("DELETE", base + "/attach", query={"attached_to": holder})
+        except ApiError:
+            pass
