@@ -160,6 +160,21 @@ def _timeouts(data: dict[str, Any]) -> Timeouts:
     return Timeouts(**values)
 
 
+# Every viewer of a live session holds one connection, and on loopback they all come from one address.
+DEFAULT_MAX_CONNECTIONS = 2048
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
+MAX_CONNECTIONS_CEILING = 1 << 20
+
+
+def _connection_limits(data: dict[str, Any]) -> dict[str, int]:
+    http = _table(data, "http", "")
+    total = integer(http.get("max_connections", DEFAULT_MAX_CONNECTIONS), "http.max_connections", 16,
+                    MAX_CONNECTIONS_CEILING)
+    per_peer = integer(http.get("max_connections_per_peer", min(DEFAULT_MAX_CONNECTIONS_PER_PEER, total)),
+                       "http.max_connections_per_peer", 1, total)
+    return {"http_max_connections": total, "http_max_connections_per_peer": per_peer}
+
+
 @dataclass(frozen=True)
 class Config:
     http_host: str = "127.0.0.1"
@@ -189,6 +204,10 @@ class Config:
     # `[workspaces] allow_hard_links`: an agent's fs request may read or write a file with more than one link.
     allow_hard_links: bool = False
     timeouts: Timeouts = field(default_factory=Timeouts)
+    # `[http] max_connections` / `max_connections_per_peer`: open connections the daemon takes (in total, from one
+    # address); the launcher keeps both below the descriptor limit.
+    http_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    http_max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -432,6 +451,7 @@ def load_config(home: Path | None = None) -> Config:
         allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
                                  "workspaces.allow_hard_links"),
         timeouts=_timeouts(data),
+        **_connection_limits(data),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

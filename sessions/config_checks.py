@@ -27,7 +27,8 @@ _SUPERVISION = ("activity_heartbeat_interval", "progress_notify_interval", "inac
                 "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace")
 SCHEMA: dict[str, Any] = {
     "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes", "header_timeout", "body_timeout",
-                           "idle_timeout", "stream_stall_timeout")),
+                           "idle_timeout", "stream_stall_timeout", "max_connections",
+                           "max_connections_per_peer")),
     "daemon": {"socket": None},
     "defaults": dict.fromkeys(("agent", "provider")),
     "permissions": {"mode": None},

@@ -55,11 +55,13 @@ class GuardedRequest(WebRequest):
         self._body_seen = 0
         self._linger: Any = None
         super().__init__(*args, **kwargs)
-        self._header_timer: Any = reactor.callLater(self.server.timeouts.http_header, self._headers_too_slow)
         self._body_timer: Any = None
 
     def gotLength(self, length: int | None) -> None:
-        self._cancel(self._header_timer)
+        # The head is in (Twisted calls this once all headers are read): its deadline (HeadDeadline) is met.
+        deadline = getattr(self.channel, "compozy_head_deadline", None)
+        if deadline is not None:
+            deadline.met()
         if length is not None and length > self.server.max_body_bytes:
             # Twisted answers `Expect: 100-continue` right after this call; the client must not be invited to send.
             self.requestHeaders.removeHeader(b"expect")
@@ -103,7 +105,6 @@ class GuardedRequest(WebRequest):
         super().requestReceived(command, path, version)
 
     def connectionLost(self, reason: Any) -> None:
-        self._cancel(self._header_timer)
         self._cancel(self._body_timer)
         self._cancel(self._linger)
         super().connectionLost(reason)
@@ -116,13 +117,6 @@ class GuardedRequest(WebRequest):
         _write_error(transport, 413, "Content Too Large", "body_too_large",
                      f"request bodies are limited to {limit} bytes", {"max_body_bytes": limit})
         self._linger = reactor.callLater(LINGER_SECONDS, transport.abortConnection)
-
-    def _headers_too_slow(self) -> None:
-        self._header_timer = None
-        if self.channel is not None and self.channel.transport is not None:
-            _write_error(self.channel.transport, 408, "Request Timeout", "header_timeout",
-                         f"the request headers did not arrive within {self.server.timeouts.http_header:g} s")
-            self.channel.transport.loseConnection()
 
     def _body_too_slow(self) -> None:
         self._body_timer = None
@@ -179,6 +173,89 @@ class _Discard:
         self.closed = True
 
 
+class HeadDeadline:
+    """A request head, request line included, must arrive within `seconds`: the first of a connection from its
+    accept, each later one from its first byte. The idle timeout restarts with every byte, so on its own a client
+    sending a byte every few seconds (slowloris) held the connection as long as it liked, before any request
+    object (and its guard) existed."""
+
+    def __init__(self, channel: Any, seconds: float) -> None:
+        self.channel, self.seconds = channel, seconds
+        self.waiting = True  # for a head: until its headers are in; again once its response is done
+        self.timer: Any = reactor.callLater(seconds, self._too_slow)
+
+    def data(self) -> None:
+        if self.waiting and self.timer is None:
+            self.timer = reactor.callLater(self.seconds, self._too_slow)
+
+    def met(self) -> None:
+        self.waiting = False
+        self.cancel()
+
+    def next_request(self) -> None:
+        self.waiting = True
+
+    def cancel(self) -> None:
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.timer = None
+
+    def _too_slow(self) -> None:
+        self.timer = None
+        transport = self.channel.transport
+        if transport is not None:
+            _write_error(transport, 408, "Request Timeout", "header_timeout",
+                         f"the request head did not arrive within {self.seconds:g} s")
+            transport.loseConnection()
+
+
+class ConnectionLimits:
+    """Open connections, in total and per peer address, kept below the descriptor limit (each also costs memory
+    and a reactor slot). One over either limit gets a 503 `too_many_connections` and is closed; the refusals are
+    logged once per REFUSAL_LOG_SECONDS with their count, not once each (a flood must not also flood the log)."""
+
+    REFUSAL_LOG_SECONDS = 60.0
+
+    def __init__(self, total: int, per_peer: int) -> None:
+        self.total, self.per_peer = total, per_peer
+        self.open = 0
+        self.by_peer: dict[str, int] = {}
+        self.refused = 0  # since the last log line
+        self.logged_at = float("-inf")
+
+    def admit(self, peer: str) -> bool:
+        if self.open >= self.total or self.by_peer.get(peer, 0) >= self.per_peer:
+            self._refused(peer)
+            return False
+        self.open += 1
+        self.by_peer[peer] = self.by_peer.get(peer, 0) + 1
+        return True
+
+    def release(self, peer: str) -> None:
+        self.open -= 1
+        left = self.by_peer.get(peer, 1) - 1
+        if left > 0:
+            self.by_peer[peer] = left
+        else:
+            self.by_peer.pop(peer, None)
+
+    def _refused(self, peer: str) -> None:
+        self.refused += 1
+        now = reactor.seconds()
+        if now - self.logged_at >= self.REFUSAL_LOG_SECONDS:
+            logger.warning("refused %d connection(s) over the limits (open %d of %d; peer %s has %d of %d)",
+                           self.refused, self.open, self.total, peer, self.by_peer.get(peer, 0), self.per_peer)
+            self.refused, self.logged_at = 0, now
+
+    def report(self) -> dict[str, int]:
+        return {"open": self.open, "max": self.total, "max_per_peer": self.per_peer}
+
+
+def _peer(addr: Any) -> str:
+    host = getattr(addr, "host", None)
+    return str(host) if host else "unix"
+
+
 class GuardedHTTPFactory(HTTPFactory):
     def __init__(self, server: Server) -> None:
         super().__init__(server)
@@ -191,13 +268,52 @@ class GuardedHTTPFactory(HTTPFactory):
         if hasattr(channel, "_respondToBadRequestAndDisconnect"):
             channel._respondToBadRequestAndDisconnect = lambda: _bad_head(channel)
             channel.lineLengthExceeded = lambda line: _bad_head(channel)  # Twisted would just hang up
-        connect = protocol.makeConnection
+        limits: ConnectionLimits = self.server.connection_limits
+        peer = _peer(addr)
+        connect, received, lost = protocol.makeConnection, protocol.dataReceived, protocol.connectionLost
+        done = getattr(channel, "requestDone", None)
 
         def make_connection(transport: Any) -> None:
+            if not limits.admit(peer):
+                _write_error(transport, 503, "Service Unavailable", "too_many_connections",
+                             "this daemon has as many connections open as it takes; try again shortly",
+                             {"max_connections": limits.total, "max_connections_per_peer": limits.per_peer})
+                transport.loseConnection()
+                protocol.compozy_admitted = False
+                return
+            protocol.compozy_admitted = True
             write_through(transport)
+            channel.compozy_head_deadline = HeadDeadline(channel, self.server.timeouts.http_header)
             connect(transport)
 
+        def data_received(data: bytes) -> None:
+            deadline = getattr(channel, "compozy_head_deadline", None)
+            if deadline is None:
+                return  # refused at accept: nothing it sends is read
+            deadline.data()
+            received(data)
+
+        def connection_lost(reason: Any) -> None:
+            deadline = getattr(channel, "compozy_head_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+            if getattr(protocol, "compozy_admitted", False):
+                protocol.compozy_admitted = False
+                limits.release(peer)
+            lost(reason)
+
+        def request_done(request: Any) -> None:
+            if done is not None:
+                done(request)
+            deadline = getattr(channel, "compozy_head_deadline", None)
+            if deadline is not None:
+                deadline.next_request()
+
         protocol.makeConnection = make_connection
+        protocol.dataReceived = data_received
+        protocol.connectionLost = connection_lost
+        if done is not None:
+            channel.requestDone = request_done
         return protocol
 
 
@@ -254,12 +370,14 @@ def write_through(transport: Any) -> None:
 
 
 class GuardedServer(Server):
-    def __init__(self, *args: Any, max_body_bytes: int, timeouts: Timeouts, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_body_bytes: int, timeouts: Timeouts, connection_limits: ConnectionLimits,
+                 **kwargs: Any) -> None:
         # Twisted must not parse POSTed form bodies before ASGI (a malformed multipart got a bare 400).
         keep_request_bodies_raw()
         super().__init__(*args, **kwargs)
         self.max_body_bytes = max_body_bytes
         self.timeouts = timeouts
+        self.connection_limits = connection_limits
 
     # daphne's run() builds `HTTPFactory(self)` inline with no hook; assigning it lands here and we build ours.
     @property

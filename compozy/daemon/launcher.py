@@ -18,7 +18,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compozy.api.http_server import ConnectionLimits
+    from sessions.config import Config
 
 logger = logging.getLogger("compozy.daemon")
 
@@ -218,8 +222,9 @@ def run_foreground(port: int | None = None) -> int:
     cluster.set_identity(cluster.Identity(cluster.node_id(), started_at, advertised(http_port),
                                           config.cluster.lease_ttl))
 
-    endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}",
-                 f"unix:{_endpoint_escape(str(sock))}"]
+    # Twisted listens with a backlog of 50: a burst of creates or of reconnecting viewers overflowed it into resets.
+    endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}",
+                 f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
     state: dict[str, Any] = {"stopping": False}
     consumer = InProcessConsumer.build()
 
@@ -261,7 +266,8 @@ def run_foreground(port: int | None = None) -> int:
     # settings.ASGI_APPLICATION (compozy_site.asgi): the site wires the HTTP layer; the daemon only serves it.
     server = GuardedServer(get_default_application(), endpoints=endpoints, signal_handlers=False, ready_callable=ready,
                            application_close_timeout=5, http_timeout=None,
-                           max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts)
+                           max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts,
+                           connection_limits=connection_limits(config))
 
     async def shutdown() -> None:
         if state["stopping"]:
@@ -315,6 +321,31 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as exc:
         logger.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+
+
+# The kernel caps a listen backlog at net.core.somaxconn (4096 on current kernels).
+LISTEN_BACKLOG = 1024
+# Descriptors kept for what is not a client connection: the catalog, logs, huey, and per agent its pipes, events.db
+# with its WAL and what its driver opens.
+RESERVED_FDS = 256
+FDS_PER_AGENT = 8
+
+
+def connection_limits(config: Config) -> ConnectionLimits:
+    """`[http] max_connections` and `max_connections_per_peer`, both kept below the open-file limit less what the
+    agents and the daemon's own files need, so a flood of connections can never starve a session of descriptors."""
+    import resource
+
+    from compozy.api.http_server import ConnectionLimits
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = config.http_max_connections
+    if soft != resource.RLIM_INFINITY:
+        room = min(room, max(16, soft - RESERVED_FDS - FDS_PER_AGENT * config.max_concurrent_agents))
+    if room < config.http_max_connections:
+        logger.warning("[http] max_connections %d is more than the open-file limit %d leaves; taking %d",
+                       config.http_max_connections, soft, room)
+    return ConnectionLimits(room, min(config.http_max_connections_per_peer, room))
 
 
 def _endpoint_escape(value: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import stat
@@ -387,6 +388,94 @@ def test_headers_must_arrive_within_the_header_timeout(daemon: Daemon) -> None:
     assert head.startswith("HTTP/1.1 408") and json.loads(body)["code"] == "header_timeout"
 
 
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+def assert_head_timeout(answer: bytes) -> None:
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 408"), head
+    assert json.loads(body)["code"] == "header_timeout"
+
+
+def test_a_connection_that_sends_nothing_is_answered_at_the_header_timeout(daemon: Daemon) -> None:
+    """The head's deadline runs from the accept: a connection that never sends its request line held a slot until
+    the idle timeout, and one sending a byte of it every few seconds for ever."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as idle:
+        started = time.monotonic()
+        answer = read_until_closed(idle)
+        assert HEADER_TIMEOUT - 0.5 < time.monotonic() - started < HEADER_TIMEOUT + 8
+    assert_head_timeout(answer)
+
+
+def test_a_request_line_trickled_a_byte_at_a_time_is_cut_at_the_header_timeout(daemon: Daemon) -> None:
+    line = b"GET /api/status?" + b"x" * 200 + b" HTTP/1.1\r\n"
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as slow:
+        started = time.monotonic()
+        for byte in line:  # one byte every 0.25 s: every byte restarts the idle timeout, never the head's
+            readable, _, _ = select.select([slow], [], [], 0.25)
+            if readable:
+                break
+            slow.sendall(bytes([byte]))
+        answer = read_until_closed(slow)
+        assert time.monotonic() - started < HEADER_TIMEOUT + 8
+    assert_head_timeout(answer)
+
+
+def test_each_request_on_a_kept_alive_connection_has_its_own_head_deadline(daemon: Daemon) -> None:
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=20) as conn:
+        conn.sendall(f"GET /api/status HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {daemon.token}\r\n"
+                     "\r\n".encode())
+        first = b""
+        while b"\r\n\r\n" not in first:
+            first += conn.recv(65536)
+        head, _, rest = first.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        # The first answer is whole; the second head starts and stalls.
+        conn.sendall(b"GET /api/status HTTP/1.1\r\nHost: loc")
+        started = time.monotonic()
+        answer = rest[length:] + read_until_closed(conn)
+        assert HEADER_TIMEOUT - 0.5 < time.monotonic() - started < HEADER_TIMEOUT + 8
+    assert_head_timeout(answer)
+
+
+def test_connections_past_the_per_peer_limit_get_a_coded_503_until_one_closes(tmp_path: Path) -> None:
+    d = start_daemon(tmp_path / "home", extra_config='[http]\nmax_connections_per_peer = 4\nheader_timeout = "60s"\n')
+    held: list[socket.socket] = []
+    try:
+        refused = b""
+        for _ in range(8):  # the test's own HTTP client may hold one of the four
+            conn = socket.create_connection(("127.0.0.1", d.port), timeout=20)
+            held.append(conn)
+            readable, _, _ = select.select([conn], [], [], 1.0)
+            if readable:
+                refused = read_until_closed(conn)
+                break
+        head, _, body = refused.decode().partition("\r\n\r\n")
+        assert head.startswith("HTTP/1.1 503"), "a fifth connection from one address was taken"
+        assert json.loads(body)["code"] == "too_many_connections"
+        assert len(held) <= 5
+        held.pop().close()
+        held.pop(0).close()  # an admitted one goes: its slot is free again
+        with socket.create_connection(("127.0.0.1", d.port), timeout=20) as again:
+            again.sendall(f"GET /api/status HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {d.token}\r\n"
+                          "Connection: close\r\n\r\n".encode())
+            assert read_until_closed(again).startswith(b"HTTP/1.1 200")
+        log = d.log()
+        assert log.count("over the limits") == 1, "refusals are logged once per interval, with their count"
+    finally:
+        for conn in held:
+            conn.close()
+        d.stop()
 
 
 def test_a_body_must_arrive_within_the_body_timeout_even_before_auth(daemon: Daemon) -> None:
