@@ -35,6 +35,7 @@ from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
 from sessions import services, transcript
 from sessions.config import get_config
@@ -42,6 +43,7 @@ from sessions.enums import Badge, SessionState
 from sessions.errors import CompozyError
 from sessions.store import events as event_store
 from sessions.store import folder
+from tasks.services import list_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +142,6 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
 @require_safe
 async def tasks_page(request: HttpRequest) -> HttpResponse:
     """Supervised work: tasks with their attempts and linked sessions, needs-attention first."""
-    from tasks.services import list_tasks
 
     tasks = await sync_to_async(list_tasks)()
     page = {"initial": tasks, "features": features()}
@@ -212,8 +213,6 @@ def _wants_html(request: HttpRequest) -> bool:
 async def page_not_found(request: HttpRequest) -> HttpResponse:
     """Any page address that matches nothing: a browser gets the styled page, a script the API's JSON 404."""
     if request.method not in ("GET", "HEAD") or not _wants_html(request):
-        from compozy_base.errors import not_found
-
         return not_found(request)
     response = render(request, "frontend/not_found.html", {"path": request.path[:512]}, status=404)
     return _secure(response)
@@ -254,8 +253,6 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponseBas
     try:
         ceiling = await asyncio.to_thread(event_store.max_sequence, path)
     except sqlite3.DatabaseError as exc:
-        from compozy_base.errors import error_body
-
         body = error_body("the session's event store cannot be read", "event_store_unreadable", 409,
                           {"detail": str(exc)[:200]})
         return JsonResponse(body, status=409)

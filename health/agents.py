@@ -6,27 +6,27 @@ from typing import Any
 
 from health import policy, services, wake
 from health.enums import WakeSource
+from health.models import HeartbeatSnapshot
+from sessions import services as session_services
+from sessions.catalog import find_workspace
+from sessions.claims import owner_id
+from sessions.config import get_config
 from sessions.errors import InvalidRequest, NotFound
+from sessions.models import SweepClaim
 from sessions.store.folder import isoformat, utcnow
 
 
 def _check_agent(name: str) -> None:
-    from sessions.config import get_config
-
     if name not in get_config().agents:
         raise NotFound(f"agent {name!r} is not defined", code="agent_not_found", data={"agent": name})
 
 
 def _workspace_id(ref: str | None) -> str:
-    from sessions.catalog import find_workspace
-
     return find_workspace(ref).id if ref else ""
 
 
 def service_state() -> dict[str, Any]:
     """When this daemon start's health recompute finished, and when the wake cycle last claimed a tick."""
-    from sessions.claims import owner_id
-    from sessions.models import SweepClaim
 
     claim = SweepClaim.objects.filter(name=f"wake_cycle:{owner_id()}").first()
     run = services.current_run()
@@ -59,8 +59,6 @@ def agent_status(name: str, *, workspace: str | None = None, session_id: str | N
 def _wake_reason(status: dict[str, Any]) -> str | None:
     """The policy-level reason (closed set) that refuses every wake of the agent now, or None when each session's
     own state decides: `heartbeat_no_policy` for an agent without HEARTBEAT.md."""
-    from health.models import HeartbeatSnapshot
-    from sessions.config import get_config
 
     snap = HeartbeatSnapshot.objects.filter(id=status["snapshot_id"]).first() if status.get("snapshot_id") else None
     reason = wake.policy_reason(get_config().heartbeat, snap, utcnow())
@@ -69,7 +67,6 @@ def _wake_reason(status: dict[str, Any]) -> str | None:
 
 def all_statuses() -> list[dict[str, Any]]:
     """The home-level policy of every configured agent (the dashboard's HEARTBEAT.md panel)."""
-    from sessions.config import get_config
 
     service = service_state()
     return [{**(status := policy.status(name, "")), "service": service, "wake_reason": _wake_reason(status)}
@@ -85,7 +82,6 @@ def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.M
     # A session that does not exist, or one of another workspace, is a `session_not_found` decision (the health seed's
     # reason for an id that does not resolve) with nothing recorded: a wake for a made-up id must leave no audit row,
     # and one scoped to a workspace must never prompt another's session.
-    from sessions import services as session_services
 
     try:
         session_services.scoped_meta(session_id, workspace or None)

@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from sessions.config_values import parse_duration as go_duration
+from sessions.errors import ConfigError
 from sessions.heartbeat_config import HeartbeatConfig
 from sessions.nesting import MAX_DEPTH
 
@@ -142,9 +144,6 @@ def split(text: str) -> tuple[str | None, str, int]:
 
 
 def parse_duration(value: object) -> float | None:
-    from sessions.config_values import parse_duration as go_duration
-    from sessions.errors import ConfigError
-
     if not isinstance(value, str):
         return None
     try:

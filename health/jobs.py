@@ -10,6 +10,12 @@ import logging
 
 from huey.contrib.djhuey import db_task
 
+from health.services import recomputed_at, sweep_stale
+from health.wake import run_cycle
+from sessions.claims import claim_tick, owner_id
+from sessions.config import get_config
+from sessions.jobs import arrive, this_start
+
 logger = logging.getLogger(__name__)
 
 # Ticks are claimed for half an interval (as the supervision sweep: jitter never skips one, a burst runs once).
@@ -23,24 +29,17 @@ WAKE_BOUNDS = (0.5, 30.0)
 
 
 def sweep_every() -> float:
-    from sessions.config import get_config
-
     return min(max(get_config().heartbeat.session_health_stale_after / SWEEP_PER_THRESHOLD, SWEEP_BOUNDS[0]),
                SWEEP_BOUNDS[1])
 
 
 def wake_every() -> float:
-    from sessions.config import get_config
-
     return min(max(get_config().heartbeat.min_interval / 2, WAKE_BOUNDS[0]), WAKE_BOUNDS[1])
 
 
 @db_task()
 def health_sweep() -> int | None:
     """Age idle sessions into `stale`. Only in the daemon that owns the sessions (their live facts are here)."""
-    from health.services import sweep_stale
-    from sessions.claims import claim_tick, owner_id
-    from sessions.jobs import arrive
 
     manager = arrive("health_sweep")
     if manager is None or manager.draining or not manager.runtimes:
@@ -53,10 +52,6 @@ def health_sweep() -> int | None:
 @db_task()
 def wake_cycle(run: str) -> dict[str, int] | None:
     """The wake service's scheduler cycle. Refuses to run until this daemon start's health recompute finished."""
-    from health.services import recomputed_at
-    from health.wake import run_cycle
-    from sessions.claims import claim_tick, owner_id
-    from sessions.jobs import arrive, this_start
 
     if not this_start(run):
         return None  # another daemon start's (another node's) cycle: its own ticker runs it there

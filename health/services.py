@@ -18,12 +18,18 @@ from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
+from compozy_base.daemon_record import read_daemon_record
 from health.derive import LiveFacts, derive, eligibility, is_stale
 from health.enums import HealthState, HealthValue, WakeReason
-from health.models import SessionHealth
+from health.models import SessionHealth, WakeState
+from sessions import cluster, services
 from sessions.config import get_config
+from sessions.errors import Unavailable
 from sessions.models import Session
-from sessions.store.folder import isoformat, session_dir, utcnow
+from sessions.ownership import local_manager
+from sessions.runtime.tasks import spawn
+from sessions.services import ring_catalog_threadsafe
+from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +42,6 @@ _recompute_lock = threading.Lock()
 
 
 def _manager() -> Any:
-    from sessions.ownership import local_manager
-
     return local_manager()
 
 
@@ -124,8 +128,6 @@ def _fire_hook(row: SessionHealth, meta: dict[str, Any]) -> None:
     payload = {k: v for k, v in row_dict(row).items() if k not in ("session_id", "workspace_id", "agent_name")}
 
     def start() -> None:
-        from sessions.runtime.tasks import spawn
-
         runtime = manager.get(row.session_id)
         if runtime is not None:
             spawn(runtime.hook(HOOK_EVENT, **payload))
@@ -157,7 +159,6 @@ def touch_presence(session_id: str) -> None:
 
 def sweep_stale(now: datetime | None = None) -> int:
     """Age idle sessions whose last activity and presence are older than `session_health_stale_after`."""
-    from sessions import cluster
 
     now = now or utcnow()
     cfg = get_config().heartbeat
@@ -185,7 +186,6 @@ def sweep_stale(now: datetime | None = None) -> int:
 
 def _ring_catalog(row: SessionHealth) -> None:
     """A session aged into `stale` changed no meta.json: ring the catalog doorbell so lists refetch."""
-    from sessions.services import ring_catalog_threadsafe
 
     try:
         ring_catalog_threadsafe("upserted", row.workspace_id, row.session_id)
@@ -201,8 +201,6 @@ def _idle_since(row: SessionHealth) -> datetime | None:
 
 
 def _meta(session_id: str) -> dict[str, Any] | None:
-    from sessions.store.folder import load_meta
-
     try:
         return load_meta(session_id)
     except Exception:
@@ -216,7 +214,6 @@ def boot_recompute(run: str) -> dict[str, int]:
        one stored on another node's disk (no shared folder: its meta.json is not missing, only not here);
     2. a session whose meta.json is gone reads `detached` + `stale`;
     3. run the stale sweep; then record completion, which the wake service waits for."""
-    from sessions import cluster
 
     counts = {"recomputed": 0, "missing_meta": 0, "stale": 0, "elsewhere": 0}
     with _recompute_lock:
@@ -238,7 +235,6 @@ def boot_recompute(run: str) -> dict[str, int]:
             if _upsert(meta, live_facts(session.id)) is not None:
                 counts["recomputed"] += 1
         counts["stale"] = sweep_stale()
-        from health.models import WakeState
 
         # A wake in flight when the last daemon died never finished: release its gate.
         WakeState.objects.filter(in_flight=True).update(in_flight=False)
@@ -262,8 +258,6 @@ def recomputed_at(run: str) -> str | None:
 
 
 def current_run() -> str:
-    from compozy_base.daemon_record import read_daemon_record
-
     record = read_daemon_record() or {}
     return str(record.get("started_at") or "")
 
@@ -273,7 +267,6 @@ def current_run() -> str:
 def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool = True) -> SessionHealth:
     """The stored row of a session (the session must exist, and belong to `workspace_ref` when given). A
     session with no row yet gets one derived now, so health is always present."""
-    from sessions import services
 
     meta = services.scoped_meta(session_id, workspace_ref, row_ok=True)
     if touch:
@@ -289,8 +282,6 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
             logger.warning("health of %s derived but not stored: %s", session_id, exc)
             row = _derived(meta, live)
     if row is None:
-        from sessions.errors import Unavailable
-
         raise Unavailable("session health is unavailable", code="health_unavailable")
     return row
 

@@ -32,6 +32,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
+from compozy_base.auth import cluster_token_state
+from compozy_base.daemon_record import daemon_running
+from compozy_base.home import sessions_dir
+from sessions.claims import owner_id
+from sessions.config import get_config
 from sessions.models import Node, Session, SessionLease
 from sessions.store import folder
 
@@ -61,8 +66,6 @@ def node_id() -> str:
     """`COMPOZY_NODE_ID`, else `[cluster] node_id`, else `hostname:COMPOZY_HOME` (one daemon per home)."""
     if _identity is not None:
         return _identity.node_id
-    from sessions.claims import owner_id
-    from sessions.config import get_config
 
     return os.environ.get("COMPOZY_NODE_ID") or get_config().cluster.node_id or owner_id()
 
@@ -266,11 +269,8 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | N
         return None
     if _identity is not None and (row.node_id, row.run) == (_identity.node_id, _identity.run):
         return None
-    if _identity is None and row.node_id == node_id():
-        from compozy_base.daemon_record import daemon_running
-
-        if not daemon_running():
-            return None  # manage.py after this home's daemon died: its leases died with it
+    if _identity is None and row.node_id == node_id() and not daemon_running():
+        return None  # manage.py after this home's daemon died: its leases died with it
     return Holder(row.node_id, row.address, row.expires_at)
 
 
@@ -396,7 +396,6 @@ def redis_health() -> dict[str, Any]:
 
 def status() -> dict[str, Any]:
     """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
-    from compozy_base.auth import cluster_token_state
 
     me = _identity
     return {"node_id": node_id(), "address": me.address if me else "", "clustered": clustered(),
@@ -407,6 +406,4 @@ def status() -> dict[str, Any]:
 
 
 def _sessions_dir() -> str:
-    from compozy_base.home import sessions_dir
-
     return str(sessions_dir())

@@ -14,6 +14,7 @@ from compozy_base import process
 from sessions import catalog
 from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
+from sessions.models import InputEntry, Session
 from sessions.record import activity_of
 from sessions.runtime import lifecycle
 from sessions.store import folder
@@ -42,7 +43,6 @@ def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
     written first in that case (`catalog.save_meta`), so a newer stopped row with its cause is the truth."""
     from django.db import DatabaseError
 
-    from sessions.models import Session
 
     try:
         row = Session.objects.filter(id=meta["id"]).first()
@@ -114,7 +114,6 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     with contextlib.suppress(Exception):
         catalog.upsert_session_row(fixed)
         catalog.meta_saved(fixed)
-        from sessions.models import InputEntry
 
         InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED)
@@ -126,7 +125,6 @@ def repair_row_only(session_id: str, row: Session | None = None) -> dict[str, An
     """The stale-state rules applied to a catalog row alone, for a session whose meta.json cannot be read here
     (another node's disk, or invalid): it must not read `active` with no daemon running it. A `row` already read
     is used, and updated in place when the compare-and-set on its state lands."""
-    from sessions.models import Session
 
     row = row or Session.objects.filter(id=session_id).first()
     if row is None:

@@ -29,7 +29,8 @@ from compozy.api.sessions import router as sessions_router
 from compozy.api.sessions import workspaces as workspaces_router
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
-from sessions.errors import CompozyError, InvalidRequest
+from sessions.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
+from sessions.store.failures import classify
 
 logger = logging.getLogger(__name__)
 
@@ -173,16 +174,11 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(Exception)
 def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    from sessions.errors import StorageError
-    from sessions.store.failures import classify
-
     if classify(exc) is not None:
         # A full disk or a locked store is a condition of this machine, not a bug: say so with a code.
         logger.error("storage error on %s %s: %s", request.method, request.path, exc, exc_info=True)
         return on_domain_error(request, StorageError.from_exception(exc))
     if _catalog_down(exc):
-        from sessions.errors import CatalogUnavailable
-
         logger.warning("catalog unavailable on %s %s: %s", request.method, request.path, exc)
         return on_domain_error(request, CatalogUnavailable.from_exception(exc))
     if isinstance(exc, RequestDataTooBig):

@@ -42,6 +42,9 @@ from compozy_base.auth import (
     is_machine_path,
     same_secret,
 )
+from compozy_base.errors import error_body
+from compozy_base.home import compozy_home
+from sessions.config import get_config
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +109,6 @@ class GuardPolicy:
 
     @classmethod
     def for_daemon(cls) -> GuardPolicy:
-        from compozy_base.home import compozy_home
-        from sessions.config import get_config
-
         config = get_config()
         home = compozy_home()
         bound = config.http_host.lower()
@@ -347,7 +347,6 @@ async def _refuse(send: Send, refusal: Refusal) -> None:
     if refusal.page:
         await _login_page(send, "This dashboard needs a sign-in.")
         return
-    from compozy_base.errors import error_body
 
     await send_json(send, refusal.status, error_body(refusal.message, refusal.code, refusal.status,
                                                       refusal.evidence), refusal.headers)

@@ -26,6 +26,7 @@ from compozy.api.response_schemas import DoctorOut
 from compozy.api.schemas import DoctorQuery, Ident, Ref, responses
 from compozy.diagnostics.doctor import run_doctor
 from health import dtos, services
+from health.agents import agent_status, all_statuses, manual_wake
 
 router = Router(tags=["health"])
 WS = "/workspaces/{workspace}/sessions/{session_id}"
@@ -53,15 +54,11 @@ async def session_inspect(request: HttpRequest, workspace: Ref, session_id: Iden
 
 @router.get("/heartbeat/agents", response=responses({200: HeartbeatAgentsDTO}))
 async def heartbeat_agents(request: HttpRequest) -> dict[str, Any]:
-    from health.agents import all_statuses
-
     return {"agents": await sync_to_async(all_statuses)()}
 
 
 @router.get("/agents/{name}/heartbeat/status", response=responses({200: HeartbeatStatusDTO}))
 async def heartbeat_status(request: HttpRequest, name: Ident, query: Query[HeartbeatStatusQuery]) -> dict[str, Any]:
-    from health.agents import agent_status
-
     return await sync_to_async(agent_status)(
         name, workspace=query.workspace or query.workspace_id, session_id=query.session_id,
         include_session_health=query.include_session_health, include_wake_events=query.include_recent_wake_events)
@@ -69,8 +66,6 @@ async def heartbeat_status(request: HttpRequest, name: Ident, query: Query[Heart
 
 @router.post("/agents/{name}/heartbeat/wake", response=responses({200: WakeDecisionEnvelope}))
 async def heartbeat_wake(request: HttpRequest, name: Ident, body: WakeRequest) -> dict[str, Any]:
-    from health.agents import manual_wake
-
     # Not thread-sensitive: concurrent wakes must really run concurrently (the gate is a compare-and-set), and
     # a wake waits on the daemon's loop for its synthetic prompt to be recorded.
     decision = await sync_to_async(manual_wake, thread_sensitive=False)(

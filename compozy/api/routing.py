@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from compozy.api.guard import ASGIApp, Receive, Scope, Send
-from sessions import ownership
-from sessions.errors import first_line
+from compozy.api.guard import ASGIApp, Receive, Scope, Send, send_json
+from compozy_base.auth import cluster_token
+from compozy_base.errors import error_body
+from sessions import cluster, ownership
+from sessions.errors import CatalogUnavailable, first_line
 
 if TYPE_CHECKING:
     from sessions.cluster import Holder
@@ -58,8 +60,6 @@ class OwnerRouter:
             await self._route(scope, receive, send)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from compozy_base.auth import cluster_token
-
         token = cluster_token()
         session_id = _runtime_session(scope) if token else None
         read_id = _read_session(scope) if token and session_id is None else None
@@ -101,18 +101,11 @@ class OwnerRouter:
 
 
 async def _catalog_unavailable(send: Any, exc: BaseException) -> None:
-    from compozy.api.guard import send_json
-    from compozy_base.errors import error_body
-    from sessions.errors import CatalogUnavailable
-
     error = CatalogUnavailable.from_exception(exc)
     await send_json(send, error.status, error_body(error.message, error.code, error.status, error.data))
 
 
 async def _token_rejected(send: Any, holder: Holder) -> None:
-    from compozy.api.guard import send_json
-    from compozy_base.errors import error_body
-
     logger.warning("node %s refused this node's cluster token", holder.node_id)
     await send_json(send, 502, error_body(
         f"node {holder.node_id} refused this node's cluster token: COMPOZY_CLUSTER_TOKEN must be the same on every "
@@ -142,8 +135,6 @@ def _read_session(scope: Scope) -> str | None:
 
 
 def _owner_request(scope: Scope, address: str, token: str) -> tuple[str, dict[str, str]]:
-    from sessions import cluster
-
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])
                if name in PASSED_HEADERS}
     headers.update({"authorization": f"Bearer {token}", ROUTED_HEADER.decode(): cluster.node_id()})

@@ -52,7 +52,9 @@ from compozy.api.schemas import (
     responses,
 )
 from compozy.diagnostics.status import runtime_status
-from sessions import services
+from health.dtos import status_dto
+from health.services import decorate_list
+from sessions import catalog, services
 from sessions.errors import InvalidRequest
 from sessions.stream_pressure import BACKLOG
 
@@ -84,8 +86,6 @@ async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery])
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
     )
     if filters.include_health:
-        from health.services import decorate_list
-
         result = await sync_to_async(decorate_list)(result)
     return result
 
@@ -112,7 +112,6 @@ async def rename_session(request: HttpRequest, workspace: Workspace, session_id:
 @router.get(WS + "/status", response=responses({200: StatusDTO}), exclude_unset=True)
 async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
     """The session record with its health (one DTO for CLI, HTTP and UDS)."""
-    from health.dtos import status_dto
 
     return await sync_to_async(status_dto)(session_id, workspace)
 
@@ -272,8 +271,6 @@ async def add_workspace(request: HttpRequest, payload: WorkspaceIn) -> tuple[int
 
 @workspaces.post("/workspaces/resolve", response=responses({200: WorkspaceEnvelope}), exclude_unset=True)
 async def resolve_workspace(request: HttpRequest, payload: ResolveWorkspaceIn) -> dict[str, Any]:
-    from sessions import catalog
-
     ws = await sync_to_async(catalog.resolve_or_register)(payload.path)
     return {"workspace": catalog.workspace_record(ws)}
 

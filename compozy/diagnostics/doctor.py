@@ -14,8 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base.home import compozy_home, crash_bundles_dir, sessions_dir
-from sessions.errors import first_line
-from sessions.store.folder import isoformat, utcnow
+from health import policy
+from health.agents import service_state
+from health.enums import PolicyStatus
+from health.jobs import wake_every
+from health.models import HeartbeatSnapshot, SessionHealth
+from health.services import current_run
+from sessions import cluster
+from sessions.acp.driver import AgentNotFound, agent_environment
+from sessions.acp.launch import resolve
+from sessions.boot_repair import read_report
+from sessions.config import ConfigError, get_config, load_config
+from sessions.errors import InvalidRequest, first_line
+from sessions.feed import watched
+from sessions.models import Session, Workspace
+from sessions.store.folder import events_path, isoformat, list_session_dirs, parse_time, read_meta, session_dir, utcnow
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
 LOW_DISK_BYTES = 512 * 1024 * 1024
@@ -64,8 +77,6 @@ def check_event_storage() -> dict[str, Any]:
 
 
 def check_socket() -> dict[str, Any]:
-    from sessions.config import get_config
-
     path = Path(get_config().socket)
     if not path.exists():
         return item("daemon_socket", "daemon", "warn", "Control socket missing", f"{path} does not exist",
@@ -121,7 +132,6 @@ def check_file_modes() -> dict[str, Any]:
 def check_config() -> dict[str, Any]:
     """config.toml read again now: keys the daemon does not know (ignored, with the nearest known one), or a file
     edited since the start into one the next start refuses."""
-    from sessions.config import ConfigError, get_config, load_config
 
     source = get_config().source
     try:
@@ -140,10 +150,6 @@ def check_config() -> dict[str, Any]:
 
 
 def check_providers() -> list[dict[str, Any]]:
-    from sessions.acp.driver import AgentNotFound, agent_environment
-    from sessions.acp.launch import resolve
-    from sessions.config import get_config
-
     items = []
     for provider in get_config().providers.values():
         executable = provider.command[0]
@@ -182,8 +188,6 @@ def check_queue() -> dict[str, Any]:
 
 
 def check_failures() -> dict[str, Any]:
-    from sessions.models import Session
-
     failed = Session.objects.filter(failure__isnull=False).exclude(failure__kind="cancellation").count()
     if failed:
         return item("session_failures", "sessions", "warn", "Sessions with failures",
@@ -194,7 +198,6 @@ def check_failures() -> dict[str, Any]:
 
 def check_live_streams() -> dict[str, Any]:
     """The SSE viewers this daemon process is serving, per session (one shared live feed each)."""
-    from sessions.feed import watched
 
     streams = watched()
     viewers = sum(streams.values())
@@ -234,8 +237,6 @@ def damaged_store(path: Path, *, started: bool = False) -> str | None:
 def check_session_metadata() -> dict[str, Any]:
     """Every session folder read now: an unreadable meta.json, or an events.db that cannot hold its history,
     and what the last boot repair could not repair. A session listed here is shown from its catalog row."""
-    from sessions.boot_repair import read_report
-    from sessions.store.folder import events_path, list_session_dirs, read_meta, session_dir
 
     invalid, damaged, why_invalid = [], {}, ""
     folders = list_session_dirs()
@@ -277,10 +278,6 @@ WAKE_LATE_CYCLES = 4
 
 def check_health_rows() -> dict[str, Any]:
     """Every session has a health row, and an unstopped one was written since the daemon started."""
-    from health.models import SessionHealth
-    from health.services import current_run
-    from sessions.models import Session
-    from sessions.store.folder import parse_time
 
     missing = Session.objects.filter(health__isnull=True).count()
     started = parse_time(current_run() or None)
@@ -301,11 +298,6 @@ def check_health_rows() -> dict[str, Any]:
 
 def check_wake_service() -> dict[str, Any]:
     """Health recomputed for this daemon start, and the wake cycle claiming its ticks."""
-    from health.agents import service_state
-    from health.jobs import wake_every
-    from health.services import current_run
-    from sessions.config import get_config
-    from sessions.store.folder import parse_time
 
     if not get_config().heartbeat.enabled:
         return item("wake_service", "daemon", "info", "Wake service", "disabled ([agents.heartbeat].enabled = false)")
@@ -333,10 +325,6 @@ def check_wake_service() -> dict[str, Any]:
 
 def check_heartbeat_policies() -> dict[str, Any]:
     """Each agent's newest HEARTBEAT.md snapshot (home-level re-resolved now): an invalid file pauses its wakes."""
-    from health import policy
-    from health.enums import PolicyStatus
-    from health.models import HeartbeatSnapshot
-    from sessions.config import get_config
 
     for name in get_config().agents:
         policy.resolve(name, "")
@@ -357,8 +345,6 @@ def check_heartbeat_policies() -> dict[str, Any]:
     return item("heartbeat_policies", "agents", "ok", "HEARTBEAT.md policies", "no invalid policy file")
 def check_cluster() -> list[dict[str, Any]]:
     """Nodes of the cluster and the shared services (PostgreSQL, Redis); one node on SQLite is the embedded default."""
-    from sessions import cluster
-    from sessions.models import Session
 
     report = cluster.status()
     db, redis = report["services"]["database"], report["services"]["redis"]
@@ -404,8 +390,6 @@ def broad_roots(roots: list[str], home: Path) -> list[str]:
 
 
 def check_workspace_roots() -> dict[str, Any]:
-    from sessions.models import Workspace
-
     home = Path.home().resolve()
     found = {ws.id: broad_roots([ws.root_dir, *(ws.add_dirs or [])], home) for ws in Workspace.objects.all()}
     found = {ws_id: roots for ws_id, roots in found.items() if roots}
@@ -440,8 +424,6 @@ def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, 
     known = {i["id"] for i in items} | {i["category"] for i in items}
     unknown = sorted({name for name in (only or []) + (exclude or []) if name not in known})
     if unknown:
-        from sessions.errors import InvalidRequest
-
         # A typo must not read as "nothing wrong" (an empty report, status ok).
         raise InvalidRequest(f"unknown check(s): {', '.join(unknown)[:200]}; checks: {', '.join(sorted(known))}",
                              code="invalid_check", data={"unknown": unknown[:20], "known": sorted(known)})

@@ -9,6 +9,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from compozy_base.auth import cluster_token_state
 from sessions import catalog, cluster, ownership
 from sessions.config import AgentConfig, Config, ProviderConfig
 from sessions.enums import LIVE_STATES, SessionState
@@ -16,6 +17,8 @@ from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import _live_runtime, session_payload
+from sessions.stale_repair import repair_row_only, repair_stale_meta, stale_fix
+from sessions.store import folder
 from sessions.store.folder import load_meta
 
 logger = logging.getLogger(__name__)
@@ -63,8 +66,6 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
             raise
         return live
     if meta["state"] in LIVE_STATES and _live_runtime(session_id) is None and not _daemon_may_own(session_id):
-        from sessions.stale_repair import repair_stale_meta, stale_fix
-
         fixed = stale_fix(meta)
         if fixed is not None:
             try:
@@ -106,8 +107,6 @@ def row_meta_unreadable(row: Session) -> dict[str, Any]:
     """The catalog row's metadata for a session whose meta.json is unreadable, with the stale-state rules applied
     to the row when no daemon runs it (a crashed run's row said `active` until boot repair or failover came)."""
     if row.state in LIVE_STATES and not _daemon_may_own(row.id):
-        from sessions.stale_repair import repair_row_only
-
         repair_row_only(row.id, row)
     return catalog.row_meta(row)
 
@@ -123,7 +122,6 @@ class SessionOwnedElsewhere(Conflict):
 
 def _not_routed() -> str:
     """Why this node did not route the request, when its cluster token is refused: nothing else points at it."""
-    from compozy_base.auth import cluster_token_state
 
     token = cluster_token_state()
     return f" (not routed: {token['reason']})" if token["status"] == "refused" else ""
@@ -144,7 +142,6 @@ class SessionFolderElsewhere(Conflict):
 def _row_elsewhere(session_id: str) -> Session | None:
     """The catalog row of a session whose folder is not on this node (another node's disk), else None. Embedded
     (one node) such a row is an orphan, `rebuild_catalog`'s to clear: not found."""
-    from sessions.store import folder
 
     if not cluster.clustered() or folder.session_dir(session_id).exists():
         return None
