@@ -15,7 +15,6 @@ travel on the channel layer, so each daemon process behind a Redis layer runs it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -224,8 +223,10 @@ class SessionFeed:
                 if not isinstance(sequence, int) or self.cursor is None or sequence > self.cursor:
                     self.request_pull()
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 await layer.group_discard(group, channel)
+            except Exception:  # a layer that went away forgets the group itself (channels expire)
+                logger.warning("feed of %s: could not leave its doorbell group", self.session_id, exc_info=True)
 
     def close(self) -> None:
         self.closed = True
@@ -238,8 +239,10 @@ class SessionFeed:
                 # A pull may be using it on its thread right now: close it there, after that read.
                 self._pull_task.add_done_callback(lambda _: conn.close())
             else:
-                with contextlib.suppress(Exception):
+                try:
                     conn.close()
+                except sqlite3.Error:  # a read-only handle: nothing is lost with it
+                    logger.warning("feed of %s: could not close its store", self.session_id, exc_info=True)
         self.rows.clear()
         self.bytes = 0
 

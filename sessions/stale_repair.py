@@ -111,12 +111,14 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
         return meta
     _kill_orphaned_group(fixed["id"], fixed.get("liveness") or {})
     folder.write_meta(fixed)
-    with contextlib.suppress(Exception):
+    try:
         catalog.upsert_session_row(fixed)
         catalog.meta_saved(fixed)
 
         InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED)
+    except Exception:  # meta.json holds the fix: the row follows it on the next save or rebuild_catalog
+        logger.warning("stale repair of %s: the catalog was not updated", fixed["id"], exc_info=True)
     logger.info("repaired stale %s session %s: %s", meta["state"], meta["id"], fixed["stop_detail"])
     return fixed
 

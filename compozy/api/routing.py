@@ -15,7 +15,6 @@ the catalog and the folder serve them on any node.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from typing import TYPE_CHECKING, Any
@@ -188,8 +187,11 @@ async def _relay_stream(scope: Scope, receive: Any, send: Any, holder: Any, toke
             logger.warning("could not relay the tail of %s from %s: %s", scope["path"], holder.address,
                            relay.exception())
             return False
-        with contextlib.suppress(Exception):  # the owner went away mid-stream: end ours; the client resumes
+        # The owner went away mid-stream: end ours; the client resumes.
+        try:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except Exception:  # the caller may be gone as well: nothing is left to end
+            logger.warning("could not end the relayed tail of %s", scope["path"], exc_info=True)
     return True
 
 

@@ -12,9 +12,9 @@ Both end with a `session_stopped` frame carrying stop_reason, stop_detail and th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
+import sqlite3
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -113,8 +113,11 @@ class StreamingConsumer(AsyncHttpConsumer):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            with contextlib.suppress(Exception):
+            try:
+                # failure_body logs the cause.
                 await self.send_body(frame(failure_body(exc, self.metric_stream), event="error"), more_body=True)
+            except Exception:  # the client went away too: the log above is all that is left to say
+                logger.warning("a %s stream could not send its error frame", self.metric_stream, exc_info=True)
         finally:
             await self.finish()
 
@@ -131,8 +134,10 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.uncount()
         if not self.finished:
             self.finished = True
-            with contextlib.suppress(Exception):
+            try:
                 await self.send_body(b"", more_body=False)
+            except Exception:  # the client went away first: its response is over either way
+                logger.warning("a %s stream could not end its response", self.metric_stream, exc_info=True)
 
     def uncount(self) -> None:
         """The stream ended (its response finished, or the client went away): once, whichever comes first."""
@@ -194,11 +199,15 @@ class StreamingConsumer(AsyncHttpConsumer):
         self.uncount()
         conn = getattr(getattr(self, "tail", None), "conn", None)
         if conn is not None:
-            with contextlib.suppress(Exception):
+            try:
                 conn.close()
+            except sqlite3.Error:  # a read-only handle: nothing is lost with it
+                logger.warning("a %s stream could not close its store", self.metric_stream, exc_info=True)
         for group in getattr(self, "groups_to_join", []):
-            with contextlib.suppress(Exception):
+            try:
                 await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # a layer that went away forgets the group itself (channels expire)
+                logger.warning("a %s stream could not leave group %s", self.metric_stream, group, exc_info=True)
 
     async def http_disconnect(self, message: dict[str, Any]) -> None:
         await self.disconnect()

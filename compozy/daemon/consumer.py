@@ -3,7 +3,6 @@ enqueues the periodic jobs (`sessions/jobs.py` says why they are not self-resche
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -249,5 +248,7 @@ class LeaseKeeper:
                 failures.log("lease renewal", f"lease renewal failed; trying again in {every:.1f}s", exc)
                 from django.db import connection
 
-                with contextlib.suppress(Exception):
+                try:
                     connection.close()  # a broken server connection is replaced on the next tick
+                except Exception:  # the next tick opens a new one all the same
+                    logger.warning("could not close the catalog connection after a failed renewal", exc_info=True)

@@ -178,6 +178,7 @@ def run_foreground(port: int | None = None) -> int:
     check_database_url()
     _prepare_django()
     from channels.routing import get_default_application
+    from twisted.internet.error import ReactorNotRunning
 
     from compozy.api.http_server import GuardedServer, reactor
     from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
@@ -282,8 +283,10 @@ def run_foreground(port: int | None = None) -> int:
             if "leases" in state:
                 state["leases"].stop()
             consumer.stop()
-            with contextlib.suppress(Exception):
+            try:
                 reactor.stop()
+            except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
+                logger.info("the reactor had stopped already")
 
     def on_signal() -> None:
         state["task"] = loop.create_task(shutdown())

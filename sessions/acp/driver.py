@@ -181,9 +181,11 @@ class AgentProcess:
             on_violation=self.on_violation, on_eof=self._stdout_closed))
 
     async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        with contextlib.suppress(Exception):
+        try:
             while chunk := await stream.read(65536):
                 self.stderr.feed(chunk)
+        except Exception:  # the agent's stderr is evidence only: its exit is still waited for
+            logger.warning("could not read the stderr of agent %s", self.command[0], exc_info=True)
 
     async def _wait_exit(self) -> None:
         assert self.process
@@ -302,8 +304,10 @@ class AgentProcess:
             return None
         stop_timeout = self.kill_grace if stop_timeout is None else stop_timeout
         if self.process.returncode is None and self.process.stdin:
-            with contextlib.suppress(Exception):
+            try:
                 self.process.stdin.close()
+            except Exception:  # the signals below stop the agent without its EOF
+                logger.warning("could not close the stdin of agent %s", self.command[0], exc_info=True)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), grace)
         if self.process.returncode is None:
@@ -324,5 +328,7 @@ class AgentProcess:
     async def close_connection(self) -> None:
         if self.conn is not None and not self.closed.is_set():
             self.closed.set()
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.wait_for(self.conn.close(), 2.0)
+            except Exception:  # the process is gone or going: its connection has nothing left to deliver
+                logger.warning("could not close the connection to agent %s", self.command[0], exc_info=True)

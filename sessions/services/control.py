@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import shutil
 import time
@@ -16,6 +16,8 @@ from sessions.runtime import lifecycle, signals
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _runtime_for, get_session
 from sessions.store import folder
+
+logger = logging.getLogger(__name__)
 
 
 async def rename_session(session_id: str, name: str, workspace_ref: str | None = None) -> dict[str, Any]:
@@ -61,8 +63,10 @@ def delete_session_files(session_id: str, workspace_id: str) -> None:
         os.rename(tombstone, directory)  # keep catalog truth: the session still exists
         raise
     shutil.rmtree(tombstone, ignore_errors=True)
-    with contextlib.suppress(Exception):
+    try:
         ring_catalog_threadsafe("deleted", workspace_id, session_id)
+    except Exception:  # the files and the row are gone: a catalog view learns it on its next read
+        logger.warning("could not ring the catalog doorbell for deleted %s", session_id, exc_info=True)
 
 
 def ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> None:

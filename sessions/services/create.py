@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -24,6 +24,8 @@ from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.failures import classify, has_free_space
 from sessions.store.ids import is_session_id, new_session_id
+
+logger = logging.getLogger(__name__)
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SPEEDS = ("normal", "fast")
@@ -101,8 +103,10 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         folder.write_meta(meta)
     except BaseException as exc:
         # Durable admission: a rejected staged prompt (or a full disk) leaves no session behind.
-        with contextlib.suppress(Exception):
+        try:
             Session.objects.filter(id=session_id).delete()
+        except Exception:  # the create's own failure is the one the caller must see
+            logger.warning("could not delete the catalog row of failed create %s", session_id, exc_info=True)
         shutil.rmtree(directory, ignore_errors=True)
         manager.reserved.discard(session_id)
         if isinstance(exc, Exception) and classify(exc, directory) is not None:
