@@ -24,7 +24,7 @@ from health.enums import HealthState, HealthValue, WakeReason
 from health.models import SessionHealth, WakeState
 from sessions import cluster, services
 from sessions.config import get_config
-from sessions.errors import Unavailable
+from sessions.errors import Conflict, NotFound, Unavailable
 from sessions.models import Session
 from sessions.ownership import local_manager
 from sessions.runtime.tasks import spawn
@@ -203,7 +203,7 @@ def _idle_since(row: SessionHealth) -> datetime | None:
 def _meta(session_id: str) -> dict[str, Any] | None:
     try:
         return load_meta(session_id)
-    except Exception:
+    except (NotFound, Conflict):  # gone, or unreadable: the caller judges from the row alone
         return None
 
 

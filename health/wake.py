@@ -156,7 +156,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
             return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_PROMPT_ACTIVE_RACE, event_id=event_id,
                               release=True)
         return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001, RUF100 - any failure of the prompt is the wake's: logged, recorded as failed
         logger.warning("wake of %s: synthetic prompt failed: %s", session_id, exc)
         return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
     if cycle is not None:

@@ -70,7 +70,7 @@ def report() -> dict[str, Any]:
     for backlog in list(_waiting):
         try:
             queued.append(int(backlog()))
-        except Exception:  # the connection closed under us
+        except (AttributeError, TypeError):  # the connection was torn down under us
             continue
     return {"waiting_on_client": len(queued), "queued_bytes": sum(queued), "max_queued_bytes": max(queued, default=0),
             "high_water_bytes": HIGH_WATER_BYTES, "stall_seconds": stall_seconds()}

@@ -51,7 +51,7 @@ def postgres_unavailable() -> str | None:
     try:
         with psycopg.connect(ADMIN_URL, connect_timeout=2) as conn:
             conn.execute("SELECT 1")
-    except Exception as exc:
+    except psycopg.Error as exc:
         return f"PostgreSQL not reachable at {ADMIN_URL}: {exc}"
     return None
 
@@ -66,7 +66,7 @@ def redis_unavailable() -> str | None:
         client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
         client.ping()
         client.close()
-    except Exception as exc:
+    except redis.RedisError as exc:
         return f"Redis not reachable at {REDIS_URL}: {exc}"
     return None
 

@@ -112,9 +112,8 @@ class StreamingConsumer(AsyncHttpConsumer):
             await self.run()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001, RUF100 - ends the stream with an error frame; failure_body logs the cause
             try:
-                # failure_body logs the cause.
                 await self.send_body(frame(failure_body(exc, self.metric_stream), event="error"), more_body=True)
             except Exception:  # the client went away too: the log above is all that is left to say
                 logger.warning("a %s stream could not send its error frame", self.metric_stream, exc_info=True)

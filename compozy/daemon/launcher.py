@@ -101,7 +101,7 @@ def check_database_url() -> None:
 
     try:
         dj_database_url.parse(url)
-    except Exception as exc:  # UnknownSchemeError, ParseError, ValueError: all mean the URL is not one
+    except ValueError as exc:  # UnknownSchemeError, ParseError (both ValueErrors): the URL is not one
         # The message names the scheme, never the URL: it may hold the password.
         reason = re.split(r"(?<=\.)\s", first_line(exc))[0]
         raise DaemonError(f"DATABASE_URL is not a database URL Compozy can use: {reason}", exit_code=78) from None
@@ -260,7 +260,7 @@ def run_foreground(port: int | None = None) -> int:
         state["leases"].start()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
-        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"  # noqa: T201, RUF100 - the ready line on stdout
               f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
               f"{token_path(home)}", flush=True)
 

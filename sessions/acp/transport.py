@@ -91,7 +91,7 @@ class RecordingTransport(NdjsonTransport):
                 message, end = _scan_json(line, 0)
                 if end != len(line) or not isinstance(message, dict):
                     raise ValueError
-            except Exception:
+            except (ValueError, RecursionError, StopIteration):  # the scanner's StopIteration: no value at all
                 self._violation(f"a line that is not one JSON object ({len(line)} characters): {line[:80]!r}")
                 continue
             if may_hold_surrogate(line):

@@ -35,7 +35,7 @@ def redis_url() -> str | None:
         client.ping()
         client.flushdb()
         client.close()
-    except Exception:
+    except redis.RedisError:
         return None
     return url
 
