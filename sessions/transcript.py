@@ -229,91 +229,117 @@ class Assembler:
     def feed(self, row: dict[str, Any]) -> None:
         self.last_row = row
         type_ = row["type"]
-        content = row["content"] if isinstance(row["content"], dict) else {}
         if type_ in IGNORED:
             return
+        content = row["content"] if isinstance(row["content"], dict) else {}
         if type_ in USER_TYPES:
-            self.open = None
-            entry = self._new(row, "user")
-            text = str(content.get("text") or "")
-            if text:
-                entry.add_part({"type": "text", "text": text})
-            for key in ("source", "authored_text", "client_message_id", "synthetic", "action", "decision"):
-                if content.get(key) not in (None, ""):
-                    entry.metadata[key] = content[key]
-            if type_ == EventType.SYNTHETIC_REENTRY:
-                entry.metadata["synthetic_reentry"] = True
-            self._touch(entry, row)
+            self._user_message(row, content)
         elif type_ in (EventType.AGENT_MESSAGE, EventType.THOUGHT):
-            chunk = content.get("text")
-            if not isinstance(chunk, str) or not chunk:
-                return  # empty chunks are dropped
-            entry = self._assistant(row)
-            entry.add_text("text" if type_ == EventType.AGENT_MESSAGE else "reasoning", chunk)
-            self._touch(entry, row)
+            self._agent_chunk(row, content)
         elif type_ == EventType.TOOL_CALL:
-            entry = self._assistant(row)
-            part = _tool_part(content)
-            index = entry.tools.get(part["toolCallId"])
-            if index is None:
-                entry.tools[part["toolCallId"]] = entry.add_part(part)
-            else:
-                # A tool_call update refines the running call; keep what it does not restate.
-                old = entry.parts[index]
-                entry.parts[index] = {**old, **{k: v for k, v in part.items() if v not in (None, "", "tool")},
-                                      "state": old["state"]}
-            self._touch(entry, row)
+            self._tool_call(row, content)
         elif type_ == EventType.TOOL_RESULT:
-            entry = self._assistant(row)
-            call_id = str(content.get("tool_call_id") or "")
-            index = entry.tools.get(call_id)
-            if index is None:  # result without its call in this message (e.g. a repair after a crash)
-                index = entry.tools[call_id] = entry.add_part(_tool_part(content))
-            part = dict(entry.parts[index])
-            error = content.get("tool_error")
-            part["status"] = str(content.get("status") or ("failed" if error else "completed"))
-            if error:
-                part.update(state="output-error", errorText=str(error))
-                part.pop("output", None)
-            else:
-                part.update(state="output-available", output=content.get("tool_result"))
-            entry.parts[index] = part
-            self._touch(entry, row)
+            self._tool_result(row, content)
         elif type_ == EventType.USAGE:
-            if self.open is not None and isinstance(content.get("usage"), dict):
-                self.open.metadata["usage"] = {**self.open.metadata.get("usage", {}), **content["usage"]}
-                self._touch(self.open, row)
+            self._usage(row, content)
         elif type_ in CLOSE_ONLY:
-            if self.open is not None and type_ == EventType.DONE:
-                for key in ("stop_reason", "usage"):
-                    if content.get(key) not in (None, ""):
-                        self.open.metadata[key] = content[key]
-                self._touch(self.open, row)
-                self.open = None
-            elif self.open is not None and row["turn_id"] == self.open.metadata["turn_id"]:
-                self.open = None
-            if type_ == EventType.PLAN:
-                self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
+            self._close(row, content)
         elif type_ in CLOSE_WITH_ENTRY:
             self.open = None
             self._standalone(row, {"type": "data-compozy-event", "data": event_data(row)})
         elif type_ == EventType.PERMISSION and str(content.get("decision") or "") in PENDING_DECISIONS:
-            request_id, data = permission_data(row)
-            part = {"type": "data-compozy-permission", "id": request_id, "data": data}
-            if self.open is None:
-                self._standalone(row, part)
-            else:
-                self.open.perms[request_id] = self.open.add_part(part)
-                self._touch(self.open, row)
+            self._permission_request(row)
         else:
             # permission decisions, markers, runtime events, clarify, compaction and future types
-            if self.open is not None and type_ == EventType.PERMISSION:
-                entry = self.open
-                index = entry.perms.get(str(content.get("request_id") or ""))
-                if index is not None:  # the decision settles the request shown earlier
-                    request = entry.parts[index]
-                    entry.parts[index] = {**request, "data": {**request["data"], "decision": content.get("decision")}}
+            self._other_event(row, content)
+
+    def _user_message(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        self.open = None
+        entry = self._new(row, "user")
+        text = str(content.get("text") or "")
+        if text:
+            entry.add_part({"type": "text", "text": text})
+        for key in ("source", "authored_text", "client_message_id", "synthetic", "action", "decision"):
+            if content.get(key) not in (None, ""):
+                entry.metadata[key] = content[key]
+        if row["type"] == EventType.SYNTHETIC_REENTRY:
+            entry.metadata["synthetic_reentry"] = True
+        self._touch(entry, row)
+
+    def _agent_chunk(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        text = content.get("text")
+        if not isinstance(text, str) or not text:
+            return  # empty chunks are dropped
+        entry = self._assistant(row)
+        entry.add_text("text" if row["type"] == EventType.AGENT_MESSAGE else "reasoning", text)
+        self._touch(entry, row)
+
+    def _tool_call(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        entry = self._assistant(row)
+        part = _tool_part(content)
+        index = entry.tools.get(part["toolCallId"])
+        if index is None:
+            entry.tools[part["toolCallId"]] = entry.add_part(part)
+        else:
+            # A tool_call update refines the running call; keep what it does not restate.
+            old = entry.parts[index]
+            entry.parts[index] = {**old, **{k: v for k, v in part.items() if v not in (None, "", "tool")},
+                                  "state": old["state"]}
+        self._touch(entry, row)
+
+    def _tool_result(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        entry = self._assistant(row)
+        call_id = str(content.get("tool_call_id") or "")
+        index = entry.tools.get(call_id)
+        if index is None:  # result without its call in this message (e.g. a repair after a crash)
+            index = entry.tools[call_id] = entry.add_part(_tool_part(content))
+        part = dict(entry.parts[index])
+        error = content.get("tool_error")
+        part["status"] = str(content.get("status") or ("failed" if error else "completed"))
+        if error:
+            part.update(state="output-error", errorText=str(error))
+            part.pop("output", None)
+        else:
+            part.update(state="output-available", output=content.get("tool_result"))
+        entry.parts[index] = part
+        self._touch(entry, row)
+
+    def _usage(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        if self.open is not None and isinstance(content.get("usage"), dict):
+            self.open.metadata["usage"] = {**self.open.metadata.get("usage", {}), **content["usage"]}
+            self._touch(self.open, row)
+
+    def _close(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        """A row that ends the open message (`done` with its stop reason and usage, or another of the same turn)."""
+        type_ = row["type"]
+        if self.open is not None and type_ == EventType.DONE:
+            for key in ("stop_reason", "usage"):
+                if content.get(key) not in (None, ""):
+                    self.open.metadata[key] = content[key]
+            self._touch(self.open, row)
+            self.open = None
+        elif self.open is not None and row["turn_id"] == self.open.metadata["turn_id"]:
+            self.open = None
+        if type_ == EventType.PLAN:
             self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
+
+    def _permission_request(self, row: dict[str, Any]) -> None:
+        request_id, data = permission_data(row)
+        part = {"type": "data-compozy-permission", "id": request_id, "data": data}
+        if self.open is None:
+            self._standalone(row, part)
+        else:
+            self.open.perms[request_id] = self.open.add_part(part)
+            self._touch(self.open, row)
+
+    def _other_event(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        if self.open is not None and row["type"] == EventType.PERMISSION:
+            entry = self.open
+            index = entry.perms.get(str(content.get("request_id") or ""))
+            if index is not None:  # the decision settles the request shown earlier
+                request = entry.parts[index]
+                entry.parts[index] = {**request, "data": {**request["data"], "decision": content.get("decision")}}
+        self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
 
     def _event_part(self, row: dict[str, Any], part: dict[str, Any]) -> None:
         """A part of the open assistant message, else a `system` message of its own."""
