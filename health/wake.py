@@ -123,12 +123,9 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
     if row is not None:
         state = WakeState.objects.filter(session_id=session_id).first() if peek else \
             _state(session_id, workspace_id, agent_name, now)
-    if state is not None and state.in_flight:
-        return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
-    if state is not None and state.next_allowed_at is not None and state.next_allowed_at > now:
-        if source == WakeSource.MANUAL:
-            return ctx.decide(WakeResult.RATE_LIMITED, WakeReason.COOLDOWN_ACTIVE)
-        return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
+    if (held := _held_back(state, source, now)) is not None:
+        result, reason = held
+        return ctx.decide(result, reason, coalesce=result == WakeResult.COALESCED)
     # 5. session health
     if row is None or (state is None and not peek):
         return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_NOT_FOUND)
@@ -145,6 +142,23 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
         in_flight=True, version=F("version") + 1, updated_at=now)
     if claimed != 1:
         return ctx.decide(WakeResult.COALESCED, WakeReason.WAKE_COALESCED, coalesce=True)
+    return _send(ctx, snap, cycle)
+
+
+def _held_back(state: WakeState | None, source: WakeSource, now: datetime) -> tuple[WakeResult, WakeReason] | None:
+    """Step 4: a wake in flight coalesces; one inside the cooldown is rate limited (asked by hand) or coalesces."""
+    if state is not None and state.in_flight:
+        return WakeResult.COALESCED, WakeReason.WAKE_COALESCED
+    if state is not None and state.next_allowed_at is not None and state.next_allowed_at > now:
+        if source == WakeSource.MANUAL:
+            return WakeResult.RATE_LIMITED, WakeReason.COOLDOWN_ACTIVE
+        return WakeResult.COALESCED, WakeReason.WAKE_COALESCED
+    return None
+
+
+def _send(ctx: _Ctx, snap: HeartbeatSnapshot, cycle: Cycle | None) -> dict[str, Any]:
+    """Step 7 once the gate is ours: record the decision's id and send the prompt with "skip if busy"."""
+    session_id, source = ctx.session_id, ctx.source
     event_id = "wke_" + secrets.token_hex(8)
     try:
         turn_id = send_synthetic(session_id, _prompt_text(snap), {

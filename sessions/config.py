@@ -306,25 +306,8 @@ def _hooks(raw: object) -> tuple[HookDeclaration, ...]:
     return parse_hook_declarations(raw, source="config")
 
 
-def load_config(home: Path | None = None) -> Config:
-    """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key."""
-    home = home or compozy_home()
-    path = home / "config.toml"
-    read = read_toml(path)
-    data: dict[str, Any] = read or {}
-
-    http = _table(data, "http")
-    daemon = _table(data, "daemon")
-    defaults = _table(data, "defaults")
-    permissions = _table(data, "permissions")
-    session = _table(data, "session")
-    sup = _table(session, "supervision", "session.")
-    busy = _table(session, "busy_input", "session.")
-    limits_session = _table(session, "limits", "session.")
-    limits = _table(data, "limits")
-    roles = _table(data, "roles")
-    redact = _table(data, "redact")
-
+def _http(http: dict[str, Any], daemon: dict[str, Any], home: Path) -> dict[str, Any]:
+    """`[http]` (with COMPOZY_HTTP_HOST and COMPOZY_HTTP_PORT over it) and the socket: Config's http fields."""
     host = str(os.environ.get("COMPOZY_HTTP_HOST") or http.get("host", "127.0.0.1"))
     if host == "localhost":
         host = "127.0.0.1"
@@ -341,15 +324,25 @@ def load_config(home: Path | None = None) -> Config:
     max_body = http.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
     if isinstance(max_body, bool) or not isinstance(max_body, int) or not 1024 <= max_body <= MAX_BODY_BYTES_CEILING:
         raise ConfigError(f"http.max_body_bytes: must be an integer in 1024..{MAX_BODY_BYTES_CEILING}")
+    return {"http_host": host, "http_port": http_port, "http_allow_remote": allow_remote,
+            "http_max_body_bytes": max_body, "socket": socket}
+
+
+def _max_agents(limits: dict[str, Any]) -> int:
     max_agents = limits.get("max_concurrent_agents", 20)
     if isinstance(max_agents, bool) or not isinstance(max_agents, int) or max_agents < 1:
         raise ConfigError("limits.max_concurrent_agents: must be a positive integer")
+    return max_agents
 
+
+def _permission_mode(permissions: dict[str, Any]) -> PermissionMode:
     try:
-        mode = PermissionMode(str(permissions.get("mode", "approve-all")))
+        return PermissionMode(str(permissions.get("mode", "approve-all")))
     except ValueError as exc:
         raise ConfigError(f"permissions.mode: must be one of {', '.join(PermissionMode)}") from exc
 
+
+def _supervision(sup: dict[str, Any]) -> SupervisionConfig:
     d = SupervisionConfig()
 
     def sup_duration(key: str, positive: bool = False) -> float:
@@ -368,28 +361,29 @@ def load_config(home: Path | None = None) -> Config:
     )
     if supervision.quiet_after < 0 or supervision.stop_grace < 0:
         raise ConfigError("session.supervision.quiet_after and stop_grace must not be negative")
-    tasks = _table(data, "tasks")
-    task_lease_ttl = parse_duration(tasks.get("lease_ttl", "60s"), "tasks.lease_ttl")
+    return supervision
+
+
+def _task_lease_ttl(data: dict[str, Any]) -> float:
+    task_lease_ttl = parse_duration(_table(data, "tasks").get("lease_ttl", "60s"), "tasks.lease_ttl")
     if task_lease_ttl < 1:
         raise ConfigError("tasks.lease_ttl: must be at least 1s")
-    if (
-        supervision.inactivity_warning_after > 0
-        and supervision.inactivity_timeout > 0
-        and supervision.inactivity_warning_after > supervision.inactivity_timeout
-    ):
-        raise ConfigError("session.supervision.inactivity_warning_after must not exceed inactivity_timeout")
+    return task_lease_ttl
 
+
+def _busy_input(busy: dict[str, Any]) -> BusyInputConfig:
     try:
         busy_mode = BusyMode(str(busy.get("default_mode") or "queue"))
     except ValueError as exc:
         raise ConfigError("session.busy_input.default_mode: must be queue, interrupt or steer") from exc
     queue_cap = integer(busy.get("queue_cap") or 10, "session.busy_input.queue_cap", 1, 1000)
     max_text = integer(busy.get("max_text_bytes") or 65536, "session.busy_input.max_text_bytes", 512, 1048576)
+    return BusyInputConfig(busy_mode, queue_cap, max_text)
 
+
+def _agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
+    """The built-in agents overlaid by `[agents.NAME]` tables (`[agents.heartbeat]` taken out already)."""
     agents = builtin_agents()
-    agents_table = dict(_table(data, "agents"))
-    # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
-    heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
     for name, body in agents_table.items():
         if not isinstance(body, dict):
             raise ConfigError(f"[agents.{name}] must be a table")
@@ -401,11 +395,72 @@ def load_config(home: Path | None = None) -> Config:
             permissions=str(body.get("permissions", "")),
             prompt=str(body.get("prompt", "")),
         )
-    providers = _providers(_table(data, "providers"))
+    return agents
+
+
+def _check_agents(agents: dict[str, AgentConfig], providers: dict[str, ProviderConfig]) -> None:
     for agent in agents.values():
         if agent.permissions and agent.permissions not in set(PermissionMode):
             raise ConfigError(f"agents.{agent.name}.permissions: must be one of {', '.join(PermissionMode)}")
         _known(agent.provider, providers, f"agents.{agent.name}.provider", "provider")
+
+
+def _lease_ttl(cluster: dict[str, Any]) -> float:
+    lease_ttl = parse_duration(cluster.get("lease_ttl", DEFAULT_LEASE_TTL), "cluster.lease_ttl")
+    if not 1.0 <= lease_ttl <= 600.0:
+        raise ConfigError("cluster.lease_ttl: must be between 1s and 10m")
+    return lease_ttl
+
+
+def _advertise_url(cluster: dict[str, Any]) -> str:
+    advertise_url = str(cluster.get("advertise_url") or "")
+    try:
+        urlsplit(advertise_url).port  # noqa: B018 - raises on a port that is not one
+    except ValueError as exc:
+        raise ConfigError(f"cluster.advertise_url: {exc} in {advertise_url!r:.80}") from exc
+    return advertise_url
+
+
+def load_config(home: Path | None = None) -> Config:
+    """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key.
+
+    The tables are checked in the order below; the first offending key is the one reported."""
+    home = home or compozy_home()
+    path = home / "config.toml"
+    read = read_toml(path)
+    data: dict[str, Any] = read or {}
+
+    http_table = _table(data, "http")
+    daemon = _table(data, "daemon")
+    defaults = _table(data, "defaults")
+    permissions = _table(data, "permissions")
+    session = _table(data, "session")
+    sup = _table(session, "supervision", "session.")
+    busy = _table(session, "busy_input", "session.")
+    limits_session = _table(session, "limits", "session.")
+    limits = _table(data, "limits")
+    roles = _table(data, "roles")
+    redact = _table(data, "redact")
+
+    http = _http(http_table, daemon, home)
+    max_agents = _max_agents(limits)
+    mode = _permission_mode(permissions)
+    supervision = _supervision(sup)
+    task_lease_ttl = _task_lease_ttl(data)
+    if (
+        supervision.inactivity_warning_after > 0
+        and supervision.inactivity_timeout > 0
+        and supervision.inactivity_warning_after > supervision.inactivity_timeout
+    ):
+        raise ConfigError("session.supervision.inactivity_warning_after must not exceed inactivity_timeout")
+    busy_input = _busy_input(busy)
+
+    agents_table = dict(_table(data, "agents"))
+    # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
+    heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
+    agents = _agents(agents_table)
+    providers = _providers(_table(data, "providers"))
+    _check_agents(agents, providers)
     default_agent = str(defaults.get("agent") or "general")
     default_provider = str(defaults.get("provider") or "demo")
     # A default that names nothing failed every create that relied on it, long after the start that accepted it.
@@ -413,31 +468,20 @@ def load_config(home: Path | None = None) -> Config:
     _known(default_provider, providers, "defaults.provider", "provider")
 
     cluster = _table(data, "cluster")
-    lease_ttl = parse_duration(cluster.get("lease_ttl", DEFAULT_LEASE_TTL), "cluster.lease_ttl")
-    if not 1.0 <= lease_ttl <= 600.0:
-        raise ConfigError("cluster.lease_ttl: must be between 1s and 10m")
-
+    lease_ttl = _lease_ttl(cluster)
     auto_title = _table(roles, "auto_title", "roles.")
     _known(str(auto_title.get("provider") or ""), providers, "roles.auto_title.provider", "provider")
-    advertise_url = str(cluster.get("advertise_url") or "")
-    try:
-        urlsplit(advertise_url).port  # noqa: B018 - raises on a port that is not one
-    except ValueError as exc:
-        raise ConfigError(f"cluster.advertise_url: {exc} in {advertise_url!r:.80}") from exc
+    advertise_url = _advertise_url(cluster)
     hooks_table = _table(data, "hooks")
     return Config(
-        http_host=host,
-        http_port=http_port,
-        http_allow_remote=allow_remote,
-        http_max_body_bytes=max_body,
-        socket=socket,
+        **http,
         default_agent=default_agent,
         default_provider=default_provider,
         permissions_mode=mode,
         providers=providers,
         agents=agents,
         supervision=supervision,
-        busy_input=BusyInputConfig(busy_mode, queue_cap, max_text),
+        busy_input=busy_input,
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
         max_concurrent_agents=max_agents,
         task_lease_ttl=task_lease_ttl,

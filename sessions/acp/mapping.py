@@ -61,45 +61,9 @@ def map_update(update: dict[str, Any], tool_titles: dict[str, str],
     kind = str(update.get("sessionUpdate", ""))
     event_type = TEXT_CHUNKS.get(kind)
     if event_type is not None:
-        text, raw = _text_of(update.get("content"))
-        if not text and raw is None:
-            return None
-        content: dict[str, Any] = {"text": text}
-        if raw is not None:
-            content["raw"] = raw
-        if kind == "user_message_chunk":
-            content["source"] = "agent"
-        return event_type, content
+        return _text_chunk(kind, event_type, update)
     if kind in {"tool_call", "tool_call_update"}:
-        call_id = str(update.get("toolCallId", ""))
-        title = update.get("title")
-        if title:
-            tool_titles[call_id] = str(title)
-        if tool_kinds is not None and update.get("kind"):
-            tool_kinds[call_id] = str(update["kind"])
-        status = update.get("status")
-        if kind == "tool_call_update" and status in {"completed", "failed"}:
-            content = {
-                "tool_call_id": call_id,
-                "tool_name": tool_titles.get(call_id, ""),
-                "status": status,
-                "tool_result": _tool_output(update),
-            }
-            if status == "failed":
-                content["tool_error"] = content["tool_result"].get("content") or "tool call failed"
-            return EventType.TOOL_RESULT, content
-        content = {
-            "tool_call_id": call_id,
-            "title": tool_titles.get(call_id, ""),
-            "tool_name": tool_titles.get(call_id, ""),
-            "tool_kind": update.get("kind", ""),
-            "status": status or "",
-        }
-        if "rawInput" in update:
-            content["tool_input"] = update["rawInput"]
-        if update.get("locations"):
-            content["locations"] = update["locations"]
-        return EventType.TOOL_CALL, content
+        return _tool_update(kind, update, tool_titles, tool_kinds)
     if kind == "plan":
         return EventType.PLAN, {"entries": update.get("entries", [])}
     if kind == "available_commands_update":
@@ -111,6 +75,52 @@ def map_update(update: dict[str, Any], tool_titles: dict[str, str],
     if kind == "usage_update":
         return EventType.USAGE, {"usage": normalize_usage(update)}
     return EventType.SYSTEM, {"title": kind or "unknown_update", "raw": update, "unknown_variant": True}
+
+
+def _text_chunk(kind: str, event_type: str, update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    text, raw = _text_of(update.get("content"))
+    if not text and raw is None:
+        return None
+    content: dict[str, Any] = {"text": text}
+    if raw is not None:
+        content["raw"] = raw
+    if kind == "user_message_chunk":
+        content["source"] = "agent"
+    return event_type, content
+
+
+def _tool_update(kind: str, update: dict[str, Any], tool_titles: dict[str, str],
+                 tool_kinds: dict[str, str] | None) -> tuple[str, dict[str, Any]]:
+    """A `tool_call` or `tool_call_update`: the call (or its refinement) until an update settles it."""
+    call_id = str(update.get("toolCallId", ""))
+    title = update.get("title")
+    if title:
+        tool_titles[call_id] = str(title)
+    if tool_kinds is not None and update.get("kind"):
+        tool_kinds[call_id] = str(update["kind"])
+    status = update.get("status")
+    if kind == "tool_call_update" and status in {"completed", "failed"}:
+        content: dict[str, Any] = {
+            "tool_call_id": call_id,
+            "tool_name": tool_titles.get(call_id, ""),
+            "status": status,
+            "tool_result": _tool_output(update),
+        }
+        if status == "failed":
+            content["tool_error"] = content["tool_result"].get("content") or "tool call failed"
+        return EventType.TOOL_RESULT, content
+    content = {
+        "tool_call_id": call_id,
+        "title": tool_titles.get(call_id, ""),
+        "tool_name": tool_titles.get(call_id, ""),
+        "tool_kind": update.get("kind", ""),
+        "status": status or "",
+    }
+    if "rawInput" in update:
+        content["tool_input"] = update["rawInput"]
+    if update.get("locations"):
+        content["locations"] = update["locations"]
+    return EventType.TOOL_CALL, content
 
 
 _USAGE_KEYS = {
