@@ -27,6 +27,37 @@ def _hook_strings(value: object, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _executor(item: dict[str, Any], name: str, key: str) -> dict[str, Any]:
+    """The table that holds the hook's command: its `executor` table, else the declaration itself."""
+    if "executor" not in item:
+        return item
+    executor = item["executor"]
+    if not isinstance(executor, dict):
+        raise ConfigError(f"{key}.executor: expected a table")
+    mixed = sorted({"command", "args", "env"} & set(item))
+    if mixed:
+        raise ConfigError(f"hook {name!r}: executor cannot be combined with top-level {mixed[0]!r}")
+    unknown = sorted(set(executor) - _EXECUTOR_KEYS)
+    if unknown:
+        raise ConfigError(f"{key}.executor: unknown key {unknown[0]!r}")
+    kind = executor.get("kind", "command")
+    if kind not in _EXECUTOR_KINDS:
+        raise ConfigError(f"{key}.executor.kind: only command hooks are supported, got {kind!r}")
+    return executor
+
+
+def _command(executor: dict[str, Any], name: str, key: str) -> tuple[str, tuple[str, ...]]:
+    """The executable and its arguments. No shell: a list is argv; a string is one executable looked up on PATH."""
+    command = executor.get("command")
+    args = _hook_strings(executor.get("args"), f"{key}.args")
+    if isinstance(command, list):
+        argv = _hook_strings(command, f"{key}.command")
+        command, args = (argv[0], argv[1:] + args) if argv else ("", args)
+    if not isinstance(command, str) or not command:
+        raise ConfigError(f"hook {name!r} needs a command")
+    return command, args
+
+
 def _hook_declaration(
     item: dict[str, Any], *, source: str, agent_scope: str, workspace_scope: str, cwd: Path | None
 ) -> HookDeclaration:
@@ -55,28 +86,8 @@ def _hook_declaration(
     if not isinstance(matcher, dict):
         raise ConfigError(f"{key}.matcher: expected a table")
 
-    executor: dict[str, Any] = item
-    if "executor" in item:
-        executor = item["executor"]
-        if not isinstance(executor, dict):
-            raise ConfigError(f"{key}.executor: expected a table")
-        mixed = sorted({"command", "args", "env"} & set(item))
-        if mixed:
-            raise ConfigError(f"hook {name!r}: executor cannot be combined with top-level {mixed[0]!r}")
-        unknown = sorted(set(executor) - _EXECUTOR_KEYS)
-        if unknown:
-            raise ConfigError(f"{key}.executor: unknown key {unknown[0]!r}")
-        kind = executor.get("kind", "command")
-        if kind not in _EXECUTOR_KINDS:
-            raise ConfigError(f"{key}.executor.kind: only command hooks are supported, got {kind!r}")
-    command = executor.get("command")
-    args = _hook_strings(executor.get("args"), f"{key}.args")
-    # No shell: a list is argv; a string is one executable looked up on PATH.
-    if isinstance(command, list):
-        argv = _hook_strings(command, f"{key}.command")
-        command, args = (argv[0], argv[1:] + args) if argv else ("", args)
-    if not isinstance(command, str) or not command:
-        raise ConfigError(f"hook {name!r} needs a command")
+    executor = _executor(item, name, key)
+    command, args = _command(executor, name, key)
     return HookDeclaration(
         name=name,
         event=event,

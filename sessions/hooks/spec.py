@@ -151,41 +151,52 @@ def validate_declarations(decls: Iterable[HookDeclaration]) -> None:
         if decl.name in seen:
             raise ConfigError(f"{where} is declared twice")
         seen.add(decl.name)
-        try:
-            event = HookEvent(decl.event)
-        except ValueError:
-            raise ConfigError(f"{where}: unknown event {decl.event!r}") from None
-        if decl.source not in _SOURCE_ORDER:
-            raise ConfigError(f"{where}: unknown source {decl.source!r}")
-        if decl.mode not in set(HookMode):
-            raise ConfigError(f"{where}: mode must be sync or async")
-        if decl.required and decl.mode != HookMode.SYNC:
-            raise ConfigError(f"{where}: required hooks must be sync")
-        if decl.mode == HookMode.SYNC and event in ASYNC_ONLY_EVENTS:
-            raise ConfigError(f"{where}: event {event.value!r} is async-only; mode must be async")
-        if decl.timeout < 0 or math.isnan(decl.timeout):
-            raise ConfigError(f"{where}: timeout must not be negative")
-        if not decl.command:
-            raise ConfigError(f"{where} needs a command")
-        allowed = MATCHER_FIELDS[event_family(event)]
-        for key, value in decl.matcher.items():
-            if key not in allowed:
-                raise ConfigError(
-                    f"{where}: matcher field {key!r} does not apply to {event_family(event)} events"
-                    f" (allowed: {', '.join(sorted(allowed))})"
-                )
-            if key == "tool_read_only":
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where}: matcher.tool_read_only must be true or false")
-            elif not isinstance(value, str):
-                raise ConfigError(f"{where}: matcher.{key} must be a string")
-        agent_match = decl.matcher.get("agent_name", "")
-        if decl.agent_scope and agent_match not in ("", "*", decl.agent_scope):
-            raise ConfigError(f"{where}: matcher.agent_name {agent_match!r} differs from its agent"
-                              f" {decl.agent_scope!r}")
+        event = _checked_event(decl, where)
+        _check_matcher(decl, event, where)
         for var, ref in decl.secret_env.items():
             if not (ref.startswith("env:") and len(ref) > 4) and not (ref.startswith("vault:") and len(ref) > 6):
                 raise ConfigError(f"{where}: secret_env.{var} must be \"env:NAME\" or \"vault:...\"")
+
+
+def _checked_event(decl: HookDeclaration, where: str) -> HookEvent:
+    """The declaration's event, once its source, mode, timeout and command fit it."""
+    try:
+        event = HookEvent(decl.event)
+    except ValueError:
+        raise ConfigError(f"{where}: unknown event {decl.event!r}") from None
+    if decl.source not in _SOURCE_ORDER:
+        raise ConfigError(f"{where}: unknown source {decl.source!r}")
+    if decl.mode not in set(HookMode):
+        raise ConfigError(f"{where}: mode must be sync or async")
+    if decl.required and decl.mode != HookMode.SYNC:
+        raise ConfigError(f"{where}: required hooks must be sync")
+    if decl.mode == HookMode.SYNC and event in ASYNC_ONLY_EVENTS:
+        raise ConfigError(f"{where}: event {event.value!r} is async-only; mode must be async")
+    if decl.timeout < 0 or math.isnan(decl.timeout):
+        raise ConfigError(f"{where}: timeout must not be negative")
+    if not decl.command:
+        raise ConfigError(f"{where} needs a command")
+    return event
+
+
+def _check_matcher(decl: HookDeclaration, event: HookEvent, where: str) -> None:
+    """Matcher fields of the event's family only, each of its type, and an agent match that fits the scope."""
+    allowed = MATCHER_FIELDS[event_family(event)]
+    for key, value in decl.matcher.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: matcher field {key!r} does not apply to {event_family(event)} events"
+                f" (allowed: {', '.join(sorted(allowed))})"
+            )
+        if key == "tool_read_only":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: matcher.tool_read_only must be true or false")
+        elif not isinstance(value, str):
+            raise ConfigError(f"{where}: matcher.{key} must be a string")
+    agent_match = decl.matcher.get("agent_name", "")
+    if decl.agent_scope and agent_match not in ("", "*", decl.agent_scope):
+        raise ConfigError(f"{where}: matcher.agent_name {agent_match!r} differs from its agent"
+                          f" {decl.agent_scope!r}")
 
 
 def merge_declarations(base: Iterable[HookDeclaration], overlay: Iterable[HookDeclaration]) -> tuple[
