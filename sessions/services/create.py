@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from sessions import catalog, cluster, lineage
-from sessions.config import ProviderConfig, get_config
+from sessions.config import Config, ProviderConfig, get_config
 from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, StorageError
 from sessions.models import Session
@@ -31,11 +31,9 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SPEEDS = ("normal", "fast")
 
 
-def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
-                    parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
-                    ) -> tuple[dict[str, Any], ProviderConfig, list[Path], str]:
-    """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
-    config = get_config()
+def _check_body(config: Config, body: dict[str, Any]) -> tuple[str, str]:
+    """Everything that can refuse the body, checked before resolve-or-register: a refused create registers nothing.
+    Returns the reasoning effort and the speed."""
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
     if workspace and workspace_path:
         raise InvalidRequest("workspace and workspace_path are mutually exclusive", code="workspace_conflict")
@@ -50,11 +48,20 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     speed = body.get("speed") or "normal"
     if speed not in SPEEDS:
         raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
-    # Everything that can refuse the body is checked before resolve-or-register: a refused create registers nothing.
     if body.get("agent_name"):
         _agent(config, body["agent_name"])
     if body.get("provider"):
         _provider(config, body["provider"])
+    return effort, speed
+
+
+def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
+                    parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+                    ) -> tuple[dict[str, Any], ProviderConfig, list[Path], str]:
+    """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
+    config = get_config()
+    workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
+    effort, speed = _check_body(config, body)
     manager = get_manager()
     # Step 5: only a prompt with non-whitespace content is staged (trimmed); an absent, empty or blank one keeps
     # create-only behaviour, so a script that passes an optional prompt through still creates its session.

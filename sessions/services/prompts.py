@@ -54,27 +54,32 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
             # Another turn started in the meantime: the prompt takes the busy-input path instead.
     mode = mode or manager.config.busy_input.default_mode.value
     if mode == BusyMode.QUEUE:
-        try:
-            entry, position = await sync_to_async(manager.inputs.enqueue)(
-                session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
-        except QueueFull as exc:
-            # A refused prompt is visible in the transcript too, not only to the caller.
-            runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
-                           {"reason": "queue_full", "queue_cap": manager.config.busy_input.queue_cap})
-            await runtime.recorder.flush()
-            raise exc
-        runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
-                       {"queue_entry_id": entry.id, "queue_position": position,
-                        "queue_generation": entry.generation})
-        await runtime.recorder.flush()
-        if not runtime.busy:
-            await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
-        return 202, {"prompt": {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
-                                "queue_position": position, "queue_generation": entry.generation}}
+        return 202, {"prompt": await _queue(manager, runtime, session_id, text)}
     if mode == BusyMode.INTERRUPT:
         return 200, {"prompt": await runtime.interrupt(replacement=text, expected_turn_id=expected_turn_id)}
     result = await runtime.stage_steer(text)
     return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict[str, Any]:
+    """The `queue` busy-input mode: the prompt waits in the session's input queue, marked in the transcript."""
+    try:
+        entry, position = await sync_to_async(manager.inputs.enqueue)(
+            session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+    except QueueFull as exc:
+        # A refused prompt is visible in the transcript too, not only to the caller.
+        runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
+                       {"reason": "queue_full", "queue_cap": manager.config.busy_input.queue_cap})
+        await runtime.recorder.flush()
+        raise exc
+    runtime.marker(MarkerKind.PROMPT_QUEUED, f"Prompt queued at position {position}.",
+                   {"queue_entry_id": entry.id, "queue_position": position,
+                    "queue_generation": entry.generation})
+    await runtime.recorder.flush()
+    if not runtime.busy:
+        await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
+    return {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
+            "queue_position": position, "queue_generation": entry.generation}
 
 
 async def interrupt_session(session_id: str, workspace_ref: str | None = None,

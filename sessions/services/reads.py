@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import QuerySet
+
 from sessions import catalog, transcript
 from sessions.enums import SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound
@@ -21,21 +23,8 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
                   limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
-    qs = Session.objects.all().order_by("-updated_at", "id")
-    if workspace:
-        qs = qs.filter(workspace_id=catalog.find_workspace(workspace).id)
-    if state:
-        if state not in set(SessionState):
-            raise InvalidRequest("state must be starting, active, stopping or stopped", code="invalid_state")
-        qs = qs.filter(state=state)
-    elif resumable or not all_states:
-        qs = qs.filter(state=SessionState.ACTIVE)
-    if agent:
-        qs = qs.filter(agent_name=agent)
-    # Dream sessions are daemon-internal and hidden unless asked for by type.
-    qs = qs.filter(session_type=session_type) if session_type else qs.exclude(session_type=SessionType.DREAM)
-    if query:
-        qs = qs.filter(name__icontains=query) | qs.filter(id__icontains=query)
+    qs = _session_rows(workspace=workspace, state=state, active_only=resumable or not all_states, agent=agent,
+                       query=query, session_type=session_type)
     offset = 0
     if cursor:
         try:
@@ -46,18 +35,9 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     rows = list(qs[offset:offset + limit])
     sessions = []
     for row in rows:
-        try:
-            payload = session_payload(read_session_meta(row.id))
-        except NotFound:
-            if folder.session_dir(row.id).exists():
-                continue
-            # Another node's session and no shared sessions folder: the catalog row is what this node knows.
-            payload = session_payload(catalog.row_meta(row))
-        except Conflict as exc:
-            # meta.json is unreadable (session_meta_invalid): listed from its catalog row, marked and never
-            # attachable, so the session does not vanish from the list while `page.total` still counts it.
-            payload = session_payload(row_meta_unreadable(row))
-            payload.update(attachable=False, meta_error={"code": exc.code, "message": exc.message})
+        payload = _listed(row)
+        if payload is None:
+            continue
         lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
         if resumable and (not payload["attachable"] or lease_held):
             continue
@@ -67,6 +47,44 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     if has_more:
         page["next_cursor"] = str(offset + limit)
     return {"sessions": sessions, "page": page}
+
+
+def _session_rows(*, workspace: str | None, state: str | None, active_only: bool, agent: str | None,
+                  query: str | None, session_type: str | None) -> QuerySet[Session]:
+    """The catalog rows a list asks for, newest first."""
+    qs = Session.objects.all().order_by("-updated_at", "id")
+    if workspace:
+        qs = qs.filter(workspace_id=catalog.find_workspace(workspace).id)
+    if state:
+        if state not in set(SessionState):
+            raise InvalidRequest("state must be starting, active, stopping or stopped", code="invalid_state")
+        qs = qs.filter(state=state)
+    elif active_only:
+        qs = qs.filter(state=SessionState.ACTIVE)
+    if agent:
+        qs = qs.filter(agent_name=agent)
+    # Dream sessions are daemon-internal and hidden unless asked for by type.
+    qs = qs.filter(session_type=session_type) if session_type else qs.exclude(session_type=SessionType.DREAM)
+    if query:
+        qs = qs.filter(name__icontains=query) | qs.filter(id__icontains=query)
+    return qs
+
+
+def _listed(row: Session) -> dict[str, Any] | None:
+    """A listed row's session payload, or None (not listed) when its folder is here without a meta.json."""
+    try:
+        return session_payload(read_session_meta(row.id))
+    except NotFound:
+        if folder.session_dir(row.id).exists():
+            return None
+        # Another node's session and no shared sessions folder: the catalog row is what this node knows.
+        return session_payload(catalog.row_meta(row))
+    except Conflict as exc:
+        # meta.json is unreadable (session_meta_invalid): listed from its catalog row, marked and never
+        # attachable, so the session does not vanish from the list while `page.total` still counts it.
+        payload = session_payload(row_meta_unreadable(row))
+        payload.update(attachable=False, meta_error={"code": exc.code, "message": exc.message})
+        return payload
 
 
 def _limit(value: int | None, default: int = 200) -> int:
