@@ -194,9 +194,29 @@ class EventLog:
             return []
         if self.displaced():
             raise StoreFailure(DISPLACED, f"{self.path.name} was removed or replaced while this writer held it open")
-        conn = self._conn
+        values, stored, others = self._encode(ops)
+        slices = [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
+        if self._rowid_sequence and not others and len(slices) == 1:
+            lasts = [self._insert(slices[0])]  # autocommit: the statement is the transaction
+        else:
+            lasts = self._commit_transaction(others, slices)
+        # Within one statement, under the write lock, rows take consecutive numbers: the last one's, counted back.
+        rows = [(last - len(chunk) + 1 + offset, *value, 0)
+                for chunk, last in zip(slices, lasts, strict=True) for offset, value in enumerate(chunk)]
+        for event, row in zip(stored, rows, strict=True):
+            event["sequence"] = row[0]
+        if rows:
+            self.last_sequence = rows[-1][0]
+        # The committed rows in `read_rows` form, for the live feed: it can take them without reading them back.
+        self.last_rows = rows
+        return stored
+
+    def _encode(self, ops: Sequence[StoreOp]) -> tuple[list[tuple[str, str, str, str, str, str]],
+                                                       list[dict[str, Any]], list[UsageUpdate | HookRun]]:
+        """The events of `ops` as INSERT values (id, turn_id, type, agent, content, timestamp) and as the envelopes
+        `commit` returns (numbered once stored), and the other ops apart."""
         now = isoformat(utcnow())
-        values: list[tuple[str, str, str, str, str, str]] = []  # (id, turn_id, type, agent, content, timestamp)
+        values: list[tuple[str, str, str, str, str, str]] = []
         stored = []
         others: list[UsageUpdate | HookRun] = []
         agent = self.agent_name
@@ -215,37 +235,31 @@ class EventLog:
                            json.dumps(content, separators=(",", ":"), ensure_ascii=False), now))
             stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type,
                            "agent_name": agent, "content": content, "timestamp": now})
-        slices = [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
+        return values, stored, others
+
+    def _commit_transaction(self, others: list[UsageUpdate | HookRun],
+                            slices: list[list[tuple[str, str, str, str, str, str]]]) -> list[int]:
+        """Usage merges, hook runs and event slices in one BEGIN IMMEDIATE transaction; returns each slice's last
+        sequence."""
+        conn = self._conn
         lasts: list[int] = []
-        if self._rowid_sequence and not others and len(slices) == 1:
-            lasts.append(self._insert(slices[0]))  # autocommit: the statement is the transaction
-        else:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for op in others:  # their own tables: the events' order and numbering do not depend on them
-                    if isinstance(op, UsageUpdate):
-                        self._merge_usage(op.turn_id, op.usage)
-                    else:
-                        self._insert_hook_run(op.row)
-                for chunk in slices:
-                    # A store made elsewhere may keep `sequence` apart from the rowid: number from MAX, in the txn.
-                    lasts.append(self._insert(chunk, None if self._rowid_sequence else self._max_sequence() + 1))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves nothing committed either
-                        conn.execute("ROLLBACK")
-                raise
-        # Within one statement, under the write lock, rows take consecutive numbers: the last one's, counted back.
-        rows = [(last - len(chunk) + 1 + offset, *value, 0)
-                for chunk, last in zip(slices, lasts, strict=True) for offset, value in enumerate(chunk)]
-        for event, row in zip(stored, rows, strict=True):
-            event["sequence"] = row[0]
-        if rows:
-            self.last_sequence = rows[-1][0]
-        # The committed rows in `read_rows` form, for the live feed: it can take them without reading them back.
-        self.last_rows = rows
-        return stored
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in others:  # their own tables: the events' order and numbering do not depend on them
+                if isinstance(op, UsageUpdate):
+                    self._merge_usage(op.turn_id, op.usage)
+                else:
+                    self._insert_hook_run(op.row)
+            for chunk in slices:
+                # A store made elsewhere may keep `sequence` apart from the rowid: number from MAX, in the txn.
+                lasts.append(self._insert(chunk, None if self._rowid_sequence else self._max_sequence() + 1))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves nothing committed either
+                    conn.execute("ROLLBACK")
+            raise
+        return lasts
 
     def _insert(self, values: list[tuple[str, str, str, str, str, str]], first: int | None = None) -> int:
         """One INSERT of `values`, numbered by SQLite (or from `first`); returns the last row's sequence."""
