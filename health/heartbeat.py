@@ -283,6 +283,22 @@ def parse(text: str, cfg: HeartbeatConfig) -> Parsed:
     return parsed
 
 
+def _interval(prefs: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]]) -> float:
+    """`preferences.min_interval`, raised to the configured floor; the configured default when absent or invalid."""
+    if "min_interval" not in prefs:
+        return cfg.default_interval
+    parsed_interval = parse_duration(prefs["min_interval"])
+    if parsed_interval is None:
+        out.append(diag("heartbeat_invalid_min_interval", "preferences.min_interval must be a duration such as "
+                        "30m", field_="preferences.min_interval"))
+        return cfg.default_interval
+    if parsed_interval < cfg.min_interval:
+        out.append(diag("heartbeat_preference_clamped", f"preferences.min_interval raised to the configured floor "
+                        f"of {int(cfg.min_interval)}s", severity="warning", field_="preferences.min_interval"))
+        return cfg.min_interval
+    return parsed_interval
+
+
 def _policy(data: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]]) -> dict[str, Any]:
     """The canonical frontmatter: defaults resolved, clamps applied, windows normalised."""
     _forbidden(data, "", out)
@@ -308,18 +324,7 @@ def _policy(data: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]
     if unknown_prefs:
         out.append(diag("heartbeat_unknown_field", f"unknown preference key(s): {', '.join(sorted(unknown_prefs))}",
                         field_="preferences"))
-    interval = cfg.default_interval
-    if "min_interval" in prefs:
-        parsed_interval = parse_duration(prefs["min_interval"])
-        if parsed_interval is None:
-            out.append(diag("heartbeat_invalid_min_interval", "preferences.min_interval must be a duration such as "
-                            "30m", field_="preferences.min_interval"))
-        elif parsed_interval < cfg.min_interval:
-            out.append(diag("heartbeat_preference_clamped", f"preferences.min_interval raised to the configured floor "
-                            f"of {int(cfg.min_interval)}s", severity="warning", field_="preferences.min_interval"))
-            interval = cfg.min_interval
-        else:
-            interval = parsed_interval
+    interval = _interval(prefs, cfg, out)
     active = _windows(prefs.get("active_hours"), "preferences.active_hours", out)
     quiet = _windows(prefs.get("quiet_windows"), "preferences.quiet_windows", out)
     if (active or quiet) and not cfg.allow_active_hours_preferences:

@@ -33,18 +33,10 @@ _DURATIONS = ("min_interval", "default_interval", "wake_cooldown", "wake_event_r
 _BOOLS = ("enabled", "active_session_only", "allow_active_hours_preferences")
 
 
-def parse_heartbeat(raw: object) -> HeartbeatConfig:
-    """Validate the table; unknown keys are refused so a typo never silently keeps a default."""
+def _values(raw: dict[str, Any], d: HeartbeatConfig) -> dict[str, Any]:
+    """Each key of the table checked on its own (the booleans, the durations, then the integers), defaults filled."""
     from sessions.config_values import parse_duration
 
-    if raw is None:
-        return HeartbeatConfig()
-    if not isinstance(raw, dict):
-        raise ConfigError("[agents.heartbeat] must be a table")
-    d = HeartbeatConfig()
-    unknown = set(raw) - set(asdict(d))
-    if unknown:
-        raise ConfigError(f"agents.heartbeat: unknown key(s) {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for key in _BOOLS:
         value = raw.get(key, getattr(d, key))
@@ -62,7 +54,20 @@ def parse_heartbeat(raw: object) -> HeartbeatConfig:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"agents.heartbeat.{key}: must be an integer in {low}..{high}")
         values[key] = value
-    cfg = HeartbeatConfig(**values)
+    return values
+
+
+def parse_heartbeat(raw: object) -> HeartbeatConfig:
+    """Validate the table; unknown keys are refused so a typo never silently keeps a default."""
+    if raw is None:
+        return HeartbeatConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError("[agents.heartbeat] must be a table")
+    d = HeartbeatConfig()
+    unknown = set(raw) - set(asdict(d))
+    if unknown:
+        raise ConfigError(f"agents.heartbeat: unknown key(s) {', '.join(sorted(unknown))}")
+    cfg = HeartbeatConfig(**_values(raw, d))
     if cfg.context_projection_bytes > cfg.max_body_bytes:
         raise ConfigError("agents.heartbeat.context_projection_bytes must not exceed max_body_bytes")
     if cfg.min_interval > cfg.default_interval:

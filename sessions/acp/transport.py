@@ -85,26 +85,11 @@ class RecordingTransport(NdjsonTransport):
                     return None
                 continue
             line = lines.popleft().strip()
-            if not line:
+            message = self._parsed(line) if line else None
+            if message is None:
                 continue
-            try:
-                message, end = _scan_json(line, 0)
-                if end != len(line) or not isinstance(message, dict):
-                    raise ValueError
-            except (ValueError, RecursionError, StopIteration):  # the scanner's StopIteration: no value at all
-                self._violation(f"a line that is not one JSON object ({len(line)} characters): {line[:80]!r}")
-                continue
-            if may_hold_surrogate(line):
-                message = scrub(message)
             if message.get("method") == "session/update" and "id" not in message:
-                params = message.get("params")
-                if isinstance(params, dict):
-                    try:
-                        self._on_update(params)
-                    except Exception:
-                        logger.exception("recording a session/update failed")
-                else:
-                    self._violation("a session/update whose params are not an object")
+                self._record_update(message)
                 handled += 1
                 if handled % YIELD_EVERY_UPDATES == 0:
                     # A full pipe read returns without waiting, so a fast agent's burst would otherwise hold the
@@ -114,6 +99,30 @@ class RecordingTransport(NdjsonTransport):
             message = self._checked(message)
             if message is not None:
                 return message  # what follows it stays queued: requests and responses keep their place in the order
+
+    def _parsed(self, line: str) -> dict[str, Any] | None:
+        """The line's one JSON object, or None (a violation) when it holds anything else."""
+        try:
+            message, end = _scan_json(line, 0)
+            if end != len(line) or not isinstance(message, dict):
+                raise ValueError
+        except (ValueError, RecursionError, StopIteration):  # the scanner's StopIteration: no value at all
+            self._violation(f"a line that is not one JSON object ({len(line)} characters): {line[:80]!r}")
+            return None
+        if may_hold_surrogate(line):
+            message = scrub(message)
+        return message
+
+    def _record_update(self, message: dict[str, Any]) -> None:
+        """A `session/update` notification: recorded here, never handed to the SDK."""
+        params = message.get("params")
+        if isinstance(params, dict):
+            try:
+                self._on_update(params)
+            except Exception:
+                logger.exception("recording a session/update failed")
+        else:
+            self._violation("a session/update whose params are not an object")
 
     def _checked(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message the SDK can handle, or None. A response with an id the SDK cannot look up (a list) killed its
