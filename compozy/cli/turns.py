@@ -170,6 +170,12 @@ def session_prompt(session_id: str, message: str | None, queue_: bool, interrupt
         click.echo(dump(events))
     elif fmt == "human":
         click.echo()
+    _exit_for_turn_end(events, session_id, fmt)
+
+
+def _exit_for_turn_end(events: list[dict[str, Any]], session_id: str, fmt: str) -> None:
+    """The followed turn's last event decides the exit: 69 when the stream ended first, 70 when the turn failed or
+    was cancelled, 0 when it was done."""
     last = events[-1] if events else {}
     if last.get("type") not in ("done", "error", "session_stopped"):
         # The stream closed before the turn ended (the daemon went away): what was printed may be partial.

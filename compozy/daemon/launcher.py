@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,16 +170,10 @@ def run_foreground(port: int | None = None) -> int:
     raise_open_file_limit()
 
     # config.toml and DATABASE_URL first: a start they refuse says so at once, not after Django's set-up.
-    from sessions.config import ConfigError, get_config
-
-    try:
-        config = get_config()
-    except ConfigError as exc:
-        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
+    config = _accepted_config()
     check_database_url()
     _prepare_django()
     from channels.routing import get_default_application
-    from twisted.internet.error import ReactorNotRunning
 
     from compozy.api.http_server import GuardedServer, reactor
     from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
@@ -234,18 +229,13 @@ def run_foreground(port: int | None = None) -> int:
         with contextlib.suppress(OSError):
             os.chmod(sock, 0o600)
         # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
-        actual_port = next((port for _, port in server.listening_addresses if port), http_port)
+        actual_port = _bound_port(server, http_port)
         from sessions.store.folder import write_json_atomic
 
         identity = cluster.identity()
         if identity is not None:
             cluster.set_identity(dataclasses.replace(identity, address=advertised(actual_port)))
-        record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
-                  "started_at": started_at, "home": str(home), "status": "running", "version": "0.1.0",
-                  "node_id": cluster.node_id()}
-        if config.unknown_keys:  # `daemon start` prints them: a typo in config.toml must not pass unseen
-            record["config_warnings"] = [unknown.message() for unknown in config.unknown_keys]
-
+        record = _daemon_record(config, actual_port, sock, started_at, home, cluster.node_id())
         write_json_atomic(daemon_record_path(home), record, mode=0o600)
         # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
         # collector's view keeps full collections short, which otherwise paused every live stream.
@@ -270,26 +260,8 @@ def run_foreground(port: int | None = None) -> int:
                            max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts,
                            connection_limits=connection_limits(config))
 
-    async def shutdown() -> None:
-        if state["stopping"]:
-            return
-        state["stopping"] = True
-        logger.info("shutting down: stopping live sessions")
-        try:
-            await manager.shutdown()
-        finally:
-            if "ticker" in state:
-                state["ticker"].stop()
-            if "leases" in state:
-                state["leases"].stop()
-            consumer.stop()
-            try:
-                reactor.stop()
-            except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
-                logger.info("the reactor had stopped already")
-
     def on_signal() -> None:
-        state["task"] = loop.create_task(shutdown())
+        state["task"] = loop.create_task(_shutdown(state, manager, consumer, reactor))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
@@ -301,13 +273,66 @@ def run_foreground(port: int | None = None) -> int:
     finally:
         set_manager(None)
         cluster.set_identity(None)
-        with contextlib.suppress(OSError):
-            sock.unlink()
-        record = read_daemon_record()
-        if record and record.get("pid") == os.getpid():
-            with contextlib.suppress(OSError):
-                daemon_record_path(home).unlink()
+        _remove_run_files(sock, read_daemon_record, daemon_record_path(home))
     return 0
+
+
+async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor: Any) -> None:
+    """SIGTERM/SIGINT, once: stop every live session (reason `shutdown`), the background threads, then the reactor."""
+    from twisted.internet.error import ReactorNotRunning
+
+    if state["stopping"]:
+        return
+    state["stopping"] = True
+    logger.info("shutting down: stopping live sessions")
+    try:
+        await manager.shutdown()
+    finally:
+        if "ticker" in state:
+            state["ticker"].stop()
+        if "leases" in state:
+            state["leases"].stop()
+        consumer.stop()
+        try:
+            reactor.stop()
+        except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
+            logger.info("the reactor had stopped already")
+
+
+def _bound_port(server: Any, asked: int) -> int:
+    """The TCP port daphne bound: with --port 0 the OS picks it (listeners are Deferreds until then)."""
+    return next((port for _, port in server.listening_addresses if port), asked)
+
+
+def _accepted_config() -> Any:
+    """config.toml loaded, or the start refused with exit 78."""
+    from sessions.config import ConfigError, get_config
+
+    try:
+        return get_config()
+    except ConfigError as exc:
+        raise DaemonError(f"invalid config: {exc}", exit_code=78) from exc
+
+
+def _daemon_record(config: Any, actual_port: int, sock: Path, started_at: str, home: Path,
+                   node_id: str) -> dict[str, Any]:
+    """daemon.json of this run, as `compozy status` and `daemon start` read it."""
+    record = {"pid": os.getpid(), "port": actual_port, "http_host": config.http_host, "socket": str(sock),
+              "started_at": started_at, "home": str(home), "status": "running", "version": "0.1.0",
+              "node_id": node_id}
+    if config.unknown_keys:  # `daemon start` prints them: a typo in config.toml must not pass unseen
+        record["config_warnings"] = [unknown.message() for unknown in config.unknown_keys]
+    return record
+
+
+def _remove_run_files(sock: Path, read_record: Callable[[], dict[str, Any] | None], record_path: Path) -> None:
+    """The socket, and daemon.json while it is still this process's."""
+    with contextlib.suppress(OSError):
+        sock.unlink()
+    record = read_record()
+    if record and record.get("pid") == os.getpid():
+        with contextlib.suppress(OSError):
+            record_path.unlink()
 
 
 def raise_open_file_limit() -> None:
