@@ -163,6 +163,15 @@ async def poll_lag(client: httpx.AsyncClient, started: float, reads: list[dict[s
         k += 1
 
 
+async def _prompt(client: httpx.AsyncClient, daemon: BenchDaemon, session: dict[str, Any], message: str) -> str:
+    """Send a prompt; returns its turn id."""
+    response = await client.post(daemon.scoped(session, "/prompt"), json={"message": message},
+                                 headers={"Accept": "application/json"})
+    if response.status_code not in (200, 202):
+        raise RuntimeError(f"prompt failed: {response.status_code} {response.text}")
+    return response.json()["prompt"]["turn_id"]
+
+
 async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
                 beside_session: dict[str, Any] | None = None) -> Phase:
     viewers: list[Viewer] = []
@@ -198,23 +207,13 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
         (user0, system0), client0 = cpu_times(daemon.pid), time.process_time()
         poller = asyncio.create_task(poll_lag(client, started, lag_reads))
         for session in sessions:
-            response = await client.post(daemon.scoped(session, "/prompt"),
-                                         json={"message": f"tick {p.ticks} {p.interval_ms}"},
-                                         headers={"Accept": "application/json"})
-            if response.status_code not in (200, 202):
-                raise RuntimeError(f"prompt failed: {response.status_code} {response.text}")
-            turns.append((session, response.json()["prompt"]["turn_id"]))
+            turns.append((session, await _prompt(client, daemon, session, f"tick {p.ticks} {p.interval_ms}")))
             await asyncio.sleep(gap)
         if beside is not None:
             # A third of the way in: every ticker streams steadily before, during and after the burst.
             await asyncio.sleep(max(0.0, started + ticking_s / 3 - time.monotonic()))
             beside.prompt_ns = time.time_ns()
-            response = await client.post(daemon.scoped(beside.session, "/prompt"),
-                                         json={"message": f"stream {p.beside}"},
-                                         headers={"Accept": "application/json"})
-            if response.status_code not in (200, 202):
-                raise RuntimeError(f"prompt failed: {response.status_code} {response.text}")
-            turns.append((beside.session, response.json()["prompt"]["turn_id"]))
+            turns.append((beside.session, await _prompt(client, daemon, beside.session, f"stream {p.beside}")))
         timeout = ticking_s + 60
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=timeout)

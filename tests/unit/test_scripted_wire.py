@@ -423,6 +423,36 @@ ENDINGS: dict[str, tuple[list[str], str]] = {
 }
 
 
+async def _after_the_prompt(w: Wire, turn: Awaitable[dict[str, Any]], ending: str) -> dict[str, Any]:
+    """What an ending does once the prompt is sent, as facts to compare."""
+    facts: dict[str, Any] = {}
+    if ending in ("crash", "exit0", "leak"):
+        facts["exit"] = await w.wait()
+    elif ending == "exitidle":
+        await turn
+        facts["exit"] = await w.wait()
+    elif ending.startswith("orphanpipe"):
+        facts["exit"] = await until_exit_or_pid(w)
+    elif ending.startswith("closeout"):
+        await w.until(lambda: w.eof, "stdout's EOF")
+        facts["alive_after_eof"] = w.proc.returncode is None
+    elif ending == "wedge":
+        await w.until(lambda: w.said("wedged"), "the wedge")
+        w.kill()
+        facts["exit"] = await w.wait()
+    elif ending == "spawnchild setsid":
+        pid = int((await w.until(lambda: next((re.search(r"child pid (\d+)", line) for line in w.lines
+                                                if "child pid" in line), None), "the child")).group(1))
+        facts["exit"] = await w.exit()
+        facts["child_outlived"] = os.path.exists(f"/proc/{pid}")
+        os.kill(pid, signal.SIGKILL)
+    else:
+        await turn
+        facts["exit"] = await w.exit()
+        facts["stderr_bytes"] = len(w.stderr)
+    return facts
+
+
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_endings_are_the_same(tmp_path: Path, ending: str) -> None:
     args, text = ENDINGS[ending]
@@ -440,31 +470,7 @@ def test_endings_are_the_same(tmp_path: Path, ending: str) -> None:
                 await w.call("session/new", {"cwd": str(ws), "mcpServers": []})
                 return {"exit": await w.exit()}
             sid = await w.open(ws)
-            turn = w.prompt(sid, text)
-            if ending in ("crash", "exit0", "leak"):
-                facts["exit"] = await w.wait()
-            elif ending == "exitidle":
-                await turn
-                facts["exit"] = await w.wait()
-            elif ending.startswith("orphanpipe"):
-                facts["exit"] = await until_exit_or_pid(w)
-            elif ending.startswith("closeout"):
-                await w.until(lambda: w.eof, "stdout's EOF")
-                facts["alive_after_eof"] = w.proc.returncode is None
-            elif ending == "wedge":
-                await w.until(lambda: w.said("wedged"), "the wedge")
-                w.kill()
-                facts["exit"] = await w.wait()
-            elif ending == "spawnchild setsid":
-                pid = int((await w.until(lambda: next((re.search(r"child pid (\d+)", line) for line in w.lines
-                                                        if "child pid" in line), None), "the child")).group(1))
-                facts["exit"] = await w.exit()
-                facts["child_outlived"] = os.path.exists(f"/proc/{pid}")
-                os.kill(pid, signal.SIGKILL)
-            else:
-                await turn
-                facts["exit"] = await w.exit()
-                facts["stderr_bytes"] = len(w.stderr)
+            facts.update(await _after_the_prompt(w, w.prompt(sid, text), ending))
             if ending == "leak":
                 facts["stderr"] = [line for line in w.stderr.decode().splitlines() if "fatal" in line]
             facts["eof"] = w.eof
