@@ -330,8 +330,12 @@ class DemoAgent:
         if task.done():
             return task.result()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        try:
             await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # the request was given up on: its failure answers nothing
+            log.warning("a request given up on failed", exc_info=True)
         raise Cancelled
 
 

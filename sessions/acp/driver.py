@@ -194,11 +194,15 @@ class AgentProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.mark:  # and what it started outside its group (setsid): found by its mark, off the loop
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.to_thread(stragglers.kill_marked, self.mark)
+            except Exception:  # the session ends all the same; what survived is named in the log
+                logger.warning("could not kill what agent %s started outside its group", self.command[0],
+                               exc_info=True)
         # Let the drain read what the process wrote just before dying: it is the crash evidence.
         if self._drain_task:
-            with contextlib.suppress(Exception):
+            # The drain logs its own failures: only its time is up here.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._drain_task), 1.0)
         self.exited.set()
 

@@ -125,7 +125,7 @@ async def running(
             yield Harness(conn=conn, proc=proc, client=client, raw=raw, stderr=stderr)
     finally:
         if drain is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError):  # TimeoutError, or the pipe's own error: stderr is evidence only
                 await asyncio.wait_for(drain, 2)
 
 
