@@ -7,7 +7,6 @@ and leave every write to the JSON API, which the page's JavaScript calls with `f
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import json
 import logging
@@ -31,7 +30,6 @@ from django.http import (
 )
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
-from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
@@ -70,36 +68,6 @@ CONTENT_TYPES = {
     ".woff2": "font/woff2",
 }
 
-# Optional API routes the pages use when they exist (other parts of the daemon add them over time).
-# Detected by resolving the URL, so a page never probes with a request that could change anything.
-_WS = "/api/workspaces/ws_0000000000000000/sessions/sess_0000000000000000"
-OPTIONAL_ROUTES = {
-    "interrupt": _WS + "/interrupt",
-    "steer": _WS + "/steer",
-    "queue": _WS + "/prompt/queue",
-    "permissions": _WS + "/permissions",
-    "repair": _WS + "/repair",
-    "recap": _WS + "/recap",
-    "transcript": _WS + "/transcript",
-    "health": _WS + "/health",
-    "doctor": "/api/doctor",
-}
-
-
-def route_exists(path: str) -> bool:
-    try:
-        resolve(path)
-    except Resolver404:
-        return False
-    return True
-
-
-@functools.cache
-def features() -> dict[str, bool]:
-    """Which optional routes exist; the URLconf is fixed for the life of the process."""
-    return {name: route_exists(path) for name, path in OPTIONAL_ROUTES.items()}
-
-
 def _secure(response: HttpResponse) -> HttpResponse:
     # nosniff and Referrer-Policy: same-origin come from SecurityMiddleware on every response.
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
@@ -133,7 +101,6 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
     page = {
         "initial": context["sessions"],
         "workspaces": context["workspaces"],
-        "features": features(),
     }
     return _secure(render(request, "frontend/dashboard.html", {**context, "page": page}))
 
@@ -144,7 +111,7 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     """Supervised work: tasks with their attempts and linked sessions, needs-attention first."""
 
     tasks = await sync_to_async(list_tasks)()
-    page = {"initial": tasks, "features": features()}
+    page = {"initial": tasks}
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
 
 
@@ -194,7 +161,7 @@ async def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
                           status=exc.status if exc.status >= 400 else 404)
         return _secure(response)
     session = context["session"]
-    page = {**context, "features": features()}
+    page = context
     return _secure(render(request, "frontend/session.html", {"session": session, "page": page,
                                                              "store_error": context["store_error"]}))
 

@@ -97,11 +97,6 @@ def resolve(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None
     return snap
 
 
-def latest_valid(agent_name: str, workspace_id: str = "") -> HeartbeatSnapshot | None:
-    return HeartbeatSnapshot.objects.filter(agent_name=agent_name, workspace_id=workspace_id,
-                                            status=PolicyStatus.VALID).order_by("-created_at", "-id").first()
-
-
 def snapshot_summary(snap: HeartbeatSnapshot | None) -> dict[str, Any] | None:
     if snap is None:
         return None

@@ -307,9 +307,3 @@ def decorate_list(result: dict[str, Any]) -> dict[str, Any]:
         row = rows.get(payload["id"])
         payload["health"] = row_dict(row) if row is not None else None
     return result
-
-
-def unhealthy_filter(result: dict[str, Any]) -> dict[str, Any]:
-    result["sessions"] = [s for s in result["sessions"]
-                          if s.get("health") and s["health"]["health"] != HealthValue.HEALTHY]
-    return result

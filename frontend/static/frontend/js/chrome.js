@@ -1,4 +1,4 @@
 // Pages without their own script still show the daemon status in the header.
-import { pageData, startDaemonStatus } from "./common.js";
+import { startDaemonStatus } from "./common.js";
 
-startDaemonStatus(pageData().features || {});
+startDaemonStatus({ doctor: false }); // a not-found page: the status line alone

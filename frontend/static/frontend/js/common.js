@@ -159,7 +159,7 @@ export function shortPath(path) {
 
 const STATUS_POLL_MS = 10_000;
 
-export function startDaemonStatus(features = {}) {
+export function startDaemonStatus({ doctor = true } = {}) {
   const box = document.getElementById("daemon-status");
   if (!box) return { refresh() {}, last: null };
   const text = box.querySelector(".daemon-text");
@@ -191,12 +191,12 @@ export function startDaemonStatus(features = {}) {
 
   refresh();
   setInterval(refresh, STATUS_POLL_MS);
-  if (features.doctor) startDoctorSummary();
+  if (doctor) startDoctorSummary();
   state.refresh = refresh;
   return state;
 }
 
-// The doctor summary (`GET /api/doctor`) joins the header once the health work adds the route. It is a button:
+// The doctor summary (`GET /api/doctor`) sits in the header of every page but the not-found one. It is a button:
 // its findings open below the header, where keyboard and touch users can read them (a tooltip alone hid them).
 async function startDoctorSummary() {
   const box = document.getElementById("doctor-summary");

@@ -6,8 +6,7 @@ import {
 } from "./common.js";
 
 const data = pageData();
-const features = data.features || {};
-const status = startDaemonStatus(features);
+const status = startDaemonStatus();
 
 const body = document.getElementById("sessions-body");
 const table = document.getElementById("sessions-table");

@@ -6,7 +6,7 @@
 // asks first when queued prompts would be stranded, and a canceled turn says whether the next one runs.
 // The other session modules report on that line too (setComposerStatus); of them this one imports only the record.
 import { api, clear, debounce, el, errorText } from "./common.js";
-import { $, data, features, refreshSessionSoon, scoped, session } from "./session-record.js";
+import { $, data, refreshSessionSoon, scoped, session } from "./session-record.js";
 
 const composer = $("composer");
 const input = $("prompt-input");
@@ -22,13 +22,7 @@ export function setComposerStatus(text, tone = "", sticky = false, entry = "") {
 }
 
 export function setupModes() {
-  const available = { queue: true, interrupt: Boolean(features.interrupt), steer: Boolean(features.steer) };
-  for (const option of modeSelect.options) {
-    option.disabled = !available[option.value];
-    if (option.disabled) option.textContent = `${option.value} (not available)`;
-  }
-  const preferred = (data.busy_input && data.busy_input.default_mode) || "queue";
-  modeSelect.value = available[preferred] ? preferred : "queue";
+  modeSelect.value = (data.busy_input && data.busy_input.default_mode) || "queue";
 }
 
 export function setupComposer() {
@@ -92,7 +86,7 @@ async function sendPrompt(event) {
     }
     // A resumed session is active again by now: the refresh reopens the stream after the page's cursor.
     refreshSessionSoon();
-    if (features.queue) refreshQueueSoon();
+    refreshQueueSoon();
   } catch (err) {
     setComposerStatus(errorText(err), "error", true);
   } finally {
@@ -160,7 +154,6 @@ async function cancelQueued(id, button) {
 }
 
 export async function refreshQueue() {
-  if (!features.queue) return;
   try {
     const { data: body } = await api("GET", `${scoped}/prompt/queue`);
     queue.clear();

@@ -9,7 +9,7 @@ import { absTime, badge, clear, el, relTime } from "./common.js";
 import { showSessionState } from "./session-composer.js";
 import { loadHealth, renderDiagnostics } from "./session-diagnostics.js";
 import { renderPermissions } from "./session-permissions.js";
-import { $, features, pollSession, session } from "./session-record.js";
+import { $, pollSession, session } from "./session-record.js";
 import { resumeIfReactivated, view } from "./session-stream.js";
 
 let lastState = session.state;
@@ -54,7 +54,7 @@ export function renderHead() {
   const prompting = s.prompt_state === "prompting";
   $("btn-stop").hidden = !live;
   $("btn-cancel-turn").hidden = !(s.state === "active" && prompting);
-  $("btn-interrupt").hidden = !(features.interrupt && s.state === "active" && prompting);
+  $("btn-interrupt").hidden = !(s.state === "active" && prompting);
 
   showSessionState(s, lastState);
   if (s.state === "stopped" && lastState !== "stopped") {
@@ -74,7 +74,7 @@ export function renderHead() {
   if (!s.provisional && s.state !== lastRecordState) {
     lastRecordState = s.state;
     // The health pill and panel would otherwise contradict the new state until their next poll.
-    if (features.health) loadHealth();
+    loadHealth();
     document.dispatchEvent(new CustomEvent("compozy:session", { detail: s }));
   }
 }

@@ -5,7 +5,7 @@
 // requests; the transcript sits above this module, so session.js hands its marker in (onOpenRequests).
 import { api, clear, debounce, el, errorText, pretty } from "./common.js";
 import { setComposerStatus } from "./session-composer.js";
-import { $, features, scoped, session } from "./session-record.js";
+import { $, scoped, session } from "./session-record.js";
 
 let markOpen = () => {};
 
@@ -46,7 +46,7 @@ export function renderPermissions(items) {
 }
 
 export async function refreshPermissions() {
-  if (!features.permissions || session.state !== "active") {
+  if (session.state !== "active") {
     renderPermissions([]);
     return;
   }

@@ -7,7 +7,6 @@
 import { api, debounce, pageData } from "./common.js";
 
 export const data = pageData();
-export const features = data.features || {};
 export let session = data.session;
 export const scoped = `/api/workspaces/${encodeURIComponent(session.workspace_id)}/sessions/${encodeURIComponent(session.id)}`;
 

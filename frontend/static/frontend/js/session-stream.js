@@ -14,7 +14,7 @@ import { api, errorText } from "./common.js";
 import { EntryView } from "./entries.js";
 import { applyQueueMarker, refreshQueueSoon, renderQueue } from "./session-composer.js";
 import { decidePermission, refreshPermissionsSoon } from "./session-permissions.js";
-import { $, applyStopped, data, features, refreshSessionSoon, scoped, session } from "./session-record.js";
+import { $, applyStopped, data, refreshSessionSoon, scoped, session } from "./session-record.js";
 
 // The first snapshot holds this many entries; older ones load a page of OLDER_PAGE at a time.
 const SNAPSHOT_ENTRIES = (data.transcript && data.transcript.limit) || 100;
@@ -37,7 +37,7 @@ const indicator = $("stream-indicator");
 // ---- transcript ----------------------------------------------------------------------------------
 
 export const view = new EntryView(entriesRoot, {
-  canDecide: () => Boolean(features.permissions) && session.state === "active",
+  canDecide: () => session.state === "active",
   onDecide: decidePermission,
 });
 
@@ -115,8 +115,8 @@ function onSnapshot(frame) {
   else {
     // A reset: what the page derived from earlier frames may be stale too.
     refreshSessionSoon();
-    if (features.queue) refreshQueueSoon();
-    if (features.permissions) refreshPermissionsSoon();
+    refreshQueueSoon();
+    refreshPermissionsSoon();
   }
 }
 
@@ -153,7 +153,7 @@ function afterDelta(entries, before) {
   if (refresh) refreshSessionSoon();
   if (queueChanged) {
     renderQueue();
-    if (features.queue) refreshQueueSoon();
+    refreshQueueSoon();
   }
   if (permissionsChanged) refreshPermissionsSoon();
 }
@@ -310,13 +310,13 @@ let autoOlder = 0;
 export function updateOlder() {
   const button = $("load-older");
   const status = $("older-status");
-  const more = hasOlder && nextBefore !== null && Boolean(features.transcript);
+  const more = hasOlder && nextBefore !== null;
   button.hidden = !more;
   status.textContent = more ? `before #${nextBefore}` : (view.empty ? "" : "Beginning of the session");
 }
 
 async function loadOlder() {
-  if (loadingOlder || !hasOlder || nextBefore === null || !features.transcript) return;
+  if (loadingOlder || !hasOlder || nextBefore === null) return;
   loadingOlder = true;
   $("load-older").disabled = true;
   $("older-status").textContent = "loading…";

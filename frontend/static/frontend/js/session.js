@@ -17,10 +17,10 @@ import {
 import { loadHealth, loadRecap, setupRepair, tickTimers } from "./session-diagnostics.js";
 import { renderHead } from "./session-head.js";
 import { onOpenRequests, refreshPermissions } from "./session-permissions.js";
-import { $, data, features, onRecord, pollSession, session } from "./session-record.js";
+import { $, data, onRecord, pollSession, session } from "./session-record.js";
 import { openStream, streamRemoved, updateOlder, view, watchOlder } from "./session-stream.js";
 
-startDaemonStatus(features);
+startDaemonStatus();
 
 onRecord(renderHead, streamRemoved);
 onOpenRequests((open) => view.refreshPermissions(open));
@@ -40,14 +40,12 @@ function start() {
   watchOlder();
   pollSession();
   setInterval(tickTimers, 1_000);
-  if (features.permissions) refreshPermissions();
-  if (features.queue) refreshQueue();
-  if (features.health) loadHealth();
-  if (features.recap) {
-    loadRecap();
-    $("recap-refresh").addEventListener("click", loadRecap);
-  }
-  if (features.repair) setupRepair();
+  refreshPermissions();
+  refreshQueue();
+  loadHealth();
+  loadRecap();
+  $("recap-refresh").addEventListener("click", loadRecap);
+  setupRepair();
 }
 
 start();

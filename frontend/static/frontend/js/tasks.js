@@ -97,6 +97,6 @@ async function refresh() {
 }
 
 const page = pageData();
-startDaemonStatus(page.features || {});
+startDaemonStatus();
 render(page.initial);
 setInterval(refresh, POLL_MS);
