@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.monotonic()
             try:
                 result = fn(scratch, args.quick)
-            except Exception as exc:  # noqa: BLE001, RUF100 - recorded with its traceback; the other benchmarks still run
+            except Exception as exc:  # noqa: BLE001 - recorded with its traceback; the other benchmarks still run
                 result = BenchResult(name, name, error=f"{type(exc).__name__}: {exc}")
                 console.print(traceback.format_exc(), markup=False, highlight=False)
             result.seconds = time.monotonic() - start

@@ -119,7 +119,7 @@ def run_engine(engine: str, sessions: int, repeat: int) -> dict[str, Any]:
                 database = f"compozy_bench_{secrets.token_hex(6)}"
                 with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as conn:
                     conn.execute(f'CREATE DATABASE "{database}"')
-            except Exception as exc:  # noqa: BLE001, RUF100 - no server is a skip, its cause in the result
+            except Exception as exc:  # noqa: BLE001 - no server is a skip, its cause in the result
                 return {"engine": engine, "skipped": f"PostgreSQL not reachable at {ADMIN_URL}: {exc}"}
             env["DATABASE_URL"] = _with_db(ADMIN_URL, database)
         proc = subprocess.run([sys.executable, "-m", "bench.catalog_list", "--worker", "--sessions", str(sessions),
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.sessions, args.repeat)))  # noqa: T201, RUF100 - the worker answers on stdout
+        print(json.dumps(worker(args.sessions, args.repeat)))  # noqa: T201 - the worker answers on stdout
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -1,4 +1,4 @@
-# ruff: noqa: T201, RUF100 - the report is this script's output
+# ruff: noqa: T201 - the report is this script's output
 """Session page load on a 100k-event session, in Debian's Chromium.
 
 Target (issue 6): the page of a 100,000-event session is interactive within 2 s on this machine.

@@ -170,7 +170,7 @@ def _send(ctx: _Ctx, snap: HeartbeatSnapshot, cycle: Cycle | None) -> dict[str, 
             return ctx.decide(WakeResult.SKIPPED, WakeReason.SESSION_PROMPT_ACTIVE_RACE, event_id=event_id,
                               release=True)
         return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
-    except Exception as exc:  # noqa: BLE001, RUF100 - any failure of the prompt is the wake's: logged, recorded as failed
+    except Exception as exc:  # noqa: BLE001 - any failure of the prompt is the wake's: logged, recorded as failed
         logger.warning("wake of %s: synthetic prompt failed: %s", session_id, exc)
         return ctx.decide(WakeResult.FAILED, WakeReason.SYNTHETIC_PROMPT_FAILED, event_id=event_id, release=True)
     if cycle is not None:

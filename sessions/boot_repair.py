@@ -133,7 +133,7 @@ def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
     try:
         if check_transcript_once(session_id, meta, local_manager()) is not None:
             return True
-    except Exception as exc:  # noqa: BLE001, RUF100 - a broken store is repair's to report (logged); a reader must not wait on it
+    except Exception as exc:  # noqa: BLE001 - a broken store is repair's to report (logged); a reader must not wait on it
         _log_failure(exc, "transcript check of %s failed", session_id)
         return True
     latest = folder.read_meta(session_id)
@@ -183,7 +183,7 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
                 # Its row may still say `active` from the crashed run: no daemon runs it, so the row says stopped.
                 try:
                     repair_row_only(session_id)
-                except Exception as exc:  # noqa: BLE001, RUF100 - logged with the cause; the scan goes on
+                except Exception as exc:  # noqa: BLE001 - logged with the cause; the scan goes on
                     _log_failure(exc, "boot repair: catalog row of %s not corrected", session_id)
             continue
         if meta is None:
@@ -202,7 +202,7 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
             if outcome is not None:
                 counts["transcripts_checked"] += 1
                 counts["transcripts_repaired"] += outcome == "repaired"
-        except Exception as exc:  # noqa: BLE001, RUF100 - one session's failure is counted and logged; the scan goes on
+        except Exception as exc:  # noqa: BLE001 - one session's failure is counted and logged; the scan goes on
             counts["failed"] += 1
             needs_a_person["failed"].append(session_id)
             _log_failure(exc, "boot repair of %s failed", session_id)

@@ -166,13 +166,13 @@ DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
 MAX_CONNECTIONS_CEILING = 1 << 20
 
 
-def _connection_limits(data: dict[str, Any]) -> dict[str, int]:
+def _connection_limits(data: dict[str, Any]) -> tuple[int, int]:
     http = _table(data, "http", "")
     total = integer(http.get("max_connections", DEFAULT_MAX_CONNECTIONS), "http.max_connections", 16,
                     MAX_CONNECTIONS_CEILING)
     per_peer = integer(http.get("max_connections_per_peer", min(DEFAULT_MAX_CONNECTIONS_PER_PEER, total)),
                        "http.max_connections_per_peer", 1, total)
-    return {"http_max_connections": total, "http_max_connections_per_peer": per_peer}
+    return total, per_peer
 
 
 @dataclass(frozen=True)
@@ -473,6 +473,7 @@ def load_config(home: Path | None = None) -> Config:
     _known(str(auto_title.get("provider") or ""), providers, "roles.auto_title.provider", "provider")
     advertise_url = _advertise_url(cluster)
     hooks_table = _table(data, "hooks")
+    max_connections, max_connections_per_peer = _connection_limits(data)
     return Config(
         **http,
         default_agent=default_agent,
@@ -495,7 +496,8 @@ def load_config(home: Path | None = None) -> Config:
         allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
                                  "workspaces.allow_hard_links"),
         timeouts=_timeouts(data),
-        **_connection_limits(data),
+        http_max_connections=max_connections,
+        http_max_connections_per_peer=max_connections_per_peer,
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

@@ -183,7 +183,7 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
             # Another create took the slot, or the daemon is draining: the run waits in the queue.
             await db(release_run, run.id, owner)
             return
-        except Exception as exc:  # noqa: BLE001, RUF100 - any failure is the run's: logged, settled as start_failed
+        except Exception as exc:  # noqa: BLE001 - any failure is the run's: logged, settled as start_failed
             message = exc.message if isinstance(exc, CompozyError) else str(exc)
             logger.warning("task %s: run %s could not start its session: %s", task.id, run.id, message)
             await db(settle, run, owner, RunOutcome.FAILED, TaskReason.START_FAILED, message)

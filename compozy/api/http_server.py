@@ -268,53 +268,62 @@ class GuardedHTTPFactory(HTTPFactory):
         if hasattr(channel, "_respondToBadRequestAndDisconnect"):
             channel._respondToBadRequestAndDisconnect = lambda: _bad_head(channel)
             channel.lineLengthExceeded = lambda line: _bad_head(channel)  # Twisted would just hang up
-        limits: ConnectionLimits = self.server.connection_limits
-        peer = _peer(addr)
-        connect, received, lost = protocol.makeConnection, protocol.dataReceived, protocol.connectionLost
-        done = getattr(channel, "requestDone", None)
-
-        def make_connection(transport: Any) -> None:
-            if not limits.admit(peer):
-                _write_error(transport, 503, "Service Unavailable", "too_many_connections",
-                             "this daemon has as many connections open as it takes; try again shortly",
-                             {"max_connections": limits.total, "max_connections_per_peer": limits.per_peer})
-                transport.loseConnection()
-                protocol.compozy_admitted = False
-                return
-            protocol.compozy_admitted = True
-            write_through(transport)
-            channel.compozy_head_deadline = HeadDeadline(channel, self.server.timeouts.http_header)
-            connect(transport)
-
-        def data_received(data: bytes) -> None:
-            deadline = getattr(channel, "compozy_head_deadline", None)
-            if deadline is None:
-                return  # refused at accept: nothing it sends is read
-            deadline.data()
-            received(data)
-
-        def connection_lost(reason: Any) -> None:
-            deadline = getattr(channel, "compozy_head_deadline", None)
-            if deadline is not None:
-                deadline.cancel()
-            if getattr(protocol, "compozy_admitted", False):
-                protocol.compozy_admitted = False
-                limits.release(peer)
-            lost(reason)
-
-        def request_done(request: Any) -> None:
-            if done is not None:
-                done(request)
-            deadline = getattr(channel, "compozy_head_deadline", None)
-            if deadline is not None:
-                deadline.next_request()
-
-        protocol.makeConnection = make_connection
-        protocol.dataReceived = data_received
-        protocol.connectionLost = connection_lost
-        if done is not None:
-            channel.requestDone = request_done
+        _Connection(protocol, channel, self.server.connection_limits, _peer(addr),
+                    self.server.timeouts.http_header).install()
         return protocol
+
+
+class _Connection:
+    """One accepted connection's hooks into Twisted's protocol: admitted under the limits (else a 503), its writes
+    sent straight through, each request head held to its deadline, its slot released when it closes."""
+
+    def __init__(self, protocol: Any, channel: Any, limits: ConnectionLimits, peer: str, head_seconds: float) -> None:
+        self.protocol, self.channel, self.limits, self.peer, self.head_seconds = (protocol, channel, limits, peer,
+                                                                                 head_seconds)
+        self.admitted = False
+        self.deadline: HeadDeadline | None = None
+        self._connect, self._received, self._lost = protocol.makeConnection, protocol.dataReceived, \
+            protocol.connectionLost
+        self._done = getattr(channel, "requestDone", None)
+
+    def install(self) -> None:
+        self.protocol.makeConnection = self.make_connection
+        self.protocol.dataReceived = self.data_received
+        self.protocol.connectionLost = self.connection_lost
+        if self._done is not None:
+            self.channel.requestDone = self.request_done
+
+    def make_connection(self, transport: Any) -> None:
+        if not self.limits.admit(self.peer):
+            _write_error(transport, 503, "Service Unavailable", "too_many_connections",
+                         "this daemon has as many connections open as it takes; try again shortly",
+                         {"max_connections": self.limits.total, "max_connections_per_peer": self.limits.per_peer})
+            transport.loseConnection()
+            return
+        self.admitted = True
+        write_through(transport)
+        self.deadline = self.channel.compozy_head_deadline = HeadDeadline(self.channel, self.head_seconds)
+        self._connect(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.deadline is None:
+            return  # refused at accept: nothing it sends is read
+        self.deadline.data()
+        self._received(data)
+
+    def connection_lost(self, reason: Any) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if self.admitted:
+            self.admitted = False
+            self.limits.release(self.peer)
+        self._lost(reason)
+
+    def request_done(self, request: Any) -> None:
+        if self._done is not None:
+            self._done(request)
+        if self.deadline is not None:
+            self.deadline.next_request()
 
 
 # The parts of Twisted's FileDescriptor this module reads: a transport without them (another Twisted version, another

@@ -68,7 +68,7 @@ class OwnerRouter:
         try:
             target = session_id or read_id or ""
             holder = await sync_to_async(ownership.route_target)(target, read=read_id is not None)
-        except Exception as exc:  # noqa: BLE001, RUF100 - any driver's failure: logged with its cause, answered 503
+        except Exception as exc:  # noqa: BLE001 - any driver's failure: logged with its cause, answered 503
             # The catalog does not answer (a server database gone): a coded JSON answer, not daphne's HTML 500.
             logger.warning("could not read the lease of %s: %s", session_id or read_id, first_line(exc))
             await _catalog_unavailable(send, exc)

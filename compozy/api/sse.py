@@ -112,7 +112,7 @@ class StreamingConsumer(AsyncHttpConsumer):
             await self.run()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001, RUF100 - ends the stream with an error frame; failure_body logs the cause
+        except Exception as exc:  # noqa: BLE001 - ends the stream with an error frame; failure_body logs the cause
             try:
                 await self.send_body(frame(failure_body(exc, self.metric_stream), event="error"), more_body=True)
             except Exception:  # the client went away too: the log above is all that is left to say

@@ -40,7 +40,7 @@ class QuietWorker(Worker):
     def loop(self, now: Any = None) -> None:
         try:
             task = self.huey.dequeue()
-        except Exception as exc:  # noqa: BLE001, RUF100 - each storage (SQLite, Redis) fails its own way; logged with the cause
+        except Exception as exc:  # noqa: BLE001 - each storage (SQLite, Redis) fails its own way; logged with the cause
             QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
             self.stop_flag.wait(self.delay)
             self.delay = min(max(self.delay, self.default_delay) * 2, QUEUE_RETRY_MOST)
@@ -67,7 +67,7 @@ class QuietScheduler(Scheduler):
         try:
             for task in self.huey.read_schedule(now):
                 self.huey.enqueue(task)
-        except Exception as exc:  # noqa: BLE001, RUF100 - each storage (SQLite, Redis) fails its own way; logged with the cause
+        except Exception as exc:  # noqa: BLE001 - each storage (SQLite, Redis) fails its own way; logged with the cause
             QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
         self.stop_flag.wait(self.interval)
 
@@ -159,7 +159,7 @@ class Ticker:
                     sent[name] = now
                     if name not in START_JOBS:
                         QUEUE_FAILURE.ok(QUEUE)
-                except Exception as exc:  # noqa: BLE001, RUF100 - logged with the cause; the ticker keeps going
+                except Exception as exc:  # noqa: BLE001 - logged with the cause; the ticker keeps going
                     # Only the queue fails a send: one report for every job, as the workers'.
                     QUEUE_FAILURE.log(QUEUE, QUEUE_DOWN, exc)
                 due[name] = now + every()
@@ -244,7 +244,7 @@ class LeaseKeeper:
                 close_old_connections()
                 self.tick()
                 failures.ok("lease renewal")
-            except Exception as exc:  # noqa: BLE001, RUF100 - logged with the cause; the keeper keeps renewing
+            except Exception as exc:  # noqa: BLE001 - logged with the cause; the keeper keeps renewing
                 failures.log("lease renewal", f"lease renewal failed; trying again in {every:.1f}s", exc)
                 from django.db import connection
 

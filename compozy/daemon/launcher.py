@@ -250,7 +250,7 @@ def run_foreground(port: int | None = None) -> int:
         state["leases"].start()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
-        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"  # noqa: T201, RUF100 - the ready line on stdout
+        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"  # noqa: T201 - the ready line on stdout
               f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
               f"{token_path(home)}", flush=True)
 

@@ -13,7 +13,7 @@ class RedactFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001, RUF100 - the handler reports a message it cannot format; a filter must not raise
+        except Exception:  # noqa: BLE001 - the handler reports a message it cannot format; a filter must not raise
             return True
         record.msg = redact_text(message)
         record.args = None

@@ -181,7 +181,7 @@ def check_queue() -> dict[str, Any]:
     try:
         pending = HUEY.pending_count()
         scheduled = HUEY.scheduled_count()
-    except Exception as exc:  # noqa: BLE001, RUF100 - each storage (SQLite, Redis) fails its own way: the item shows the cause
+    except Exception as exc:  # noqa: BLE001 - each storage (SQLite, Redis) fails its own way: the item shows the cause
         return item("job_queue", "daemon", "error", "Job queue unreachable", str(exc))
     return item("job_queue", "daemon", "ok", "Job queue (huey)", f"{pending} pending, {scheduled} scheduled",
                 evidence={"pending": pending, "scheduled": scheduled})
@@ -415,7 +415,7 @@ def run_doctor(only: list[str] | None = None, exclude: list[str] | None = None, 
     for check in CHECKS:
         try:
             result = check()
-        except Exception as exc:  # noqa: BLE001, RUF100 - a broken check is an item showing its cause; the others still run
+        except Exception as exc:  # noqa: BLE001 - a broken check is an item showing its cause; the others still run
             # One line (a database driver's message runs over several), naming the failure's kind.
             first = first_line(exc)
             result = item(check.__name__.removeprefix("check_"), "daemon", "error", "Check failed",

@@ -147,7 +147,7 @@ def build_evidence(session_id: str, workspace_ref: str | None = None) -> tuple[I
         def collect(name: str, build: Callable[[], Any]) -> None:
             try:
                 add(name, _json(build()))
-            except Exception as exc:  # noqa: BLE001, RUF100 - one broken part must not cost the others (logged)
+            except Exception as exc:  # noqa: BLE001 - one broken part must not cost the others (logged)
                 logger.warning("evidence for %s: %s failed: %s", session_id, name, exc)
                 errors[name] = redact_text(f"{type(exc).__name__}: {exc}")
 
@@ -171,7 +171,7 @@ def build_evidence(session_id: str, workspace_ref: str | None = None) -> tuple[I
                 size = spool.tell()
                 spool.seek(0)
                 add("events.jsonl", spool, size)
-        except Exception as exc:  # noqa: BLE001, RUF100 - one broken part must not cost the others (logged)
+        except Exception as exc:  # noqa: BLE001 - one broken part must not cost the others (logged)
             logger.warning("evidence for %s: events.jsonl failed: %s", session_id, exc)
             errors["events.jsonl"] = redact_text(f"{type(exc).__name__}: {exc}")
         collect("history.json", lambda: {"history": services.history(session_id, workspace_ref=workspace_ref,

@@ -304,7 +304,7 @@ class DemoAgent:
         except Cancelled:
             await finish(False, "Cancelled.")
             raise
-        except Exception as exc:  # noqa: BLE001, RUF100 - the tool fails, not the agent: logged, told to the client
+        except Exception as exc:  # noqa: BLE001 - the tool fails, not the agent: logged, told to the client
             log.warning("read tool for %s failed: %s", abs_path, error_text(exc))
             await finish(False, f"Could not read {path}: {error_text(exc)}")
             return

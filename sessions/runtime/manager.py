@@ -198,7 +198,7 @@ class SessionManager:
             for session_id, meta in list(self.unsaved_meta.items()):
                 try:
                     await db(catalog.save_meta, meta)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any write failure: logged, retried next round
                     logger.warning("session %s: metadata still unwritable: %s", session_id, exc)
                     continue
                 if self.unsaved_meta.get(session_id) is meta:

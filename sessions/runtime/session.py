@@ -127,7 +127,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.manager.supersede_unsaved(self.id)
         try:
             await db(catalog.save_meta, snapshot)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any write failure: kept unsaved, logged, retried
             # A lifecycle change must never be lost to a full disk or a locked catalog: reads serve the
             # snapshot until a retry lands it (manager.unsaved_meta), and the failure is in the log.
             logger.error("session %s: writing its metadata failed (%s); retrying in the background", self.id, exc)

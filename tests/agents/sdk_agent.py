@@ -444,7 +444,7 @@ class ScriptedAgent:
         except Cancelled:
             await fail("cancelled")
             return "cancelled"
-        except Exception as exc:  # noqa: BLE001, RUF100 - the agent reports any failure as the tool's, as real agents do
+        except Exception as exc:  # noqa: BLE001 - the agent reports any failure as the tool's, as real agents do
             await fail(f"permission request failed: {error_text(exc)}")
             await self._say(turn, "tool error")
             return "end_turn"
@@ -469,7 +469,7 @@ class ScriptedAgent:
         except Cancelled:
             await fail("cancelled")
             return "cancelled"
-        except Exception as exc:  # noqa: BLE001, RUF100 - the agent reports any failure as the tool's, as real agents do
+        except Exception as exc:  # noqa: BLE001 - the agent reports any failure as the tool's, as real agents do
             await fail(error_text(exc))
             await self._say(turn, "tool error")
             return "end_turn"

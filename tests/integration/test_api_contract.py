@@ -97,7 +97,7 @@ def test_generated_requests_never_get_a_5xx_and_every_error_has_a_code(daemon: D
     assert main["phases"]["stateful"]["status"] == "success"  # sequences along the schema's links ran
     generated = main["test_cases"]["generated"] + spawning["test_cases"]["generated"]
     assert generated >= MIN_CASES, f"only {generated} cases generated"
-    print(f"schemathesis: {generated} cases, "  # noqa: T201, RUF100 - the run's size and seed, shown with -s
+    print(f"schemathesis: {generated} cases, "  # noqa: T201 - the run's size and seed, shown with -s
           f"{main['operations']['total']} operations, seed {main['seed']}")
     # The daemon is still whole: it lists, and reads the sessions it started with.
     assert daemon.http.get("/api/sessions", params={"all": "true"}).status_code == 200

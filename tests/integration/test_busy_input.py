@@ -431,7 +431,7 @@ def test_a_steer_delivered_at_a_tool_result_never_overlaps_queued_input(daemon: 
         try:
             sid = daemon.create(ws)["id"]
             results[index] = [steer_over_queued_input(daemon, sid, r) for r in range(3)]
-        except BaseException as exc:  # noqa: BLE001, RUF100 - reported below, from the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported below, from the main thread
             results[index] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]

@@ -72,7 +72,7 @@ def test_racing_workers_claim_each_tick_exactly_once() -> None:
                 barrier.wait(timeout=30)  # all workers go for the same tick at once
                 if claim_tick("supervision:race", 1.0, now=start + timedelta(seconds=tick), claimer=f"w{index}"):
                     won[index].append(tick)
-        except BaseException as exc:  # noqa: BLE001, RUF100 - reported below: an assertion in a thread would be lost
+        except BaseException as exc:  # noqa: BLE001 - reported below: an assertion in a thread would be lost
             errors.append(exc)
             barrier.abort()
         finally:

@@ -96,7 +96,7 @@ def test_racing_worker_threads_claim_each_run_exactly_once(clean: Workspace) -> 
             barrier.wait(timeout=30)
             while (run := claim_next_run(f"worker-{index}", 30.0)) is not None:
                 claimed[index].append(run.id)
-        except BaseException as exc:  # noqa: BLE001, RUF100 - reported below: an assertion in a thread would be lost
+        except BaseException as exc:  # noqa: BLE001 - reported below: an assertion in a thread would be lost
             errors.append(exc)
         finally:
             thread_connection.close()

@@ -1,4 +1,4 @@
-# ruff: noqa: T201, RUF100 - a command hook answers on its stdout
+# ruff: noqa: T201 - a command hook answers on its stdout
 """A real command hook for the tests: reads the payload on stdin, prints one JSON patch on stdout."""
 
 import json
