@@ -105,7 +105,8 @@ def boot_repair(run: str) -> dict[str, int] | None:
 
 @db_task()
 def supervision_sweep() -> dict[str, int] | None:
-    """Read durable activity, decide, hand each action to the session's owner and return."""
+    """Read durable activity, decide (once: the owner carries the decision out behind its fence), hand each
+    decision to the session's owner and return."""
     from sessions.claims import claim_tick, owner_id
     from sessions.supervision import sweep_interval
 
@@ -138,10 +139,9 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
             live[session_id] = meta
             if meta["state"] != "active":
                 continue
-            actions = decide(meta, now, manager.config)
-            if actions:
-                turn_id = ((meta.get("liveness") or {}).get("activity") or {}).get("turn_id")
-                handed += manager.hand_off_supervision(session_id, actions, turn_id)
+            decision = decide(meta, now, manager.config)
+            if decision.actions:
+                handed += manager.hand_off_supervision(session_id, decision)
         except Exception:
             logger.exception("supervision sweep skipped %s", session_id)
     reaped = 0

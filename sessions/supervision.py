@@ -1,8 +1,10 @@
 """Runtime activity supervision (sessions reference §7): inactivity, not elapsed time, is the failure mode.
 
-The huey sweep (`sessions/jobs.py`) reads durable activity (meta.json `liveness.activity`), proposes actions by
-the rules here and hands them to the SessionManager's loop, then returns. The runtime that owns the session
-verifies each one against its live state before acting, so a stale read can never time out a working agent.
+Supervision decides once, here. The huey sweep (`sessions/jobs.py`) reads durable activity (meta.json
+`liveness.activity`), `decide()`s by the thresholds below and hands the decision to the SessionManager's loop, then
+returns. The runtime that owns the session carries the decision out behind its `Fence` (the activation, turn, input
+generation and activity stamps it was decided from) and refuses it when any of them moved on (`refusal()`): a stale
+read can never time out a working agent, and no threshold is looked at a second time.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -72,73 +75,109 @@ def silence_blocker(activity: dict[str, Any], *, permission_waiting: bool = Fals
     return None
 
 
-def decide(meta: dict[str, Any], now: datetime, config: Config) -> list[str]:
-    """Actions worth proposing for one session: `progress`, `warning`, `timeout`, `wall_clock`, and for supervised
-    silence `quiet` (after `quiet_after`) and `silence_stop` (after `stop_grace` more). A session bound to a task
-    run is left to the silence path rather than the inactivity timeout: its verified stop is what recovery
-    needs, and a cooperative cancel would end the run as if the agent had finished."""
-    actions: list[str] = []
-    sup = config.supervision
-    activated = folder.parse_time(meta.get("activated_at"))
-    if config.limits_timeout > 0 and activated and (now - activated).total_seconds() >= config.limits_timeout:
-        return ["wall_clock"]
-    activity = (meta.get("liveness") or {}).get("activity") or {}
-    if not activity.get("prompt_active"):
-        return actions
-    last = folder.parse_time(activity.get("last_activity_at")) or folder.parse_time(activity.get("turn_started_at"))
-    started = folder.parse_time(activity.get("turn_started_at"))
-    if last is None or started is None:
-        return actions
-    idle = (now - last).total_seconds()
-    progress_ref = folder.parse_time(activity.get("last_progress_at")) or started
-    if sup.progress_notify_interval > 0 and (now - progress_ref).total_seconds() >= sup.progress_notify_interval:
-        actions.append("progress")
-    if sup.inactivity_warning_after > 0 and idle >= sup.inactivity_warning_after:
-        actions.append("warning")
-    if sup.inactivity_timeout > 0 and idle >= sup.inactivity_timeout and not meta.get("run_id"):
-        actions.append("timeout")
-    if sup.quiet_after > 0 and idle >= sup.quiet_after:
-        blocker = silence_blocker(activity)
-        if blocker is None or blocker == "unknown_source":
-            actions.append("quiet")
-        if blocker is None and sup.stop_grace > 0 and idle >= sup.quiet_after + sup.stop_grace:
-            actions.append("silence_stop")
-    return actions
+class Action(StrEnum):
+    PROGRESS = "progress"
+    WARNING = "warning"
+    TIMEOUT = "timeout"
+    WALL_CLOCK = "wall_clock"
+    QUIET = "quiet"
+    SILENCE_STOP = "silence_stop"
+
+
+# Carried out once per turn whatever the number of sweeps that decide them (the progress note is fenced on its own
+# stamp instead): the sweep keeps deciding them while the silence lasts, the owner keeps the first.
+ONCE_PER_TURN = frozenset({Action.WARNING, Action.TIMEOUT, Action.QUIET})
 
 
 @dataclass(frozen=True)
-class LiveTurn:
-    """What the runtime that owns a turn knows of it when a proposal reaches it: live facts, not meta.json's
-    (which lags by up to a heartbeat). Durations in seconds, on the monotonic clock."""
+class Fence:
+    """What a decision was made for, as read from one meta.json: the owner carries it out only while this still
+    holds. Stamps are meta.json's own strings, so an equal stamp means nothing happened since the read."""
 
-    idle: float  # since the last work signal
-    since_progress: float  # since the last progress note, or the turn's start
-    warned: bool = False  # this turn's inactivity warning was recorded
-    timed_out: bool = False  # this turn's inactivity timeout already acted
-    quiet_noted: bool = False  # this turn's quiet_after warning was recorded
-    blocker: str | None = None  # silence_blocker() of the live activity
-    has_agent: bool = True
+    activated_at: str | None = None  # the session's activation (a reactivated session has a new one)
+    turn_id: str | None = None
+    generation: int = 0  # the input generation: an interrupt advances it
+    activity_at: str | None = None  # the last work signal idleness was measured from
+    progress_at: str | None = None  # the last progress note
 
 
-def confirmed(action: str, turn: LiveTurn, config: Config) -> bool:
-    """The owner's check of a proposal from `decide()` against its live turn: a proposal made from a stale read is
-    dropped here, so it can never warn about, or stop, an agent that has worked since. Once per turn for the
-    warning, the timeout and the quiet note; the silence stop only after this turn's quiet note."""
+@dataclass(frozen=True)
+class Decision:
+    """The sweep's decision for one session: the actions, in the order they are carried out, and their fence."""
+
+    actions: list[Action] = field(default_factory=list)
+    fence: Fence = field(default_factory=Fence)
+    idle: float = 0.0  # seconds since the last work signal, at the sweep's `now`
+    elapsed: float = 0.0  # seconds since the turn started
+    blocker: str | None = None  # silence_blocker() of the activity read, reported with the quiet note
+
+
+def decide(meta: dict[str, Any], now: datetime, config: Config) -> Decision:
+    """The one decision for one session: `progress`, `warning`, `timeout`, `wall_clock`, and for supervised silence
+    `quiet` (after `quiet_after`) and `silence_stop` (after `stop_grace` more, carried out after the quiet note). A
+    session bound to a task run is left to the silence path rather than the inactivity timeout: its verified stop is
+    what recovery needs, and a cooperative cancel would end the run as if the agent had finished."""
     sup = config.supervision
-    if action == "progress":
-        return sup.progress_notify_interval > 0 and turn.since_progress >= sup.progress_notify_interval * 0.9
-    if action == "warning":
-        return not turn.warned and sup.inactivity_warning_after > 0 and turn.idle >= sup.inactivity_warning_after
-    if action == "timeout":
-        return not turn.timed_out and sup.inactivity_timeout > 0 and turn.idle >= sup.inactivity_timeout
-    if action not in ("quiet", "silence_stop"):
-        return False
-    if sup.quiet_after <= 0 or turn.idle < sup.quiet_after or turn.blocker not in (None, "unknown_source"):
-        return False
-    if action == "quiet":
-        return not turn.quiet_noted
-    return (turn.blocker is None and sup.stop_grace > 0 and turn.idle >= sup.quiet_after + sup.stop_grace
-            and turn.quiet_noted and turn.has_agent)
+    activity = (meta.get("liveness") or {}).get("activity") or {}
+    fence = Fence(activated_at=meta.get("activated_at"), turn_id=activity.get("turn_id"),
+                  generation=int(meta.get("input_generation") or 0), activity_at=activity.get("last_activity_at"),
+                  progress_at=activity.get("last_progress_at"))
+    activated = folder.parse_time(meta.get("activated_at"))
+    if config.limits_timeout > 0 and activated and (now - activated).total_seconds() >= config.limits_timeout:
+        return Decision([Action.WALL_CLOCK], fence)
+    if not activity.get("prompt_active"):
+        return Decision(fence=fence)
+    last = folder.parse_time(activity.get("last_activity_at")) or folder.parse_time(activity.get("turn_started_at"))
+    started = folder.parse_time(activity.get("turn_started_at"))
+    if last is None or started is None:
+        return Decision(fence=fence)
+    idle = (now - last).total_seconds()
+    actions: list[Action] = []
+    progress_ref = folder.parse_time(activity.get("last_progress_at")) or started
+    if sup.progress_notify_interval > 0 and (now - progress_ref).total_seconds() >= sup.progress_notify_interval:
+        actions.append(Action.PROGRESS)
+    if sup.inactivity_warning_after > 0 and idle >= sup.inactivity_warning_after:
+        actions.append(Action.WARNING)
+    if sup.inactivity_timeout > 0 and idle >= sup.inactivity_timeout and not meta.get("run_id"):
+        actions.append(Action.TIMEOUT)
+    blocker = silence_blocker(activity)
+    if sup.quiet_after > 0 and idle >= sup.quiet_after:
+        if blocker is None or blocker == "unknown_source":
+            actions.append(Action.QUIET)
+        if blocker is None and sup.stop_grace > 0 and idle >= sup.quiet_after + sup.stop_grace:
+            actions.append(Action.SILENCE_STOP)
+    return Decision(actions, fence, idle=idle, elapsed=(now - started).total_seconds(), blocker=blocker)
+
+
+@dataclass(frozen=True)
+class Live:
+    """The owner's side of the fence when a decision reaches it: the same stamps, as the runtime holds them now."""
+
+    active: bool  # state `active` and no stop under way
+    fence: Fence
+    done: frozenset[Action] = frozenset()  # ONCE_PER_TURN actions already carried out for this turn
+
+
+def refusal(action: Action, decided: Fence, live: Live) -> str | None:
+    """Why the owner must not carry out `action` decided behind `decided`: `stale` when what it was decided for
+    moved on (another activation, turn or input generation, or a work signal since the read), so the rest of the
+    decision is dropped too; `skipped` when it was carried out already (for this turn, or a progress note since the
+    read), or the quiet note that must come before a silence stop was not. None: carry it out. No threshold is
+    looked at here."""
+    now = live.fence
+    if not live.active or now.activated_at != decided.activated_at:
+        return "stale"
+    if action == Action.WALL_CLOCK:
+        return None
+    if now.turn_id != decided.turn_id or now.generation != decided.generation:
+        return "stale"
+    if action == Action.PROGRESS:
+        return None if now.progress_at == decided.progress_at else "skipped"
+    if now.activity_at != decided.activity_at:
+        return "stale"
+    if action in live.done or (action == Action.SILENCE_STOP and Action.QUIET not in live.done):
+        return "skipped"
+    return None
 
 
 # ---- the verified process-tree stop -------------------------------------------------------------

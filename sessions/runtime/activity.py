@@ -1,6 +1,11 @@
-"""Activity supervision on the owner's side (sessions reference §7). The huey sweep proposes actions from
-durable activity; the runtime verifies each against its live state and acts on its own loop. Heartbeats are
-metadata only; waiting on a person counts as activity."""
+"""Activity and supervision on the owner's side (sessions reference §7).
+
+`Activity` keeps a session's work signals in memory (touched on every event, so cheap) and stamps them into meta.json's
+`liveness.activity` when it is written. `Supervisor` writes the metadata-only heartbeats while a turn runs (waiting on
+a person counts as activity) and carries out what the huey sweep decided (`sessions.supervision.decide`), behind the
+decision's fence: the same activation, turn, input generation and activity stamps, or it is refused as stale. It
+never decides again: the thresholds live in `sessions/supervision.py` alone.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,26 @@ import copy
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions import supervision
-from sessions.enums import EventType, FailureKind, MarkerKind, StopReason
+from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
-from sessions.runtime.tasks import db
-from sessions.runtime.turns import Turn
+from sessions.runtime.tasks import db, spawn
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
+from sessions.supervision import Action, Decision
+
+if TYPE_CHECKING:
+    from sessions.runtime.host import SessionCore
+    from sessions.runtime.permissions import PermissionBoard
+    from sessions.runtime.turns import Turn
 
 logger = logging.getLogger(__name__)
+
+
+def _stamp(at: float) -> str:
+    return folder.isoformat(datetime.fromtimestamp(at, UTC)) or ""
 
 
 def _apply_touch(activity: dict[str, Any], chunk_kind: str | None, at: float) -> str:
@@ -29,18 +43,31 @@ def _apply_touch(activity: dict[str, Any], chunk_kind: str | None, at: float) ->
     if chunk_kind is not None:
         activity["last_activity_kind"] = chunk_kind
         activity["last_activity_detail"] = ""
-    stamp = folder.isoformat(datetime.fromtimestamp(at, UTC))
+    stamp = _stamp(at)
     activity["last_activity_at"] = stamp
     return stamp
 
 
-class ActivityMixin:
-    """SessionRuntime's activity: touches, heartbeats, and the supervision actions it verifies."""
+def activity_of(meta: dict[str, Any]) -> dict[str, Any]:
+    """meta's `liveness.activity`, created on first use."""
+    activity: dict[str, Any] = meta.setdefault("liveness", {}).setdefault("activity", {})
+    return activity
 
-    def touch_activity(self, kind: str, detail: str = "", tool: str | None = None,
-                       tool_call_id: str | None = None, tool_done: bool = False) -> None:
+
+class Activity:
+    """A session's work signals: the last one's kind and time, and the tool calls still without a result."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self._meta = meta
+        self.at: float | None = None  # time.time() of the last activity; stamped into meta on write
+        self.mono: float | None = None  # time.monotonic() of the same touch, for idle durations
+        self._chunk_kind: str | None = None  # the last streamed chunk's kind, stamped into meta on write
+        self._tools_in_flight: set[str] = set()  # tool calls without a result: work supervised silence never stops
+
+    def touch(self, kind: str, detail: str = "", tool: str | None = None, tool_call_id: str | None = None,
+              tool_done: bool = False) -> None:
         """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
-        activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+        activity = activity_of(self._meta)
         self._chunk_kind = None  # this touch is newer than any chunk's
         activity["last_activity_kind"] = kind
         activity["last_activity_detail"] = detail[:200]
@@ -54,149 +81,216 @@ class ActivityMixin:
             # A tool call without its result is work in flight (a long build): supervised silence never stops it.
             (in_flight.discard if tool_done else in_flight.add)(tool_call_id)
         activity["tools_in_flight"] = len(in_flight)
-        self._activity_at = time.time()
-        if self.turn is not None:
-            self.turn.last_activity_mono = time.monotonic()
+        self.at, self.mono = time.time(), time.monotonic()
 
     def touch_chunk(self, kind: str) -> None:
-        """touch_activity for a streamed text chunk (thousands a second): a kind and a time, written to meta only
-        when meta is written."""
+        """`touch` for a streamed text chunk (thousands a second): a kind and a time, written to meta only when meta
+        is written."""
         self._chunk_kind = kind
-        self._activity_at = time.time()
-        if self.turn is not None:
-            self.turn.last_activity_mono = time.monotonic()
+        self.at, self.mono = time.time(), time.monotonic()
 
-    def _stamp_activity(self) -> None:
-        if self._activity_at is None:
+    def stamp(self) -> None:
+        """Write the touches kept in memory into meta (before it is saved, or read for a report)."""
+        if self.at is None:
             return
-        activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
         kind, self._chunk_kind = self._chunk_kind, None
-        self.meta["liveness"]["last_update_at"] = _apply_touch(activity, kind, self._activity_at)
+        self._meta["liveness"]["last_update_at"] = _apply_touch(activity_of(self._meta), kind, self.at)
 
-    async def _heartbeat_loop(self) -> None:
-        """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
-        interval = max(0.2, self.config.supervision.activity_heartbeat_interval)
-        while self.turn is not None and not self.stopping:
-            await asyncio.sleep(interval)
-            if self.turn is None or self.stopping:
-                break
-            if self.permissions.waiting:
-                self.touch_activity("agent_waiting", "waiting for a permission decision")
-            activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
-            activity["idle_seconds"] = round(time.monotonic() - self.turn.last_activity_mono, 3)
-            activity["elapsed_seconds"] = round(time.monotonic() - self.turn.started_mono, 3)
-            try:
-                await self.persist()
-            except Exception:
-                logger.exception("heartbeat write failed for %s", self.id)
+    def stamped_at(self) -> str | None:
+        """The `last_activity_at` meta.json gets for the last touch: the supervision fence compares it with the one
+        a decision was made from."""
+        if self.at is None:
+            return (self._meta.get("liveness") or {}).get("activity", {}).get("last_activity_at")
+        return _stamp(self.at)
 
-    async def supervise(self, action: str, turn_id: str | None, now: float | None = None) -> str:
-        """A supervision decision proposed by the huey sweep, run on this loop by the manager (one at a time per
-        session); verified here against live state first (`supervision.confirmed`, at `now` on the monotonic
-        clock). The sweep does not wait for the outcome."""
-        turn = self.turn
-        if action == "wall_clock":
-            await self.stop(StopReason.TIMEOUT, "session wall-clock limit (session.limits.timeout) reached",
-                            failure=lifecycle.failure_object(FailureKind.TIMEOUT, "session wall-clock limit reached"))
-            return "stopped"
-        if turn is None or turn.id != turn_id or self.stopping:
-            return "stale"
-        if action not in ("progress", "warning", "timeout", "quiet", "silence_stop"):
-            return "unknown"
-        now = time.monotonic() if now is None else now
-        idle = now - turn.last_activity_mono
-        runtime = self._runtime_payload(turn)
-        live = supervision.LiveTurn(
-            idle=idle, since_progress=now - turn.last_progress_mono, warned=turn.warned, timed_out=turn.timed_out,
-            quiet_noted=self._quiet_turn == turn.id, has_agent=self.agent is not None,
-            blocker=supervision.silence_blocker(runtime, permission_waiting=self.permissions.waiting))
-        if not supervision.confirmed(action, live, self.config):
-            return "skipped"
-        if action == "progress":
-            turn.last_progress_mono = now
-            minutes = int((now - turn.started_mono) // 60)
-            tool = runtime.get("current_tool")
-            text = f"Still working... ({minutes} min elapsed" + (f", running: {tool})" if tool else ")")
-            self.record(EventType.RUNTIME_PROGRESS, {"text": text, "runtime": runtime})
-            self.meta["liveness"]["activity"]["last_progress_at"] = folder.isoformat(folder.utcnow())
-            return "recorded"
-        if action == "warning":
-            turn.warned = True
-            self.record(EventType.RUNTIME_WARNING,
-                        {"text": f"Runtime activity is stale ({int(idle)} seconds idle).", "runtime": runtime})
-            return "recorded"
-        if action == "timeout":
-            turn.timed_out = True
-            self.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
-            self.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
-                        {"idle_seconds": round(idle, 3), "turn_id": turn.id})
-            # §7 order: stall, marker, this warning (events reference: "again on timeout"), cancel, grace, stop.
-            self.record(EventType.RUNTIME_WARNING,
-                        {"text": f"Runtime activity timed out ({int(idle)} seconds idle).", "runtime": runtime})
-            with contextlib.suppress(StoreFailure):
-                await self.recorder.flush()
-            await self.persist()
-            if not await self._cancel_and_wait(turn):
-                await self.stop(StopReason.TIMEOUT, "activity_timeout",
-                                failure=lifecycle.failure_object(
-                                    FailureKind.TIMEOUT, f"prompt inactive for {int(idle)} s and did not stop "
-                                    f"within timeout_cancel_grace"))
-                return "stopped"
-            return "canceled"
-        return await self._supervise_silence(action, turn, idle, runtime, live.blocker)
+    def idle(self, turn: Turn) -> float:
+        """Seconds since the last touch (or the turn's start), on the monotonic clock."""
+        last = self.mono if self.mono is not None and self.mono >= turn.started_mono else turn.started_mono
+        return time.monotonic() - last
 
-    async def _supervise_silence(self, action: str, turn: Turn, idle: float, runtime: dict[str, Any],
-                                 blocker: str | None) -> str:
-        """Supervised silence (health reference §6), confirmed against live state: one `runtime_warning` after
-        `quiet_after`, then after `stop_grace` more a stop of the agent's process tree, verified gone, recorded
-        in meta.json (`supervision.silence_stop`) and handed to task recovery."""
-        sup = self.config.supervision
-        if action == "quiet":
-            self._quiet_turn = turn.id
-            then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
-            self.record(EventType.RUNTIME_WARNING, {
-                "text": f"No work evidence for {int(idle)} seconds (quiet_after){then}.", "runtime": runtime,
-                "supervision": {"rule": "quiet_after", "quiet_after": sup.quiet_after, "stop_grace": sup.stop_grace,
-                                "blocker": blocker}})
-            return "recorded"
-        pgid = self.agent.pid if self.agent is not None else None  # confirmed() required an agent
-        self.marker(MarkerKind.PROMPT_TIMEOUT, f"No work evidence for {int(idle)} seconds; stopping the agent's "
-                    "process tree (supervised silence).", {"idle_seconds": round(idle, 3), "turn_id": turn.id,
-                                                             "pgid": pgid})
-        with contextlib.suppress(StoreFailure):
-            await self.recorder.flush()
-        await self.stop(StopReason.TIMEOUT, supervision.SILENCE_DETAIL, failure=lifecycle.failure_object(
-            FailureKind.TIMEOUT, f"no work evidence for {int(idle)} s (quiet_after + stop_grace)"))
-        verification = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
-            "pgid": None, "verified": True, "note": "the agent never started"}
-        verification["idle_seconds"] = round(idle, 3)
-        self.meta.setdefault("supervision", {})["silence_stop"] = verification
-        await self.persist()
-        logger.info("session %s: silence stop, process tree %s", self.id,
-                    "verified gone" if verification["verified"] else f"NOT gone: {verification.get('survivors')}")
-        await db(supervision.verified_stop.send, sender=type(self), session_id=self.id,
-                 meta=copy.deepcopy(self.meta), verification=verification)
-        return "stopped"
-
-    def _runtime_payload(self, turn: Turn) -> dict[str, Any]:
-        self._stamp_activity()
-        return self._activity_view(turn)
-
-    def live_activity(self) -> dict[str, Any]:
+    def live(self, turn: Turn | None) -> dict[str, Any]:
         """The activity as of now, for reads: meta.json's copy lags by up to a heartbeat (chunks touch only
         memory). No writes, so a read on a worker thread cannot race the loop's touches."""
-        activity = self._activity_view(self.turn)
-        if self._activity_at is not None:
-            _apply_touch(activity, self._chunk_kind, self._activity_at)
+        activity = self.view(turn)
+        if self.at is not None:
+            _apply_touch(activity, self._chunk_kind, self.at)
         return activity
 
-    def _activity_view(self, turn: Turn | None) -> dict[str, Any]:
-        activity = dict((self.meta.get("liveness") or {}).get("activity") or {})
+    def report(self, turn: Turn) -> dict[str, Any]:
+        """The activity a supervision event carries: meta's, stamped first."""
+        self.stamp()
+        return self.view(turn)
+
+    def view(self, turn: Turn | None) -> dict[str, Any]:
+        activity = dict((self._meta.get("liveness") or {}).get("activity") or {})
         if turn is None:
             return activity
         now = time.monotonic()
         activity.update({"turn_id": turn.id, "turn_source": turn.source, "turn_started_at": turn.started_at,
-                         "idle_seconds": round(now - turn.last_activity_mono, 3),
+                         "idle_seconds": round(self.idle(turn), 3),
                          "elapsed_seconds": round(now - turn.started_mono, 3),
                          "elapsed_ms": int((now - turn.started_mono) * 1000)})
         return activity
+
+
+class TurnControl(Protocol):
+    """What supervision needs of the turns: the running one, and a cooperative cancel of it."""
+
+    @property
+    def turn(self) -> Turn | None: ...
+
+    async def cancel_and_wait(self, turn: Turn) -> bool: ...
+
+
+class Supervisor:
+    """Heartbeats while a turn runs, and the sweep's decisions carried out behind their fence."""
+
+    def __init__(self, session: SessionCore, activity: Activity, turns: TurnControl,
+                 permissions: PermissionBoard) -> None:
+        self._session = session
+        self._activity = activity
+        self._turns = turns
+        self._permissions = permissions
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._done_turn: str | None = None  # the turn `_done` belongs to
+        self._done: set[Action] = set()  # ONCE_PER_TURN actions carried out for that turn
+
+    # ---- heartbeats ------------------------------------------------------------------------------
+
+    def beat(self) -> None:
+        """A turn started: make sure the heartbeat runs (one loop per session)."""
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = spawn(self._heartbeat_loop())
+
+    def halt(self) -> None:
+        """The session stopped: no more heartbeats."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
+        session = self._session
+        interval = max(0.2, session.config.supervision.activity_heartbeat_interval)
+        while self._turns.turn is not None and not session.stopping:
+            await asyncio.sleep(interval)
+            turn = self._turns.turn
+            if turn is None or session.stopping:
+                break
+            if self._permissions.waiting:
+                self._activity.touch("agent_waiting", "waiting for a permission decision")
+            activity = activity_of(session.meta)
+            activity["idle_seconds"] = round(self._activity.idle(turn), 3)
+            activity["elapsed_seconds"] = round(time.monotonic() - turn.started_mono, 3)
+            try:
+                await session.persist()
+            except Exception:  # a heartbeat is metadata only: the next one tries again; the cause is logged
+                logger.exception("heartbeat write failed for %s", session.id)
+
+    # ---- the sweep's decisions -------------------------------------------------------------------
+
+    def _live(self, turn: Turn | None) -> supervision.Live:
+        """The owner's side of the fence: the stamps a decision was made from, as they are now."""
+        session = self._session
+        meta = session.meta
+        turn_id = turn.id if turn is not None else None
+        fence = supervision.Fence(
+            activated_at=meta.get("activated_at"), turn_id=turn_id, generation=int(meta.get("input_generation") or 0),
+            activity_at=self._activity.stamped_at(),
+            progress_at=(meta.get("liveness") or {}).get("activity", {}).get("last_progress_at"))
+        done = frozenset(self._done) if turn_id is not None and self._done_turn == turn_id else frozenset()
+        return supervision.Live(active=session.state == SessionState.ACTIVE and not session.stopping, fence=fence,
+                                done=done)
+
+    def _carried_out(self, turn: Turn, action: Action) -> None:
+        if self._done_turn != turn.id:
+            self._done_turn, self._done = turn.id, set()
+        self._done.add(action)
+
+    async def carry_out(self, action: Action, decision: Decision) -> str:
+        """One action of the sweep's decision, run on this loop by the manager (one decision at a time per session).
+        Refused (`stale`, `skipped`: `supervision.refusal`) when what it was decided for moved on; the sweep does not
+        wait for the outcome."""
+        turn = self._turns.turn
+        refused = supervision.refusal(action, decision.fence, self._live(turn))
+        if refused is not None:
+            return refused
+        if action == Action.WALL_CLOCK:
+            await self._session.stop(StopReason.TIMEOUT, "session wall-clock limit (session.limits.timeout) reached",
+                                     failure=lifecycle.failure_object(FailureKind.TIMEOUT,
+                                                                      "session wall-clock limit reached"))
+            return "stopped"
+        assert turn is not None  # the fence holds a turn for every other action
+        if action in supervision.ONCE_PER_TURN:
+            self._carried_out(turn, action)
+        if action == Action.PROGRESS:
+            return self._progress(turn, decision)
+        if action == Action.WARNING:
+            self._session.record(EventType.RUNTIME_WARNING, {
+                "text": f"Runtime activity is stale ({int(decision.idle)} seconds idle).",
+                "runtime": self._activity.report(turn)})
+            return "recorded"
+        if action == Action.TIMEOUT:
+            return await self._timeout(turn, decision)
+        if action == Action.QUIET:
+            return self._quiet(turn, decision)
+        return await self._silence_stop(turn, decision)
+
+    def _progress(self, turn: Turn, decision: Decision) -> str:
+        report = self._activity.report(turn)
+        minutes = int(decision.elapsed // 60)
+        tool = report.get("current_tool")
+        text = f"Still working... ({minutes} min elapsed" + (f", running: {tool})" if tool else ")")
+        self._session.record(EventType.RUNTIME_PROGRESS, {"text": text, "runtime": report})
+        activity_of(self._session.meta)["last_progress_at"] = folder.isoformat(folder.utcnow())
+        return "recorded"
+
+    async def _timeout(self, turn: Turn, decision: Decision) -> str:
+        session, idle = self._session, decision.idle
+        session.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
+        session.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
+                       {"idle_seconds": round(idle, 3), "turn_id": turn.id})
+        # §7 order: stall, marker, this warning (events reference: "again on timeout"), cancel, grace, stop.
+        session.record(EventType.RUNTIME_WARNING, {"text": f"Runtime activity timed out ({int(idle)} seconds idle).",
+                                                   "runtime": self._activity.report(turn)})
+        with contextlib.suppress(StoreFailure):
+            await session.recorder.flush()
+        await session.persist()
+        if not await self._turns.cancel_and_wait(turn):
+            await session.stop(StopReason.TIMEOUT, "activity_timeout", failure=lifecycle.failure_object(
+                FailureKind.TIMEOUT, f"prompt inactive for {int(idle)} s and did not stop within timeout_cancel_grace"))
+            return "stopped"
+        return "canceled"
+
+    def _quiet(self, turn: Turn, decision: Decision) -> str:
+        """Supervised silence (health reference §6): one `runtime_warning` after `quiet_after`."""
+        sup = self._session.config.supervision
+        then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
+        self._session.record(EventType.RUNTIME_WARNING, {
+            "text": f"No work evidence for {int(decision.idle)} seconds (quiet_after){then}.",
+            "runtime": self._activity.report(turn),
+            "supervision": {"rule": "quiet_after", "quiet_after": sup.quiet_after, "stop_grace": sup.stop_grace,
+                            "blocker": decision.blocker}})
+        return "recorded"
+
+    async def _silence_stop(self, turn: Turn, decision: Decision) -> str:
+        """After `stop_grace` more: a stop of the agent's process tree, verified gone, recorded in meta.json
+        (`supervision.silence_stop`) and handed to task recovery."""
+        session, idle = self._session, decision.idle
+        pgid = session.agent.pid if session.agent is not None else None
+        session.marker(MarkerKind.PROMPT_TIMEOUT, f"No work evidence for {int(idle)} seconds; stopping the agent's "
+                       "process tree (supervised silence).", {"idle_seconds": round(idle, 3), "turn_id": turn.id,
+                                                                "pgid": pgid})
+        with contextlib.suppress(StoreFailure):
+            await session.recorder.flush()
+        await session.stop(StopReason.TIMEOUT, supervision.SILENCE_DETAIL, failure=lifecycle.failure_object(
+            FailureKind.TIMEOUT, f"no work evidence for {int(idle)} s (quiet_after + stop_grace)"))
+        verification: dict[str, Any] = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
+            "pgid": None, "verified": True, "note": "the agent never started"}
+        verification["idle_seconds"] = round(idle, 3)
+        session.meta.setdefault("supervision", {})["silence_stop"] = verification
+        await session.persist()
+        logger.info("session %s: silence stop, process tree %s", session.id,
+                    "verified gone" if verification["verified"] else f"NOT gone: {verification.get('survivors')}")
+        await db(supervision.verified_stop.send, sender=type(session), session_id=session.id,
+                 meta=copy.deepcopy(session.meta), verification=verification)
+        return "stopped"

@@ -53,7 +53,7 @@ class BusyInputMixin:
             self.steer = None
         return dropped
 
-    async def _cancel_and_wait(self, turn: Turn) -> bool:
+    async def cancel_and_wait(self, turn: Turn) -> bool:
         await self.cancel_turn()
         try:
             await asyncio.wait_for(asyncio.shield(turn.ended.wait()), self.config.supervision.timeout_cancel_grace)
@@ -77,7 +77,7 @@ class BusyInputMixin:
             if turn is not None:
                 if replacement is None:
                     self.salvage = {"text": turn.authored or turn.text, "turn_id": turn.id}
-                if not await self._cancel_and_wait(turn):
+                if not await self.cancel_and_wait(turn):
                     raise Conflict("the running turn did not end within timeout_cancel_grace",
                                    code="interrupt_timeout", data={"turn_id": turn.id})
             new = await self.start_turn(replacement) if replacement is not None else None
@@ -134,7 +134,7 @@ class BusyInputMixin:
             return
         self.handover = True
         try:
-            if not await self._cancel_and_wait(turn):
+            if not await self.cancel_and_wait(turn):
                 steer.delivering = False
                 return
             if self.steer is not steer or self.stopping:

@@ -1,15 +1,26 @@
-"""What a SessionRuntime needs from the manager that owns it.
+"""What a SessionRuntime needs from the manager that owns it, and what its components need from it.
 
-The manager creates runtimes, so it imports them; a runtime only knows its host through this protocol,
-which keeps the dependency one-way (no runtime ↔ manager import circle).
+The manager creates runtimes, so it imports them; a runtime only knows its host through `RuntimeHost`, which keeps
+the dependency one-way (no runtime ↔ manager import circle). Likewise each component of a runtime (turns, the
+permission gate, supervision, the stop path, the start path) knows the session it serves only through
+`SessionCore`: its record and its recording, its hooks, and the few facts every stage reads (its state, whether a
+stop is under way). What a component needs of another component it is handed by name when it is built.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
+
+if TYPE_CHECKING:
+    from sessions.acp.driver import AgentProcess
+    from sessions.config import Config, ProviderConfig
+    from sessions.enums import FailureKind, MarkerKind, SessionState, StopReason
+    from sessions.runtime.recorder import Recorder
 
 
 class RuntimeHost(Protocol):
@@ -24,3 +35,46 @@ class RuntimeHost(Protocol):
 
     def supersede_unsaved(self, session_id: str) -> None:
         """A newer snapshot is about to be written: an older unsaved one must never be retried after it."""
+
+
+class SessionCore(Protocol):
+    """One live session as its components see it (SessionRuntime is the one implementation)."""
+
+    id: str
+    meta: dict[str, Any]
+    config: Config
+    provider: ProviderConfig
+    roots: list[Path]
+    cwd: Path
+    manager: RuntimeHost
+    recorder: Recorder
+    agent: AgentProcess | None
+    stopped: asyncio.Event
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    async def persist(self) -> None: ...
+
+    def announce(self) -> None: ...
+
+    async def transition(self, target: SessionState, **fields: Any) -> None: ...
+
+    def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None: ...
+
+    def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
+               turn_id: str | None = None) -> None: ...
+
+    def protocol_violation(self, what: str) -> None: ...
+
+    async def hook(self, event: str, **extra: Any) -> Any: ...
+
+    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+                   process_gone: bool = False) -> None: ...
+
+    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]: ...

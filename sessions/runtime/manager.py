@@ -18,6 +18,7 @@ from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.session import SessionRuntime
 from sessions.runtime.tasks import spawn
+from sessions.supervision import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -107,10 +108,10 @@ class SessionManager:
 
     # ---- hand-offs from the huey sweep (any thread); the work runs on this manager's loop -----------
 
-    def hand_off_supervision(self, session_id: str, actions: list[str], turn_id: str | None) -> bool:
-        """Schedule `actions` on the owner's loop and return at once: the sweep never waits on a runtime."""
+    def hand_off_supervision(self, session_id: str, decision: Decision) -> bool:
+        """Schedule the sweep's decision on the owner's loop and return at once: the sweep never waits on a runtime."""
         return self._hand_off(f"supervise:{session_id}", session_id,
-                              lambda runtime: self._supervise(runtime, actions, turn_id))
+                              lambda runtime: self._supervise(runtime, decision))
 
     def hand_off_reap(self, session_id: str, reason: str) -> bool:
         """Stop a spawned child whose TTL expired or whose parent stopped, without waiting for the stop."""
@@ -160,9 +161,9 @@ class SessionManager:
         if not task.cancelled() and task.exception() is not None:
             logger.error("%s failed", key, exc_info=task.exception())
 
-    async def _supervise(self, runtime: SessionRuntime, actions: list[str], turn_id: str | None) -> None:
-        for action in actions:
-            outcome = await runtime.supervise(action, turn_id)
+    async def _supervise(self, runtime: SessionRuntime, decision: Decision) -> None:
+        for action in decision.actions:
+            outcome = await runtime.supervisor.carry_out(action, decision)
             metrics.SUPERVISION_ACTIONS.labels(action=action, result=outcome).inc()
             if outcome not in ("skipped", "stale"):
                 logger.info("supervision %s on %s: %s", action, runtime.id, outcome)

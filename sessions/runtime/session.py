@@ -32,7 +32,7 @@ from sessions.config import Config, ProviderConfig
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.feed import offer_rows
 from sessions.runtime import lifecycle, signals
-from sessions.runtime.activity import ActivityMixin
+from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.busy_input import BusyInputMixin, StagedSteer
 from sessions.runtime.host import RuntimeHost
 from sessions.runtime.permission_gate import PermissionGateMixin
@@ -56,8 +56,7 @@ HOOK_STOP_SUMMARY = "session stopped by hook policy"
 VIOLATIONS_RECORDED = 10
 
 
-class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateMixin, ActivityMixin,
-                     StopPathMixin):
+class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateMixin, StopPathMixin):
     def __init__(self, manager: RuntimeHost, meta: dict[str, Any], *, config: Config,
                  provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
@@ -86,7 +85,6 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.stopped = asyncio.Event()
         self.active = asyncio.Event()
         self._exit_watch: asyncio.Task[None] | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
         self._loading = False
         self.violations = 0  # protocol violations by this session's agents
         self._stop_task: asyncio.Task[None] | None = None
@@ -100,10 +98,8 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
         # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
         self.handover = False
-        self._activity_at: float | None = None  # time.time() of the last activity; stamped into meta on write
-        self._chunk_kind: str | None = None  # the last streamed chunk's kind, stamped into meta on write
-        self._tools_in_flight: set[str] = set()  # tool calls without a result: work supervised silence never stops
-        self._quiet_turn: str | None = None  # the turn already warned for supervised silence
+        self.activity = Activity(meta)
+        self.supervisor = Supervisor(self, self.activity, self, self.permissions)
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -119,7 +115,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         snapshots in the order they were taken."""
         if self.fenced:
             return
-        self._stamp_activity()
+        self.activity.stamp()
         self.meta["updated_at"] = folder.isoformat(folder.utcnow())
         snapshot = copy.deepcopy(self.meta)
         # Superseded before this write is queued: the DB thread is FIFO, so an older unsaved snapshot the retry
@@ -145,6 +141,13 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.meta["state"] = target.value
         self.meta.update(fields)
         await self.persist()
+
+    def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
+        self.activity.touch(kind, detail, tool)
+
+    def live_activity(self) -> dict[str, Any]:
+        """The activity as of now, for reads (sessions/services/payloads.py)."""
+        return self.activity.live(self.turn)
 
     # ---- recording -------------------------------------------------------------------------
 
@@ -204,12 +207,12 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             # The hot path (a streamed text chunk): no tool, no hook, no usage; activity is only a time and a kind.
             if type_ == EventType.AGENT_MESSAGE and turn is not None and len(turn.reply) < 600:
                 turn.reply += content.get("text", "")
-            self.touch_chunk(str(update.get("sessionUpdate", type_)))
+            self.activity.touch_chunk(str(update.get("sessionUpdate", type_)))
             return
         if type_ == EventType.USAGE and self.turn:
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
-        self.touch_activity(str(update.get("sessionUpdate", type_)), tool=tool,
+        self.activity.touch(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
         if type_ == EventType.TOOL_RESULT and self.manager.hooks is not None:
             event = "tool.post_error" if content.get("tool_error") else "tool.post_call"
@@ -233,7 +236,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 
-    def _hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]:
+    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]:
         return {
             "event": event, "session_id": self.id, "session_name": self.meta.get("name") or "",
             "session_type": self.meta.get("session_type") or "user", "agent_name": self.meta["agent_name"],
@@ -250,7 +253,7 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         runner = self.manager.hooks
         if runner is None or not runner.has_hooks(event):
             return None
-        outcome = await runner.dispatch(event, self._hook_payload(event, extra), record_run=self._record_hook_run)
+        outcome = await runner.dispatch(event, self.hook_payload(event, extra), record_run=self._record_hook_run)
         if event in GATED_HOOK_EVENTS and (outcome.denied or outcome.required_failed) and outcome.hook_required:
             reason = outcome.deny_reason or outcome.error or HOOK_STOP_SUMMARY
             logger.info("session %s: required hook %s stopped it: %s", self.id, outcome.hook_name, reason)

@@ -209,7 +209,7 @@ class StartPathMixin:
         reason = START_FAILURE_STOP_REASON.get(kind, StopReason.ERROR)
         if self.agent is not None:
             await self.agent.shutdown(grace=0.2)
-        failure = await self._failure(kind, summary)
+        failure = await self.failure(kind, summary)
         if code:
             failure["code"] = code  # e.g. speed_rejected: which runtime option the provider refused
         self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,

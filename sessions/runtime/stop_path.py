@@ -40,7 +40,7 @@ class StopPathMixin:
                                     "the agent closed its stdout and kept running; the daemon stopped it")
         else:
             reason, kind, detail = lifecycle.classify_unexpected_exit(code, turn_active)
-        failure = await self._failure(kind, f"{detail}") if kind else None
+        failure = await self.failure(kind, f"{detail}") if kind else None
         await self.stop(reason, detail, failure=failure, process_gone=True)
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
@@ -114,15 +114,14 @@ class StopPathMixin:
             await self.recorder.close()
         except Exception:
             logger.exception("session %s: closing the event store failed", self.id)
-        if self._heartbeat:
-            self._heartbeat.cancel()
+        self.supervisor.halt()
         if self.state != SessionState.STOPPED:
             await self.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
                                   failure=failure)
         if self.manager.hooks is not None and self.manager.hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
             with contextlib.suppress(Exception):
-                await self.manager.hooks.dispatch("session.post_stop", self._hook_payload("session.post_stop", {
+                await self.manager.hooks.dispatch("session.post_stop", self.hook_payload("session.post_stop", {
                     "stop_reason": reason.value, "stop_detail": detail}), record_run=lambda row: None)
         self.stopped.set()
         self.active.clear()
@@ -144,7 +143,7 @@ class StopPathMixin:
         # The tail is the evidence: what the agent wrote just before it failed.
         return bound_tail(redact_text(self.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
-    async def _failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """The failure object, with a crash bundle written off the loop (two fsyncs) for the kinds that get one."""
         path = None
         command = self.agent.command if self.agent else list(self.provider.command)

@@ -36,16 +36,12 @@ class Turn:
     sent: str = ""  # what the agent receives, when it differs (a context replay prepended)
     authored: str = ""  # exactly what was typed, when a prompt hook changed `text`
     started_mono: float = field(default_factory=time.monotonic)
-    last_activity_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     terminal: bool = False
     cancel_requested: bool = False
-    warned: bool = False
-    timed_out: bool = False
     reply: str = ""
     outputs: int = 0  # session/update notifications the agent sent during this turn
-    last_progress_mono: float = field(default_factory=time.monotonic)
 
 
 class TurnsMixin:
@@ -120,8 +116,7 @@ class TurnsMixin:
             spawn(self.persist())
             turn.task = spawn(self._run_turn(turn))
             self.announce()  # `running` on the dashboard now, not once the write above lands
-        if self._heartbeat is None or self._heartbeat.done():
-            self._heartbeat = spawn(self._heartbeat_loop())
+        self.supervisor.beat()
         return turn
 
     async def _run_turn(self, turn: Turn) -> None:
@@ -231,7 +226,7 @@ class TurnsMixin:
     async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
-        failure = await self._failure(kind, summary)
+        failure = await self.failure(kind, summary)
         metrics.FAILURES.labels(kind=kind.value).inc()
         self.meta["failure"] = failure
         logger.warning("session %s: turn failed (%s): %s", self.id, kind.value, failure["summary"])

@@ -34,36 +34,36 @@ def meta(idle: float, kind: str = "agent_message_chunk", **activity: Any) -> dic
 
 
 def test_quiet_after_warns_and_stop_grace_later_proposes_the_stop() -> None:
-    assert "quiet" not in decide(meta(QUIET - 1), NOW, CONFIG)
-    assert "quiet" in decide(meta(QUIET), NOW, CONFIG)
-    assert "silence_stop" not in decide(meta(QUIET + GRACE - 1), NOW, CONFIG)
-    assert {"quiet", "silence_stop"} <= set(decide(meta(QUIET + GRACE), NOW, CONFIG))
+    assert "quiet" not in decide(meta(QUIET - 1), NOW, CONFIG).actions
+    assert "quiet" in decide(meta(QUIET), NOW, CONFIG).actions
+    assert "silence_stop" not in decide(meta(QUIET + GRACE - 1), NOW, CONFIG).actions
+    assert {"quiet", "silence_stop"} <= set(decide(meta(QUIET + GRACE), NOW, CONFIG).actions)
 
 
 def test_a_turn_that_only_started_is_silent_from_its_start() -> None:
-    assert "silence_stop" in decide(meta(QUIET + GRACE, kind="prompt_started"), NOW, CONFIG)
+    assert "silence_stop" in decide(meta(QUIET + GRACE, kind="prompt_started"), NOW, CONFIG).actions
 
 
 def test_a_tool_in_flight_and_a_permission_waiting_on_a_person_prevent_warning_and_stop() -> None:
-    assert not {"quiet", "silence_stop"} & set(decide(meta(QUIET + GRACE, tools_in_flight=1), NOW, CONFIG))
-    assert not {"quiet", "silence_stop"} & set(decide(meta(QUIET + GRACE, kind="agent_waiting"), NOW, CONFIG))
+    assert not {"quiet", "silence_stop"} & set(decide(meta(QUIET + GRACE, tools_in_flight=1), NOW, CONFIG).actions)
+    assert not {"quiet", "silence_stop"} & set(decide(meta(QUIET + GRACE, kind="agent_waiting"), NOW, CONFIG).actions)
 
 
 def test_a_signal_from_an_unknown_source_prevents_the_stop_but_not_the_warning() -> None:
-    actions = decide(meta(QUIET + GRACE, kind="future_widget"), NOW, CONFIG)
+    actions = decide(meta(QUIET + GRACE, kind="future_widget"), NOW, CONFIG).actions
     assert "quiet" in actions and "silence_stop" not in actions
 
 
 def test_stop_grace_zero_warns_without_stopping() -> None:
     config = replace(CONFIG, supervision=replace(CONFIG.supervision, stop_grace=0))
-    actions = decide(meta(QUIET * 10), NOW, config)
+    actions = decide(meta(QUIET * 10), NOW, config).actions
     assert "quiet" in actions and "silence_stop" not in actions
 
 
 def test_a_task_bound_session_is_left_to_the_silence_path_not_the_inactivity_timeout() -> None:
-    assert "timeout" in decide(meta(60), NOW, CONFIG)
+    assert "timeout" in decide(meta(60), NOW, CONFIG).actions
     bound = {**meta(60), "task_id": "task_1", "run_id": "run_1"}
-    assert "timeout" not in decide(bound, NOW, CONFIG)
+    assert "timeout" not in decide(bound, NOW, CONFIG).actions
 
 
 def test_verification_kills_survivors_and_confirms_the_group_is_gone() -> None:

@@ -1,9 +1,9 @@
 """What the supervision sweep proposes (`sessions/supervision.decide`, sessions reference §7) from meta.json's durable
 activity and a given `now`, branch by branch: the wall-clock limit, progress notes, the inactivity warning and
-timeout, and the sessions nothing is proposed for; how often the sweep runs (`sweep_interval`); and the owner's
-check of each proposal against its live turn (`confirmed`), which drops what a stale read proposed. Supervised
-silence's proposals (`quiet`, `silence_stop`) are tests/unit/test_supervised_silence.py's. The daemon tests keep the
-wiring: the runtime acting on a confirmed proposal (tests/integration/test_stop_reasons.py, test_sweeps.py)."""
+timeout, and the sessions nothing is proposed for; how often the sweep runs (`sweep_interval`); and the fence the
+owner carries a decision out behind (`refusal`): what a stale read decided is refused, and nothing is decided twice.
+Supervised silence's proposals (`quiet`, `silence_stop`) are tests/unit/test_supervised_silence.py's. The daemon tests
+keep the wiring: the runtime carrying out a fenced decision (tests/integration/test_stop_reasons.py, test_sweeps.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from sessions.store.folder import isoformat  # noqa: E402
 from sessions.supervision import (  # noqa: E402
     MAX_TICK_SECONDS,
     MIN_TICK_SECONDS,
-    LiveTurn,
-    confirmed,
+    Action,
+    Fence,
+    Live,
     decide,
+    refusal,
     sweep_interval,
 )
 
@@ -59,70 +61,70 @@ def with_sup(**fields: float) -> Config:
 
 
 def test_a_working_turn_gets_nothing() -> None:
-    assert decide(meta(idle=1, turn_age=PROGRESS - 1), NOW, CONFIG) == []
+    assert decide(meta(idle=1, turn_age=PROGRESS - 1), NOW, CONFIG).actions == []
 
 
 def test_an_idle_session_without_a_turn_gets_nothing_however_long_it_was_quiet() -> None:
-    assert decide(meta(idle=TIMEOUT * 10, turn_age=TIMEOUT * 10, prompt_active=False), NOW, CONFIG) == []
+    assert decide(meta(idle=TIMEOUT * 10, turn_age=TIMEOUT * 10, prompt_active=False), NOW, CONFIG).actions == []
     no_activity = {"id": "sess_00000000000000a1", "state": "active", "activated_at": ago(60), "liveness": {}}
-    assert decide(no_activity, NOW, CONFIG) == []
+    assert decide(no_activity, NOW, CONFIG).actions == []
 
 
 def test_a_turn_without_its_start_time_gets_nothing() -> None:
     # Without turn_started_at neither idleness nor progress can be measured (a meta.json a crash cut short).
-    assert decide(meta(idle=TIMEOUT * 10, turn_age=None), NOW, CONFIG) == []
-    assert decide(meta(idle=None, turn_age=None), NOW, CONFIG) == []
+    assert decide(meta(idle=TIMEOUT * 10, turn_age=None), NOW, CONFIG).actions == []
+    assert decide(meta(idle=None, turn_age=None), NOW, CONFIG).actions == []
 
 
 def test_the_wall_clock_limit_is_proposed_alone_from_activation_whatever_the_turn() -> None:
-    assert decide(meta(active_for=LIMIT - 1), NOW, CONFIG) == []
-    assert decide(meta(active_for=LIMIT), NOW, CONFIG) == ["wall_clock"]
+    assert decide(meta(active_for=LIMIT - 1), NOW, CONFIG).actions == []
+    assert decide(meta(active_for=LIMIT), NOW, CONFIG).actions == ["wall_clock"]
     # Alone: an idle, timed-out turn adds nothing to it, and no turn at all still stops the session.
-    assert decide(meta(active_for=LIMIT, idle=TIMEOUT, turn_age=TIMEOUT), NOW, CONFIG) == ["wall_clock"]
-    assert decide(meta(active_for=LIMIT, prompt_active=False), NOW, CONFIG) == ["wall_clock"]
+    assert decide(meta(active_for=LIMIT, idle=TIMEOUT, turn_age=TIMEOUT), NOW, CONFIG).actions == ["wall_clock"]
+    assert decide(meta(active_for=LIMIT, prompt_active=False), NOW, CONFIG).actions == ["wall_clock"]
 
 
 def test_no_wall_clock_limit_when_it_is_off_or_the_session_never_activated() -> None:
-    assert decide(meta(active_for=LIMIT * 100), NOW, replace(CONFIG, limits_timeout=0)) == []
+    assert decide(meta(active_for=LIMIT * 100), NOW, replace(CONFIG, limits_timeout=0)).actions == []
     never = meta()
     del never["activated_at"]
-    assert decide(never, NOW, CONFIG) == []
+    assert decide(never, NOW, CONFIG).actions == []
 
 
 def test_progress_is_due_every_interval_from_the_turn_start_then_from_the_last_note() -> None:
-    assert decide(meta(turn_age=PROGRESS - 1), NOW, CONFIG) == []
-    assert decide(meta(turn_age=PROGRESS), NOW, CONFIG) == ["progress"]
+    assert decide(meta(turn_age=PROGRESS - 1), NOW, CONFIG).actions == []
+    assert decide(meta(turn_age=PROGRESS), NOW, CONFIG).actions == ["progress"]
     # A note written 10 s ago holds the next one off, however old the turn.
-    assert decide(meta(turn_age=PROGRESS * 10, progress_age=10), NOW, CONFIG) == []
-    assert decide(meta(turn_age=PROGRESS * 10, progress_age=PROGRESS), NOW, CONFIG) == ["progress"]
+    assert decide(meta(turn_age=PROGRESS * 10, progress_age=10), NOW, CONFIG).actions == []
+    assert decide(meta(turn_age=PROGRESS * 10, progress_age=PROGRESS), NOW, CONFIG).actions == ["progress"]
     # Progress is about elapsed time, not silence: a busy turn gets it too.
-    assert decide(meta(idle=0, turn_age=PROGRESS), NOW, CONFIG) == ["progress"]
-    assert decide(meta(turn_age=PROGRESS * 10), NOW, with_sup(progress_notify_interval=0)) == []
+    assert decide(meta(idle=0, turn_age=PROGRESS), NOW, CONFIG).actions == ["progress"]
+    assert decide(meta(turn_age=PROGRESS * 10), NOW, with_sup(progress_notify_interval=0)).actions == []
 
 
 def test_the_warning_and_the_timeout_follow_the_last_activity() -> None:
     young = PROGRESS - 1  # a turn too young for a progress note, so only idleness speaks
     config = with_sup(progress_notify_interval=0)
-    assert decide(meta(idle=WARN - 1, turn_age=young), NOW, config) == []
-    assert decide(meta(idle=WARN, turn_age=WARN), NOW, config) == ["warning"]
-    assert decide(meta(idle=TIMEOUT - 1, turn_age=TIMEOUT), NOW, config) == ["warning"]
-    assert decide(meta(idle=TIMEOUT, turn_age=TIMEOUT), NOW, config) == ["warning", "timeout"]
+    assert decide(meta(idle=WARN - 1, turn_age=young), NOW, config).actions == []
+    assert decide(meta(idle=WARN, turn_age=WARN), NOW, config).actions == ["warning"]
+    assert decide(meta(idle=TIMEOUT - 1, turn_age=TIMEOUT), NOW, config).actions == ["warning"]
+    assert decide(meta(idle=TIMEOUT, turn_age=TIMEOUT), NOW, config).actions == ["warning", "timeout"]
 
 
 def test_a_turn_with_no_activity_yet_is_idle_from_its_start() -> None:
     config = with_sup(progress_notify_interval=0)
-    assert decide(meta(idle=None, turn_age=WARN - 1), NOW, config) == []
-    assert decide(meta(idle=None, turn_age=TIMEOUT), NOW, config) == ["warning", "timeout"]
+    assert decide(meta(idle=None, turn_age=WARN - 1), NOW, config).actions == []
+    assert decide(meta(idle=None, turn_age=TIMEOUT), NOW, config).actions == ["warning", "timeout"]
 
 
 def test_a_zero_warning_or_timeout_turns_that_action_off() -> None:
     idle = meta(idle=TIMEOUT * 10, turn_age=TIMEOUT * 10)
-    assert decide(idle, NOW, with_sup(progress_notify_interval=0, inactivity_warning_after=0)) == ["timeout"]
-    assert decide(idle, NOW, with_sup(progress_notify_interval=0, inactivity_timeout=0)) == ["warning"]
+    assert decide(idle, NOW, with_sup(progress_notify_interval=0, inactivity_warning_after=0)).actions == ["timeout"]
+    assert decide(idle, NOW, with_sup(progress_notify_interval=0, inactivity_timeout=0)).actions == ["warning"]
 
 
 def test_every_due_action_is_proposed_together() -> None:
-    assert decide(meta(idle=TIMEOUT, turn_age=TIMEOUT), NOW, CONFIG) == ["progress", "warning", "timeout"]
+    assert decide(meta(idle=TIMEOUT, turn_age=TIMEOUT), NOW, CONFIG).actions == ["progress", "warning", "timeout"]
 
 
 @pytest.mark.parametrize(("sup", "limit", "expected"), [
@@ -142,56 +144,74 @@ def test_the_sweep_runs_often_enough_for_the_shortest_supervision_time(sup: Supe
     assert sweep_interval(Config(supervision=sup, limits_timeout=limit)) == expected
 
 
-# ---- the owner's check of a proposal -------------------------------------------------------------
+# ---- the fence the owner carries a decision out behind -------------------------------------------
+
+FENCE = Fence(activated_at=ago(60), turn_id="turn_00000000000000a1", generation=2, activity_at=ago(TIMEOUT),
+              progress_at=ago(PROGRESS))
+IDLE_ACTIONS = (Action.WARNING, Action.TIMEOUT, Action.QUIET, Action.SILENCE_STOP)
+
+
+def live(done: frozenset[Action] = frozenset({Action.QUIET}), active: bool = True, **moved: Any) -> Live:
+    return Live(active=active, fence=replace(FENCE, **moved), done=done)
+
+
+def test_the_decision_carries_the_stamps_it_was_made_from() -> None:
+    m = meta(idle=TIMEOUT, turn_age=TIMEOUT, progress_age=PROGRESS, input_generation=2)
+    decision = decide(m, NOW, CONFIG)
+    activity = m["liveness"]["activity"]
+    assert decision.fence == Fence(activated_at=m["activated_at"], turn_id=activity["turn_id"], generation=2,
+                                   activity_at=activity["last_activity_at"], progress_at=activity["last_progress_at"])
+    assert (decision.idle, decision.elapsed) == (TIMEOUT, TIMEOUT)
+
+
+def test_a_decision_whose_fence_holds_is_carried_out_as_decided() -> None:
+    for action in Action:
+        # The one fact of the turn that counts: a silence stop follows this turn's quiet note (carried out first).
+        done = frozenset({Action.QUIET}) if action == Action.SILENCE_STOP else frozenset()
+        assert refusal(action, FENCE, live(done=done)) is None, action
+
+
+def test_a_work_signal_since_the_read_makes_the_idle_actions_stale_but_not_the_progress_note() -> None:
+    # meta.json said idle for the timeout; the live turn heard from the agent since: nothing idle is carried out.
+    worked = live(activity_at=ago(1))
+    for action in IDLE_ACTIONS:
+        assert refusal(action, FENCE, worked) == "stale", action
+    assert refusal(Action.PROGRESS, FENCE, worked) is None  # progress is about elapsed time, not silence
+    assert refusal(Action.WALL_CLOCK, FENCE, worked) is None
+
+
+def test_another_turn_or_input_generation_makes_a_turn_decision_stale() -> None:
+    for moved in ({"turn_id": "turn_00000000000000b2"}, {"turn_id": None}, {"generation": 3}):
+        for action in (Action.PROGRESS, *IDLE_ACTIONS):
+            assert refusal(action, FENCE, live(**moved)) == "stale", (moved, action)
+        assert refusal(Action.WALL_CLOCK, FENCE, live(**moved)) is None  # the wall clock is the session's
+
+
+def test_another_activation_or_a_session_no_longer_active_refuses_everything() -> None:
+    for stale in (live(activated_at=ago(1)), live(active=False)):
+        for action in Action:
+            assert refusal(action, FENCE, stale) == "stale", action
+
+
+def test_the_warning_the_timeout_and_the_quiet_note_are_carried_out_once_per_turn() -> None:
+    for action in (Action.WARNING, Action.TIMEOUT, Action.QUIET):
+        assert refusal(action, FENCE, live(done=frozenset())) is None, action
+        assert refusal(action, FENCE, live(done=frozenset({action}))) == "skipped", action
+
+
+def test_a_progress_note_written_since_the_read_is_not_written_twice() -> None:
+    assert refusal(Action.PROGRESS, FENCE, live(progress_at=ago(1))) == "skipped"
+
+
+def test_the_silence_stop_comes_only_after_this_turns_quiet_note() -> None:
+    assert refusal(Action.SILENCE_STOP, FENCE, live(done=frozenset())) == "skipped"
+    assert refusal(Action.SILENCE_STOP, FENCE, live(done=frozenset({Action.QUIET}))) is None
+
+
+def test_decide_proposes_the_quiet_note_before_the_silence_stop_in_one_decision() -> None:
+    silent = with_sup(progress_notify_interval=0, inactivity_warning_after=0, inactivity_timeout=0, quiet_after=QUIET,
+                      stop_grace=GRACE)
+    assert decide(meta(idle=QUIET + GRACE, turn_age=QUIET + GRACE), NOW, silent).actions == ["quiet", "silence_stop"]
+
 
 QUIET, GRACE = 50.0, 20.0
-SILENT = with_sup(quiet_after=QUIET, stop_grace=GRACE)
-
-
-def test_progress_is_confirmed_a_little_early_but_not_twice_in_a_row() -> None:
-    # 90% of the interval: a sweep tick that lands just short of the interval does not delay the note a whole tick.
-    assert not confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 0.9 - 0.01), CONFIG)
-    assert confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 0.9), CONFIG)
-    assert not confirmed("progress", LiveTurn(idle=0, since_progress=PROGRESS * 10),
-                         with_sup(progress_notify_interval=0))
-
-
-def test_a_warning_or_timeout_proposed_from_a_stale_read_is_dropped_when_the_agent_worked_since() -> None:
-    # meta.json said idle for the timeout; the live turn heard from the agent a second ago.
-    for action, after in (("warning", WARN), ("timeout", TIMEOUT)):
-        assert not confirmed(action, LiveTurn(idle=1, since_progress=0), CONFIG), action
-        assert not confirmed(action, LiveTurn(idle=after - 0.01, since_progress=0), CONFIG), action
-        assert confirmed(action, LiveTurn(idle=after, since_progress=0), CONFIG), action
-
-
-def test_the_warning_and_the_timeout_act_once_per_turn_and_not_when_off() -> None:
-    assert not confirmed("warning", LiveTurn(idle=WARN, since_progress=0, warned=True), CONFIG)
-    assert not confirmed("timeout", LiveTurn(idle=TIMEOUT, since_progress=0, timed_out=True), CONFIG)
-    assert not confirmed("warning", LiveTurn(idle=WARN * 10, since_progress=0), with_sup(inactivity_warning_after=0))
-    assert not confirmed("timeout", LiveTurn(idle=TIMEOUT * 10, since_progress=0), with_sup(inactivity_timeout=0))
-
-
-def test_the_quiet_note_needs_the_live_silence_and_comes_once_per_turn() -> None:
-    assert not confirmed("quiet", LiveTurn(idle=QUIET - 0.01, since_progress=0), SILENT)
-    assert confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0), SILENT)
-    assert not confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0, quiet_noted=True), SILENT)
-    # An unknown source may be work: it gets the note, not the stop. A tool or a person waiting gets neither.
-    assert confirmed("quiet", LiveTurn(idle=QUIET, since_progress=0, blocker="unknown_source"), SILENT)
-    for blocker in ("tool_in_flight", "permission_waiting"):
-        assert not confirmed("quiet", LiveTurn(idle=QUIET * 10, since_progress=0, blocker=blocker), SILENT), blocker
-    assert not confirmed("quiet", LiveTurn(idle=QUIET * 10, since_progress=0), with_sup(quiet_after=0))
-
-
-def test_the_silence_stop_needs_the_quiet_note_the_whole_grace_nothing_vouching_and_an_agent() -> None:
-    due = LiveTurn(idle=QUIET + GRACE, since_progress=0, quiet_noted=True)
-    assert confirmed("silence_stop", due, SILENT)
-    assert not confirmed("silence_stop", replace(due, idle=QUIET + GRACE - 0.01), SILENT)
-    assert not confirmed("silence_stop", replace(due, quiet_noted=False), SILENT)  # the note comes first
-    for blocker in ("unknown_source", "tool_in_flight", "permission_waiting"):
-        assert not confirmed("silence_stop", replace(due, blocker=blocker), SILENT), blocker
-    assert not confirmed("silence_stop", replace(due, has_agent=False), SILENT)
-    assert not confirmed("silence_stop", replace(due, idle=QUIET * 100), with_sup(quiet_after=QUIET, stop_grace=0))
-
-
-def test_an_action_the_rules_do_not_know_is_never_confirmed() -> None:
-    assert not confirmed("reboot", LiveTurn(idle=10**6, since_progress=10**6), SILENT)
