@@ -6,16 +6,19 @@ mid-turn injection) and otherwise falls back to the queue."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions.enums import MarkerKind
-from sessions.runtime.tasks import db
-from sessions.runtime.turns import Turn
+from sessions.runtime.tasks import db, spawn
+
+if TYPE_CHECKING:
+    from sessions.runtime.host import SessionCore
+    from sessions.runtime.turns import Turn, Turns
 
 logger = logging.getLogger(__name__)
+
 
 @dataclass
 class StagedSteer:
@@ -25,64 +28,75 @@ class StagedSteer:
     delivering: bool = False
 
 
-class BusyInputMixin:
-    """SessionRuntime's busy-input modes beyond the queue: interrupt and steer."""
+class BusyInput:
+    """A session's busy-input modes beyond the queue: interrupt and steer. Owns the salvage a dedicated interrupt
+    keeps for one steer and the staged steer; the turns it hands the session between are `Turns`'."""
+
+    def __init__(self, session: SessionCore, turns: Turns) -> None:
+        self._session = session
+        self._turns = turns
+        self.salvage: dict[str, Any] | None = None
+        self.steer: StagedSteer | None = None
+
+    def end_salvage(self) -> None:
+        """A turn started: the interrupt's salvage is fenced to the next input (sessions reference §6), so a later
+        steer cannot compose it with text it was never meant for."""
+        self.salvage = None
+
+    def at_tool_result(self) -> None:
+        """A tool result arrived: the boundary a staged steer waits for."""
+        turn = self._turns.turn
+        if self.steer is not None and not self.steer.delivering and turn is not None:
+            self.steer.delivering = True
+            spawn(self._deliver_steer(turn))
 
     @property
     def generation(self) -> int:
-        return int(self.meta.get("input_generation") or 0)
+        return int(self._session.meta.get("input_generation") or 0)
 
     async def _advance_generation(self) -> list[str]:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
-        self.meta["input_generation"] = self.generation + 1
-        dropped = await db(self.manager.inputs.drop_older, self.id, self.generation)
+        self._session.meta["input_generation"] = self.generation + 1
+        dropped = await db(self._session.manager.inputs.drop_older, self._session.id, self.generation)
         # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
         # its own marker here, never a second one (and is counted once).
         steer_id = self.steer.entry_id if self.steer is not None else None
         for entry_id in dropped:
             if entry_id == steer_id:
                 continue
-            self.marker(MarkerKind.PROMPT_DROPPED, "Stale queued input dropped by an interrupt.",
+            self._session.marker(MarkerKind.PROMPT_DROPPED, "Stale queued input dropped by an interrupt.",
                         {"queue_entry_id": entry_id, "reason": "stale_generation",
                          "queue_generation": self.generation})
         if steer_id is not None:
-            self.marker(MarkerKind.PROMPT_DROPPED, "Staged steer dropped by an interrupt.",
+            self._session.marker(MarkerKind.PROMPT_DROPPED, "Staged steer dropped by an interrupt.",
                         {"queue_entry_id": steer_id, "reason": "stale_generation"})
             if steer_id not in dropped:
                 dropped.append(steer_id)
             self.steer = None
         return dropped
 
-    async def cancel_and_wait(self, turn: Turn) -> bool:
-        await self.cancel_turn()
-        try:
-            await asyncio.wait_for(asyncio.shield(turn.ended.wait()), self.config.supervision.timeout_cancel_grace)
-            return True
-        except TimeoutError:
-            return False
-
     async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
         """Cancel the current turn (fenced by expected_turn_id); run `replacement` as a new turn, or keep
         the canceled text as salvage for one later steer (the dedicated interrupt)."""
         from sessions.errors import Conflict
 
-        turn = self.turn
+        turn = self._turns.turn
         if expected_turn_id and (turn is None or turn.id != expected_turn_id):
             raise Conflict("expected_turn_id does not match the running turn", code="turn_mismatch",
                            data={"expected_turn_id": expected_turn_id, "current_turn_id": turn.id if turn else None})
         dropped = await self._advance_generation()
         previous = turn.id if turn else None
-        self.handover = replacement is not None
+        self._turns.handover = replacement is not None
         try:
             if turn is not None:
                 if replacement is None:
                     self.salvage = {"text": turn.authored or turn.text, "turn_id": turn.id}
-                if not await self.cancel_and_wait(turn):
+                if not await self._turns.cancel_and_wait(turn):
                     raise Conflict("the running turn did not end within timeout_cancel_grace",
                                    code="interrupt_timeout", data={"turn_id": turn.id})
-            new = await self.start_turn(replacement) if replacement is not None else None
+            new = await self._turns.start_turn(replacement) if replacement is not None else None
         finally:
-            self.handover = False
+            self._turns.handover = False
         result: dict[str, Any] = {"status": "interrupted", "interrupted": turn is not None,
                                   "previous_turn_id": previous, "canceled_queued_entries": dropped,
                                   "queue_generation": self.generation}
@@ -93,67 +107,68 @@ class BusyInputMixin:
                 " and the replacement started." if replacement is not None else ".")
         else:
             summary = "Turn interrupted" + (" and replaced." if replacement is not None else "; text kept for a steer.")
-        self.marker(MarkerKind.PROMPT_INTERRUPTED, summary,
+        self._session.marker(MarkerKind.PROMPT_INTERRUPTED, summary,
                     {"generation": self.generation, "canceled_count": len(dropped), "previous_turn_id": previous,
                      "new_turn_id": result.get("new_turn_id")})
-        await self.recorder.flush()
-        await self.persist()
+        await self._session.recorder.flush()
+        await self._session.persist()
         return result
 
     async def stage_steer(self, text: str) -> dict[str, Any]:
         """Steer: after a dedicated interrupt, compose salvage + correction once as a new turn; while busy,
         deliver at the next tool-result boundary, else fall back to the queue when the turn ends."""
-        if self.salvage is not None and self.turn is None:
+        if self.salvage is not None and self._turns.turn is None:
             salvage, self.salvage = self.salvage, None
             composed = f"{salvage['text']}\n\nUser correction/guidance after interrupt: {text}"
-            turn = await self.start_turn(composed, source="steer", authored=text)
-            self.marker(MarkerKind.PROMPT_STEERED, "Steer composed with the interrupted prompt.",
+            turn = await self._turns.start_turn(composed, source="steer", authored=text)
+            self._session.marker(MarkerKind.PROMPT_STEERED, "Steer composed with the interrupted prompt.",
                         {"generation": self.generation, "salvaged_turn_id": salvage["turn_id"], "new_turn_id": turn.id})
             return {"status": "accepted", "mode": "steer", "turn_id": turn.id, "new_turn_id": turn.id,
                     "queue_generation": self.generation}
-        if self.turn is None:
+        if self._turns.turn is None:
             from sessions.errors import Conflict
 
             raise Conflict("no prompt in progress to steer", code="prompt_not_in_progress")
-        entry, _ = await db(self.manager.inputs.enqueue, self.id, text, mode="steer", generation=self.generation)
+        entry, _ = await db(self._session.manager.inputs.enqueue, self._session.id, text, mode="steer",
+                            generation=self.generation)
         if self.steer is not None:
-            await db(self.manager.inputs.mark, self.steer.entry_id, "canceled")
-            self.marker(MarkerKind.PROMPT_DROPPED, "An older staged steer was replaced.",
+            await db(self._session.manager.inputs.mark, self.steer.entry_id, "canceled")
+            self._session.marker(MarkerKind.PROMPT_DROPPED, "An older staged steer was replaced.",
                         {"queue_entry_id": self.steer.entry_id, "reason": "replaced"})
         self.steer = StagedSteer(entry.id, entry.text, entry.generation)
-        self.marker(MarkerKind.PROMPT_STEERED, "Steer staged for the next tool result.",
+        self._session.marker(MarkerKind.PROMPT_STEERED, "Steer staged for the next tool result.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation})
-        await self.recorder.flush()
+        await self._session.recorder.flush()
         return {"status": "staged", "mode": "steer", "staged": True, "queue_entry_id": entry.id,
                 "queue_generation": entry.generation, "fallback_mode_if_no_tool_result": "queue"}
 
     async def _deliver_steer(self, turn: Turn) -> None:
         """At a tool-result boundary: end the running turn cooperatively and continue with the steer."""
         steer = self.steer
-        if steer is None or self.turn is not turn:
+        if steer is None or self._turns.turn is not turn:
             return
-        self.handover = True
+        self._turns.handover = True
         try:
-            if not await self.cancel_and_wait(turn):
+            if not await self._turns.cancel_and_wait(turn):
                 steer.delivering = False
                 return
-            if self.steer is not steer or self.stopping:
+            if self.steer is not steer or self._session.stopping:
                 return
             self.steer = None
-            await db(self.manager.inputs.mark, steer.entry_id, "sent")
-            new = await self.start_turn(steer.text, source="steer", extra={
+            await db(self._session.manager.inputs.mark, steer.entry_id, "sent")
+            new = await self._turns.start_turn(steer.text, source="steer", extra={
                 "action": "steered", "resource": "session_input_queue", "decision": str(steer.generation),
                 "request_id": steer.entry_id})
         finally:
-            self.handover = False
-        self.marker(MarkerKind.PROMPT_STEERED, "Steer delivered at a tool-result boundary.",
+            self._turns.handover = False
+        self._session.marker(MarkerKind.PROMPT_STEERED, "Steer delivered at a tool-result boundary.",
                     {"queue_entry_id": steer.entry_id, "previous_turn_id": turn.id, "new_turn_id": new.id})
 
-    async def _steer_fallback(self) -> None:
+    async def fall_back(self) -> None:
         steer = self.steer
         if steer is None or steer.delivering:
             return
         self.steer = None
-        await db(self.manager.inputs.to_queue, steer.entry_id)
-        self.marker(MarkerKind.PROMPT_STEERED, "No tool result before the turn ended; steer queued instead.",
+        await db(self._session.manager.inputs.to_queue, steer.entry_id)
+        self._session.marker(MarkerKind.PROMPT_STEERED, "No tool result before the turn ended; steer queued instead.",
                     {"queue_entry_id": steer.entry_id, "fallback_to_queue": True})

@@ -4,21 +4,41 @@ answered here, inside the workspace, by policy, by hooks, or by a person."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
-from sessions.runtime.permissions import option_for
+from sessions.runtime.permissions import PermissionBoard, option_for
 from sessions.runtime.tasks import spawn
+
+if TYPE_CHECKING:
+    from sessions.runtime.activity import Activity
+    from sessions.runtime.host import SessionCore
+    from sessions.runtime.turns import Turn
 
 logger = logging.getLogger(__name__)
 
 
-class PermissionGateMixin:
-    """SessionRuntime's answers to the agent's requests."""
+class CurrentTurn(Protocol):
+    @property
+    def turn(self) -> Turn | None: ...
+
+
+class PermissionGate:
+    """The answers to the agent's requests. Owns the board of requests waiting on a person."""
+
+    def __init__(self, session: SessionCore, activity: Activity, turns: CurrentTurn, *,
+                 tool_titles: dict[str, str], tool_kinds: dict[str, str]) -> None:
+        self._session = session
+        self._activity = activity
+        self._turns = turns
+        # Filled by the session's update mapping (sessions.acp.mapping), read here: a request naming only a tool
+        # call's id is judged by that call's kind and title.
+        self._tool_titles = tool_titles
+        self._tool_kinds = tool_kinds
+        self.permissions = PermissionBoard()
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
         from acp.exceptions import RequestError
@@ -37,12 +57,12 @@ class PermissionGateMixin:
         loop = asyncio.get_running_loop()
         bad = workspace_fs.bad_params(method, params)
         if bad:
-            self.protocol_violation(f"{method} with {bad}")
+            self._session.protocol_violation(f"{method} with {bad}")
             raise RequestError.invalid_params({"path": path, "reason": bad})
         try:
-            target = workspace_fs.confine(path, self.roots)
-            self.touch_activity("fs", f"{method} {target.path}")
-            hard_links = self.config.allow_hard_links
+            target = workspace_fs.confine(path, self._session.roots)
+            self._activity.touch("fs", f"{method} {target.path}")
+            hard_links = self._session.config.allow_hard_links
             if method == "fs/read_text_file":
                 text = await loop.run_in_executor(workspace_fs.FS_POOL, functools.partial(
                     workspace_fs.read_text, target, params.get("line"), params.get("limit"), hard_links=hard_links))
@@ -51,7 +71,7 @@ class PermissionGateMixin:
                 workspace_fs.write_text, target, params["content"], hard_links=hard_links))
             return {}
         except workspace_fs.OutsideWorkspace as exc:
-            self.record(EventType.PERMISSION, {
+            self._session.record(EventType.PERMISSION, {
                 "action": method, "resource": path, "decision": "denied", "title": exc.title, "error": str(exc),
             })
             raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from exc
@@ -60,35 +80,37 @@ class PermissionGateMixin:
 
     async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
-        sent = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        sent_call = params.get("toolCall")
+        sent: dict[str, Any] = sent_call if isinstance(sent_call, dict) else {}
         raw_options = params.get("options")
         options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
-        mode = str(self.meta.get("effective_permissions") or self.config.permissions_mode)
+        mode = str(self._session.meta.get("effective_permissions") or self._session.config.permissions_mode)
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
-        known = {"title": self.tool_titles.get(call_id), "kind": self.tool_kinds.get(call_id)}
+        known = {"title": self._tool_titles.get(call_id), "kind": self._tool_kinds.get(call_id)}
         tool_call = {**{k: v for k, v in known.items() if v}, **{k: v for k, v in sent.items() if v not in (None, "")}}
         base = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
-            "resource": self.tool_titles.get(call_id) or str(tool_call.get("title") or ""),
+            "resource": self._tool_titles.get(call_id) or str(tool_call.get("title") or ""),
             "title": tool_call.get("title"), "tool_call_id": call_id,
         }
-        turn_id = self.turn.id if self.turn else ""
+        turn = self._turns.turn
+        turn_id = turn.id if turn else ""
         gate = await self._permission_hooks(tool_call, options, base, mode)
         if gate is not None:
             decision, option_id, source = gate
         elif mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
-            if self.turn is not None and self.turn.cancel_requested:
+            if turn is not None and turn.cancel_requested:
                 decision, option_id, source = "cancelled", None, "turn_cancelled"
             else:
                 pending = self.permissions.open(call_id or f"perm-{len(self.permissions.pending)}", turn_id,
                                                 tool_call, options)
-                self.record(EventType.PERMISSION, {**base, "request_id": pending.request_id, "decision": "pending",
-                                                   "decision_source": "person", "raw": {"toolCall": sent,
-                                                                                        "options": options}})
-                await self.recorder.flush()
-                self.touch_activity("agent_waiting", "waiting for a permission decision")
+                self._session.record(EventType.PERMISSION, {
+                    **base, "request_id": pending.request_id, "decision": "pending", "decision_source": "person",
+                    "raw": {"toolCall": sent, "options": options}})
+                await self._session.recorder.flush()
+                self._activity.touch("agent_waiting", "waiting for a permission decision")
                 self._share_waiting()
                 try:
                     person, chosen = await pending.answer
@@ -107,14 +129,13 @@ class PermissionGateMixin:
         else:
             decision, option_id = client_side.policy_decision(mode, tool_call, options)
             source = f"policy:{mode}"
-        self.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
+        self._session.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
                                            "option_id": option_id, "raw": {"toolCall": sent, "options": options}},
                     turn_id=turn_id)
-        self.touch_activity("permission", decision)
-        with contextlib.suppress(Exception):
-            await self.hook("permission.denied" if decision != "approved" else "permission.resolved",
-                            **{**base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
-                               "tool_call": tool_call})
+        self._activity.touch("permission", decision)
+        await self._session.observe("permission.denied" if decision != "approved" else "permission.resolved", **{
+            **base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
+            "tool_call": tool_call})
         return client_side.permission_response(option_id)
 
     async def _permission_hooks(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
@@ -123,17 +144,16 @@ class PermissionGateMixin:
         hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
         kind = str(tool_call.get("kind") or "")
         read_only = kind in client_side.READ_KINDS
-        pre = await self.hook("tool.pre_call", tool_call_id=base["tool_call_id"], tool_id=base["resource"],
+        pre = await self._session.hook("tool.pre_call", tool_call_id=base["tool_call_id"], tool_id=base["resource"],
                               tool_name=base["resource"], read_only=read_only, tool_input=tool_call.get("rawInput"))
         if pre is not None and not pre.ok:
             return "denied", client_side.reject_option(options), f"hook:{pre.hook_name or 'tool.pre_call'}"
         policy, _ = client_side.policy_decision(mode, tool_call, options)
         if mode == "approve-reads" and not read_only:
             policy = "pending"
-        request = await self.hook("permission.request", **{**base, "decision": policy, "decision_class": policy,
-                                                           "tool_name": base["resource"], "tool_input":
-                                                           tool_call.get("rawInput"), "tool_call": tool_call,
-                                                           "options": options})
+        request = await self._session.hook("permission.request", **{
+            **base, "decision": policy, "decision_class": policy, "tool_name": base["resource"],
+            "tool_input": tool_call.get("rawInput"), "tool_call": tool_call, "options": options})
         if request is None:
             return None
         if not request.ok:
@@ -147,9 +167,9 @@ class PermissionGateMixin:
     def _share_waiting(self) -> None:
         """The dashboard's "needs approval" comes from the catalog stream, rung now; the count goes to meta.json
         too (not awaited), where another node of a cluster reads it (it has no runtime to ask)."""
-        self.meta.setdefault("liveness", {})["pending_permissions"] = self.permissions.waiting_count
-        self.announce()
-        spawn(self.persist())
+        self._session.meta.setdefault("liveness", {})["pending_permissions"] = self.permissions.waiting_count
+        self._session.announce()
+        spawn(self._session.persist())
 
     def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
         return self.permissions.resolve(request_id, decision, option_id)

@@ -33,15 +33,14 @@ from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, Sto
 from sessions.feed import offer_rows
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import Activity, Supervisor
-from sessions.runtime.busy_input import BusyInputMixin, StagedSteer
 from sessions.runtime.host import RuntimeHost
-from sessions.runtime.permission_gate import PermissionGateMixin
+from sessions.runtime.permission_gate import PermissionGate
 from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.start_path import StartPathMixin
 from sessions.runtime.stop_path import StopPathMixin
 from sessions.runtime.tasks import db, spawn
-from sessions.runtime.turns import Turn, TurnsMixin
+from sessions.runtime.turns import Turn, Turns
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
 from sessions.store.redact import bound_text, redact_text
@@ -56,7 +55,7 @@ HOOK_STOP_SUMMARY = "session stopped by hook policy"
 VIOLATIONS_RECORDED = 10
 
 
-class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateMixin, StopPathMixin):
+class SessionRuntime(StartPathMixin, StopPathMixin):
     def __init__(self, manager: RuntimeHost, meta: dict[str, Any], *, config: Config,
                  provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
@@ -74,10 +73,8 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
             # A shared store: a node cut off from the others must not write what a survivor may be writing.
             self.recorder.may_write = functools.partial(cluster.lease_confirmed, self.id)
         self.agent: AgentProcess | None = None
-        self.turn: Turn | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}
-        self.prompt_lock = asyncio.Lock()
         self.stopping = False
         # Set when another node took this session's lease (we were cut off past its TTL): the agent is stopped
         # here, but meta.json, the catalog row and events.db are the new owner's, so nothing more is written.
@@ -89,17 +86,11 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.violations = 0  # protocol violations by this session's agents
         self._stop_task: asyncio.Task[None] | None = None
         self.boot_task: asyncio.Task[None] | None = None
-        self.permissions = PermissionBoard()
-        # Busy input: the canceled text a dedicated interrupt keeps for one steer, and the staged steer.
-        self.salvage: dict[str, Any] | None = None
-        self.steer: StagedSteer | None = None
-        # Provider context recovery: a projection of this session's log, prepended to the next prompt.
-        self.projection: str | None = None
-        # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
-        # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
-        self.handover = False
         self.activity = Activity(meta)
-        self.supervisor = Supervisor(self, self.activity, self, self.permissions)
+        self.gate = PermissionGate(self, self.activity, self, tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
+        self.turns = Turns(self, self.activity, self.gate.permissions, heartbeat=lambda: self.supervisor.beat(),
+                           after_reply=self._offer_title)
+        self.supervisor = Supervisor(self, self.activity, self.turns, self.gate.permissions)
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -141,6 +132,55 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
         self.meta["state"] = target.value
         self.meta.update(fields)
         await self.persist()
+
+    # ---- the components' faces the services and the manager use ------------------------------
+
+    @property
+    def turn(self) -> Turn | None:
+        return self.turns.turn
+
+    @property
+    def busy(self) -> bool:
+        return self.turns.busy
+
+    @property
+    def handover(self) -> bool:
+        return self.turns.handover
+
+    @property
+    def salvage(self) -> dict[str, Any] | None:
+        return self.turns.input.salvage
+
+    @property
+    def prompt_lock(self) -> asyncio.Lock:
+        return self.turns.prompt_lock
+
+    async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
+                         extra: dict[str, Any] | None = None) -> Turn:
+        return await self.turns.start_turn(text, source=source, authored=authored, extra=extra)
+
+    async def dispatch_next(self) -> None:
+        await self.turns.dispatch_next()
+
+    async def cancel_turn(self) -> bool:
+        return await self.turns.cancel_turn()
+
+    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
+        return await self.turns.input.interrupt(replacement=replacement, expected_turn_id=expected_turn_id)
+
+    async def stage_steer(self, text: str) -> dict[str, Any]:
+        return await self.turns.input.stage_steer(text)
+
+    @property
+    def permissions(self) -> PermissionBoard:
+        """The requests waiting on a person (sessions/services/prompts.py lists and answers them)."""
+        return self.gate.permissions
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        return await self.gate.on_request(method, params)
+
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
+        return self.gate.decide_permission(request_id, decision, option_id)
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
         self.activity.touch(kind, detail, tool)
@@ -220,9 +260,8 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
                 spawn(self.hook(event, tool_call_id=content.get("tool_call_id"), tool_id=content.get("tool_name"),
                                 tool_name=content.get("tool_name"), title=content.get("tool_name"),
                                 tool_result=content.get("tool_result"), error=content.get("tool_error")))
-        if type_ == EventType.TOOL_RESULT and self.steer is not None and not self.steer.delivering and self.turn:
-            self.steer.delivering = True
-            spawn(self._deliver_steer(self.turn))
+        if type_ == EventType.TOOL_RESULT:
+            self.turns.input.at_tool_result()
 
     def protocol_violation(self, what: str) -> None:
         """Something the agent sent that ACP does not allow: recorded on the session (the first few, then every
@@ -248,6 +287,14 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
     def _record_hook_run(self, row: dict[str, Any]) -> None:
         self.recorder.record_hook_run(row)
 
+    async def observe(self, event: str, **extra: Any) -> None:
+        """Run the observe-only hooks of `event`: a hook cannot stop what happens here, and a dispatch that broke
+        is logged with its cause rather than raised into the session's own path."""
+        try:
+            await self.hook(event, **extra)
+        except Exception:  # tolerated by design (hooks.md §5: observers never block); the cause goes to the log
+            logger.exception("session %s: hook event %s failed", self.id, event)
+
     async def hook(self, event: str, **extra: Any) -> Any:
         """Run the hooks of `event`; None when none is declared. A required gate denial stops the session."""
         runner = self.manager.hooks
@@ -267,6 +314,11 @@ class SessionRuntime(StartPathMixin, TurnsMixin, BusyInputMixin, PermissionGateM
     def _title_eligible(self) -> bool:
         return (self.config.auto_title_enabled and not self.meta.get("name") and not self.meta.get("auto_title")
                 and (self.meta.get("session_type") or "user") == "user")
+
+    def _offer_title(self, turn: Turn) -> None:
+        if self._title_eligible():
+            self.meta["auto_title"] = {"status": "pending"}
+            spawn(self._auto_title(turn))
 
     async def _auto_title(self, turn: Turn) -> None:
         from sessions.runtime.title import TITLE_PASSES, generate_title

@@ -191,7 +191,7 @@ class StartPathMixin:
 
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
         text, count = await asyncio.to_thread(build_projection, folder.events_path(self.id))
-        self.projection = text
+        self.turns.projection = text
         self.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")
 

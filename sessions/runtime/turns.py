@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
@@ -20,6 +21,12 @@ from sessions.store import folder
 from sessions.store.failures import StoreFailure
 from sessions.store.ids import new_turn_id
 from sessions.store.redact import redact_text
+
+if TYPE_CHECKING:
+    from sessions.runtime.activity import Activity
+    from sessions.runtime.busy_input import BusyInput
+    from sessions.runtime.host import SessionCore
+    from sessions.runtime.permissions import PermissionBoard
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +51,27 @@ class Turn:
     outputs: int = 0  # session/update notifications the agent sent during this turn
 
 
-class TurnsMixin:
-    """SessionRuntime's turns: start, run, cancel, and dispatch of queued input."""
+class Turns:
+    """A session's turns: start, run, cancel, and dispatch of queued input. Owns the running turn, the prompt lock,
+    the context projection waiting for the next prompt, and the busy-input modes (`input`: interrupt and steer)."""
+
+    def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
+                 heartbeat: Callable[[], None], after_reply: Callable[[Turn], None]) -> None:
+        from sessions.runtime.busy_input import BusyInput
+
+        self._session = session
+        self._activity = activity
+        self._permissions = permissions
+        self._heartbeat = heartbeat  # a turn started: supervision's heartbeat must run
+        self._after_reply = after_reply  # a turn the agent answered: the auto-title may name the session
+        self.turn: Turn | None = None
+        self.prompt_lock = asyncio.Lock()
+        # Provider context recovery: a projection of this session's log, prepended to the next prompt.
+        self.projection: str | None = None
+        # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
+        # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
+        self.handover = False
+        self.input: BusyInput = BusyInput(session, self)
 
     @property
     def busy(self) -> bool:
@@ -59,7 +85,7 @@ class TurnsMixin:
                 from sessions.errors import Conflict
 
                 raise Conflict("a prompt is already in progress", code="prompt_in_progress")
-            outcome = await self.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
+            outcome = await self._session.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
                                       input_class="user_message" if source == "user" else "synthetic_reentry")
             if outcome is not None:
                 if not outcome.ok:
@@ -78,7 +104,7 @@ class TurnsMixin:
             self.turn = turn
             # The interrupt's salvage is fenced to the next input (sessions reference §6): a turn in between ends it,
             # so a later steer cannot compose it with text it was never meant for.
-            self.salvage = None
+            self.input.end_salvage()
             content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
             if authored is not None and authored != text:
                 content["authored_text"] = authored
@@ -87,9 +113,9 @@ class TurnsMixin:
                 content["context_replay"] = True
             # A daemon-originated prompt (a heartbeat wake) is stored as such, never as something a user typed.
             kind = EventType.SYNTHETIC_REENTRY if source == "synthetic" else EventType.USER_MESSAGE
-            self.record(kind, content, turn_id=turn.id)
+            self._session.record(kind, content, turn_id=turn.id)
             try:
-                await self.recorder.flush()
+                await self._session.recorder.flush()
             except StoreFailure as exc:
                 # Nothing reached the agent: the prompt is refused whole (the session stops on its own).
                 self.turn = None
@@ -97,15 +123,15 @@ class TurnsMixin:
                 from sessions.errors import StorageError
 
                 raise StorageError.from_failure(exc) from exc
-            activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+            activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
             activity.update({"turn_id": turn.id, "turn_source": source, "turn_started_at": turn.started_at,
                              "current_tool": None, "tool_call_id": None, "last_progress_at": None})
             activity["prompt_active"] = True
-            self.touch_activity("prompt_started")
-            started = await self.hook("turn.start", turn_id=turn.id, input_class=source, user_message=text)
+            self._activity.touch("prompt_started")
+            started = await self._session.hook("turn.start", turn_id=turn.id, input_class=source, user_message=text)
             if started is not None and not started.ok and started.hook_required:
                 turn.terminal = True
-                self.record(EventType.ERROR, {"error": started.error}, turn_id=turn.id)
+                self._session.record(EventType.ERROR, {"error": started.error}, turn_id=turn.id)
                 self.turn = None
                 turn.ended.set()
                 from sessions.errors import HookDenied
@@ -113,17 +139,17 @@ class TurnsMixin:
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
             # Health follows prompt activity (health reference §3): `prompting` and wake-ineligible once the turn
             # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
-            spawn(self.persist())
+            spawn(self._session.persist())
             turn.task = spawn(self._run_turn(turn))
-            self.announce()  # `running` on the dashboard now, not once the write above lands
-        self.supervisor.beat()
+            self._session.announce()  # `running` on the dashboard now, not once the write above lands
+        self._heartbeat()
         return turn
 
     async def _run_turn(self, turn: Turn) -> None:
-        assert self.agent
+        assert self._session.agent
         try:
-            result = await self.agent.request("session/prompt", {
-                "sessionId": self.meta["acp_session_id"],
+            result = await self._session.agent.request("session/prompt", {
+                "sessionId": self._session.meta["acp_session_id"],
                 "prompt": [{"type": "text", "text": turn.sent or turn.text}],
             })
             result = result if isinstance(result, dict) else {}
@@ -131,107 +157,115 @@ class TurnsMixin:
             content: dict[str, Any] = {"stop_reason": stop, "prompt_stop_reason": stop}
             if isinstance(result.get("usage"), dict):
                 content["usage"] = normalize_usage(result["usage"])
-                self.recorder.merge_usage(turn.id, content["usage"])
+                self._session.recorder.merge_usage(turn.id, content["usage"])
             if stop == "end_turn" and turn.outputs == 0 and not turn.cancel_requested:
                 # An agent whose model server is down ends the turn at once with nothing said; that is a
                 # failure the user must see, not a quiet success.
                 failure = await self._turn_failure(
                     FailureKind.PROMPT_FAILURE, "the agent ended the turn without any output (stop reason "
                     "end_turn); its model or model server may be unavailable")
-                self.record(EventType.ERROR, {**content, "error": failure["summary"], "failure": failure},
+                self._session.record(EventType.ERROR, {**content, "error": failure["summary"], "failure": failure},
                             turn_id=turn.id)
             else:
-                self.record(EventType.DONE, content, turn_id=turn.id)
+                self._session.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
             turn.terminal = True
             # A heartbeat wake is the daemon talking, not the user: it never names the session.
-            if turn.reply and turn.source != "synthetic" and self._title_eligible():
-                self.meta["auto_title"] = {"status": "pending"}
-                spawn(self._auto_title(turn))
+            if turn.reply and turn.source != "synthetic":
+                self._after_reply(turn)
         except AgentRequestError as exc:
             kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
                 else FailureKind.PROMPT_FAILURE
             failure = await self._turn_failure(kind, str(exc))
-            self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
+            self._session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
             # The exit watcher classifies the death; the stop path records this turn's error and marker,
             # so the turn must still be current when it looks (it cancels this task when done).
-            await self.stopped.wait()
+            await self._session.stopped.wait()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # whatever broke the turn is recorded on it and logged with its traceback
             logger.exception("turn %s failed", turn.id)
-            self.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
+            self._session.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
             metrics.TURN_SECONDS.observe(time.monotonic() - turn.started_mono)
-            self.permissions.cancel_all()
+            self._permissions.cancel_all()
             with contextlib.suppress(StoreFailure):
-                await self.recorder.flush()
+                await self._session.recorder.flush()
             if self.turn is turn:
                 self.turn = None
-                activity = self.meta.setdefault("liveness", {}).setdefault("activity", {})
+                activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
                 activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
-                self.meta["liveness"]["stall_state"] = ""
+                self._session.meta["liveness"]["stall_state"] = ""
             turn.ended.set()
-        with contextlib.suppress(Exception):
-            await self.hook("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
-        if self.state == SessionState.ACTIVE and not self.stopping and not self.handover:
-            await self._steer_fallback()
-            await self.persist()
+        await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
+        if self._session.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
+            await self.input.fall_back()
+            await self._session.persist()
             await self.dispatch_next()
 
     async def cancel_turn(self) -> bool:
         """ACP session/cancel for the running turn; the agent answers the prompt with `cancelled`."""
         turn = self.turn
-        if turn is None or self.agent is None:
+        if turn is None or self._session.agent is None:
             return False
         turn.cancel_requested = True
         # ACP: the client answers every pending permission request of a cancelled turn with `cancelled`.
-        self.permissions.cancel_all()
-        await self.agent.notify("session/cancel", {"sessionId": self.meta.get("acp_session_id")})
+        self._permissions.cancel_all()
+        await self._session.agent.notify("session/cancel", {"sessionId": self._session.meta.get("acp_session_id")})
         return True
+
+    async def cancel_and_wait(self, turn: Turn) -> bool:
+        """Cancel `turn` and wait up to `timeout_cancel_grace` for it to end; False if it did not."""
+        await self.cancel_turn()
+        try:
+            grace = self._session.config.supervision.timeout_cancel_grace
+            await asyncio.wait_for(asyncio.shield(turn.ended.wait()), grace)
+            return True
+        except TimeoutError:
+            return False
 
     async def dispatch_next(self) -> None:
         """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
-        if self.busy or self.handover or self.state != SessionState.ACTIVE or self.stopping:
+        if self.busy or self.handover or self._session.state != SessionState.ACTIVE or self._session.stopping:
             return
-        entry = await db(self.manager.inputs.claim_next, self.id)
+        entry = await db(self._session.manager.inputs.claim_next, self._session.id)
         if entry is not None and (self.busy or self.handover):
-            await db(self.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
+            await db(self._session.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
             return
         if entry is None:
             return
-        self.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
+        self._session.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
         from sessions.errors import HookDenied
 
         try:
             await self.start_turn(entry.text, source=entry.source)
         except HookDenied as exc:
-            await db(self.manager.inputs.mark, entry.id, "failed")
-            self.marker(MarkerKind.PROMPT_DROPPED, f"Queued prompt refused by a hook: {exc.message}",
+            await db(self._session.manager.inputs.mark, entry.id, "failed")
+            self._session.marker(MarkerKind.PROMPT_DROPPED, f"Queued prompt refused by a hook: {exc.message}",
                         {"queue_entry_id": entry.id, "reason": "hook_denied"})
             with contextlib.suppress(StoreFailure):
-                await self.recorder.flush()
-            if not self.stopping:
+                await self._session.recorder.flush()
+            if not self._session.stopping:
                 await self.dispatch_next()
             return
         except Exception:
-            await db(self.manager.inputs.mark, entry.id, "failed")
+            await db(self._session.manager.inputs.mark, entry.id, "failed")
             raise
-        await db(self.manager.inputs.mark, entry.id, "sent")
+        await db(self._session.manager.inputs.mark, entry.id, "sent")
 
     async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
-        failure = await self.failure(kind, summary)
+        failure = await self._session.failure(kind, summary)
         metrics.FAILURES.labels(kind=kind.value).inc()
-        self.meta["failure"] = failure
-        logger.warning("session %s: turn failed (%s): %s", self.id, kind.value, failure["summary"])
+        self._session.meta["failure"] = failure
+        logger.warning("session %s: turn failed (%s): %s", self._session.id, kind.value, failure["summary"])
         return failure
 
     def _clear_turn_failure(self) -> None:
-        if (self.meta.get("failure") or {}).get("kind") in TURN_FAILURE_KINDS:
-            self.meta["failure"] = None
+        if str((self._session.meta.get("failure") or {}).get("kind")) in TURN_FAILURE_KINDS:
+            self._session.meta["failure"] = None
