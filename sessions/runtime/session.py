@@ -37,8 +37,8 @@ from sessions.runtime.host import RuntimeHost
 from sessions.runtime.permission_gate import PermissionGate
 from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.recorder import Recorder
-from sessions.runtime.start_path import StartPathMixin
-from sessions.runtime.stop_path import StopPathMixin
+from sessions.runtime.start_path import StartPath
+from sessions.runtime.stop_path import StopPath
 from sessions.runtime.tasks import db, spawn
 from sessions.runtime.turns import Turn, Turns
 from sessions.store import folder
@@ -55,7 +55,7 @@ HOOK_STOP_SUMMARY = "session stopped by hook policy"
 VIOLATIONS_RECORDED = 10
 
 
-class SessionRuntime(StartPathMixin, StopPathMixin):
+class SessionRuntime:
     def __init__(self, manager: RuntimeHost, meta: dict[str, Any], *, config: Config,
                  provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
@@ -75,22 +75,19 @@ class SessionRuntime(StartPathMixin, StopPathMixin):
         self.agent: AgentProcess | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}
-        self.stopping = False
-        # Set when another node took this session's lease (we were cut off past its TTL): the agent is stopped
-        # here, but meta.json, the catalog row and events.db are the new owner's, so nothing more is written.
-        self.fenced = False
         self.stopped = asyncio.Event()
         self.active = asyncio.Event()
-        self._exit_watch: asyncio.Task[None] | None = None
-        self._loading = False
         self.violations = 0  # protocol violations by this session's agents
-        self._stop_task: asyncio.Task[None] | None = None
         self.boot_task: asyncio.Task[None] | None = None
         self.activity = Activity(meta)
         self.gate = PermissionGate(self, self.activity, self, tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
         self.turns = Turns(self, self.activity, self.gate.permissions, heartbeat=lambda: self.supervisor.beat(),
                            after_reply=self._offer_title)
+        self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
+                                  halt_heartbeat=lambda: self.supervisor.halt())
         self.supervisor = Supervisor(self, self.activity, self.turns, self.gate.permissions)
+        self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
+                                    on_request=self.on_request)
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -134,6 +131,30 @@ class SessionRuntime(StartPathMixin, StopPathMixin):
         await self.persist()
 
     # ---- the components' faces the services and the manager use ------------------------------
+
+    async def boot(self, *, reactivate: bool = False) -> None:
+        await self.start_path.boot(reactivate=reactivate)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_path.stopping
+
+    @property
+    def fenced(self) -> bool:
+        return self.stop_path.fenced
+
+    @fenced.setter
+    def fenced(self, value: bool) -> None:
+        self.stop_path.fenced = value
+
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+                   process_gone: bool = False) -> None:
+        """The cooperative stop path (reference §8). Concurrent callers share one stop."""
+        await self.stop_path.stop(reason, detail, failure=failure, process_gone=process_gone)
+
+    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+        """The failure object, with a crash bundle for the kinds that get one."""
+        return await self.stop_path.failure(kind, summary)
 
     @property
     def turn(self) -> Turn | None:
@@ -199,8 +220,9 @@ class SessionRuntime(StartPathMixin, StopPathMixin):
 
     def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
                turn_id: str | None = None) -> None:
-        raw = {"kind": f"transcript_marker.{kind.value}", "occurred_at": folder.isoformat(folder.utcnow()),
-               "summary": bound_text(redact_text(summary), 2048)}
+        raw: dict[str, Any] = {"kind": f"transcript_marker.{kind.value}",
+                               "occurred_at": folder.isoformat(folder.utcnow()),
+                               "summary": bound_text(redact_text(summary), 2048)}
         if evidence:
             raw["evidence"] = evidence
         self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
@@ -224,7 +246,7 @@ class SessionRuntime(StartPathMixin, StopPathMixin):
 
     def on_update(self, params: dict[str, Any]) -> None:
         """Called synchronously by the driver's observer, in arrival order."""
-        if self._loading:
+        if self.start_path.loading:
             return  # session/load replays history we already hold; never record it twice
         update = params.get("update")
         if not isinstance(update, dict):

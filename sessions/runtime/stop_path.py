@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
@@ -16,26 +17,63 @@ from sessions.runtime.tasks import spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.redact import bound_tail, redact_text
 
+if TYPE_CHECKING:
+    from sessions.runtime.host import SessionCore
+    from sessions.runtime.turns import Turn
+
 logger = logging.getLogger(__name__)
 
 STDERR_IN_EVENTS_BYTES = 4096
 
 
-class StopPathMixin:
-    """SessionRuntime's stop path and failure objects (with crash bundles)."""
+class TurnsToStop(Protocol):
+    """What the stop path needs of the turns: the running one, the lock its setup holds, and its cancel."""
+
+    @property
+    def turn(self) -> Turn | None: ...
+
+    @property
+    def prompt_lock(self) -> asyncio.Lock: ...
+
+    async def cancel_turn(self) -> bool: ...
+
+
+class StopPath:
+    """A session's stop path and failure objects (with crash bundles). Owns whether a stop is under way, the one
+    stop task concurrent callers share, and the fence set when another node took the session's lease."""
+
+    def __init__(self, session: SessionCore, turns: TurnsToStop, *, active: asyncio.Event,
+                 boot_task: Callable[[], asyncio.Task[None] | None], halt_heartbeat: Callable[[], None]) -> None:
+        self._session = session
+        self._turns = turns
+        self._active = active
+        self._boot_task = boot_task
+        self._halt_heartbeat = halt_heartbeat
+        self.stopping = False
+        # Set when another node took this session's lease (we were cut off past its TTL): the agent is stopped
+        # here, but meta.json, the catalog row and events.db are the new owner's, so nothing more is written.
+        self.fenced = False
+        self._stop_task: asyncio.Task[None] | None = None
+        self._exit_watch: asyncio.Task[None] | None = None
+
+    def watch_exit(self) -> None:
+        """The agent started: an exit nobody asked for stops the session, classified."""
+        self._exit_watch = spawn(self._watch_exit())
 
     async def _watch_exit(self) -> None:
-        assert self.agent
-        await self.agent.exited.wait()
-        if self.stopping or self.stopped.is_set():
+        session = self._session
+        agent = session.agent
+        assert agent is not None
+        await agent.exited.wait()
+        if self.stopping or session.stopped.is_set():
             return
-        code = self.agent.returncode
-        turn_active = self.turn is not None
-        with contextlib.suppress(Exception):
-            await self.hook("agent.crashed" if code else "agent.stopped", pid=self.agent.pid, error=str(code))
-        if self.state == SessionState.STARTING:
+        code = agent.returncode
+        turn_active = self._turns.turn is not None
+        await session.observe("agent.crashed" if code else "agent.stopped", pid=agent.pid, error=str(code))
+        if session.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
-        if self.agent.killed_for_closed_stdout:
+        kind: FailureKind | None
+        if agent.killed_for_closed_stdout:
             reason, kind, detail = (StopReason.ERROR, FailureKind.TRANSPORT_FAILURE,
                                     "the agent closed its stdout and kept running; the daemon stopped it")
         else:
@@ -46,122 +84,129 @@ class StopPathMixin:
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (reference §8). Concurrent callers share one stop."""
-        if self._stop_task is None or (self._stop_task.done() and not self.stopped.is_set()):
+        if self._stop_task is None or (self._stop_task.done() and not self._session.stopped.is_set()):
             # A stop that failed (its task ended without the session stopping) is retried, never re-raised.
             self._stop_task = spawn(self._stop(reason, detail, failure, process_gone))
         await asyncio.shield(self._stop_task)
 
     async def _stop(self, reason: StopReason, detail: str, failure: dict[str, Any] | None,
                     process_gone: bool) -> None:
+        session = self._session
         self.stopping = True
         if not self.fenced and not await self._lease_held():
             # Another node took the session while we were cut off: its meta.json and events.db are not ours.
-            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording", self.id)
+            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording", session.id)
             self.fenced = True
-            self.recorder.closed = True
-        with contextlib.suppress(Exception):
-            await self.hook("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
-        if self.state == SessionState.ACTIVE:
-            await self.transition(SessionState.STOPPING)
-        if self.boot_task is not None and not self.boot_task.done():
-            self.boot_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.boot_task
+            session.recorder.closed = True
+        await session.observe("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
+        if session.state == SessionState.ACTIVE:
+            await session.transition(SessionState.STOPPING)
+        boot = self._boot_task()
+        if boot is not None and not boot.done():
+            boot.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # the start path logs its own failures
+                await boot
         # 2. wait for any in-flight prompt setup to finish
-        async with self.prompt_lock:
+        async with self._turns.prompt_lock:
             pass
-        turn = self.turn
+        turn = self._turns.turn
         # 3. ACP session/cancel, and give the agent the cancel budget to end the turn
-        if turn is not None and not process_gone and self.agent and self.agent.returncode is None:
-            await self.cancel_turn()
+        if turn is not None and not process_gone and session.agent and session.agent.returncode is None:
+            await self._turns.cancel_turn()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(turn.ended.wait(), self.config.timeouts.stop_cancel_grace)
+                await asyncio.wait_for(turn.ended.wait(), session.config.timeouts.stop_cancel_grace)
         # 4-5. wait for exit, escalating through SIGTERM and SIGKILL of the process group
-        if self.agent is not None:
-            await self.agent.shutdown(grace=self.config.timeouts.stop_cancel_grace)
+        if session.agent is not None:
+            await session.agent.shutdown(grace=session.config.timeouts.stop_cancel_grace)
         if turn is not None and turn.task and not turn.task.done():
             turn.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await turn.task
         if turn is not None and not turn.terminal:
             if failure is not None:
-                self.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
-                                              "stop_reason": reason.value, "text": self._stderr_excerpt()},
+                session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
+                                              "stop_reason": reason.value, "text": self.stderr_excerpt()},
                             turn_id=turn.id)
             marker = {StopReason.USER_CANCELED: MarkerKind.PROMPT_INTERRUPTED,
                       StopReason.SHUTDOWN: MarkerKind.PROMPT_INTERRUPTED,
                       StopReason.TIMEOUT: MarkerKind.PROMPT_TIMEOUT}.get(reason, MarkerKind.PROVIDER_FAILURE)
-            self.marker(marker, f"Turn ended by session stop ({reason.value}).", {"stop_reason": reason.value},
+            session.marker(marker, f"Turn ended by session stop ({reason.value}).", {"stop_reason": reason.value},
                         turn_id=turn.id)
-        await self._finish(reason, detail, failure)
+        await self.finish(reason, detail, failure)
 
-    async def _finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
+    async def finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""
+        session = self._session
         self.stopping = True
-        if self.state == SessionState.ACTIVE:
-            await self.transition(SessionState.STOPPING)
+        if session.state == SessionState.ACTIVE:
+            await session.transition(SessionState.STOPPING)
         stopped: dict[str, Any] = {"stop_reason": reason.value, "stop_detail": detail}
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]
             metrics.FAILURES.labels(kind=str(failure.get("kind"))).inc()
-        tail = self._stderr_excerpt()
+        tail = self.stderr_excerpt()
         if tail and failure:
             stopped["text"] = tail
-        self.record(EventType.SESSION_STOPPED, stopped, turn_id="")
-        logger.info("session %s stopped: %s%s", self.id, reason.value, f" ({failure['kind']})" if failure else "")
+        session.record(EventType.SESSION_STOPPED, stopped, turn_id="")
+        logger.info("session %s stopped: %s%s", session.id, reason.value, f" ({failure['kind']})" if failure else "")
         try:
-            await self.recorder.close()
-        except Exception:
-            logger.exception("session %s: closing the event store failed", self.id)
-        self.supervisor.halt()
-        if self.state != SessionState.STOPPED:
-            await self.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
+            await session.recorder.close()
+        except Exception:  # the stop must reach `stopped` whatever the store did; the cause is logged
+            logger.exception("session %s: closing the event store failed", session.id)
+        self._halt_heartbeat()
+        if session.state != SessionState.STOPPED:
+            await session.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
                                   failure=failure)
-        if self.manager.hooks is not None and self.manager.hooks.has_hooks("session.post_stop"):
+        hooks = session.manager.hooks
+        if hooks is not None and hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
-            with contextlib.suppress(Exception):
-                await self.manager.hooks.dispatch("session.post_stop", self.hook_payload("session.post_stop", {
-                    "stop_reason": reason.value, "stop_detail": detail}), record_run=lambda row: None)
-        self.stopped.set()
-        self.active.clear()
-        self.manager.forget(self.id)
+            payload = session.hook_payload("session.post_stop", {"stop_reason": reason.value,
+                                                                        "stop_detail": detail})
+            try:
+                await hooks.dispatch("session.post_stop", payload, record_run=lambda row: None)
+            except Exception:  # observe only: the stop goes on; the cause goes to the log
+                logger.exception("session %s: hook event session.post_stop failed", session.id)
+        session.stopped.set()
+        self._active.clear()
+        session.manager.forget(session.id)
 
     async def _lease_held(self) -> bool:
         from sessions import cluster
         from sessions.runtime.tasks import db
 
         try:
-            return await db(cluster.holds, self.id)
-        except Exception:  # the catalog is unreachable: writing our own stop beats leaving it unrecorded
-            logger.warning("session %s: lease not readable at stop", self.id, exc_info=True)
+            return await db(cluster.holds, self._session.id)
+        except Exception:  # the catalog is unreachable (logged): writing our own stop beats leaving it unrecorded
+            logger.warning("session %s: lease not readable at stop", self._session.id, exc_info=True)
             return True
 
-    def _stderr_excerpt(self) -> str:
-        if not self.agent:
+    def stderr_excerpt(self) -> str:
+        if not self._session.agent:
             return ""
         # The tail is the evidence: what the agent wrote just before it failed.
-        return bound_tail(redact_text(self.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
+        return bound_tail(redact_text(self._session.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
     async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """The failure object, with a crash bundle written off the loop (two fsyncs) for the kinds that get one."""
+        session = self._session
         path = None
-        command = self.agent.command if self.agent else list(self.provider.command)
-        cwd = self.agent.cwd if self.agent else self.cwd
+        command = session.agent.command if session.agent else list(session.provider.command)
+        cwd = session.agent.cwd if session.agent else session.cwd
         if kind in BUNDLE_FAILURE_KINDS:
             try:
                 path = str(await asyncio.to_thread(
                     write_crash_bundle,
-                    crash_bundles_dir(), session_id=self.id, agent_name=self.meta["agent_name"],
-                    provider=self.meta.get("provider") or "", state=self.state, failure_kind=kind.value,
+                    crash_bundles_dir(), session_id=session.id, agent_name=session.meta["agent_name"],
+                    provider=session.meta.get("provider") or "", state=session.state, failure_kind=kind.value,
                     summary=summary,
-                    process={"pid": self.agent.pid if self.agent else None,
+                    process={"pid": session.agent.pid if session.agent else None,
                              # What was started: an agent.pre_start hook may have patched command and cwd.
                              "command": command[0], "args": command[1:], "cwd": str(cwd),
-                             "started_at": self.agent.started_at if self.agent else None,
-                             "returncode": self.agent.returncode if self.agent else None},
-                    error=summary, stderr=self.agent.stderr.text() if self.agent else "",
+                             "started_at": session.agent.started_at if session.agent else None,
+                             "returncode": session.agent.returncode if session.agent else None},
+                    error=summary, stderr=session.agent.stderr.text() if session.agent else "",
                 ))
             except OSError:
-                logger.exception("could not write the crash bundle for %s", self.id)
+                logger.exception("could not write the crash bundle for %s", session.id)
         return lifecycle.failure_object(kind, summary, path)
