@@ -190,6 +190,7 @@ class SessionManager:
         self.unsaved_meta.pop(session_id, None)
 
     async def _resave_loop(self) -> None:
+
         from sessions import catalog
         from sessions.runtime import signals
         from sessions.runtime.tasks import db

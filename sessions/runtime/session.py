@@ -1,14 +1,18 @@
 """SessionRuntime: one live session, its agent process, its turns and its stop path.
 
-Everything here runs on the daemon's asyncio loop. This module keeps the runtime's state, its recording
-and its hooks; each stage of a session's life lives beside it, one module each (mixed into the class):
+Everything here runs on the daemon's asyncio loop. This module keeps the session's record (meta), its recording
+and its hooks (`SessionCore`, host.py, is what the components see of it); each stage of a session's life is a
+component beside it, owning its own state, built here with the session and the siblings it uses:
 
-- `start_path.py`: spawn, ACP initialize, session/new or load, options, `active`
-- `turns.py`: one prompt at a time, queued input, turn failures on the session
-- `busy_input.py`: interrupt and steer, fenced by the input generation
-- `permission_gate.py`: the agent's fs and permission requests
-- `activity.py`: activity, heartbeats and the supervision actions the owner verifies
-- `stop_path.py`: the cooperative stop, classification, failure objects and crash bundles
+- `start_path.py` (`StartPath`): spawn, ACP initialize, session/new or load, options, `active`
+- `turns.py` (`Turns`): one prompt at a time, queued input, turn failures on the session
+- `busy_input.py` (`BusyInput`, inside `Turns`): interrupt and steer, fenced by the input generation
+- `permission_gate.py` (`PermissionGate`): the agent's fs and permission requests
+- `activity.py` (`Activity`, `Supervisor`): activity, heartbeats, and the sweep's decisions carried out behind
+  their fence
+- `stop_path.py` (`StopPath`): the cooperative stop, classification, failure objects and crash bundles
+
+The services, health and the manager call the session through the thin delegations below.
 
 Events go to the store writer (`recorder.py`, commits on the store's own thread); meta.json and the catalog
 row are rewritten on every lifecycle change, on the runtime's DB thread.
@@ -113,7 +117,8 @@ class SessionRuntime:
             await db(catalog.save_meta, snapshot)
         except Exception as exc:  # noqa: BLE001 - any write failure: kept unsaved, logged, retried
             # A lifecycle change must never be lost to a full disk or a locked catalog: reads serve the
-            # snapshot until a retry lands it (manager.unsaved_meta), and the failure is in the log.
+            # snapshot until a retry lands it (manager.unsaved_meta), and the failure is in the log (a condition
+            # of the machine: its message, no traceback).
             logger.error("session %s: writing its metadata failed (%s); retrying in the background", self.id, exc)
             self.manager.keep_unsaved(snapshot)
             return

@@ -108,8 +108,8 @@ async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, re
             await agent.request("session/prompt", {"sessionId": opened["sessionId"], "prompt": [
                 {"type": "text", "text": request}]})
         return clean_title("".join(chunks), request)
-    except Exception as exc:  # noqa: BLE001 - a title is optional: any failure is logged and the name stays
-        logger.info("auto-title pass failed: %s", exc)
+    except Exception as exc:
+        logger.info("auto-title pass failed: %s", exc, exc_info=True)
         return None
     finally:
         with contextlib.suppress(Exception):
