@@ -21,14 +21,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from compozy_base.daemon_record import daemon_running
 from compozy_base.home import sessions_dir
 from sessions import cluster
-
-if TYPE_CHECKING:
-    from sessions.runtime.manager import SessionManager
 
 
 class Where(StrEnum):
@@ -49,17 +46,28 @@ class Owner:
         return self.where is not Where.NOBODY
 
 
-_manager: SessionManager | None = None
+class LocalManager(Protocol):
+    """What is asked here of this process's SessionManager (sessions/runtime/manager.py registers it): this module
+    stays free of the runtime, so manage.py asks without loading the ACP stack."""
+
+    unsaved_meta: dict[str, dict[str, Any]]
+
+    def owns(self, session_id: str) -> bool: ...
+
+    def get(self, session_id: str) -> Any: ...
+
+
+_manager: LocalManager | None = None
 # The holders read in this request (session id → holder or None); None outside `one_lease_read()`.
 _read: ContextVar[dict[str, cluster.Holder | None] | None] = ContextVar("compozy_lease_read", default=None)
 
 
-def set_local_manager(manager: SessionManager | None) -> None:
+def set_local_manager(manager: LocalManager | None) -> None:
     global _manager
     _manager = manager
 
 
-def local_manager() -> SessionManager | None:
+def local_manager() -> LocalManager | None:
     return _manager
 
 

@@ -28,7 +28,7 @@ from sessions.supervision import Action, Decision
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
     from sessions.runtime.permissions import PermissionBoard
-    from sessions.runtime.turns import Turn
+    from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.enums import MarkerKind
 from sessions.runtime.tasks import db, spawn
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
-    from sessions.runtime.turns import Turn, Turns
+    from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +28,24 @@ class StagedSteer:
     delivering: bool = False
 
 
+class TurnControl(Protocol):
+    """What busy input needs of the session's turns (`Turns`, which holds it): the running turn, the hand-over
+    flag, and starting and cancelling turns."""
+
+    turn: Turn | None
+    handover: bool
+
+    async def cancel_and_wait(self, turn: Turn) -> bool: ...
+
+    async def start_turn(self, text: str, *, source: str = ..., authored: str | None = ...,
+                         extra: dict[str, Any] | None = ...) -> Turn: ...
+
+
 class BusyInput:
     """A session's busy-input modes beyond the queue: interrupt and steer. Owns the salvage a dedicated interrupt
     keeps for one steer and the staged steer; the turns it hands the session between are `Turns`'."""
 
-    def __init__(self, session: SessionCore, turns: Turns) -> None:
+    def __init__(self, session: SessionCore, turns: TurnControl) -> None:
         self._session = session
         self._turns = turns
         self.salvage: dict[str, Any] | None = None

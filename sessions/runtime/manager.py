@@ -26,16 +26,21 @@ logger = logging.getLogger(__name__)
 # an operator frees it, so a few seconds is prompt without spinning.
 RESAVE_INTERVAL_SECONDS = 2.0
 
+_manager: SessionManager | None = None
+
+
 def get_manager() -> SessionManager:
-    """The manager of this daemon process; API calls made outside a daemon get 503 (sessions/ownership.py keeps
-    it: `local_manager()` is the way to ask without raising)."""
-    manager = ownership.local_manager()
-    if manager is None:
+    """The manager of this daemon process; API calls made outside a daemon get 503 (`ownership.local_manager()`
+    is the way to ask without raising, and without importing the runtime)."""
+    if _manager is None:
         raise Unavailable("the Compozy daemon is not running in this process", code="daemon_unavailable")
-    return manager
+    return _manager
 
 
 def set_manager(manager: SessionManager | None) -> None:
+    """The one setter: this module's typed reference and the ownership registry change together."""
+    global _manager
+    _manager = manager
     ownership.set_local_manager(manager)
 
 

@@ -16,7 +16,7 @@ from sessions.runtime.tasks import spawn
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
     from sessions.runtime.host import SessionCore
-    from sessions.runtime.turns import Turn
+    from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
 

@@ -44,7 +44,8 @@ from sessions.runtime.recorder import Recorder
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
 from sessions.runtime.tasks import db, spawn
-from sessions.runtime.turns import Turn, Turns
+from sessions.runtime.turn import Turn
+from sessions.runtime.turns import Turns
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
 from sessions.store.redact import bound_text, redact_text

@@ -19,7 +19,7 @@ from sessions.store.redact import bound_tail, redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
-    from sessions.runtime.turns import Turn
+    from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compozy_base import metrics
@@ -16,7 +15,9 @@ from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.runtime import lifecycle
+from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.tasks import db, spawn
+from sessions.runtime.turn import Turn
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
 from sessions.store.ids import new_turn_id
@@ -24,7 +25,6 @@ from sessions.store.redact import redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
-    from sessions.runtime.busy_input import BusyInput
     from sessions.runtime.host import SessionCore
     from sessions.runtime.permissions import PermissionBoard
 
@@ -34,31 +34,12 @@ logger = logging.getLogger(__name__)
 TURN_FAILURE_KINDS = frozenset({FailureKind.PROMPT_FAILURE.value, FailureKind.PROVIDER_AUTH_FAILURE.value})
 
 
-@dataclass
-class Turn:
-    id: str
-    text: str  # what the user asked (after prompt hooks): salvage, titles and history use this
-    source: str
-    started_at: str
-    sent: str = ""  # what the agent receives, when it differs (a context replay prepended)
-    authored: str = ""  # exactly what was typed, when a prompt hook changed `text`
-    started_mono: float = field(default_factory=time.monotonic)
-    task: asyncio.Task[None] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    terminal: bool = False
-    cancel_requested: bool = False
-    reply: str = ""
-    outputs: int = 0  # session/update notifications the agent sent during this turn
-
-
 class Turns:
     """A session's turns: start, run, cancel, and dispatch of queued input. Owns the running turn, the prompt lock,
     the context projection waiting for the next prompt, and the busy-input modes (`input`: interrupt and steer)."""
 
     def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
                  heartbeat: Callable[[], None], after_reply: Callable[[Turn], None]) -> None:
-        from sessions.runtime.busy_input import BusyInput
-
         self._session = session
         self._activity = activity
         self._permissions = permissions
