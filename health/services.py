@@ -27,7 +27,7 @@ from sessions.config import get_config
 from sessions.errors import Conflict, NotFound, Unavailable
 from sessions.models import Session
 from sessions.ownership import local_manager
-from sessions.runtime.tasks import spawn
+from sessions.runtime.offload import spawn
 from sessions.services import ring_catalog_threadsafe
 from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 

@@ -170,7 +170,7 @@ def _dispatch(manager: Any, owner: str, ttl: float) -> int:
 async def _start(manager: Any, run: TaskRun, owner: str) -> None:
     """On the daemon's loop: create the run's session with the task's prompt staged, then bind it to the run."""
     from sessions import services
-    from sessions.runtime.tasks import db
+    from sessions.runtime.offload import db
 
     task = run.task
     body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,

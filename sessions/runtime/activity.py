@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sessions import supervision
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
-from sessions.runtime.tasks import db, spawn
+from sessions.runtime.offload import db, spawn
 from sessions.store import folder
 from sessions.store.failures import StoreFailure
 from sessions.supervision import Action, Decision

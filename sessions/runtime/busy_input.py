@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.enums import MarkerKind
-from sessions.runtime.tasks import db, spawn
+from sessions.runtime.offload import db, spawn
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore

@@ -16,8 +16,8 @@ from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
+from sessions.runtime.offload import spawn
 from sessions.runtime.session import SessionRuntime
-from sessions.runtime.tasks import spawn
 from sessions.supervision import Decision
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class SessionManager:
         """The runtime stopped: its lease goes too, after the final metadata (same DB thread, in order)."""
         if self.runtimes.pop(session_id, None) is not None:
             from sessions import cluster
-            from sessions.runtime.tasks import db
+            from sessions.runtime.offload import db
 
             spawn(db(cluster.release, session_id)).add_done_callback(_log_release_failure)
 
@@ -198,7 +198,7 @@ class SessionManager:
 
         from sessions import catalog
         from sessions.runtime import signals
-        from sessions.runtime.tasks import db
+        from sessions.runtime.offload import db
 
         while self.unsaved_meta:
             await asyncio.sleep(RESAVE_INTERVAL_SECONDS)

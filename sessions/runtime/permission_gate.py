@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
+from sessions.runtime.offload import spawn
 from sessions.runtime.permissions import PermissionBoard, option_for
-from sessions.runtime.tasks import spawn
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity

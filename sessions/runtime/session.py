@@ -38,12 +38,12 @@ from sessions.feed import offer_rows
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.host import RuntimeHost
+from sessions.runtime.offload import db, spawn
 from sessions.runtime.permission_gate import PermissionGate
 from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
-from sessions.runtime.tasks import db, spawn
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder

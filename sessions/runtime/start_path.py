@@ -12,7 +12,7 @@ from sessions.acp import launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
-from sessions.runtime.tasks import db
+from sessions.runtime.offload import db
 from sessions.store import folder
 
 if TYPE_CHECKING:

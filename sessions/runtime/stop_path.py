@@ -13,7 +13,7 @@ from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
-from sessions.runtime.tasks import spawn
+from sessions.runtime.offload import spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.redact import bound_tail, redact_text
 
@@ -173,7 +173,7 @@ class StopPath:
 
     async def _lease_held(self) -> bool:
         from sessions import cluster
-        from sessions.runtime.tasks import db
+        from sessions.runtime.offload import db
 
         try:
             return await db(cluster.holds, self._session.id)

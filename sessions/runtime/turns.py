@@ -16,7 +16,7 @@ from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.runtime import lifecycle
 from sessions.runtime.busy_input import BusyInput
-from sessions.runtime.tasks import db, spawn
+from sessions.runtime.offload import db, spawn
 from sessions.runtime.turn import Turn
 from sessions.store import folder
 from sessions.store.failures import StoreFailure

@@ -14,7 +14,7 @@ from sessions.enums import FailureKind, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest
 from sessions.models import Session, Workspace
 from sessions.runtime.manager import get_manager
-from sessions.runtime.tasks import db
+from sessions.runtime.offload import db
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
 from sessions.store import events as event_store
 from sessions.store import folder
