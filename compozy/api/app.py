@@ -87,7 +87,21 @@ class LocalSwagger(Swagger):
         return response
 
 
+# The operationIds outside clients were generated from: ninja names an operation after its view's module, and the
+# routers left sessions/, health/ and sessions/work/ for compozy/api/ without their API changing.
+OPERATION_ID_PREFIXES = {
+    "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
+    "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
+    "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
+}
+
+
 class CompozyAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        module = operation.view_func.__module__
+        prefix = OPERATION_ID_PREFIXES.get(module, module.replace(".", "_"))
+        return f"{prefix}_{operation.view_func.__name__}"
+
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         schema = super().get_openapi_schema(**kwargs)
         add_links(schema)
