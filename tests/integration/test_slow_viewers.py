@@ -8,13 +8,29 @@ from __future__ import annotations
 import re
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from sessions.stream_pressure import HIGH_WATER_BYTES
-from tests.conftest import Daemon, of_type, wait_for
+from tests.conftest import Daemon, of_type, start_daemon, wait_for
 from tests.sse import RawStream
 
+# ~30 MB of chunk text per turn: thirty times the high-water mark, so a stream without backpressure queues far more
+# than the bound below. The stall timeout is out of the way: these tests are about a viewer that reads again, and a
+# loaded machine must not turn a slow turn into a stall (a stalled stream has its own test, test_stream_pressure).
+TURN = "stream 30000 1000"
 
+
+@pytest.fixture
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config='[http]\nstream_stall_timeout = "10m"\n')
+    yield d
+    d.stop()
+
+
+@pytest.mark.timeout(300)
 def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every_frame(
         daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace)["id"]
@@ -25,8 +41,8 @@ def test_a_viewer_that_stops_reading_holds_a_bounded_backlog_and_then_gets_every
                     f"Accept: text/event-stream\r\nLast-Event-ID: 0\r\n\r\n".encode())
     stream = RawStream(stalled)
     assert stream.head().startswith(b"HTTP/1.1 200")
-    # ~100 MB of chunk text that the stalled viewer does not read while the turn runs: it used to be queued.
-    done = of_type(daemon.run_turn(sid, "stream 100000 1000", timeout=180), "done")[0]["sequence"]
+    # Chunk text that the stalled viewer does not read while the turn runs: it used to be queued.
+    done = of_type(daemon.run_turn(sid, TURN, timeout=240), "done")[0]["sequence"]
     streams = wait_for(lambda: (s := daemon.http.get("/api/status").json()["streams"])["waiting_on_client"] and s,
                        timeout=30, what="the stalled stream to wait on its client")
     assert streams["waiting_on_client"] == 1
@@ -67,12 +83,13 @@ def test_a_dashboard_viewer_gets_a_growing_message_a_bounded_number_of_times(dae
     assert reply and sent < 60 * len(reply), f"{sent:,} bytes for a {len(reply):,}-character reply"
 
 
+@pytest.mark.timeout(300)
 def test_a_prompt_stream_whose_client_stops_reading_waits_for_it_and_then_ends_with_the_turn(
         daemon: Daemon, workspace: Path) -> None:
     # The prompt's own answer is a stream too (`compozy session prompt`, a useChat app): it used to have only the
     # transport's 64 MiB cut behind it, so a stalled client cost the daemon that much per prompt.
     sid = daemon.create(workspace)["id"]
-    body = b'{"message": "stream 100000 1000"}'
+    body = b'{"message": "%s"}' % TURN.encode()
     client = socket.create_connection(("127.0.0.1", daemon.port), timeout=60)
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     client.sendall(f"POST {daemon.scoped(sid, '/prompt')}?format=raw HTTP/1.1\r\nHost: localhost\r\n"
