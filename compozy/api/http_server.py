@@ -247,9 +247,6 @@ class ConnectionLimits:
                            self.refused, self.open, self.total, peer, self.by_peer.get(peer, 0), self.per_peer)
             self.refused, self.logged_at = 0, now
 
-    def report(self) -> dict[str, int]:
-        return {"open": self.open, "max": self.total, "max_per_peer": self.per_peer}
-
 
 def _peer(addr: Any) -> str:
     host = getattr(addr, "host", None)

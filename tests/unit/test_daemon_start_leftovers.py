@@ -27,7 +27,9 @@ def test_a_stale_socket_lock_is_cleared_and_a_running_daemons_is_kept(tmp_path: 
     that pid ran again as something else, or while the dead daemon was a zombie."""
     lock = tmp_path / "daemon.sock.lock"
     other = subprocess.Popen(["sleep", "30"])
-    daemon_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "compozy.cli"])
+    # Lives until killed (it waits on its stdin), and "compozy" is in its command line as in a daemon's.
+    daemon_like = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "compozy.cli"],
+                                   stdin=subprocess.PIPE)
     gone = subprocess.Popen(["true"])
     gone.wait()
     try:

@@ -8,6 +8,7 @@ import sys
 import time
 
 from compozy_base import process
+from tests.conftest import wait_for
 
 
 def test_a_live_process_is_recognised_by_pid_and_wall_clock_start() -> None:
@@ -41,10 +42,7 @@ def test_the_kernels_start_ticks_name_a_process_exactly() -> None:
 def test_a_zombie_exists_but_is_not_alive() -> None:
     # A child that has exited and is not reaped yet: the kernel keeps its pid, and kill(0) still answers.
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
-    while (fields := process.stat_fields(proc.pid)) is not None and fields[0] not in ("Z", "X"):
-        assert time.monotonic() < deadline, "the child never exited"
-        time.sleep(0.01)
+    wait_for(lambda: (process.stat_fields(proc.pid) or ["Z"])[0] in ("Z", "X"), 10, "the child to exit unreaped")
     assert process.exists(proc.pid)
     assert not process.alive(proc.pid)
     proc.wait()
