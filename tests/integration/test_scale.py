@@ -111,7 +111,9 @@ def test_a_session_created_on_one_node_is_listed_read_and_followed_live_through_
         cluster: Cluster, workspace: Path) -> None:
     a, b = cluster.a, cluster.b
     sid = a.create(workspace)["id"]
-    assert sid in [s["id"] for s in b.http.get("/api/sessions").json()["sessions"]]
+    # meta.json says `active` a moment before its catalog mirror does, and a list filters on the catalog row.
+    wait_for(lambda: sid in [s["id"] for s in b.http.get("/api/sessions").json()["sessions"]], timeout=10,
+             what="node B to list the session as active")
     seen = session_on(b, sid)
     assert seen["state"] == "active" and seen["workspace_id"] == session_on(a, sid)["workspace_id"]
     status = b.http.get(b.scoped(sid, "/status"))
