@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from compozy_base.home import compozy_home
 from sessions.config_checks import UnknownKey, read_toml, unknown_keys
+from sessions.config_notifications import NotificationsConfig, parse_notifications
 from sessions.config_values import boolean, integer, parse_duration, port, string_table
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
@@ -208,6 +209,8 @@ class Config:
     # address); the launcher keeps both below the descriptor limit.
     http_max_connections: int = DEFAULT_MAX_CONNECTIONS
     http_max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+    # `[notifications]`: signed webhooks for what needs a person (sessions/config_notifications.py).
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -498,6 +501,7 @@ def load_config(home: Path | None = None) -> Config:
         timeouts=_timeouts(data),
         http_max_connections=max_connections,
         http_max_connections_per_peer=max_connections_per_peer,
+        notifications=parse_notifications(_table(data, "notifications")),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

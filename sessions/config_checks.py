@@ -49,6 +49,8 @@ SCHEMA: dict[str, Any] = {
     "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None}}},
     "hooks": {"declarations": FREE},
     "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url")),
+    # Each webhook's keys are checked by its own reader (sessions/config_notifications.py), which refuses others.
+    "notifications": {"webhooks": FREE, **dict.fromkeys(("retry_min", "retry_max", "max_attempts", "timeout"))},
 }
 
 

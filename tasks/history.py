@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,11 +20,20 @@ def new_run_id() -> str:
     return f"run_{secrets.token_hex(8)}"
 
 
+# What follows every history row, inside the caller's transaction: the attention app registers its webhook outbox
+# here when Django starts (attention/apps.py), so a task turning `needs_attention` and its outbox row commit together,
+# and tasks never import the app above it (the pattern of catalog.META_SAVED).
+NOTED: list[Callable[[TaskEvent], object]] = []
+
+
 def note(task_id: str, kind: TaskEventKind, *, run_id: str | None = None, reason: TaskReason = TaskReason.NONE,
          action: TaskAction = TaskAction.NONE, detail: dict[str, Any] | None = None,
          now: datetime | None = None) -> TaskEvent:
-    return TaskEvent.objects.create(task_id=task_id, run_id=run_id, kind=kind.value, reason=reason.value,
-                                    action=action.value, detail=detail or {}, created_at=now or folder.utcnow())
+    row = TaskEvent.objects.create(task_id=task_id, run_id=run_id, kind=kind.value, reason=reason.value,
+                                   action=action.value, detail=detail or {}, created_at=now or folder.utcnow())
+    for follow in NOTED:
+        follow(row)
+    return row
 
 
 def event_record(row: TaskEvent) -> dict[str, Any]:

@@ -177,6 +177,7 @@ def run_foreground(port: int | None = None) -> int:
 
     from compozy.api.http_server import GuardedServer, reactor
     from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
+    from compozy.daemon.webhooks import WebhookDispatcher
     from compozy_base.auth import cluster_token, ensure_token
     from sessions import cluster
     from sessions.runtime.manager import SessionManager, set_manager
@@ -186,7 +187,7 @@ def run_foreground(port: int | None = None) -> int:
         logger.warning("config.toml: %s", unknown.message())
     # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
-    for secret in (ensure_token(home), cluster_token()):
+    for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks)):
         register_secret(secret)
     from compozy_base.auth import cluster_token_state
 
@@ -248,6 +249,8 @@ def run_foreground(port: int | None = None) -> int:
         state["ticker"].start()
         state["leases"] = LeaseKeeper(manager)
         state["leases"].start()
+        state["webhooks"] = WebhookDispatcher(f"{cluster.node_id()}#{started_at}")
+        state["webhooks"].start()
         logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
                     sock, home)
         print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"  # noqa: T201 - the ready line on stdout
@@ -292,6 +295,8 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
             state["ticker"].stop()
         if "leases" in state:
             state["leases"].stop()
+        if "webhooks" in state:
+            state["webhooks"].stop()
         consumer.stop()
         try:
             reactor.stop()

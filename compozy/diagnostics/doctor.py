@@ -402,10 +402,44 @@ def check_workspace_roots() -> dict[str, Any]:
                 f"compozy workspace remove {first_id}", evidence={"workspaces": found})
 
 
+# A delivery given up within this long is a warning; older ones stay in the evidence of the `ok` item.
+WEBHOOK_FAILURE_WINDOW_HOURS = 24
+
+
+def check_webhooks() -> dict[str, Any]:
+    """The webhook outbox: deliveries given up (max_attempts spent, a 4xx, a webhook removed) and ones retrying.
+    Targets are scheme, host and port only: a webhook's URL and secret never appear here."""
+    from datetime import timedelta
+
+    from attention.delivery import outbox_state
+
+    hooks = get_config().notifications.webhooks
+    state = outbox_state(utcnow() - timedelta(hours=WEBHOOK_FAILURE_WINDOW_HOURS))
+    evidence = {"webhooks": [{"key": w.key, "target": w.target, "events": sorted(w.events)} for w in hooks], **state}
+    if state["failed_recent"]:
+        first = state["failed"][0]
+        return item("webhooks", "notifications", "warn", "Webhook deliveries given up",
+                    f"{state['failed_recent']} given up in the last {WEBHOOK_FAILURE_WINDOW_HOURS} h; e.g. "
+                    f"{first['event']} to {first['target']} after {first['attempts']} attempt(s): "
+                    f"{first['last_error']}",
+                    "compozy doctor -o json", evidence)
+    if state["retrying_total"]:
+        first = state["retrying"][0]
+        return item("webhooks", "notifications", "info", "Webhook deliveries retrying",
+                    f"{state['retrying_total']} waiting for their receiver; e.g. {first['event']} to {first['target']}:"
+                    f" {first['last_error']}", evidence=evidence)
+    if not hooks:
+        return item("webhooks", "notifications", "ok", "Webhooks", "none configured ([[notifications.webhooks]])",
+                    evidence=evidence)
+    return item("webhooks", "notifications", "ok", "Webhooks",
+                f"{len(hooks)} configured, {state['counts']['delivered']} delivered, {state['counts']['pending']} "
+                "pending", evidence=evidence)
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_config, check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
     check_failures, check_live_streams, check_providers, check_health_rows, check_session_metadata,
-    check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots,
+    check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots, check_webhooks,
 ]
 
 

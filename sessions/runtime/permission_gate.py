@@ -167,7 +167,14 @@ class PermissionGate:
     def _share_waiting(self) -> None:
         """The dashboard's "needs approval" comes from the catalog stream, rung now; the count goes to meta.json
         too (not awaited), where another node of a cluster reads it (it has no runtime to ask)."""
-        self._session.meta.setdefault("liveness", {})["pending_permissions"] = self.permissions.waiting_count
+        liveness = self._session.meta.setdefault("liveness", {})
+        liveness["pending_permissions"] = self.permissions.waiting_count
+        # What each request asks, for the attention list and the `permission_requested` webhook (both read
+        # meta.json, on any node of a cluster), and it is what a person sees before deciding.
+        liveness["permission_requests"] = [
+            {"request_id": p.request_id, "title": p.tool_call.get("title"), "kind": p.tool_call.get("kind"),
+             "turn_id": p.turn_id, "created_at": p.created_at}
+            for p in list(self.permissions.pending.values()) if not p.answer.done()]
         self._session.announce()
         spawn(self._session.persist())
 

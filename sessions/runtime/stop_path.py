@@ -15,6 +15,7 @@ from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, Sto
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
+from sessions.store.folder import isoformat, utcnow
 from sessions.store.redact import bound_tail, redact_text
 
 if TYPE_CHECKING:
@@ -156,8 +157,9 @@ class StopPath:
             logger.exception("session %s: closing the event store failed", session.id)
         self._halt_heartbeat()
         if session.state != SessionState.STOPPED:
+            # stopped_at: when this stop happened (a failed stop's webhook is keyed by it, so the next one is new).
             await session.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
-                                  failure=failure)
+                                     failure=failure, stopped_at=isoformat(utcnow()))
         hooks = session.manager.hooks
         if hooks is not None and hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.

@@ -128,6 +128,7 @@ class Turns:
 
     async def _run_turn(self, turn: Turn) -> None:
         assert self._session.agent
+        outcome = "error"
         try:
             result = await self._session.agent.request("session/prompt", {
                 "sessionId": self._session.meta["acp_session_id"],
@@ -150,6 +151,7 @@ class Turns:
             else:
                 self._session.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
+                outcome = "done"
             turn.terminal = True
             # A heartbeat wake is the daemon talking, not the user: it never names the session.
             if turn.reply and turn.source != "synthetic":
@@ -180,6 +182,10 @@ class Turns:
                 activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
                 activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
                 self._session.meta["liveness"]["stall_state"] = ""
+                # The turn that ended last, for the `turn_finished` webhook (derived from saved metadata).
+                self._session.meta["liveness"]["last_turn"] = {
+                    "turn_id": turn.id, "source": turn.source, "ended_at": folder.isoformat(folder.utcnow()),
+                    "outcome": outcome}
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
         if self._session.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "frontend")
+PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "attention", "frontend")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

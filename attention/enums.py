@@ -1,0 +1,27 @@
+"""The attention app's closed sets."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from sessions.config_notifications import WebhookEvent
+
+__all__ = ["AttentionKind", "DeliveryStatus", "WebhookEvent"]
+
+
+class AttentionKind(StrEnum):
+    """What an attention item asks of a person. `elicitation` and `budget` have no source yet (their sessions
+    features do not exist): in the set, never produced."""
+
+    PERMISSION = "permission"
+    ELICITATION = "elicitation"
+    AUTH = "auth"
+    FAILED = "failed"
+    TASK = "task"
+    BUDGET = "budget"
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"  # waiting for its next attempt (or in one, while claimed)
+    DELIVERED = "delivered"  # the receiver answered 2xx
+    FAILED = "failed"  # given up: max_attempts spent, a 4xx answer, or its webhook removed from config.toml

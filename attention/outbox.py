@@ -1,0 +1,110 @@
+"""The webhook outbox: an event that needs a person becomes one row per subscribed webhook, when it is recorded.
+
+Session events are read off every saved record (`catalog.META_SAVED`, on the runtime's DB thread): a permission
+request the record lists, a stop with a failure, a provider that wants a login, the turn that ended last. Each event
+has an id derived from what it is about and when it began, and a row's id is that id plus the webhook's, so a
+record saved again (a heartbeat, boot repair, another node's failover) writes nothing new. A task's `needs_attention`
+comes from its history row, in the same transaction (`tasks.history.NOTED`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from datetime import datetime, timedelta
+from typing import Any
+
+from attention.models import WebhookDelivery
+from attention.notices import Notice, session_notices, task_notice
+from sessions.config import get_config
+from sessions.config_notifications import NotificationsConfig, WebhookConfig
+from sessions.store.folder import parse_time, utcnow
+from tasks.enums import TaskEventKind
+from tasks.models import TaskEvent
+
+logger = logging.getLogger(__name__)
+
+# A record saved long after its event (a webhook added to config.toml, then an old session repaired or resumed)
+# does not replay history to the receiver.
+MAX_EVENT_AGE = timedelta(hours=1)
+# Rows this process knows are written: a record saved again (every turn heartbeat) costs no catalog read.
+_KNOWN_CAP = 4096
+_known: OrderedDict[str, None] = OrderedDict()
+
+
+def _fresh(notice: Notice, now: datetime) -> bool:
+    at = parse_time(notice.occurred_at)
+    return at is None or now - at <= MAX_EVENT_AGE
+
+
+def _workspace_names(workspace_id: str | None) -> tuple[str, ...]:
+    """The workspace's id, name and root: a webhook's `workspaces` filter may name it by any of them."""
+    from sessions.models import Workspace
+
+    ws = Workspace.objects.filter(id=workspace_id).first() if workspace_id else None
+    return (ws.id, ws.name, ws.root_dir) if ws else (workspace_id or "",)
+
+
+def _base_url() -> str:
+    from sessions import cluster
+
+    identity = cluster.identity()
+    return identity.address if identity is not None else ""
+
+
+def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | None = None) -> int:
+    """One outbox row per (notice, webhook that wants it) not written yet; the number written."""
+    now = now or utcnow()
+    planned: dict[str, tuple[Notice, WebhookConfig]] = {}
+    for notice in notices:
+        if not _fresh(notice, now):
+            continue
+        names: tuple[str, ...] | None = None
+        for hook in config.webhooks:
+            if hook.workspaces and names is None:
+                names = _workspace_names(notice.workspace_id)
+            if hook.wants(notice.event, notice.agent, names or (notice.workspace_id or "",)):
+                row_id = f"{notice.event_id}.{hook.key}"
+                if row_id not in _known:
+                    planned[row_id] = (notice, hook)
+    if not planned:
+        return 0
+    present = set(WebhookDelivery.objects.filter(id__in=list(planned)).values_list("id", flat=True))
+    base = _base_url()
+    rows = [WebhookDelivery(id=row_id, event_id=notice.event_id, event=notice.event.value, webhook=hook.key,
+                            target=hook.target, body=notice.body(base), next_attempt_at=now, created_at=now)
+            for row_id, (notice, hook) in planned.items() if row_id not in present]
+    if rows:
+        # Two nodes (or a save racing a failover) may write the same event: the primary key keeps one.
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+        from attention.delivery import wake_dispatcher
+
+        wake_dispatcher()
+    for row_id in planned:
+        _known[row_id] = None
+    while len(_known) > _KNOWN_CAP:
+        _known.popitem(last=False)
+    return len(rows)
+
+
+def on_meta_saved(meta: dict[str, Any]) -> None:
+    """catalog.META_SAVED: the record's events into the outbox. A failure here never fails the save (the record
+    is written already); it is logged with its cause, and the next save of the record writes the rows."""
+    config = get_config().notifications
+    if not config.webhooks:
+        return
+    try:
+        enqueue(session_notices(meta), config)
+    except Exception:  # logged with its traceback; the save it follows stands
+        logger.exception("session %s: writing its webhook events to the outbox failed", meta.get("id"))
+
+
+def on_task_noted(row: TaskEvent) -> None:
+    """tasks.history.NOTED: inside the task's transaction, so a failure here rolls the task's change back too (the
+    task cycle retries it) rather than lose the event."""
+    config = get_config().notifications
+    if not config.webhooks or row.kind != TaskEventKind.NEEDS_ATTENTION:
+        return
+    notice = task_notice(row)
+    if notice is not None:
+        enqueue([notice], config)
