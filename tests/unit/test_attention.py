@@ -1,0 +1,214 @@
+"""The attention rules without a daemon (issue 31): `[notifications]` validation, the backoff, which events a saved
+session record carries and their stable ids, the signature, and the outbox on a real SQLite catalog (rows per
+webhook and filter, written once, claimed by one of two racing nodes, retried, given up)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.django_env import ensure_django
+
+ensure_django(migrate=True)
+
+from attention import delivery, outbox  # noqa: E402
+from attention.delivery import Outcome, claim, due, settle, signature  # noqa: E402
+from attention.enums import DeliveryStatus, WebhookEvent  # noqa: E402
+from attention.models import WebhookDelivery  # noqa: E402
+from attention.notices import session_notices  # noqa: E402
+from attention.services import session_items  # noqa: E402
+from sessions.config import ConfigError, load_config  # noqa: E402
+from sessions.config_notifications import NotificationsConfig, WebhookConfig, parse_notifications  # noqa: E402
+from sessions.store.folder import isoformat, utcnow  # noqa: E402
+
+SECRET = "s3cret-value-0123456789"
+
+
+def hook(url: str = "https://hooks.example.com/services/T0/B0/tokenpath", **extra: Any) -> dict[str, Any]:
+    return {"url": url, "secret": SECRET, "events": ["session_failed", "turn_finished"], **extra}
+
+
+def test_webhooks_load_from_config_toml(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(
+        '[notifications]\nretry_min = "1s"\nretry_max = "1m"\nmax_attempts = 5\n\n[[notifications.webhooks]]\n'
+        f'url = "https://ntfy.sh/my-topic"\nsecret = "{SECRET}"\nevents = ["permission_requested"]\n'
+        'agents = ["claude"]\nworkspaces = ["repo"]\n')
+    config = load_config(tmp_path)
+    [w] = config.notifications.webhooks
+    assert w.events == {WebhookEvent.PERMISSION_REQUESTED} and w.agents == {"claude"} and w.workspaces == {"repo"}
+    assert (config.notifications.retry_min, config.notifications.retry_max) == (1.0, 60.0)
+    assert config.unknown_keys == ()
+    assert SECRET not in repr(config)
+
+
+@pytest.mark.parametrize(("table", "key"), [
+    ({"webhooks": [hook(events=["turn_done"])]}, "notifications.webhooks[0].events"),
+    ({"webhooks": [hook(events=[])]}, "notifications.webhooks[0].events"),
+    ({"webhooks": [hook(url="ftp://x")]}, "notifications.webhooks[0].url"),
+    ({"webhooks": [hook(secret="short")]}, "notifications.webhooks[0].secret"),
+    ({"webhooks": [hook(sekret="x")]}, "notifications.webhooks[0]: unknown key 'sekret'"),
+    ({"webhooks": [hook(agents="claude")]}, "notifications.webhooks[0].agents"),
+    ({"webhooks": [hook(), hook()]}, "notifications.webhooks[1].url"),
+    ({"webhooks": hook()}, "notifications.webhooks"),
+    ({"retry_min": "10s", "retry_max": "1s"}, "notifications.retry_max"),
+    ({"max_attempts": 0}, "notifications.max_attempts"),
+    ({"timeout": "0s"}, "notifications.timeout"),
+])
+def test_a_bad_notifications_table_is_refused_naming_the_key_and_never_the_secret(
+        table: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_notifications(table)
+    assert key in str(caught.value)
+    assert SECRET not in str(caught.value) and "tokenpath" not in str(caught.value)
+
+
+def test_the_backoff_doubles_from_retry_min_up_to_retry_max() -> None:
+    config = NotificationsConfig(retry_min=10, retry_max=100)
+    assert [config.backoff(n) for n in range(1, 7)] == [10, 20, 40, 80, 100, 100]
+
+
+def test_a_webhook_shows_its_target_without_path_credentials_or_secret() -> None:
+    w = WebhookConfig("https://user:pw@chat.example.com:8443/hooks/abc?token=x", SECRET, frozenset())
+    assert w.target == "https://chat.example.com:8443"
+    assert SECRET not in repr(w) and w.key.startswith("wh_") and "abc" not in w.key
+
+
+def test_the_signature_is_the_hex_hmac_sha256_of_the_raw_body() -> None:
+    body = b'{"id":"evt_1"}'
+    assert signature(SECRET, body) == "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
+def meta(**extra: Any) -> dict[str, Any]:
+    base = {"id": "sess_0123456789abcdef", "workspace_id": "ws_0123456789abcdef", "agent_name": "general",
+            "name": "fix tests", "state": "active", "created_at": "2026-12-01T10:00:00.000000Z",
+            "activated_at": "2026-12-01T10:00:01.000000Z", "updated_at": isoformat(utcnow()), "failure": None,
+            "liveness": {}}
+    return {**base, **extra}
+
+
+def events_of(record: dict[str, Any]) -> list[str]:
+    return [n.event.value for n in session_notices(record)]
+
+
+def test_a_record_carries_its_permission_requests_failure_login_and_last_turn() -> None:
+    waiting = meta(liveness={"permission_requests": [
+        {"request_id": "call_1", "title": "Write x.txt", "kind": "edit", "created_at": "2026-12-01T10:01:00Z"}]})
+    [notice] = session_notices(waiting)
+    assert notice.event == WebhookEvent.PERMISSION_REQUESTED and notice.request_id == "call_1"
+    assert "edit Write x.txt" in notice.summary and notice.path == "/sessions/sess_0123456789abcdef"
+    failed = meta(state="stopped", stopped_at="2026-12-01T11:00:00Z",
+                  failure={"kind": "process_exit", "summary": "agent process killed by SIGKILL"})
+    assert events_of(failed) == ["session_failed"]
+    assert events_of(meta(state="stopped", failure={"kind": "cancellation", "summary": ""})) == []
+    login = meta(failure={"kind": "provider_auth_failure", "summary": "run /login"},
+                 liveness={"last_turn": {"turn_id": "turn_1", "ended_at": "2026-12-01T10:02:00Z"}})
+    assert events_of(login) == ["auth_required", "turn_finished"]
+    assert [i.kind.value for i in session_items(login)] == ["auth"]  # a finished turn needs nobody
+
+
+def test_event_ids_are_stable_across_saves_and_new_for_a_new_failure() -> None:
+    first = meta(state="stopped", stopped_at="2026-12-01T11:00:00Z", failure={"kind": "timeout", "summary": "x"})
+    resaved = {**first, "updated_at": "2026-12-01T12:00:00.000000Z"}
+    again = {**first, "stopped_at": "2026-12-01T13:00:00Z"}
+    [a], [b], [c] = session_notices(first), session_notices(resaved), session_notices(again)
+    assert a.event_id == b.event_id != c.event_id
+    assert session_items(first)[0].id == session_items(resaved)[0].id != session_items(again)[0].id
+
+
+def test_a_secret_in_a_tool_title_is_redacted_from_the_summary() -> None:
+    record = meta(liveness={"permission_requests": [
+        {"request_id": "c", "title": "curl -H 'Authorization: Bearer sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123'",
+         "kind": "execute", "created_at": "2026-12-01T10:01:00Z"}]})
+    assert "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123" not in session_notices(record)[0].summary
+
+
+# ---- the outbox on a real catalog --------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def empty_outbox() -> None:
+    WebhookDelivery.objects.all().delete()
+    outbox._known.clear()
+
+
+def config(*hooks: WebhookConfig, **extra: Any) -> NotificationsConfig:
+    return NotificationsConfig(webhooks=hooks, retry_min=1.0, retry_max=8.0, max_attempts=3, **extra)
+
+
+FAILED = meta(state="stopped", stopped_at=isoformat(utcnow()), failure={"kind": "timeout", "summary": "silent"})
+ALL = frozenset(WebhookEvent)
+
+
+def test_an_event_is_one_row_per_webhook_that_wants_it_and_is_written_once() -> None:
+    mine = WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL)
+    other_agent = WebhookConfig("http://127.0.0.1:1/b", SECRET, ALL, agents=frozenset({"claude"}))
+    other_ws = WebhookConfig("http://127.0.0.1:1/c", SECRET, ALL, workspaces=frozenset({"elsewhere"}))
+    not_failures = WebhookConfig("http://127.0.0.1:1/d", SECRET, frozenset({WebhookEvent.TURN_FINISHED}))
+    notifications = config(mine, other_agent, other_ws, not_failures)
+    assert outbox.enqueue(session_notices(FAILED), notifications) == 1
+    outbox._known.clear()  # another process (a node, a restart) saving the same record
+    assert outbox.enqueue(session_notices(FAILED), notifications) == 0
+    [row] = WebhookDelivery.objects.all()
+    assert row.webhook == mine.key and row.status == DeliveryStatus.PENDING and SECRET not in row.body
+    assert row.target == "http://127.0.0.1:1"
+
+
+def test_an_old_event_is_not_replayed_to_a_webhook_added_later() -> None:
+    old = {**FAILED, "stopped_at": isoformat(utcnow() - timedelta(hours=2))}
+    assert outbox.enqueue(session_notices(old), config(WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL))) == 0
+
+
+def test_two_nodes_claiming_one_row_at_once_give_it_to_one() -> None:
+    outbox.enqueue(session_notices(FAILED), config(WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL)))
+    [row] = due(utcnow())
+    until = utcnow() + timedelta(seconds=30)
+    barrier, wins = threading.Barrier(4), []
+
+    def race(owner: str) -> None:
+        from django.db import connection
+
+        barrier.wait()
+        wins.append(claim(row, owner, until))
+        connection.close()
+
+    threads = [threading.Thread(target=race, args=(f"node-{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False, False, False, True]
+    assert due(utcnow()) == []  # claimed: nobody else takes it while the claim lasts
+    assert due(until + timedelta(seconds=1)) != []  # a claim left by a killed node lapses
+
+
+def test_a_failed_attempt_is_retried_with_backoff_then_given_up() -> None:
+    notifications = config(WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL))
+    outbox.enqueue(session_notices(FAILED), notifications)
+    now = utcnow()
+    for attempt, expected in ((1, DeliveryStatus.PENDING), (2, DeliveryStatus.PENDING), (3, DeliveryStatus.FAILED)):
+        [row] = WebhookDelivery.objects.all()
+        assert claim(row, "me", now + timedelta(seconds=30))
+        assert settle(row, "me", Outcome(False, True, "refused"), notifications, now) == expected
+        row.refresh_from_db()
+        assert row.attempts == attempt and row.claimed_by == ""
+        if expected == DeliveryStatus.PENDING:
+            assert row.next_attempt_at == now + timedelta(seconds=notifications.backoff(attempt))
+    assert delivery.outbox_state(now - timedelta(hours=1))["failed_recent"] == 1
+
+
+def test_a_settle_after_the_claim_lapsed_and_was_taken_changes_nothing() -> None:
+    notifications = config(WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL))
+    outbox.enqueue(session_notices(FAILED), notifications)
+    [row] = WebhookDelivery.objects.all()
+    assert claim(row, "slow", utcnow() - timedelta(seconds=1))
+    [lapsed] = due(utcnow())
+    assert claim(lapsed, "fast", utcnow() + timedelta(seconds=30))
+    settle(row, "slow", Outcome(True, False), notifications, utcnow())
+    lapsed.refresh_from_db()
+    assert lapsed.status == DeliveryStatus.PENDING and lapsed.claimed_by == "fast"
