@@ -93,6 +93,7 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
+    "compozy.api.attention": "attention_api",
 }
 
 
