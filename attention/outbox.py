@@ -102,8 +102,17 @@ def on_meta_saved(meta: dict[str, Any]) -> None:
 def on_task_noted(row: TaskEvent) -> None:
     """tasks.history.NOTED: inside the task's transaction, so a failure here rolls the task's change back too (the
     task cycle retries it) rather than lose the event."""
+    if row.kind != TaskEventKind.NEEDS_ATTENTION:
+        return
+    from django.db import transaction
+
+    from attention.services import ring_attention
+
+    workspace_id = row.task.workspace_id
+    # The catalog stream tells viewers once the change is visible (a session's change rings from its save).
+    transaction.on_commit(lambda: ring_attention(workspace_id, ""))
     config = get_config().notifications
-    if not config.webhooks or row.kind != TaskEventKind.NEEDS_ATTENTION:
+    if not config.webhooks:
         return
     notice = task_notice(row)
     if notice is not None:

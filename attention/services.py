@@ -77,7 +77,12 @@ def _session_meta(row: Session) -> dict[str, Any] | None:
 
 
 def session_items(meta: dict[str, Any]) -> list[AttentionItem]:
-    return [item for item in map(_item, session_notices(meta)) if item is not None]
+    items = [item for item in map(_item, session_notices(meta)) if item is not None]
+    if meta.get("task_id"):
+        # A task's attempt that failed is its task's business: recovery retries it or the task needs attention
+        # (its own item), so the person sees one item, not one per attempt.
+        items = [i for i in items if i.kind != AttentionKind.FAILED]
+    return items
 
 
 def _task_items() -> list[AttentionItem]:

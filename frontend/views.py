@@ -33,6 +33,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from attention.services import list_items
 from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
 from sessions import services, transcript
@@ -103,6 +104,16 @@ async def dashboard(request: HttpRequest) -> HttpResponse:
         "workspaces": context["workspaces"],
     }
     return _secure(render(request, "frontend/dashboard.html", {**context, "page": page}))
+
+
+@csrf_exempt
+@require_safe
+async def attention_page(request: HttpRequest) -> HttpResponse:
+    """The inbox: what waits on a person, newest first (the list `GET /api/attention` gives)."""
+
+    attention = await sync_to_async(list_items)()
+    return _secure(render(request, "frontend/attention.html", {"attention": attention,
+                                                               "page": {"initial": attention}}))
 
 
 @csrf_exempt

@@ -192,6 +192,7 @@ export function startDaemonStatus({ doctor = true } = {}) {
   refresh();
   setInterval(refresh, STATUS_POLL_MS);
   if (doctor) startDoctorSummary();
+  startAttentionCount();
   state.refresh = refresh;
   return state;
 }
@@ -230,4 +231,67 @@ async function startDoctorSummary() {
   } catch {
     box.hidden = true;
   }
+}
+
+// ---- the attention count in the header, and opt-in browser notifications -------------------------
+
+// A page that holds a catalog stream rings `compozy:catalog` on each frame and the count refetches then; the poll
+// is for pages without one (it also survives a daemon restart without a stream).
+const ATTENTION_POLL_MS = 5_000;
+const NOTIFY_KEY = "compozy.notifications";
+const notified = new Set();
+let attentionPrimed = false;
+
+export function notificationsWanted() {
+  return "Notification" in window && Notification.permission === "granted" && localStorage.getItem(NOTIFY_KEY) === "on";
+}
+
+export async function setNotifications(on) {
+  if (!("Notification" in window)) return false;
+  if (on && Notification.permission !== "granted" && (await Notification.requestPermission()) !== "granted") {
+    localStorage.setItem(NOTIFY_KEY, "off");
+    return false;
+  }
+  localStorage.setItem(NOTIFY_KEY, on ? "on" : "off");
+  return on;
+}
+
+// A new item is shown once per tab (the tag makes the browser replace the same item from another tab). The first
+// read only primes: what was waiting before the page opened is in the inbox, not a burst of notifications.
+function notifyNew(items) {
+  for (const item of items) {
+    if (notified.has(item.id)) continue;
+    notified.add(item.id);
+    if (attentionPrimed && notificationsWanted()) {
+      const note = new Notification(`Compozy: ${item.kind}`, { body: item.summary, tag: item.id });
+      note.addEventListener("click", () => { window.focus(); window.location.href = item.url; });
+    }
+  }
+  attentionPrimed = true;
+}
+
+export async function refreshAttention() {
+  const count = document.getElementById("attention-count");
+  try {
+    const { data } = await api("GET", "/api/attention");
+    const items = data.items || [];
+    if (count) {
+      count.textContent = String(items.length);
+      count.dataset.count = String(items.length);
+      count.hidden = items.length === 0;
+      count.title = items.length ? `${items.length} waiting on you` : "";
+    }
+    notifyNew(items);
+    document.dispatchEvent(new CustomEvent("compozy:attention", { detail: items }));
+    return items;
+  } catch {
+    return null; // the daemon status line says why
+  }
+}
+
+function startAttentionCount() {
+  const soon = debounce(refreshAttention, 250);
+  document.addEventListener("compozy:catalog", soon);
+  refreshAttention();
+  setInterval(refreshAttention, ATTENTION_POLL_MS);
 }

@@ -298,7 +298,10 @@ function openCatalogStream() {
     live.textContent = "live";
     refetch(); // whatever changed between the page render (or a drop) and this connection
   });
-  source.addEventListener("session_catalog_changed", refetch);
+  source.addEventListener("session_catalog_changed", () => {
+    refetch();
+    document.dispatchEvent(new Event("compozy:catalog")); // the header's attention count
+  });
   source.addEventListener("error", () => {
     live.dataset.state = "reconnecting";
     live.textContent = "reconnecting";

@@ -278,6 +278,7 @@ function watchCatalog(on) {
   catalog = new EventSource("/api/sessions/catalog-stream");
   catalog.addEventListener("open", () => refreshSessionSoon()); // what changed while it was closed
   catalog.addEventListener("session_catalog_changed", (message) => {
+    document.dispatchEvent(new Event("compozy:catalog")); // the header's attention count
     const change = parse(message);
     if (!change || !change.session_id || change.session_id === session.id) refreshSessionSoon();
   });
