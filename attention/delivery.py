@@ -157,6 +157,13 @@ def deliver_due(owner: str, config: NotificationsConfig, now: datetime | None = 
     return made
 
 
+def prune(before: datetime) -> int:
+    """Delivered and given-up rows finished before `before`: the outbox is a queue, not an archive."""
+    done = (DeliveryStatus.DELIVERED, DeliveryStatus.FAILED)
+    deleted, _ = WebhookDelivery.objects.filter(status__in=done, finished_at__lt=before).delete()
+    return deleted
+
+
 def outbox_state(failed_since: datetime, limit: int = 5) -> dict[str, Any]:
     """What doctor shows: counts by status, the rows given up since `failed_since` (newest first) and the ones
     retrying."""

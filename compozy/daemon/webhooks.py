@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from datetime import timedelta
 
 from compozy.daemon.logs import RepeatedFailure
 
@@ -17,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 # At most this long between looks at the outbox: a retry due sooner (a short `retry_min`) is looked for sooner.
 POLL_SECONDS = 2.0
+# Finished rows are kept this long (doctor reads the recent failures), then pruned, at most once an hour.
+KEEP_FINISHED = timedelta(days=7)
+PRUNE_EVERY_SECONDS = 3600.0
 
 
 class WebhookDispatcher:
@@ -38,17 +43,22 @@ class WebhookDispatcher:
     def _loop(self) -> None:
         from django.db import close_old_connections, connection
 
-        from attention.delivery import deliver_due, wait_for_work
+        from attention.delivery import deliver_due, prune, wait_for_work
         from sessions.config import get_config
+        from sessions.store.folder import utcnow
 
         config = get_config().notifications
         if not config.webhooks:
             return  # nothing can be written to the outbox, and rows of a removed webhook wait for its return
         poll = min(POLL_SECONDS, max(0.05, config.retry_min / 2))
         failures = RepeatedFailure(logger)
+        pruned_at = 0.0
         while not self._stop.is_set():
             try:
                 close_old_connections()
+                if time.monotonic() - pruned_at > PRUNE_EVERY_SECONDS:
+                    prune(utcnow() - KEEP_FINISHED)
+                    pruned_at = time.monotonic()
                 while deliver_due(self.owner, config) and not self._stop.is_set():
                     pass  # a full batch may leave more due rows behind it
                 failures.ok("webhook delivery")

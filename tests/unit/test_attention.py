@@ -212,3 +212,14 @@ def test_a_settle_after_the_claim_lapsed_and_was_taken_changes_nothing() -> None
     settle(row, "slow", Outcome(True, False), notifications, utcnow())
     lapsed.refresh_from_db()
     assert lapsed.status == DeliveryStatus.PENDING and lapsed.claimed_by == "fast"
+
+
+def test_finished_rows_are_pruned_after_their_keep_and_pending_ones_never() -> None:
+    notifications = config(WebhookConfig("http://127.0.0.1:1/a", SECRET, ALL),
+                           WebhookConfig("http://127.0.0.1:1/b", SECRET, ALL))
+    outbox.enqueue(session_notices(FAILED), notifications)
+    done, waiting = WebhookDelivery.objects.order_by("id")
+    assert claim(done, "me", utcnow() + timedelta(seconds=30))
+    settle(done, "me", Outcome(True, False), notifications, utcnow() - timedelta(days=8))
+    assert delivery.prune(utcnow() - timedelta(days=7)) == 1
+    assert list(WebhookDelivery.objects.values_list("id", flat=True)) == [waiting.id]
