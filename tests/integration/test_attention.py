@@ -176,3 +176,33 @@ def test_deliveries_pending_when_the_daemon_is_killed_are_delivered_after_its_re
     finally:
         second.stop()
         receiver.stop()
+
+
+# A task whose agent goes silent: stopped, verified gone, and with one attempt allowed it needs attention.
+SILENCE = ('[session.supervision]\nactivity_heartbeat_interval = "0.5s"\ninactivity_warning_after = "0s"\n'
+           'inactivity_timeout = "0s"\nquiet_after = "1s"\nstop_grace = "1s"\n[tasks]\nlease_ttl = "4s"\n')
+
+
+def test_a_task_that_needs_attention_is_listed_and_delivered(tmp_path: Path, workspace: Path) -> None:
+    receiver = Receiver().start()
+    config = webhook_config(receiver.url, SECRET, ["task_needs_attention", "session_failed"]) + SILENCE + NO_TITLE
+    d = start_daemon(tmp_path / "home", extra_config=config, timeout=START_TIMEOUT)
+    try:
+        response = d.http.post("/api/tasks", json={"prompt": "hang", "agent_name": "scripted", "max_attempts": 1,
+                                                   "workspace_path": str(workspace), "title": "goes silent"})
+        assert response.status_code == 201, response.text
+        task_id = response.json()["task"]["id"]
+        [delivery] = wait_for(lambda: receiver.received("task_needs_attention", task_id=task_id), 90,
+                              "the task_needs_attention webhook")
+        assert delivery.signed_with(SECRET)
+        assert "goes silent" in delivery.payload["summary"] and delivery.payload["url"].endswith(f"/tasks#{task_id}")
+        [item] = [i for i in attention(d) if i["kind"] == "task"]
+        assert item["task_id"] == task_id and item["summary"] == delivery.payload["summary"]
+        # Its stopped attempt is the task's business: one item, not one per attempt.
+        assert [i["kind"] for i in attention(d)] == ["task"]
+        retried = d.http.post(f"/api/tasks/{task_id}/retry")
+        assert retried.status_code == 200, retried.text
+        wait_for(lambda: not [i for i in attention(d) if i["kind"] == "task"], what="the retried task to leave")
+    finally:
+        d.stop()
+        receiver.stop()
