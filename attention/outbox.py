@@ -90,11 +90,10 @@ def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | 
 def on_meta_saved(meta: dict[str, Any]) -> None:
     """catalog.META_SAVED: the record's events into the outbox. A failure here never fails the save (the record
     is written already); it is logged with its cause, and the next save of the record writes the rows."""
-    config = get_config().notifications
-    if not config.webhooks:
-        return
     try:
-        enqueue(session_notices(meta), config)
+        config = get_config().notifications  # loaded once per process (a manage.py command loads it here)
+        if config.webhooks:
+            enqueue(session_notices(meta), config)
     except Exception:  # logged with its traceback; the save it follows stands
         logger.exception("session %s: writing its webhook events to the outbox failed", meta.get("id"))
 

@@ -55,7 +55,8 @@ class HelpGroup(click.RichGroup):
     group_class = type  # its subgroups are HelpGroups too
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args and not ctx.resilient_parsing:
+        # A group that is also a command (`compozy attention` lists) runs when named alone.
+        if not args and not ctx.resilient_parsing and not self.invoke_without_command:
             click.echo(ctx.get_help())
             ctx.exit(0)
         return super().parse_args(ctx, args)

@@ -96,6 +96,9 @@ def test_a_failed_session_is_listed_until_acknowledged(daemon: Daemon, receiver:
     [delivery] = wait_for(lambda: receiver.received("session_failed", session_id=sid), what="session_failed")
     assert delivery.signed_with(SECRET) and delivery.payload["summary"] == item["summary"]
 
+    human = daemon.cli("attention")
+    assert human.returncode == 0 and item["id"] in human.stdout and "failed" in human.stdout
+    assert "compozy attention ack ID" in human.stdout
     acked = daemon.cli_json("attention", "ack", item["id"])
     assert acked["item"]["id"] == item["id"] and acked["item"]["acknowledged"] is True
     assert not items_for(daemon, sid, "failed")

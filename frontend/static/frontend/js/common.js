@@ -237,7 +237,7 @@ async function startDoctorSummary() {
 
 // A page that holds a catalog stream rings `compozy:catalog` on each frame and the count refetches then; the poll
 // is for pages without one (it also survives a daemon restart without a stream).
-const ATTENTION_POLL_MS = 5_000;
+const ATTENTION_POLL_MS = 10_000;
 const NOTIFY_KEY = "compozy.notifications";
 const notified = new Set();
 let attentionPrimed = false;
