@@ -59,8 +59,7 @@ class WebhookConfig:
         """The URL without its path, query or credentials: what logs, errors and doctor may show (a chat tool's
         incoming-webhook URL carries its own token in the path)."""
         parts = urlsplit(self.url)
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # host[:port], an IPv6 host in its brackets
 
     def wants(self, event: WebhookEvent, agent: str, workspace: tuple[str, ...]) -> bool:
         """Subscribed to `event`, and the agent and workspace (its id, name or root) pass the filters."""

@@ -223,3 +223,7 @@ def test_finished_rows_are_pruned_after_their_keep_and_pending_ones_never() -> N
     settle(done, "me", Outcome(True, False), notifications, utcnow() - timedelta(days=8))
     assert delivery.prune(utcnow() - timedelta(days=7)) == 1
     assert list(WebhookDelivery.objects.values_list("id", flat=True)) == [waiting.id]
+
+
+def test_an_ipv6_receiver_is_shown_with_its_brackets() -> None:
+    assert WebhookConfig("http://[::1]:8080/x", SECRET, frozenset()).target == "http://[::1]:8080"
