@@ -1,6 +1,7 @@
 """The attention rules without a daemon (issue 31): `[notifications]` validation, the backoff, which events a saved
 session record carries and their stable ids, the signature, and the outbox on a real SQLite catalog (rows per
-webhook and filter, written once, claimed by one of two racing nodes, retried, given up)."""
+webhook and filter, written once, claimed by one of two racing nodes, retried, given up), and one POST to a real
+receiver on loopback for each kind of answer."""
 
 from __future__ import annotations
 
@@ -227,3 +228,42 @@ def test_finished_rows_are_pruned_after_their_keep_and_pending_ones_never() -> N
 
 def test_an_ipv6_receiver_is_shown_with_its_brackets() -> None:
     assert WebhookConfig("http://[::1]:8080/x", SECRET, frozenset()).target == "http://[::1]:8080"
+
+
+def _row() -> WebhookDelivery:
+    return WebhookDelivery(id="evt_x.wh_y", event_id="evt_x", event="session_failed", webhook="wh_y", target="",
+                           body='{"id":"evt_x"}', next_attempt_at=utcnow(), created_at=utcnow())
+
+
+@pytest.mark.parametrize(("status", "retry"), [(200, None), (204, None), (503, True), (500, True), (429, True),
+                                               (400, False), (410, False), (302, False)])
+def test_an_answer_is_delivered_retried_or_given_up_by_its_status(status: int, retry: bool | None) -> None:
+    from tests.webhook_receiver import Receiver
+
+    receiver = Receiver(status=status).start()
+    try:
+        outcome = delivery.post(WebhookConfig(receiver.url, SECRET, ALL), _row(), timeout=5)
+    finally:
+        receiver.stop()
+    assert outcome.delivered is (retry is None)
+    if retry is not None:
+        assert outcome.retry is retry and str(status) in outcome.error
+        assert "private-path-token" not in outcome.error and SECRET not in outcome.error
+    [got] = receiver.deliveries
+    assert got.signed_with(SECRET) and got.headers["x-compozy-delivery"] == "evt_x"
+
+
+def test_a_receiver_that_never_answers_or_is_not_there_is_retried() -> None:
+    import socket
+
+    from tests.webhook_receiver import free_port
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/hook/private-path-token"
+        hung = delivery.post(WebhookConfig(url, SECRET, ALL), _row(), timeout=0.3)
+    refused = delivery.post(WebhookConfig(f"http://127.0.0.1:{free_port()}/p", SECRET, ALL), _row(), timeout=1)
+    for outcome in (hung, refused):
+        assert not outcome.delivered and outcome.retry and "private-path-token" not in outcome.error
+        assert outcome.error.startswith("http://127.0.0.1:")
