@@ -110,8 +110,10 @@ class StartPath:
             await agent.start()
         except AgentNotFound as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, str(exc)) from exc
+        # A new agent process has asked nothing yet: requests a crashed run left in meta.json are not this run's.
         session.meta.setdefault("liveness", {}).update(
-            {"subprocess_pid": agent.pid, "subprocess_started_at": agent.started_at}
+            {"subprocess_pid": agent.pid, "subprocess_started_at": agent.started_at, "pending_permissions": 0,
+             "permission_requests": []}
         )
         self._stop.watch_exit()
         await session.observe("agent.spawned", pid=agent.pid, command=agent.command[0],

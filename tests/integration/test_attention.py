@@ -209,3 +209,28 @@ def test_a_task_that_needs_attention_is_listed_and_delivered(tmp_path: Path, wor
     finally:
         d.stop()
         receiver.stop()
+
+
+def test_a_permission_left_open_by_a_killed_daemon_is_not_listed_after_the_session_continues(
+        tmp_path: Path, workspace: Path) -> None:
+    from tests.conftest import wait_gone
+
+    home = tmp_path / "home"
+    first = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        sid = first.create(workspace, agent="reader")["id"]
+        assert first.prompt(sid, "tool write x.txt hi").status_code == 200
+        wait_for(lambda: items_for(first, sid, "permission"), what="the permission item")
+        agent_pid = first.meta(sid)["liveness"]["subprocess_pid"]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert wait_gone(agent_pid, 60), "the orphaned agent did not exit"
+    second = start_daemon(home, timeout=START_TIMEOUT)
+    try:
+        second.wait_state(sid, {"stopped"})
+        assert not items_for(second, sid, "permission")  # nobody can answer it: its agent is gone
+        second.run_turn(sid, "say hello")  # continues the session with a new agent process
+        assert second.session(sid)["state"] == "active"
+        assert not items_for(second, sid, "permission")
+    finally:
+        second.stop()
