@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from compozy_base.home import compozy_home
 from sessions.config_checks import UnknownKey, read_toml, unknown_keys
 from sessions.config_notifications import NotificationsConfig, parse_notifications
-from sessions.config_values import boolean, integer, parse_duration, port, string_table
+from sessions.config_values import boolean, integer, parse_duration, port, string, string_table
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
 from sessions.heartbeat_config import HeartbeatConfig, parse_heartbeat
@@ -51,6 +51,9 @@ class ProviderConfig:
     default_model: str = ""
     display_name: str = ""
     npm: NpmPackage | None = None
+    # The ACP auth method to `authenticate` with when the agent offers it (sessions/acp/auth.py); "" picks the first
+    # env-var method whose variables are set.
+    auth_method: str = ""
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ class Config:
 # @latest: an adapter release can change what a session runs between two starts of the same session.
 NPM_PACKAGES = {
     "claude": NpmPackage("@agentclientprotocol/claude-agent-acp", "0.101.0"),
-    "codex": NpmPackage("@zed-industries/codex-acp", "0.16.0"),
+    "codex": NpmPackage("@agentclientprotocol/codex-acp", "2.6.0"),
     "gemini": NpmPackage("@google/gemini-cli", "0.61.0", ("--acp",)),
     "opencode": NpmPackage("opencode-ai", "1.18.33", ("acp",)),
 }
@@ -301,6 +304,7 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             display_name=str(body.get("display_name") or (base.display_name if base else name)),
             # A command of one's own replaces the built-in adapter, and with it the npm fallback.
             npm=base.npm if base is not None and command[:1] == base.command[:1] else None,
+            auth_method=string(body.get("auth_method"), f"{key}.auth_method") or (base.auth_method if base else ""),
         )
     return providers
 

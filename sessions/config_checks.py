@@ -46,7 +46,8 @@ SCHEMA: dict[str, Any] = {
     "workspaces": {"allow_hard_links": None},
     "agents": {"heartbeat": FREE,
                "*": dict.fromkeys(("provider", "model", "reasoning_effort", "permissions", "prompt"))},
-    "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None}}},
+    "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None},
+                        "auth_method": None}},
     "hooks": {"declarations": FREE},
     "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url")),
     # Each webhook's keys are checked by its own reader (sessions/config_notifications.py), which refuses others.

@@ -65,3 +65,12 @@ def boolean(value: object, key: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}: must be true or false, got {value!r:.60}")
     return value
+
+
+def string(value: object, key: str) -> str:
+    """A TOML string; "" when absent."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: must be a string, got {value!r:.60}")
+    return value

@@ -67,8 +67,12 @@ def user_stop_reason(detail: str) -> StopReason:
 
 
 def badge(state: str, failure: dict[str, Any] | None, stalled: bool = False, prompting: bool = False) -> Badge:
-    """Daemon-computed so clients never re-derive it (sessions reference §1 precedence)."""
+    """Daemon-computed so clients never re-derive it (sessions reference §1 precedence). A start the provider
+    refused for authentication stops the session, but it waits on a person's login, not on a fix: `waiting-for-auth`
+    (issue 29), and `session resume` after the login continues it."""
     if state == SessionState.STOPPED:
+        if failure and failure.get("kind") == FailureKind.PROVIDER_AUTH_FAILURE:
+            return Badge.WAITING_FOR_AUTH
         if failure and failure.get("kind") not in (None, FailureKind.CANCELLATION):
             return Badge.FAILED
         return Badge.STOPPED

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from sessions.acp import launch, workspace_fs
+from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
@@ -48,6 +48,7 @@ class StartPath:
         self._on_update = on_update
         self._on_request = on_request
         self.loading = False
+        self._auth_methods: list[auth.AuthMethod] = []
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
@@ -127,9 +128,36 @@ class StartPath:
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
         advertised = init.get("agentCapabilities")
         caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
+        offers = caps.get("sessionCapabilities")
+        lifecycle_caps: dict[str, Any] = offers if isinstance(offers, dict) else {}
+        self._auth_methods = auth.offered(init)
         session.meta["acp_caps"] = {"supports_load_session": bool(caps.get("loadSession")),
+                                    "supports_resume": "resume" in lifecycle_caps,
+                                    "supports_close": "close" in lifecycle_caps,
+                                    "auth_methods": [m.id for m in self._auth_methods],
                                     "agent_info": init.get("agentInfo")}
+        await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
+
+    async def _authenticate(self, agent: AgentProcess) -> None:
+        """ACP `authenticate` with the method sessions/acp/auth.py chooses, when the agent offers any."""
+        provider = self._session.provider
+        method = auth.choose(self._auth_methods, provider.auth_method, agent.env)
+        if method is None:
+            return  # nothing to choose (or the agent is logged in already): session/new tells
+        try:
+            await agent.request("authenticate", {"methodId": method.id}, timeout=NEW_SESSION_TIMEOUT)
+        except AgentRequestError as exc:
+            raise StartFailed(FailureKind.PROVIDER_AUTH_FAILURE, self._auth_refusal(
+                f"authenticate with {method.id!r} failed: {exc}")) from exc
+        except (TransportClosed, TimeoutError) as exc:
+            raise StartFailed(FailureKind.HANDSHAKE_FAILURE,
+                              self._with_exit(f"ACP authenticate failed: {exc}")) from exc
+        self._session.meta["acp_caps"]["authenticated_with"] = method.id
+
+    def _auth_refusal(self, detail: str) -> str:
+        argv0 = self._session.agent.command[0] if self._session.agent else ""
+        return auth.refusal(self._auth_methods, argv0, self._session.provider.auth_method, detail)
 
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
@@ -144,7 +172,11 @@ class StartPath:
                 return
         try:
             result = await session.agent.request("session/new", params, timeout=NEW_SESSION_TIMEOUT)
-        except (TransportClosed, AgentRequestError, TimeoutError) as exc:
+        except AgentRequestError as exc:
+            if lifecycle.is_auth_error(exc.code, str(exc)):  # a provider login, not a broken agent: waiting-for-auth
+                raise StartFailed(FailureKind.PROVIDER_AUTH_FAILURE, self._auth_refusal(str(exc))) from exc
+            raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP session/new failed: {exc}")) from exc
+        except (TransportClosed, TimeoutError) as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP session/new failed: {exc}")) from exc
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
@@ -194,11 +226,23 @@ class StartPath:
                                                "raw": {"option": what, **resolution}}, turn_id="")
 
     async def _try_load_session(self, params: dict[str, Any]) -> str | None:
-        """ACP session/load of the saved id; None on success, else the fallback reason (§14)."""
+        """The saved ACP session reopened: session/resume when the agent offers it (no history replay; the v2
+        draft drops load), else session/load. None on success, else the fallback reason (§14)."""
         session = self._session
         assert session.agent
         saved = session.meta.get("acp_session_id") or ""
-        if not (session.meta.get("acp_caps") or {}).get("supports_load_session") or not saved:
+        caps = session.meta.get("acp_caps") or {}
+        if saved and caps.get("supports_resume"):
+            try:
+                await session.agent.request("session/resume", {**params, "sessionId": saved},
+                                            timeout=NEW_SESSION_TIMEOUT)
+                return None
+            except AgentRequestError as exc:  # e.g. the agent forgot it: load may still know it, else new
+                logger.info("session %s: session/resume refused (%s); trying session/load", session.id, exc)
+            except (TransportClosed, TimeoutError) as exc:
+                raise StartFailed(FailureKind.LOAD_SESSION_FAILURE,
+                                  self._with_exit(f"ACP session/resume failed: {exc}")) from exc
+        if not caps.get("supports_load_session") or not saved:
             return "load_session_unsupported"
         self.loading = True  # the agent may replay history as updates: we already hold it
         try:

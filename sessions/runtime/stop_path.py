@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
+from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import spawn
@@ -116,8 +117,10 @@ class StopPath:
             await self._turns.cancel_turn()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(turn.ended.wait(), session.config.timeouts.stop_cancel_grace)
-        # 4-5. wait for exit, escalating through SIGTERM and SIGKILL of the process group
+        # 4-5. ACP session/close when offered, then wait for exit, escalating through SIGTERM and SIGKILL
         if session.agent is not None:
+            if not process_gone:
+                await self._close_acp_session()
             await session.agent.shutdown(grace=session.config.timeouts.stop_cancel_grace)
         if turn is not None and turn.task and not turn.task.done():
             turn.task.cancel()
@@ -134,6 +137,19 @@ class StopPath:
             session.marker(marker, f"Turn ended by session stop ({reason.value}).", {"stop_reason": reason.value},
                         turn_id=turn.id)
         await self.finish(reason, detail, failure)
+
+    async def _close_acp_session(self) -> None:
+        """`session/close` lets the agent release the session before its process is shut down. Bounded by the
+        cancel grace; a refusal, a timeout or a dead pipe is logged and the stop goes on."""
+        session = self._session
+        agent, sid = session.agent, session.meta.get("acp_session_id") or ""
+        if agent is None or agent.returncode is not None or not sid \
+                or not (session.meta.get("acp_caps") or {}).get("supports_close"):
+            return
+        try:
+            await agent.request("session/close", {"sessionId": sid}, timeout=session.config.timeouts.stop_cancel_grace)
+        except (AgentRequestError, TransportClosed, TimeoutError) as exc:
+            logger.warning("session %s: ACP session/close failed (%s); stopping the agent anyway", session.id, exc)
 
     async def finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""

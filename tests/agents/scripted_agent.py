@@ -362,6 +362,14 @@ class Connection:
 
 # ---- the agent ----------------------------------------------------------------------------------------------
 
+# What --require-auth offers: codex-acp's shape (an `api-key` method naming no variables, so only a configured
+# auth_method picks it), an env-var method a client can choose by itself, and a terminal login.
+AUTH_METHODS: list[Json] = [
+    {"id": "api-key", "name": "API Key", "description": "Use an API key to authenticate"},
+    {"id": "env-key", "name": "Scripted key", "type": "env_var", "vars": [{"name": "SCRIPTED_API_KEY"}]},
+    {"id": "login", "name": "Log in", "type": "terminal", "args": ["login"]},
+]
+
 class ScriptedAgent:
     def __init__(self, opts: argparse.Namespace) -> None:
         self._opts = opts
@@ -402,6 +410,8 @@ class ScriptedAgent:
         self._exit_task: asyncio.Future[None] | None = None
         self._models = [m for m in (opts.models or "").split(",") if m]  # offered through a model select
         self._current_model: dict[str, str] = {}  # session id -> model id
+        self._lifecycle = {c for c in (opts.lifecycle or "").split(",") if c}
+        self._authenticated = bool(opts.login_file and Path(opts.login_file).exists())
 
     @property
     def conn(self) -> Connection:
@@ -432,6 +442,18 @@ class ScriptedAgent:
         if method == "session/load":
             p = check_fields("LoadSessionRequest", params, {"cwd": str, "sessionId": str, "mcpServers": list})
             return await self.load_session(p["cwd"], p["sessionId"])
+        if method == "authenticate" and self._opts.require_auth:
+            return await self.authenticate(check_fields("AuthenticateRequest", params, {"methodId": str})["methodId"])
+        if method == "session/resume" and "resume" in self._lifecycle:
+            p = check_fields("ResumeSessionRequest", params, {"cwd": str, "sessionId": str})
+            return await self.resume_session(p["cwd"], p["sessionId"])
+        if method == "session/close" and self._lifecycle & {"close", "closefail"}:
+            p = check_fields("CloseSessionRequest", params, {"sessionId": str})
+            self._log_call(method, p)
+            if "closefail" in self._lifecycle:
+                raise RequestError.internal_error({"details": "scripted session/close failure"})
+            self._sessions.pop(p["sessionId"], None)
+            return {}
         if method == "session/set_config_option":
             boolean = isinstance(params, dict) and params.get("type") == "boolean"
             p = check_fields("SetSessionConfigOptionBooleanRequest" if boolean else
@@ -462,13 +484,46 @@ class ScriptedAgent:
         if self._opts.broken_handshake:
             blocking_write(1, b"this is not json-rpc {{{\n")
             os._exit(2)
-        return {"protocolVersion": PROTOCOL_VERSION,
-                "agentCapabilities": {"loadSession": bool(self._opts.load_session)},
-                "agentInfo": {"name": "scripted-agent", "title": "Compozy scripted test agent", "version": "1.0"}}
+        capabilities: Json = {"loadSession": bool(self._opts.load_session)}
+        if self._lifecycle:
+            offered = {"close" if name == "closefail" else name for name in self._lifecycle}
+            capabilities["sessionCapabilities"] = {name: {} for name in sorted(offered)}
+        answer: Json = {"protocolVersion": PROTOCOL_VERSION, "agentCapabilities": capabilities,
+                        "agentInfo": {"name": "scripted-agent", "title": "Compozy scripted test agent",
+                                      "version": "1.0"}}
+        if self._opts.require_auth:
+            answer["authMethods"] = AUTH_METHODS
+        return answer
+
+    async def authenticate(self, method_id: str) -> Json:
+        self._log_call("authenticate", {"methodId": method_id})
+        if method_id not in {m["id"] for m in AUTH_METHODS}:
+            raise RequestError.invalid_params({"details": f"unknown auth method {method_id!r}"})
+        if method_id == "login" or not os.environ.get("SCRIPTED_API_KEY"):
+            raise RequestError.auth_required({"details": f"{method_id}: SCRIPTED_API_KEY is not set"})
+        self._authenticated = True
+        return {}
+
+    async def resume_session(self, cwd: str, session_id: str) -> Json:
+        self._log_call("session/resume", {"sessionId": session_id})
+        known = session_id in self._sessions or (
+            self._opts.state_dir is not None and _SAFE_ID.match(session_id) is not None
+            and (Path(self._opts.state_dir) / session_id).is_file())
+        if not known:
+            raise RequestError.resource_not_found(session_id)
+        self._sessions[session_id] = cwd
+        return {}
+
+    def _log_call(self, method: str, params: Json) -> None:
+        if self._opts.call_log:
+            with open(self._opts.call_log, "a", encoding="utf-8") as log_file:
+                log_file.write(json.dumps({"method": method, "params": params, "pid": os.getpid()}) + "\n")
 
     async def new_session(self, cwd: str) -> Json:
         if self._opts.fail_new_session:
             raise RequestError.internal_error({"details": "scripted new_session failure"})
+        if self._opts.require_auth and not self._authenticated:
+            raise RequestError.auth_required({"details": "Authentication required"})
         session_id = f"scripted-{uuid.uuid4().hex}"
         self._sessions[session_id] = cwd
         if self._opts.state_dir:
@@ -483,6 +538,7 @@ class ScriptedAgent:
         return {"configOptions": self._config_options(session_id) or []}
 
     async def load_session(self, cwd: str, session_id: str) -> Json:
+        self._log_call("session/load", {"sessionId": session_id})
         if not self._opts.load_session:
             raise RequestError.method_not_found("session/load")
         known = session_id in self._sessions or (
@@ -914,6 +970,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--echo-verbatim", action="store_true", help="echo prompts word for word, no 'echo: '")
     parser.add_argument("--models", help="comma-separated model ids offered through a `model` config option; "
                         "the first is current")
+    parser.add_argument("--require-auth", action="store_true",
+                        help="offer auth methods as codex-acp does (api-key lists no variables, env-key names "
+                        "SCRIPTED_API_KEY, login is a terminal method); session/new answers auth_required until "
+                        "`authenticate` succeeded, which needs SCRIPTED_API_KEY set")
+    parser.add_argument("--login-file", help="with --require-auth: authenticated from the start once this file "
+                        "exists (a login the agent stored, as after `opencode auth login`)")
+    parser.add_argument("--lifecycle", default="", help="comma-separated session capabilities to offer and "
+                        "implement: resume (like load, without replay), close, closefail (offered, refused)")
+    parser.add_argument("--call-log", help="append one JSON line per lifecycle request received (method, params)")
     parser.add_argument("--dispatch-after-replay", action="store_true",
                         help="pick the command from the text after a context replay's last 'User request:'")
     opts = parser.parse_args(argv)
