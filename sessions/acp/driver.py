@@ -284,12 +284,13 @@ class AgentProcess:
         with contextlib.suppress(ConnectionError, BrokenPipeError, ConnectionResetError, RuntimeError):
             await self.conn.send_notification(method, params)
 
-    async def initialize(self, timeout: float = 30.0) -> dict[str, Any]:
+    async def initialize(self, timeout: float = 30.0, *, terminal: bool = False) -> dict[str, Any]:
+        """ACP initialize; `terminal` offers client terminals (only when the permission policy lets commands run)."""
         result = await self.request(
             "initialize",
             {
                 "protocolVersion": PROTOCOL_VERSION,
-                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
+                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": terminal},
                 "clientInfo": {"name": "compozy", "title": "Compozy", "version": "0.1.0"},
             },
             timeout=timeout,

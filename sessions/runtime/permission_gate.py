@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
 from sessions.runtime.offload import spawn
-from sessions.runtime.permissions import PermissionBoard, option_for
+from sessions.runtime.permissions import PermissionBoard, option_for, permission_mode
+from sessions.runtime.terminal_gateway import TerminalGateway
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
@@ -39,6 +40,8 @@ class PermissionGate:
         self._tool_titles = tool_titles
         self._tool_kinds = tool_kinds
         self.permissions = PermissionBoard()
+        self._approved_executes: list[str] = []  # turn ids: a person's approvals of execute tool calls, unused
+        self.terminals = TerminalGateway(session, self)
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
         from acp.exceptions import RequestError
@@ -47,7 +50,33 @@ class PermissionGate:
             return await self._answer_permission(params)
         if method in ("fs/read_text_file", "fs/write_text_file"):
             return await self._serve_fs(method, params)
+        if method.startswith("terminal/"):
+            return await self.terminals.serve(method, params)
         raise RequestError.method_not_found(method)
+
+    @property
+    def mode(self) -> str:
+        """The permission policy in force: the session's own (a child's may be narrower), else the agent's."""
+        return permission_mode(self._session.meta, self._session.config.permissions_mode)
+
+    async def approve_execute(self, tool_call_id: str, title: str) -> bool:
+        """Whether a command the agent runs through a client terminal may run: by policy, else by a person
+        (approve-reads), through the same path as the agent's own permission requests (hooks, events, the board).
+        A person who just approved this turn's execute tool call is not asked twice for its command."""
+        if self.mode == "approve-all":
+            return True
+        if self.mode != "approve-reads":
+            return False
+        turn_id = self._turns.turn.id if self._turns.turn else ""
+        if turn_id in self._approved_executes:
+            self._approved_executes.remove(turn_id)
+            return True
+        answer = await self._answer_permission({
+            "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "execute"},
+            "options": [{"optionId": "allow", "name": "Run", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Do not run", "kind": "reject_once"}]})
+        self._approved_executes.clear()  # that answer was for this command, whatever was approved before it
+        return answer.get("outcome", {}).get("optionId") == "allow"
 
     async def _serve_fs(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A read or write inside the workspace roots, on the agents' own fs pool; a refused path is recorded."""
@@ -84,7 +113,7 @@ class PermissionGate:
         sent: dict[str, Any] = sent_call if isinstance(sent_call, dict) else {}
         raw_options = params.get("options")
         options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
-        mode = str(self._session.meta.get("effective_permissions") or self._session.config.permissions_mode)
+        mode = self.mode
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
@@ -133,6 +162,8 @@ class PermissionGate:
                                            "option_id": option_id, "raw": {"toolCall": sent, "options": options}},
                     turn_id=turn_id)
         self._activity.touch("permission", decision)
+        if decision == "approved" and source == "person" and tool_call.get("kind") == "execute":
+            self._approved_executes.append(turn_id)  # its command may come through a client terminal next
         await self._session.observe("permission.denied" if decision != "approved" else "permission.resolved", **{
             **base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
             "tool_call": tool_call})

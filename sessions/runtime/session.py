@@ -89,7 +89,7 @@ class SessionRuntime:
         self.turns = Turns(self, self.activity, self.gate.permissions, heartbeat=lambda: self.supervisor.beat(),
                            after_reply=self._offer_title)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
-                                  halt_heartbeat=lambda: self.supervisor.halt())
+                                  halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
         self.supervisor = Supervisor(self, self.activity, self.turns, self.gate.permissions)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
                                     on_request=self.on_request)

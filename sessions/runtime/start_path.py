@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.runtime import lifecycle
+from sessions.runtime import lifecycle, terminal_gateway
 from sessions.runtime.offload import db
+from sessions.runtime.permissions import permission_mode
 from sessions.store import folder
 
 if TYPE_CHECKING:
@@ -122,7 +123,9 @@ class StartPath:
                                     provider=session.provider.name)
         try:
             async with launch.install_progress(started, agent, lambda t, c: session.record(t, c, turn_id="")):
-                init = await agent.initialize(started.initialize_timeout(INITIALIZE_TIMEOUT))
+                init = await agent.initialize(started.initialize_timeout(INITIALIZE_TIMEOUT),
+                                              terminal=terminal_gateway.offered(permission_mode(
+                                                  session.meta, session.config.permissions_mode)))
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
             await asyncio.sleep(0.05)
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc

@@ -21,6 +21,7 @@ from sessions.store.redact import bound_tail, redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
+    from sessions.runtime.terminal_gateway import TerminalGateway
     from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ class StopPath:
     stop task concurrent callers share, and the fence set when another node took the session's lease."""
 
     def __init__(self, session: SessionCore, turns: TurnsToStop, *, active: asyncio.Event,
-                 boot_task: Callable[[], asyncio.Task[None] | None], halt_heartbeat: Callable[[], None]) -> None:
+                 boot_task: Callable[[], asyncio.Task[None] | None], halt_heartbeat: Callable[[], None],
+                 terminals: TerminalGateway | None = None) -> None:
         self._session = session
+        self._terminals = terminals
         self._turns = turns
         self._active = active
         self._boot_task = boot_task
@@ -121,6 +124,7 @@ class StopPath:
         if session.agent is not None:
             if not process_gone:
                 await self._close_acp_session()
+            await self._close_terminals()
             await session.agent.shutdown(grace=session.config.timeouts.stop_cancel_grace)
         if turn is not None and turn.task and not turn.task.done():
             turn.task.cancel()
@@ -137,6 +141,14 @@ class StopPath:
             session.marker(marker, f"Turn ended by session stop ({reason.value}).", {"stop_reason": reason.value},
                         turn_id=turn.id)
         await self.finish(reason, detail, failure)
+
+    async def _close_terminals(self) -> None:
+        """The commands the agent ran through client terminals die with its session (their own process groups)."""
+        if self._terminals is not None:
+            try:
+                await self._terminals.close_all()
+            except Exception:  # the stop goes on; what could not be killed is in the log with its cause
+                logger.exception("session %s: closing its terminals failed", self._session.id)
 
     async def _close_acp_session(self) -> None:
         """`session/close` lets the agent release the session before its process is shut down. Bounded by the

@@ -405,6 +405,7 @@ class ScriptedAgent:
             "hostile": self._cmd_hostile,
             "orphanpipe": self._cmd_orphanpipe,
             "closeoutidle": self._cmd_closeoutidle,
+            "term": self._cmd_term,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -951,6 +952,40 @@ class ScriptedAgent:
     async def _cmd_autherr(self, turn: Turn) -> str:
         # What claude-agent-acp answers without an API key: ACP's auth_required (-32000).
         raise RequestError.auth_required({"details": "Authentication required: run /login or set ANTHROPIC_API_KEY"})
+
+    async def _cmd_term(self, turn: Turn) -> str:
+        # `term [--ask] [--keep] SHELL-COMMAND`: runs it through the client's terminal, as claude-agent-acp runs
+        # Bash (--ask: its permission request first; --keep: never waits or releases, so only the stop ends it).
+        words = turn.rest.split()
+        ask, keep = "--ask" in words, "--keep" in words
+        script = " ".join(w for w in words if w not in ("--ask", "--keep"))
+        tool_call_id = self._tool_call_id()
+        await self._update(turn, tool_call_start(tool_call_id, f"Run {script}", "execute", "pending",
+                                                 {"command": script}))
+        if ask and await self._race(turn, self._permission(turn, tool_call_id, f"Run {script}", "execute")) \
+                != "allow":
+            await self._update(turn, tool_call_update(tool_call_id, "failed", "not allowed"))
+            return "end_turn"
+        try:
+            created = await self.conn.request("terminal/create", {
+                "sessionId": turn.session_id, "command": "/bin/sh", "args": ["-c", script], "outputByteLimit": 4096})
+        except RequestError as exc:
+            await self._update(turn, tool_call_update(tool_call_id, "failed", error_text(exc)))
+            await self._say(turn, f"refused: {error_text(exc)}")
+            return "end_turn"
+        terminal_id = check_fields("CreateTerminalResponse", created, {"terminalId": str})["terminalId"]
+        await self._update(turn, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id,
+                                  "content": [{"type": "terminal", "terminalId": terminal_id}]})
+        if keep:
+            await self._say(turn, f"left {terminal_id} running")
+            return "end_turn"
+        status = await self.conn.request("terminal/wait_for_exit", {"sessionId": turn.session_id,
+                                                                    "terminalId": terminal_id})
+        output = await self.conn.request("terminal/output", {"sessionId": turn.session_id, "terminalId": terminal_id})
+        await self.conn.request("terminal/release", {"sessionId": turn.session_id, "terminalId": terminal_id})
+        await self._update(turn, tool_call_update(tool_call_id, "completed", output["output"]))
+        await self._say(turn, f"exit {status.get('exitCode')} truncated {output.get('truncated')}: {output['output']}")
+        return "end_turn"
 
     async def _cmd_empty(self, turn: Turn) -> str:
         # A model server that is down, as opencode shows it: the turn ends at once with nothing said.

@@ -1,0 +1,110 @@
+"""ACP `terminal/*` requests answered for one session: the permission policy decides (execute actions), the
+terminals themselves live in terminals.py, and what ran is recorded (`system` rows titled `terminal_created` and
+`terminal_exited`, the output's tail bounded and redacted) so the session page and the evidence show it."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sessions.enums import EventType
+from sessions.runtime.terminals import Terminal, TerminalRefused, Terminals
+from sessions.store.redact import bound_tail
+
+if TYPE_CHECKING:
+    from sessions.runtime.host import SessionCore
+
+logger = logging.getLogger(__name__)
+
+# How much of a terminal's output its `terminal_exited` row keeps: the end, where a failure usually is.
+RECORDED_OUTPUT_BYTES = 16 * 1024
+
+
+class ExecuteApproval(Protocol):
+    @property
+    def mode(self) -> str: ...
+
+    async def approve_execute(self, tool_call_id: str, title: str) -> bool: ...
+
+
+def offered(mode: str) -> bool:
+    """Whether `clientCapabilities.terminal` is offered: not under deny-all, where no command may ever run."""
+    return mode in ("approve-all", "approve-reads")
+
+
+class TerminalGateway:
+    def __init__(self, session: SessionCore, approval: ExecuteApproval) -> None:
+        self._session = session
+        self._approval = approval
+        self._terminals: Terminals | None = None
+        self._recorded_exit: set[str] = set()
+
+    @property
+    def terminals(self) -> Terminals:
+        if self._terminals is None:  # built at first use: the session's cwd and roots are settled by then
+            session = self._session
+            self._terminals = Terminals(session.roots, session.cwd, session.provider.env)
+        return self._terminals
+
+    async def serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        from acp.exceptions import RequestError
+
+        try:
+            if method == "terminal/create":
+                return await self._create(params)
+            terminal = self.terminals.get(params)
+            if method == "terminal/output":
+                status = terminal.exit_status()
+                return {"output": terminal.text(), "truncated": terminal.truncated,
+                        **({"exitStatus": status} if status else {})}
+            if method == "terminal/wait_for_exit":
+                status = await self.terminals.wait_for_exit(terminal)
+                self._record_exit(terminal)
+                return status
+            if method == "terminal/kill":
+                await self.terminals.kill(terminal)
+                return {}
+            if method == "terminal/release":
+                await self.terminals.release(terminal)
+                self._record_exit(terminal)
+                return {}
+        except TerminalRefused as exc:
+            raise RequestError.invalid_params({"reason": str(exc)}) from exc
+        raise RequestError.method_not_found(method)
+
+    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+        from acp.exceptions import RequestError
+
+        command = " ".join(str(part) for part in [params.get("command") or "", *(params.get("args") or [])])
+        call_id = f"terminal-{len(self.terminals) + 1}"
+        if not offered(self._approval.mode) or not await self._approval.approve_execute(call_id, f"Run: {command}"):
+            self._session.record(EventType.PERMISSION, {
+                "action": "terminal/create", "resource": command, "decision": "denied",
+                "title": f"Run: {command}", "decision_source": f"policy:{self._approval.mode}"})
+            raise RequestError.invalid_params({"reason": f"running {command!r} is not allowed by the permission "
+                                                         f"policy ({self._approval.mode})"})
+        terminal = await self.terminals.create(params)
+        self._session.record(EventType.SYSTEM, {"title": "terminal_created", "text": command, "raw": {
+            "terminal_id": terminal.id, "command": terminal.command, "cwd": str(params.get("cwd") or "")}})
+        return {"terminalId": terminal.id}
+
+    def _record_exit(self, terminal: Terminal) -> None:
+        if terminal.id in self._recorded_exit:
+            return
+        self._recorded_exit.add(terminal.id)
+        status = terminal.exit_status() or {"exitCode": None, "signal": None}
+        ended = f"exit {status['exitCode']}" if status["exitCode"] is not None else f"signal {status['signal']}"
+        self._session.record(EventType.SYSTEM, {"title": "terminal_exited", "text": f"{' '.join(terminal.command)}: "
+                                                f"{ended}", "raw": {
+            "terminal_id": terminal.id, "command": terminal.command, "exit_code": status["exitCode"],
+            "signal": status["signal"], "truncated": terminal.truncated,
+            "output": bound_tail(terminal.text(), RECORDED_OUTPUT_BYTES)}})
+
+    async def close_all(self) -> None:
+        """At stop (and so at daemon shutdown): every terminal's group killed, what it ran recorded."""
+        if self._terminals is None:
+            return
+        still_open = self._terminals.open_terminals()
+        await self._terminals.close_all()
+        for terminal in still_open:
+            self._record_exit(terminal)
