@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from compozy_base.home import compozy_home
+from sessions import mcp_servers
 from sessions.config_checks import UnknownKey, read_toml, unknown_keys
 from sessions.config_notifications import NotificationsConfig, parse_notifications
 from sessions.config_values import boolean, integer, parse_duration, port, string, string_table
@@ -23,6 +24,7 @@ from sessions.errors import ConfigError
 from sessions.heartbeat_config import HeartbeatConfig, parse_heartbeat
 from sessions.hooks.declarations import parse_hook_declarations
 from sessions.hooks.spec import HookDeclaration
+from sessions.mcp_servers import McpServer
 
 __all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
 
@@ -64,6 +66,8 @@ class AgentConfig:
     reasoning_effort: str = ""
     permissions: str = ""
     prompt: str = ""
+    # Handed to the agent at session/new, load and resume (sessions/mcp_servers.py).
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,6 +405,7 @@ def _agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
             reasoning_effort=str(body.get("reasoning_effort", "")),
             permissions=str(body.get("permissions", "")),
             prompt=str(body.get("prompt", "")),
+            mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
         )
     return agents
 

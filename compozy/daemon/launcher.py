@@ -187,7 +187,10 @@ def run_foreground(port: int | None = None) -> int:
         logger.warning("config.toml: %s", unknown.message())
     # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
-    for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks)):
+    mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
+                   for secret in server.secrets())
+    for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
+                   *mcp_secrets):
         register_secret(secret)
     from compozy_base.auth import cluster_token_state
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from sessions import mcp_servers
 from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
@@ -50,6 +51,7 @@ class StartPath:
         self._on_request = on_request
         self.loading = False
         self._auth_methods: list[auth.AuthMethod] = []
+        self._mcp_servers: list[dict[str, Any]] = []
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
@@ -139,8 +141,23 @@ class StartPath:
                                     "supports_close": "close" in lifecycle_caps,
                                     "auth_methods": [m.id for m in self._auth_methods],
                                     "agent_info": init.get("agentInfo")}
+        self._mcp_servers = self._mcp_servers_for(caps)
         await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
+
+    def _mcp_servers_for(self, caps: dict[str, Any]) -> list[dict[str, Any]]:
+        """The agent's configured MCP servers it can use; one left out for its transport is said, not dropped
+        silently."""
+        session = self._session
+        agent_config = session.config.agents.get(str(session.meta["agent_name"]))
+        supported = caps.get("mcpCapabilities")
+        handed, skipped = mcp_servers.for_agent(agent_config.mcp_servers if agent_config else (),
+                                                supported if isinstance(supported, dict) else {})
+        if skipped:
+            session.record(EventType.SYSTEM, {"title": "mcp_servers_skipped", "text": "not handed to the agent, "
+                                              f"which does not support their transport: {', '.join(skipped)}",
+                                              "raw": {"skipped": skipped}}, turn_id="")
+        return handed
 
     async def _authenticate(self, agent: AgentProcess) -> None:
         """ACP `authenticate` with the method sessions/acp/auth.py chooses, when the agent offers any."""
@@ -165,7 +182,7 @@ class StartPath:
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
         assert session.agent
-        params: dict[str, Any] = {"cwd": str(session.cwd), "mcpServers": []}
+        params: dict[str, Any] = {"cwd": str(session.cwd), "mcpServers": self._mcp_servers}
         if session.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in session.roots[1:]]
         fallback: str | None = None

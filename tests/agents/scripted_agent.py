@@ -433,6 +433,8 @@ class ScriptedAgent:
     # ---- dispatch (the SDK's router: params checked, then the handler; anything else is method-not-found) ---
 
     async def handle_request(self, method: str, params: Any) -> Any:
+        if method in ("session/new", "session/load", "session/resume") and isinstance(params, dict):
+            self._log_call("mcp", {"for": method, "mcpServers": params.get("mcpServers")})
         if method == "initialize":
             # Any protocolVersion passes: the SDK maps one it cannot parse to 1 rather than refuse the client.
             check_fields("InitializeRequest", params, {"protocolVersion": object})
@@ -486,6 +488,8 @@ class ScriptedAgent:
             blocking_write(1, b"this is not json-rpc {{{\n")
             os._exit(2)
         capabilities: Json = {"loadSession": bool(self._opts.load_session)}
+        if self._opts.mcp_http:
+            capabilities["mcpCapabilities"] = {"http": True, "sse": False}
         if self._lifecycle:
             offered = {"close" if name == "closefail" else name for name in self._lifecycle}
             capabilities["sessionCapabilities"] = {name: {} for name in sorted(offered)}
@@ -1013,6 +1017,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "exists (a login the agent stored, as after `opencode auth login`)")
     parser.add_argument("--lifecycle", default="", help="comma-separated session capabilities to offer and "
                         "implement: resume (like load, without replay), close, closefail (offered, refused)")
+    parser.add_argument("--mcp-http", action="store_true", help="advertise MCP servers over http (not sse)")
     parser.add_argument("--call-log", help="append one JSON line per lifecycle request received (method, params)")
     parser.add_argument("--dispatch-after-replay", action="store_true",
                         help="pick the command from the text after a context replay's last 'User request:'")

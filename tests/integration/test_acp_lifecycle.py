@@ -29,6 +29,27 @@ def provider(name: str, home: Path, *args: str, env: dict[str, str] | None = Non
     return "\n".join([*lines, "", f"[agents.{name}]", f'provider = "{name}"', "", ""])
 
 
+MCP_TOKEN = "mcp-secret-value-0123456789"
+MCP_SERVERS = f"""[[agents.withmcp.mcp_servers]]
+name = "files"
+command = "/usr/local/bin/mcp-files"
+args = ["--root", "/srv"]
+env = {{ FILES_TOKEN = "{MCP_TOKEN}" }}
+
+[[agents.withmcp.mcp_servers]]
+name = "tracker"
+type = "http"
+url = "http://127.0.0.1:9/mcp"
+headers = {{ Authorization = "Bearer {MCP_TOKEN}" }}
+
+[[agents.withmcp.mcp_servers]]
+name = "events"
+type = "sse"
+url = "http://127.0.0.1:9/sse"
+
+"""
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("home")
@@ -38,7 +59,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
              + provider("codexlike", home, "--require-auth", env=key, auth_method="api-key")
              + provider("nokey", home, "--require-auth", "--login-file", str(home / "logged-in"))
              + provider("resumable", home, "--load-session", "--state-dir", state, "--lifecycle", "resume,close")
-             + provider("closefail", home, "--lifecycle", "closefail"))
+             + provider("closefail", home, "--lifecycle", "closefail")
+             + provider("withmcp", home, "--mcp-http", "--load-session", "--state-dir", state, "--lifecycle",
+                        "resume") + MCP_SERVERS)
     d = start_daemon(home, extra_config=extra, timeout=120)
     yield d
     d.stop()
@@ -107,5 +130,26 @@ def test_a_refused_session_close_never_blocks_the_stop(daemon: Daemon, workspace
     assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
     stopped = daemon.wait_state(sid, {"stopped"})
     assert stopped["stop_reason"] == "user_canceled" and stopped["failure"] is None, stopped
-    assert [c["method"] for c in calls(daemon, "closefail")] == ["session/close"]
+    assert [c["method"] for c in calls(daemon, "closefail") if c["method"] != "mcp"] == ["session/close"]
     wait_for(lambda: "session/close failed" in daemon.log(), timeout=10, what="the refused close in the log")
+
+
+def test_the_agents_mcp_servers_are_handed_at_new_and_resume_their_secrets_kept_out_of_the_record(
+        daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="withmcp")["id"]
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+    daemon.wait_state(sid, {"stopped"})
+    assert of_type(daemon.run_turn(sid, f"echo {MCP_TOKEN}"), "done")  # reactivated through session/resume
+    handed = [c["params"] for c in calls(daemon, "withmcp") if c["method"] == "mcp"]
+    assert [h["for"] for h in handed] == ["session/new", "session/resume"]
+    expected = [{"name": "files", "command": "/usr/local/bin/mcp-files", "args": ["--root", "/srv"],
+                 "env": [{"name": "FILES_TOKEN", "value": MCP_TOKEN}]},
+                {"type": "http", "name": "tracker", "url": "http://127.0.0.1:9/mcp",
+                 "headers": [{"name": "Authorization", "value": f"Bearer {MCP_TOKEN}"}]}]
+    assert all(h["mcpServers"] == expected for h in handed), handed  # the sse one: this agent has no sse
+    skipped = [e for e in daemon.all_events(sid) if e["type"] == "system"
+               and e["content"].get("title") == "mcp_servers_skipped"]
+    assert skipped and "events (sse)" in skipped[0]["content"]["text"], skipped
+    # The values are secrets: not in the events (the prompt that echoed one included), the record or the log.
+    assert MCP_TOKEN not in json.dumps(daemon.all_events(sid)) and MCP_TOKEN not in json.dumps(daemon.session(sid))
+    assert MCP_TOKEN not in daemon.log()
