@@ -15,6 +15,7 @@ from typing import Any
 from compozy_base.home import boot_report_path
 from sessions.enums import LIVE_STATES, EventType, SessionState
 from sessions.ownership import local_manager
+from sessions.record import SessionRecord
 from sessions.repair import (
     NO_TURN_IDS,
     REPAIRABLE_STOP_REASONS,
@@ -98,7 +99,7 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
         return
     meta[TRANSCRIPT_MARK] = {"run": _run_key(meta), "outcome": outcome,
                              "checked_at": folder.isoformat(folder.utcnow())}
-    folder.write_meta(meta)
+    folder.write_meta(SessionRecord.from_meta(meta))
 
 
 # A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or

@@ -65,11 +65,11 @@ class BusyInput:
 
     @property
     def generation(self) -> int:
-        return int(self._session.meta.get("input_generation") or 0)
+        return self._session.rec.input_generation
 
     async def _advance_generation(self) -> list[str]:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
-        self._session.meta["input_generation"] = self.generation + 1
+        self._session.rec.input_generation = self.generation + 1
         dropped = await db(self._session.manager.inputs.drop_older, self._session.id, self.generation)
         # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
         # its own marker here, never a second one (and is counted once).

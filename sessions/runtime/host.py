@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sessions.acp.driver import AgentProcess
     from sessions.config import Config, ProviderConfig
     from sessions.enums import FailureKind, MarkerKind, SessionState, StopReason
+    from sessions.record import Failure, SessionRecord
     from sessions.runtime.recorder import Recorder
 
 
@@ -30,7 +31,7 @@ class RuntimeHost(Protocol):
     def forget(self, session_id: str) -> None:
         """The runtime stopped: drop it from the registry of live sessions."""
 
-    def keep_unsaved(self, meta: dict[str, Any]) -> None:
+    def keep_unsaved(self, rec: SessionRecord) -> None:
         """Writing this metadata snapshot failed: serve it to readers and retry the write."""
 
     def supersede_unsaved(self, session_id: str) -> None:
@@ -41,7 +42,7 @@ class SessionCore(Protocol):
     """One live session as its components see it (SessionRuntime is the one implementation)."""
 
     id: str
-    meta: dict[str, Any]
+    rec: SessionRecord
     config: Config
     provider: ProviderConfig
     roots: list[Path]
@@ -61,7 +62,8 @@ class SessionCore(Protocol):
 
     def announce(self) -> None: ...
 
-    async def transition(self, target: SessionState, **fields: Any) -> None: ...
+    async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
+                         activated_at: str | None = None) -> None: ...
 
     def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None: ...
 

@@ -84,7 +84,7 @@ class PermissionGate:
         sent: dict[str, Any] = sent_call if isinstance(sent_call, dict) else {}
         raw_options = params.get("options")
         options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
-        mode = str(self._session.meta.get("effective_permissions") or self._session.config.permissions_mode)
+        mode = str(self._session.rec.effective_permissions or self._session.config.permissions_mode)
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
@@ -167,7 +167,7 @@ class PermissionGate:
     def _share_waiting(self) -> None:
         """The dashboard's "needs approval" comes from the catalog stream, rung now; the count goes to meta.json
         too (not awaited), where another node of a cluster reads it (it has no runtime to ask)."""
-        self._session.meta.setdefault("liveness", {})["pending_permissions"] = self.permissions.waiting_count
+        self._session.rec.liveness_to_write().pending_permissions = self.permissions.waiting_count
         self._session.announce()
         spawn(self._session.persist())
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sessions.acp import launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.record import AcpCaps
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import db
 from sessions.store import folder
@@ -56,7 +57,7 @@ class StartPath:
             if reactivate:
                 # stopped → starting under the same id; the previous stop stays in the event log.
                 await db(session.manager.inputs.reset_dispatching, session.id)
-                await session.transition(SessionState.STARTING, stop_reason="", stop_detail="", failure=None)
+                await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
             await self._fail_start(exc.kind, exc.summary, exc.code)
@@ -71,7 +72,7 @@ class StartPath:
         if self._stop.stopping:
             return
         await session.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
-        logger.info("session %s active (agent %s, pid %s)", session.id, session.meta["agent_name"],
+        logger.info("session %s active (agent %s, pid %s)", session.id, session.rec.agent_name,
                     session.agent.pid if session.agent else None)  # lifecycle lines: `session evidence` collects them
         self._active.set()
         await session.observe("session.post_resume" if reactivate else "session.post_create")
@@ -84,7 +85,7 @@ class StartPath:
         session = self._session
         command, cwd = list(session.provider.command), session.cwd
         pre = await session.hook("agent.pre_start", command=command[0], args=command[1:], cwd=str(cwd),
-                              provider=session.provider.name, model=session.meta.get("model") or "")
+                              provider=session.provider.name, model=session.rec.model or "")
         if pre is not None:
             if not pre.ok:
                 raise StartFailed(FailureKind.STARTUP_FAILURE, f"agent.pre_start: {pre.error}")
@@ -103,16 +104,15 @@ class StartPath:
                                      package=provider.npm if command[0] == provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=session.provider.env, on_update=self._on_update,
                                  on_request=self._on_request, others_waiting=session.recorder.others_waiting,
-                                 on_violation=session.protocol_violation, owner=session.meta["id"],
+                                 on_violation=session.protocol_violation, owner=session.rec.id,
                                  kill_grace=session.config.timeouts.stop_kill_grace,
                                  closed_stdout_grace=session.config.timeouts.closed_stdout_grace)
             session.agent = agent
             await agent.start()
         except AgentNotFound as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, str(exc)) from exc
-        session.meta.setdefault("liveness", {}).update(
-            {"subprocess_pid": agent.pid, "subprocess_started_at": agent.started_at}
-        )
+        liveness = session.rec.liveness_to_write()
+        liveness.subprocess_pid, liveness.subprocess_started_at = agent.pid, agent.started_at
         self._stop.watch_exit()
         await session.observe("agent.spawned", pid=agent.pid, command=agent.command[0],
                                     args=list(agent.command[1:]), cwd=str(agent.cwd),
@@ -125,8 +125,8 @@ class StartPath:
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
         advertised = init.get("agentCapabilities")
         caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
-        session.meta["acp_caps"] = {"supports_load_session": bool(caps.get("loadSession")),
-                                    "agent_info": init.get("agentInfo")}
+        session.rec.acp_caps = AcpCaps(supports_load_session=bool(caps.get("loadSession")),
+                                       agent_info=init.get("agentInfo"))
         await self._open_acp_session(reactivate=reactivate)
 
     async def _open_acp_session(self, *, reactivate: bool) -> None:
@@ -146,7 +146,7 @@ class StartPath:
             raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP session/new failed: {exc}")) from exc
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
-        session.meta["acp_session_id"] = str(result["sessionId"])
+        session.rec.acp_session_id = str(result["sessionId"])
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
@@ -159,13 +159,12 @@ class StartPath:
         assert session.agent
         config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
         models = opened.get("models")
-        steps = plan(config_options, model=session.meta.get("model") or "",
-                     model_explicit=bool(session.meta.get("model_explicit")),
-                     reasoning_effort=session.meta.get("reasoning_effort") or "",
-                     speed=session.meta.get("speed") or "normal", models=models)
+        rec = session.rec
+        steps = plan(config_options, model=rec.model or "", model_explicit=bool(rec.model_explicit),
+                     reasoning_effort=rec.reasoning_effort or "", speed=rec.speed or "normal", models=models)
         sets = [*steps.sets, *([("model", "", steps.set_model)] if steps.set_model else [])]
         for what, config_id, value in sets:
-            sid = session.meta["acp_session_id"]
+            sid = session.rec.acp_session_id
             try:
                 answer = await session.agent.request(
                     "session/set_config_option" if config_id else "session/set_model",
@@ -178,9 +177,9 @@ class StartPath:
                 config_options = answer["configOptions"]  # the agent's state after the change
             elif not config_id and isinstance(models, dict):
                 models = {**models, "currentModelId": value}
-        session.meta["agent_model"] = reported_model(config_options, models)
-        session.meta["speed_resolution"] = steps.resolutions.get("speed")
-        session.meta["option_resolutions"] = steps.resolutions
+        rec.agent_model = reported_model(config_options, models)
+        rec.speed_resolution = steps.resolutions.get("speed")
+        rec.option_resolutions = steps.resolutions
         for what, resolution in steps.resolutions.items():
             if resolution["status"] == "rejected":
                 code = "speed_rejected" if what == "speed" else f"{what}_rejected"
@@ -195,8 +194,9 @@ class StartPath:
         """ACP session/load of the saved id; None on success, else the fallback reason (§14)."""
         session = self._session
         assert session.agent
-        saved = session.meta.get("acp_session_id") or ""
-        if not (session.meta.get("acp_caps") or {}).get("supports_load_session") or not saved:
+        saved = session.rec.acp_session_id or ""
+        caps = session.rec.acp_caps
+        if caps is None or not caps.supports_load_session or not saved:
             return "load_session_unsupported"
         self.loading = True  # the agent may replay history as updates: we already hold it
         try:

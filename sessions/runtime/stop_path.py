@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.record import Failure
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
@@ -156,8 +157,7 @@ class StopPath:
             logger.exception("session %s: closing the event store failed", session.id)
         self._halt_heartbeat()
         if session.state != SessionState.STOPPED:
-            await session.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
-                                  failure=failure)
+            await session.transition(SessionState.STOPPED, stop=(reason.value, detail, Failure.of(failure)))
         hooks = session.manager.hooks
         if hooks is not None and hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
@@ -197,8 +197,8 @@ class StopPath:
             try:
                 path = str(await asyncio.to_thread(
                     write_crash_bundle,
-                    crash_bundles_dir(), session_id=session.id, agent_name=session.meta["agent_name"],
-                    provider=session.meta.get("provider") or "", state=session.state, failure_kind=kind.value,
+                    crash_bundles_dir(), session_id=session.id, agent_name=session.rec.agent_name,
+                    provider=session.rec.provider or "", state=session.state, failure_kind=kind.value,
                     summary=summary,
                     process={"pid": session.agent.pid if session.agent else None,
                              # What was started: an agent.pre_start hook may have patched command and cwd.

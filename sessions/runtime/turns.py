@@ -14,6 +14,7 @@ from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
+from sessions.record import Failure
 from sessions.runtime import lifecycle
 from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.offload import db, spawn
@@ -104,10 +105,10 @@ class Turns:
                 from sessions.errors import StorageError
 
                 raise StorageError.from_failure(exc) from exc
-            activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
-            activity.update({"turn_id": turn.id, "turn_source": source, "turn_started_at": turn.started_at,
-                             "current_tool": None, "tool_call_id": None, "last_progress_at": None})
-            activity["prompt_active"] = True
+            activity = self._session.rec.activity_to_write()
+            activity.turn_id, activity.turn_source, activity.turn_started_at = turn.id, source, turn.started_at
+            activity.current_tool = activity.tool_call_id = activity.last_progress_at = None
+            activity.prompt_active = True
             self._activity.touch("prompt_started")
             started = await self._session.hook("turn.start", turn_id=turn.id, input_class=source, user_message=text)
             if started is not None and not started.ok and started.hook_required:
@@ -130,7 +131,7 @@ class Turns:
         assert self._session.agent
         try:
             result = await self._session.agent.request("session/prompt", {
-                "sessionId": self._session.meta["acp_session_id"],
+                "sessionId": self._session.rec.acp_session_id,
                 "prompt": [{"type": "text", "text": turn.sent or turn.text}],
             })
             result = result if isinstance(result, dict) else {}
@@ -177,9 +178,9 @@ class Turns:
                 await self._session.recorder.flush()
             if self.turn is turn:
                 self.turn = None
-                activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
-                activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
-                self._session.meta["liveness"]["stall_state"] = ""
+                activity = self._session.rec.activity_to_write()
+                activity.prompt_active, activity.current_tool, activity.tool_call_id = False, None, None
+                self._session.rec.liveness.stall_state = ""
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
         if self._session.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
@@ -195,7 +196,7 @@ class Turns:
         turn.cancel_requested = True
         # ACP: the client answers every pending permission request of a cancelled turn with `cancelled`.
         self._permissions.cancel_all()
-        await self._session.agent.notify("session/cancel", {"sessionId": self._session.meta.get("acp_session_id")})
+        await self._session.agent.notify("session/cancel", {"sessionId": self._session.rec.acp_session_id})
         return True
 
     async def cancel_and_wait(self, turn: Turn) -> bool:
@@ -243,10 +244,11 @@ class Turns:
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
         failure = await self._session.failure(kind, summary)
         metrics.FAILURES.labels(kind=kind.value).inc()
-        self._session.meta["failure"] = failure
+        self._session.rec.failure = Failure.of(failure)
         logger.warning("session %s: turn failed (%s): %s", self._session.id, kind.value, failure["summary"])
         return failure
 
     def _clear_turn_failure(self) -> None:
-        if str((self._session.meta.get("failure") or {}).get("kind")) in TURN_FAILURE_KINDS:
-            self._session.meta["failure"] = None
+        failure = self._session.rec.failure
+        if failure is not None and str(failure.kind) in TURN_FAILURE_KINDS:
+            self._session.rec.failure = None

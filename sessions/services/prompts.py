@@ -65,7 +65,7 @@ async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict
     """The `queue` busy-input mode: the prompt waits in the session's input queue, marked in the transcript."""
     try:
         entry, position = await sync_to_async(manager.inputs.enqueue)(
-            session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+            session_id, text, generation=runtime.rec.input_generation)
     except QueueFull as exc:
         # A refused prompt is visible in the transcript too, not only to the caller.
         runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
