@@ -179,7 +179,7 @@ class Supervisor:
             try:
                 await session.persist()
             except Exception:  # a heartbeat is metadata only: the next one tries again; the cause is logged
-                logger.exception("heartbeat write failed for %s", session.id)
+                logger.exception("heartbeat write failed for %s", session.rec.id)
 
     # ---- the sweep's decisions -------------------------------------------------------------------
 
@@ -192,7 +192,7 @@ class Supervisor:
             activated_at=rec.activated_at, turn_id=turn_id, generation=rec.input_generation,
             activity_at=self._activity.stamped_at(), progress_at=rec.liveness.activity.last_progress_at)
         done = frozenset(self._done) if turn_id is not None and self._done_turn == turn_id else frozenset()
-        return supervision.Live(active=session.state == SessionState.ACTIVE and not session.stopping, fence=fence,
+        return supervision.Live(active=session.rec.state == SessionState.ACTIVE and not session.stopping, fence=fence,
                                 done=done)
 
     def _carried_out(self, turn: Turn, action: Action) -> None:
@@ -284,8 +284,8 @@ class Supervisor:
         verification["idle_seconds"] = round(idle, 3)
         session.rec.supervision_to_write()["silence_stop"] = verification
         await session.persist()
-        logger.info("session %s: silence stop, process tree %s", session.id,
+        logger.info("session %s: silence stop, process tree %s", session.rec.id,
                     "verified gone" if verification["verified"] else f"NOT gone: {verification.get('survivors')}")
-        await db(supervision.verified_stop.send, sender=type(session), session_id=session.id,
+        await db(supervision.verified_stop.send, sender=type(session), session_id=session.rec.id,
                  meta=session.rec.to_meta(), verification=verification)
         return "stopped"

@@ -70,7 +70,7 @@ class BusyInput:
     async def _advance_generation(self) -> list[str]:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
         self._session.rec.input_generation = self.generation + 1
-        dropped = await db(self._session.manager.inputs.drop_older, self._session.id, self.generation)
+        dropped = await db(self._session.manager.inputs.drop_older, self._session.rec.id, self.generation)
         # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
         # its own marker here, never a second one (and is counted once).
         steer_id = self.steer.entry_id if self.steer is not None else None
@@ -142,7 +142,7 @@ class BusyInput:
             from sessions.errors import Conflict
 
             raise Conflict("no prompt in progress to steer", code="prompt_not_in_progress")
-        entry, _ = await db(self._session.manager.inputs.enqueue, self._session.id, text, mode="steer",
+        entry, _ = await db(self._session.manager.inputs.enqueue, self._session.rec.id, text, mode="steer",
                             generation=self.generation)
         if self.steer is not None:
             await db(self._session.manager.inputs.mark, self.steer.entry_id, "canceled")

@@ -41,19 +41,14 @@ class RuntimeHost(Protocol):
 class SessionCore(Protocol):
     """One live session as its components see it (SessionRuntime is the one implementation)."""
 
-    id: str
-    rec: SessionRecord
+    rec: SessionRecord  # its id, state, cwd and the rest of meta.json
     config: Config
     provider: ProviderConfig
     roots: list[Path]
-    cwd: Path
     manager: RuntimeHost
     recorder: Recorder
     agent: AgentProcess | None
     stopped: asyncio.Event
-
-    @property
-    def state(self) -> str: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -75,8 +70,6 @@ class SessionCore(Protocol):
     async def hook(self, event: str, **extra: Any) -> Any: ...
 
     async def observe(self, event: str, **extra: Any) -> None: ...
-
-    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]: ...
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
@@ -16,20 +16,16 @@ from sessions.runtime.permissions import PermissionBoard, option_for
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
     from sessions.runtime.host import SessionCore
-    from sessions.runtime.turn import Turn
+    from sessions.runtime.turns import Turns
 
 logger = logging.getLogger(__name__)
 
 
-class CurrentTurn(Protocol):
-    @property
-    def turn(self) -> Turn | None: ...
-
-
 class PermissionGate:
-    """The answers to the agent's requests. Owns the board of requests waiting on a person."""
+    """The answers to the agent's requests. Opens the requests that wait on a person on the board it is handed (the
+    turns cancel them when a turn ends, supervision counts them as activity)."""
 
-    def __init__(self, session: SessionCore, activity: Activity, turns: CurrentTurn, *,
+    def __init__(self, session: SessionCore, activity: Activity, turns: Turns, permissions: PermissionBoard, *,
                  tool_titles: dict[str, str], tool_kinds: dict[str, str]) -> None:
         self._session = session
         self._activity = activity
@@ -38,7 +34,7 @@ class PermissionGate:
         # call's id is judged by that call's kind and title.
         self._tool_titles = tool_titles
         self._tool_kinds = tool_kinds
-        self.permissions = PermissionBoard()
+        self.permissions = permissions
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
         from acp.exceptions import RequestError

@@ -86,12 +86,15 @@ class SessionRuntime:
         self.violations = 0  # protocol violations by this session's agents
         self.boot_task: asyncio.Task[None] | None = None
         self.activity = Activity(rec)
-        self.gate = PermissionGate(self, self.activity, self, tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
-        self.turns = Turns(self, self.activity, self.gate.permissions, heartbeat=lambda: self.supervisor.beat(),
+        # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
+        permissions = PermissionBoard()
+        self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
                            after_reply=self._offer_title)
+        self.gate = PermissionGate(self, self.activity, self.turns, permissions,
+                                   tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
                                   halt_heartbeat=lambda: self.supervisor.halt())
-        self.supervisor = Supervisor(self, self.activity, self.turns, self.gate.permissions)
+        self.supervisor = Supervisor(self, self.activity, self.turns, permissions)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
                                     on_request=self.on_request)
 
@@ -310,15 +313,6 @@ class SessionRuntime:
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 
-    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "event": event, "session_id": self.id, "session_name": self.rec.name or "",
-            "session_type": self.rec.session_type or "user", "agent_name": self.rec.agent_name,
-            "workspace_id": self.rec.workspace_id, "workspace": str(self.cwd),
-            "acp_session_id": self.rec.acp_session_id or "", "state": self.state,
-            "created_at": self.rec.created_at, "updated_at": self.rec.updated_at, **extra,
-        }
-
     def _record_hook_run(self, row: dict[str, Any]) -> None:
         self.recorder.record_hook_run(row)
 
@@ -335,7 +329,8 @@ class SessionRuntime:
         runner = self.manager.hooks
         if runner is None or not runner.has_hooks(event):
             return None
-        outcome = await runner.dispatch(event, self.hook_payload(event, extra), record_run=self._record_hook_run)
+        outcome = await runner.dispatch(event, lifecycle.hook_payload(self.rec, event, extra),
+                                        record_run=self._record_hook_run)
         if event in GATED_HOOK_EVENTS and (outcome.denied or outcome.required_failed) and outcome.hook_required:
             reason = outcome.deny_reason or outcome.error or HOOK_STOP_SUMMARY
             logger.info("session %s: required hook %s stopped it: %s", self.id, outcome.hook_name, reason)

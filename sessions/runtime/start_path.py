@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sessions.acp import launch, workspace_fs
@@ -56,7 +57,7 @@ class StartPath:
         try:
             if reactivate:
                 # stopped → starting under the same id; the previous stop stays in the event log.
-                await db(session.manager.inputs.reset_dispatching, session.id)
+                await db(session.manager.inputs.reset_dispatching, session.rec.id)
                 await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
@@ -66,24 +67,24 @@ class StartPath:
             await self._fail_start(FailureKind.CANCELLATION, "start canceled")
             raise
         except Exception as exc:  # any other start error fails the start, visibly, and is logged with its cause
-            logger.exception("session %s failed to start", session.id)
+            logger.exception("session %s failed to start", session.rec.id)
             await self._fail_start(FailureKind.STARTUP_FAILURE, f"unexpected start error: {exc}")
             return
         if self._stop.stopping:
             return
         await session.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
-        logger.info("session %s active (agent %s, pid %s)", session.id, session.rec.agent_name,
+        logger.info("session %s active (agent %s, pid %s)", session.rec.id, session.rec.agent_name,
                     session.agent.pid if session.agent else None)  # lifecycle lines: `session evidence` collects them
         self._active.set()
         await session.observe("session.post_resume" if reactivate else "session.post_create")
         try:
             await self._turns.dispatch_next()
         except Exception:  # the session is active either way; the queued input's failure is logged with its cause
-            logger.exception("session %s: dispatching queued input failed", session.id)
+            logger.exception("session %s: dispatching queued input failed", session.rec.id)
 
     async def _start_agent(self, *, reactivate: bool) -> None:
         session = self._session
-        command, cwd = list(session.provider.command), session.cwd
+        command, cwd = list(session.provider.command), Path(session.rec.cwd)
         pre = await session.hook("agent.pre_start", command=command[0], args=command[1:], cwd=str(cwd),
                               provider=session.provider.name, model=session.rec.model or "")
         if pre is not None:
@@ -132,7 +133,7 @@ class StartPath:
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
         assert session.agent
-        params: dict[str, Any] = {"cwd": str(session.cwd), "mcpServers": []}
+        params: dict[str, Any] = {"cwd": str(Path(session.rec.cwd)), "mcpServers": []}
         if session.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in session.roots[1:]]
         fallback: str | None = None
@@ -214,7 +215,7 @@ class StartPath:
         from sessions.runtime.projection import build_projection
 
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
-        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.id))
+        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
         self._turns.projection = text
         self._session.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")

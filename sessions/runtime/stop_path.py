@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
@@ -71,7 +72,7 @@ class StopPath:
         code = agent.returncode
         turn_active = self._turns.turn is not None
         await session.observe("agent.crashed" if code else "agent.stopped", pid=agent.pid, error=str(code))
-        if session.state == SessionState.STARTING:
+        if session.rec.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
         kind: FailureKind | None
         if agent.killed_for_closed_stdout:
@@ -96,11 +97,12 @@ class StopPath:
         self.stopping = True
         if not self.fenced and not await self._lease_held():
             # Another node took the session while we were cut off: its meta.json and events.db are not ours.
-            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording", session.id)
+            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording",
+                         session.rec.id)
             self.fenced = True
             session.recorder.closed = True
         await session.observe("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
-        if session.state == SessionState.ACTIVE:
+        if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
         boot = self._boot_task()
         if boot is not None and not boot.done():
@@ -139,7 +141,7 @@ class StopPath:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""
         session = self._session
         self.stopping = True
-        if session.state == SessionState.ACTIVE:
+        if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
         stopped: dict[str, Any] = {"stop_reason": reason.value, "stop_detail": detail}
         if failure:
@@ -150,35 +152,36 @@ class StopPath:
         if tail and failure:
             stopped["text"] = tail
         session.record(EventType.SESSION_STOPPED, stopped, turn_id="")
-        logger.info("session %s stopped: %s%s", session.id, reason.value, f" ({failure['kind']})" if failure else "")
+        logger.info("session %s stopped: %s%s", session.rec.id, reason.value,
+                    f" ({failure['kind']})" if failure else "")
         try:
             await session.recorder.close()
         except Exception:  # the stop must reach `stopped` whatever the store did; the cause is logged
-            logger.exception("session %s: closing the event store failed", session.id)
+            logger.exception("session %s: closing the event store failed", session.rec.id)
         self._halt_heartbeat()
-        if session.state != SessionState.STOPPED:
+        if session.rec.state != SessionState.STOPPED:
             await session.transition(SessionState.STOPPED, stop=(reason.value, detail, Failure.of(failure)))
         hooks = session.manager.hooks
         if hooks is not None and hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
-            payload = session.hook_payload("session.post_stop", {"stop_reason": reason.value,
+            payload = lifecycle.hook_payload(session.rec, "session.post_stop", {"stop_reason": reason.value,
                                                                         "stop_detail": detail})
             try:
                 await hooks.dispatch("session.post_stop", payload, record_run=lambda row: None)
             except Exception:  # observe only: the stop goes on; the cause goes to the log
-                logger.exception("session %s: hook event session.post_stop failed", session.id)
+                logger.exception("session %s: hook event session.post_stop failed", session.rec.id)
         session.stopped.set()
         self._active.clear()
-        session.manager.forget(session.id)
+        session.manager.forget(session.rec.id)
 
     async def _lease_held(self) -> bool:
         from sessions import cluster
         from sessions.runtime.offload import db
 
         try:
-            return await db(cluster.holds, self._session.id)
+            return await db(cluster.holds, self._session.rec.id)
         except Exception:  # the catalog is unreachable (logged): writing our own stop beats leaving it unrecorded
-            logger.warning("session %s: lease not readable at stop", self._session.id, exc_info=True)
+            logger.warning("session %s: lease not readable at stop", self._session.rec.id, exc_info=True)
             return True
 
     def stderr_excerpt(self) -> str:
@@ -192,13 +195,13 @@ class StopPath:
         session = self._session
         path = None
         command = session.agent.command if session.agent else list(session.provider.command)
-        cwd = session.agent.cwd if session.agent else session.cwd
+        cwd = session.agent.cwd if session.agent else Path(session.rec.cwd)
         if kind in BUNDLE_FAILURE_KINDS:
             try:
                 path = str(await asyncio.to_thread(
                     write_crash_bundle,
-                    crash_bundles_dir(), session_id=session.id, agent_name=session.rec.agent_name,
-                    provider=session.rec.provider or "", state=session.state, failure_kind=kind.value,
+                    crash_bundles_dir(), session_id=session.rec.id, agent_name=session.rec.agent_name,
+                    provider=session.rec.provider or "", state=session.rec.state.value, failure_kind=kind.value,
                     summary=summary,
                     process={"pid": session.agent.pid if session.agent else None,
                              # What was started: an agent.pre_start hook may have patched command and cwd.
@@ -208,5 +211,5 @@ class StopPath:
                     error=summary, stderr=session.agent.stderr.text() if session.agent else "",
                 ))
             except OSError:
-                logger.exception("could not write the crash bundle for %s", session.id)
+                logger.exception("could not write the crash bundle for %s", session.rec.id)
         return lifecycle.failure_object(kind, summary, path)

@@ -183,7 +183,7 @@ class Turns:
                 self._session.rec.liveness.stall_state = ""
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
-        if self._session.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
+        if self._session.rec.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
             await self.input.fall_back()
             await self._session.persist()
             await self.dispatch_next()
@@ -211,9 +211,9 @@ class Turns:
 
     async def dispatch_next(self) -> None:
         """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
-        if self.busy or self.handover or self._session.state != SessionState.ACTIVE or self._session.stopping:
+        if self.busy or self.handover or self._session.rec.state != SessionState.ACTIVE or self._session.stopping:
             return
-        entry = await db(self._session.manager.inputs.claim_next, self._session.id)
+        entry = await db(self._session.manager.inputs.claim_next, self._session.rec.id)
         if entry is not None and (self.busy or self.handover):
             await db(self._session.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
             return
@@ -245,7 +245,7 @@ class Turns:
         failure = await self._session.failure(kind, summary)
         metrics.FAILURES.labels(kind=kind.value).inc()
         self._session.rec.failure = Failure.of(failure)
-        logger.warning("session %s: turn failed (%s): %s", self._session.id, kind.value, failure["summary"])
+        logger.warning("session %s: turn failed (%s): %s", self._session.rec.id, kind.value, failure["summary"])
         return failure
 
     def _clear_turn_failure(self) -> None:
