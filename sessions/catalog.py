@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from sessions.cluster import node_id
 from sessions.enums import SessionState
 from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
@@ -18,8 +19,6 @@ from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
 def workspace_record(ws: Workspace) -> dict[str, Any]:
-    from sessions.store.folder import isoformat
-
     return {
         "id": ws.id, "name": ws.name, "root_dir": ws.root_dir, "add_dirs": list(ws.add_dirs or []),
         "default_agent": ws.default_agent or None, "created_at": isoformat(ws.created_at),
@@ -167,8 +166,6 @@ def save_meta(rec: SessionRecord) -> None:
 
 def upsert_session_row(rec: SessionRecord) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
-    from sessions.cluster import node_id
-
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
     lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED else {}

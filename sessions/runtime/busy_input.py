@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.enums import MarkerKind
+from sessions.errors import Conflict
 from sessions.runtime.offload import db, spawn
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ class BusyInput:
     async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
         """Cancel the current turn (fenced by expected_turn_id); run `replacement` as a new turn, or keep
         the canceled text as salvage for one later steer (the dedicated interrupt)."""
-        from sessions.errors import Conflict
-
         turn = self._turns.turn
         if expected_turn_id and (turn is None or turn.id != expected_turn_id):
             raise Conflict("expected_turn_id does not match the running turn", code="turn_mismatch",
@@ -139,8 +138,6 @@ class BusyInput:
             return {"status": "accepted", "mode": "steer", "turn_id": turn.id, "new_turn_id": turn.id,
                     "queue_generation": self.generation}
         if self._turns.turn is None:
-            from sessions.errors import Conflict
-
             raise Conflict("no prompt in progress to steer", code="prompt_not_in_progress")
         entry, _ = await db(self._session.manager.inputs.enqueue, self._session.rec.id, text, mode="steer",
                             generation=self.generation)

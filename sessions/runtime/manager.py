@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
-from sessions import ownership
+from sessions import catalog, cluster, ownership
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
 from sessions.record import SessionRecord
+from sessions.runtime import signals
 from sessions.runtime.inputs import InputQueue
-from sessions.runtime.offload import spawn
+from sessions.runtime.offload import db, spawn
 from sessions.runtime.session import SessionRuntime
 from sessions.supervision import Decision
 
@@ -179,9 +180,6 @@ class SessionManager:
     def forget(self, session_id: str) -> None:
         """The runtime stopped: its lease goes too, after the final metadata (same DB thread, in order)."""
         if self.runtimes.pop(session_id, None) is not None:
-            from sessions import cluster
-            from sessions.runtime.offload import db
-
             spawn(db(cluster.release, session_id)).add_done_callback(_log_release_failure)
 
     # ---- metadata that could not be written ---------------------------------------------------
@@ -196,10 +194,6 @@ class SessionManager:
         self.unsaved_meta.pop(session_id, None)
 
     async def _resave_loop(self) -> None:
-
-        from sessions import catalog
-        from sessions.runtime import signals
-        from sessions.runtime.offload import db
 
         while self.unsaved_meta:
             await asyncio.sleep(RESAVE_INTERVAL_SECONDS)

@@ -45,6 +45,7 @@ from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
+from sessions.runtime.title import TITLE_PASSES, generate_title
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
@@ -351,8 +352,6 @@ class SessionRuntime:
             spawn(self._auto_title(turn))
 
     async def _auto_title(self, turn: Turn) -> None:
-        from sessions.runtime.title import TITLE_PASSES, generate_title
-
         provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
         async with TITLE_PASSES:
             if self.stopped.is_set():

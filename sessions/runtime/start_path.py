@@ -15,6 +15,8 @@ from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, Ma
 from sessions.record import AcpCaps
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import db
+from sessions.runtime.options import plan, reported_model
+from sessions.runtime.projection import build_projection
 from sessions.store import folder
 
 if TYPE_CHECKING:
@@ -155,8 +157,6 @@ class StartPath:
     async def _apply_options(self, opened: dict[str, Any]) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
-        from sessions.runtime.options import plan, reported_model
-
         assert session.agent
         config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
         models = opened.get("models")
@@ -212,8 +212,6 @@ class StartPath:
             self.loading = False
 
     async def _stage_projection(self, reason: str) -> None:
-        from sessions.runtime.projection import build_projection
-
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
         text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
         self._turns.projection = text

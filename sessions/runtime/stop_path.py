@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
+from sessions import cluster
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.record import Failure
 from sessions.runtime import lifecycle
-from sessions.runtime.offload import spawn
+from sessions.runtime.offload import db, spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.redact import bound_tail, redact_text
 
@@ -175,9 +176,6 @@ class StopPath:
         session.manager.forget(session.rec.id)
 
     async def _lease_held(self) -> bool:
-        from sessions import cluster
-        from sessions.runtime.offload import db
-
         try:
             return await db(cluster.holds, self._session.rec.id)
         except Exception:  # the catalog is unreachable (logged): writing our own stop beats leaving it unrecorded

@@ -14,6 +14,7 @@ from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
+from sessions.errors import Conflict, HookDenied, StorageError
 from sessions.record import Failure
 from sessions.runtime import lifecycle
 from sessions.runtime.busy_input import BusyInput
@@ -64,15 +65,11 @@ class Turns:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
             if self.turn is not None:
-                from sessions.errors import Conflict
-
                 raise Conflict("a prompt is already in progress", code="prompt_in_progress")
             outcome = await self._session.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
                                       input_class="user_message" if source == "user" else "synthetic_reentry")
             if outcome is not None:
                 if not outcome.ok:
-                    from sessions.errors import HookDenied
-
                     raise HookDenied(outcome.error, data={"hook": outcome.hook_name,
                                                           "stops_session": outcome.hook_required})
                 patched = str(outcome.payload.get("message") or text)
@@ -102,8 +99,6 @@ class Turns:
                 # Nothing reached the agent: the prompt is refused whole (the session stops on its own).
                 self.turn = None
                 turn.ended.set()
-                from sessions.errors import StorageError
-
                 raise StorageError.from_failure(exc) from exc
             activity = self._session.rec.activity_to_write()
             activity.turn_id, activity.turn_source, activity.turn_started_at = turn.id, source, turn.started_at
@@ -116,8 +111,6 @@ class Turns:
                 self._session.record(EventType.ERROR, {"error": started.error}, turn_id=turn.id)
                 self.turn = None
                 turn.ended.set()
-                from sessions.errors import HookDenied
-
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
             # Health follows prompt activity (health reference §3): `prompting` and wake-ineligible once the turn
             # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
@@ -221,8 +214,6 @@ class Turns:
             return
         self._session.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
-        from sessions.errors import HookDenied
-
         try:
             await self.start_turn(entry.text, source=entry.source)
         except HookDenied as exc:

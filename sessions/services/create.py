@@ -14,7 +14,7 @@ from django.db import transaction
 from sessions import catalog, cluster, lineage
 from sessions.config import Config, ProviderConfig, get_config
 from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, StorageError
+from sessions.errors import Conflict, HookDenied, InvalidRequest, StorageError, Unavailable
 from sessions.models import Session
 from sessions.record import SessionRecord
 from sessions.runtime import signals
@@ -130,8 +130,6 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
                          ) -> dict[str, Any]:
     manager = get_manager()
     if manager.draining:
-        from sessions.errors import Unavailable
-
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
     with manager.admission():
@@ -156,8 +154,6 @@ async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: Ses
                "workspace": body.get("workspace_path") or "", "state": "starting"}
     outcome = await runner.dispatch("session.pre_create", payload, record_run=lambda row: None)
     if not outcome.ok:
-        from sessions.errors import HookDenied
-
         raise HookDenied(outcome.error, data={"hook": outcome.hook_name})
     patched = dict(body)
     result = outcome.payload

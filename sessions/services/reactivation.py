@@ -14,6 +14,7 @@ from sessions.enums import FailureKind, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest
 from sessions.models import Session, Workspace
 from sessions.record import SessionRecord
+from sessions.repair import repair_transcript
 from sessions.runtime.manager import get_manager
 from sessions.runtime.offload import db
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
@@ -71,8 +72,6 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
     if (meta.get("failure") or {}).get("kind") == FailureKind.STORAGE_FAILURE:
         # Its last turn could not be closed while the disk was full: close it now, append-only, so the
         # transcript never reads as if that turn were still running.
-        from sessions.repair import repair_transcript
-
         repair_transcript(session_id, dry_run=False, force=False)
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
     try:
