@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta
-from typing import Any
 
 from attention.models import WebhookDelivery
 from attention.notices import Notice, session_notices, task_notice
 from sessions.config import get_config
 from sessions.config_notifications import NotificationsConfig, WebhookConfig
+from sessions.record import SessionRecord
 from sessions.store.folder import parse_time, utcnow
 from tasks.enums import TaskEventKind
 from tasks.models import TaskEvent
@@ -87,15 +87,15 @@ def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | 
     return len(rows)
 
 
-def on_meta_saved(meta: dict[str, Any]) -> None:
+def on_meta_saved(rec: SessionRecord) -> None:
     """catalog.META_SAVED: the record's events into the outbox. A failure here never fails the save (the record
     is written already); it is logged with its cause, and the next save of the record writes the rows."""
     try:
         config = get_config().notifications  # loaded once per process (a manage.py command loads it here)
         if config.webhooks:
-            enqueue(session_notices(meta), config)
+            enqueue(session_notices(rec.to_meta()), config)
     except Exception:  # logged with its traceback; the save it follows stands
-        logger.exception("session %s: writing its webhook events to the outbox failed", meta.get("id"))
+        logger.exception("session %s: writing its webhook events to the outbox failed", rec.id)
 
 
 def on_task_noted(row: TaskEvent) -> None:

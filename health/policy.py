@@ -17,6 +17,7 @@ from health.enums import PolicyStatus
 from health.models import HeartbeatSnapshot
 from sessions.config import get_config
 from sessions.heartbeat_config import HeartbeatConfig
+from sessions.models import Workspace
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -36,8 +37,6 @@ def candidate_paths(agent_name: str, workspace_root: str | None) -> list[Path]:
 
 
 def _workspace_root(workspace_id: str) -> str | None:
-    from sessions.models import Workspace
-
     if not workspace_id:
         return None
     ws = Workspace.objects.filter(id=workspace_id).only("root_dir").first()

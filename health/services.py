@@ -27,6 +27,7 @@ from sessions.config import get_config
 from sessions.errors import Conflict, NotFound, Unavailable
 from sessions.models import Session
 from sessions.ownership import local_manager
+from sessions.record import SessionRecord
 from sessions.runtime.offload import spawn
 from sessions.services import ring_catalog_threadsafe
 from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
@@ -69,13 +70,13 @@ def row_dict(row: SessionHealth) -> dict[str, Any]:
 
 # ---- writing -----------------------------------------------------------------------------------------
 
-def on_meta_saved(meta: dict[str, Any], live: LiveFacts | None = None) -> SessionHealth | None:
+def on_meta_saved(rec: SessionRecord, live: LiveFacts | None = None) -> SessionHealth | None:
     """Derive and store the health row of a session whose meta.json was just written. Never raises: a health
     write must not fail the lifecycle write it follows (the next save or the sweep catches up)."""
     try:
-        return _upsert(meta, live if live is not None else live_facts(meta["id"]))
+        return _upsert(rec.to_meta(), live if live is not None else live_facts(rec.id))
     except Exception:
-        logger.exception("session %s: health row not updated", meta.get("id"))
+        logger.exception("session %s: health row not updated", rec.id)
         return None
 
 

@@ -27,6 +27,7 @@ from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
 from sessions.config import get_config
 from sessions.errors import Conflict, Unavailable
 from sessions.heartbeat_config import HeartbeatConfig
+from sessions.runtime.manager import get_manager
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -229,8 +230,6 @@ def _state(session_id: str, workspace_id: str, agent_name: str, now: datetime) -
 
 def send_synthetic(session_id: str, text: str, synthetic: dict[str, Any]) -> str:
     """Run the synthetic turn on the daemon's loop from this (worker) thread; its turn id is returned."""
-    from sessions.runtime.manager import get_manager
-
     manager = get_manager()
     if manager.loop is None:
         raise Unavailable("the daemon loop is not running")

@@ -12,9 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from compozy_base.daemon_record import read_daemon_record
 from compozy_base.home import boot_report_path
+from sessions.claims import claim_lease
 from sessions.enums import LIVE_STATES, EventType, SessionState
 from sessions.ownership import local_manager
+from sessions.record import SessionRecord
 from sessions.repair import (
     NO_TURN_IDS,
     REPAIRABLE_STOP_REASONS,
@@ -98,7 +101,7 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
         return
     meta[TRANSCRIPT_MARK] = {"run": _run_key(meta), "outcome": outcome,
                              "checked_at": folder.isoformat(folder.utcnow())}
-    folder.write_meta(meta)
+    folder.write_meta(SessionRecord.from_meta(meta))
 
 
 # A run's transcript is judged once, whichever node gets there first: nodes sharing a sessions folder may boot or
@@ -114,8 +117,6 @@ def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -
     or another node claimed it."""
     if not transcript_check_pending(meta):
         return None
-    from sessions.claims import claim_lease
-
     if not claim_lease(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_LEASE):
         return None
     outcome = _boot_transcript_repair(session_id)
@@ -161,8 +162,6 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
     Sessions the new daemon owns are skipped: they are in the manager, and their events.db is its to write.
     `run` (the daemon start, daemon.json `started_at`) goes into the report: `daemon start` waits for it.
     """
-    from compozy_base.daemon_record import read_daemon_record
-
     manager = local_manager()
     # Sessions this daemon created are never stale; only state older than our start can be.
     started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None

@@ -9,16 +9,16 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from sessions.cluster import node_id
+from sessions.enums import SessionState
 from sessions.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
-from sessions.record import activity_of
+from sessions.record import SessionRecord
 from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
 def workspace_record(ws: Workspace) -> dict[str, Any]:
-    from sessions.store.folder import isoformat
-
     return {
         "id": ws.id, "name": ws.name, "root_dir": ws.root_dir, "add_dirs": list(ws.add_dirs or []),
         "default_agent": ws.default_agent or None, "created_at": isoformat(ws.created_at),
@@ -141,58 +141,64 @@ def check_root(ws: Workspace) -> None:
 # What follows every save of a session's metadata. The health app registers its derivation here when Django
 # starts (health/apps.py): health is derived where every lifecycle change and turn heartbeat lands, off the
 # event loop, and the catalog stays below the apps that build on it (no import of health from here).
-META_SAVED: list[Callable[[dict[str, Any]], object]] = []
+META_SAVED: list[Callable[[SessionRecord], object]] = []
 
 
-def meta_saved(meta: dict[str, Any]) -> None:
+def meta_saved(rec: SessionRecord) -> None:
     for follow in META_SAVED:
-        follow(meta)
+        follow(rec)
 
 
-def save_meta(meta: dict[str, Any]) -> None:
+def save_meta(rec: SessionRecord) -> None:
     """meta.json (atomic, fsynced: the per-session truth), then its catalog mirror.
 
     When meta.json cannot be written (a full disk under the sessions folder) the catalog row is still
     updated, so listings show the change, and the error is raised for the caller to retry."""
     try:
-        write_meta(meta)
+        write_meta(rec)
     except OSError:
-        upsert_session_row(meta)
-        meta_saved(meta)
+        upsert_session_row(rec)
+        meta_saved(rec)
         raise
-    upsert_session_row(meta)
-    meta_saved(meta)
+    upsert_session_row(rec)
+    meta_saved(rec)
 
 
-def upsert_session_row(meta: dict[str, Any]) -> None:
+def upsert_session_row(rec: SessionRecord) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
-    from sessions.cluster import node_id
-
-    activity = activity_of(meta)
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
-    lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if meta["state"] == "stopped" else {}
+    lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED else {}
     Session.objects.update_or_create(
-        id=meta["id"],
+        id=rec.id,
         defaults={
             **lease,
-            "workspace_id": meta["workspace_id"],
-            "name": meta.get("name") or "",
-            "agent_name": meta["agent_name"],
-            "provider": meta.get("provider") or "",
-            "model": meta.get("model") or "",
-            "session_type": meta.get("session_type") or "user",
-            "state": meta["state"],
-            "stop_reason": meta.get("stop_reason") or "",
-            "stop_detail": meta.get("stop_detail") or "",
-            "failure": meta.get("failure"),
-            "acp_session_id": meta.get("acp_session_id") or "",
+            "workspace_id": rec.workspace_id,
+            "name": rec.name or "",
+            "agent_name": rec.agent_name,
+            "provider": rec.provider or "",
+            "model": rec.model or "",
+            "session_type": rec.session_type or "user",
+            "state": rec.state.value,
+            "stop_reason": rec.stop_reason or "",
+            "stop_detail": rec.stop_detail or "",
+            "failure": rec.failure.model_dump(mode="json", exclude_unset=True) if rec.failure is not None else None,
+            "acp_session_id": rec.acp_session_id or "",
             "folder_node": node_id(),
-            "last_activity_at": parse_time(activity.last_activity_at),
-            "created_at": parse_time(meta["created_at"]),
-            "updated_at": parse_time(meta["updated_at"]),
+            "last_activity_at": parse_time(rec.liveness.activity.last_activity_at),
+            "created_at": parse_time(_stamp(rec, "created_at")),
+            "updated_at": parse_time(_stamp(rec, "updated_at")),
         },
     )
+
+
+def _stamp(rec: SessionRecord, key: str) -> str:
+    """A time the row cannot go without: a record lacking it is refused as the dict lacking the key was
+    (rebuild_catalog reports `meta.json lacks 'created_at'`)."""
+    value = getattr(rec, key)
+    if value is None:
+        raise KeyError(key)
+    return str(value)
 
 
 def delete_session_row(session_id: str) -> None:

@@ -16,14 +16,13 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from compozy_base import process
+from compozy_base.home import compozy_home
 from sessions.models import SweepClaim
 from sessions.store import folder
 
 
 def owner_id() -> str:
     """The node whose sessions a daemon owns: one daemon per COMPOZY_HOME, homes told apart by host."""
-    from compozy_base.home import compozy_home
-
     return f"{socket.gethostname()}:{compozy_home()}"
 
 

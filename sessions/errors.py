@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sessions.store.failures import DISK_FULL, StoreReadError, classify
+
 
 class ConfigError(ValueError):
     """config.toml is invalid; the daemon refuses to start and prints this message."""
@@ -84,8 +86,6 @@ class StorageError(CompozyError):
 
     @classmethod
     def from_exception(cls, exc: BaseException, reason: str | None = None) -> StorageError:
-        from sessions.store.failures import DISK_FULL, StoreReadError, classify
-
         reason = reason or classify(exc) or "unknown"
         if isinstance(exc, StoreReadError):
             # A read wrote nothing: "not writable" sent people looking for a write that never was.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sessions.config_values import parse_duration
 from sessions.errors import ConfigError
 
 
@@ -35,8 +36,6 @@ _BOOLS = ("enabled", "active_session_only", "allow_active_hours_preferences")
 
 def _values(raw: dict[str, Any], d: HeartbeatConfig) -> dict[str, Any]:
     """Each key of the table checked on its own (the booleans, the durations, then the integers), defaults filled."""
-    from sessions.config_values import parse_duration
-
     values: dict[str, Any] = {}
     for key in _BOOLS:
         value = raw.get(key, getattr(d, key))

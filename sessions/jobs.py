@@ -24,6 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from huey.contrib.djhuey import HUEY, db_task
 
+from compozy_base.home import sessions_dir
+from sessions import cluster
+from sessions.boot_repair import BOOT_REPAIRED, boot_repair_all
+from sessions.claims import claim_tick, owner_id
+from sessions.ownership import local_manager
+from sessions.services.create import reap_candidates
+from sessions.store import folder
+from sessions.store.folder import parse_time
+from sessions.supervision import decide, sweep_interval
+
 if TYPE_CHECKING:
     from sessions.runtime.manager import SessionManager
 
@@ -43,8 +53,6 @@ _warned_foreign = False
 def _owner() -> Any:
     """This process's SessionManager, or None in a consumer that owns no sessions."""
     global _warned_foreign
-    from sessions.ownership import local_manager
-
     manager = local_manager()
     if manager is not None:
         return manager
@@ -77,8 +85,6 @@ def arrive(name: str) -> Any:
 def this_start(run: str) -> bool:
     """Whether `run` is this process's daemon start. A job of another start (another node's, taken from the shared
     queue, or an earlier start's left in it) is ignored here: its own daemon runs it (`Ticker`, `START_JOBS`)."""
-    from sessions import cluster
-
     me = cluster.identity()
     return me is not None and me.run == run
 
@@ -86,10 +92,6 @@ def this_start(run: str) -> bool:
 @db_task()
 def boot_repair(run: str) -> dict[str, int] | None:
     """Once per daemon start (`run` = its `started_at`): repair stale live states and interrupted transcripts."""
-    from sessions.boot_repair import BOOT_REPAIRED, boot_repair_all
-    from sessions.claims import claim_tick, owner_id
-    from sessions.store.folder import parse_time
-
     if not this_start(run) or arrive("boot") is None or run in _boot_runs:
         return None
     if not claim_tick(f"boot_repair:{owner_id()}", BOOT_CLAIM_EVERY, now=parse_time(run)):
@@ -107,9 +109,6 @@ def boot_repair(run: str) -> dict[str, int] | None:
 def supervision_sweep() -> dict[str, int] | None:
     """Read durable activity, decide (once: the owner carries the decision out behind its fence), hand each
     decision to the session's owner and return."""
-    from sessions.claims import claim_tick, owner_id
-    from sessions.supervision import sweep_interval
-
     manager = arrive("sweep")
     # No live session, nothing to supervise: an idle daemon writes nothing to the catalog.
     if manager is None or manager.loop is None or manager.draining or not manager.runtimes:
@@ -123,10 +122,6 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
     """One pass over this daemon's live sessions, on a huey worker thread. It never waits on a runtime: each
     session's actions are handed to its owner on the daemon loop, so one stubborn session (a cancel it ignores,
     a long grace) cannot delay another's warning. Each session is judged on its own: a bad meta.json is skipped."""
-    from sessions.services.create import reap_candidates
-    from sessions.store import folder
-    from sessions.supervision import decide
-
     now = folder.utcnow()
     handed = 0
     ids = list(manager.runtimes)
@@ -159,9 +154,6 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
 @db_task()
 def remove_tombstones() -> int | None:
     """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
-    from compozy_base.home import sessions_dir
-    from sessions.claims import claim_tick, owner_id
-
     if arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
         return None
     root = sessions_dir()

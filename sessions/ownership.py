@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from compozy_base.daemon_record import daemon_running
 from compozy_base.home import sessions_dir
 from sessions import cluster
+from sessions.record import SessionRecord
 
 
 class Where(StrEnum):
@@ -50,7 +51,7 @@ class LocalManager(Protocol):
     """What is asked here of this process's SessionManager (sessions/runtime/manager.py registers it): this module
     stays free of the runtime, so manage.py asks without loading the ACP stack."""
 
-    unsaved_meta: dict[str, dict[str, Any]]
+    unsaved_meta: dict[str, SessionRecord]
 
     def owns(self, session_id: str) -> bool: ...
 

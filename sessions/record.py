@@ -38,6 +38,9 @@ class Activity(_Part):
     tools_in_flight: int = 0
     current_tool: str | None = None
     tool_call_id: str | None = None
+    # Written by the turn heartbeats only (sessions/runtime/activity.py): absent until a turn outlived one.
+    idle_seconds: float | int | None = None
+    elapsed_seconds: float | int | None = None
 
 
 class Liveness(_Part):
@@ -46,6 +49,9 @@ class Liveness(_Part):
     stall_state: str = ""
     stall_reason: str | None = None
     pending_permissions: int | None = None
+    # What each waiting request asks (attention list, webhooks): any node reads it from meta.json.
+    permission_requests: list[dict[str, Any]] | None = None
+    last_turn: dict[str, Any] | None = None  # the turn that ended last (the `turn_finished` webhook)
     subprocess_pid: int | None = None
     subprocess_started_at: str | None = None
 
@@ -54,6 +60,29 @@ class Failure(_Part):
     kind: str
     summary: str = ""
     crash_bundle_path: str | None = None
+
+    @classmethod
+    def of(cls, failure: dict[str, Any] | None) -> Failure | None:
+        """The typed failure of a `lifecycle.failure_object`, None for none."""
+        return None if failure is None else cls.model_validate(failure)
+
+
+class AutoTitle(_Part):
+    """auto_title: where the session's title pass stands (pending, applied, failed, skipped and why)."""
+
+    status: str
+    reason: str | None = None
+
+
+class AcpCaps(_Part):
+    """acp_caps: what the agent advertised at ACP initialize."""
+
+    supports_load_session: bool = False
+    supports_resume: bool = False
+    supports_close: bool = False
+    auth_methods: list[str] | None = None
+    authenticated_with: str | None = None
+    agent_info: Any = None
 
 
 class Lineage(_Part):
@@ -78,6 +107,7 @@ class SessionRecord(_Part):
     created_at: str | None = None
     updated_at: str | None = None
     activated_at: str | None = None
+    stopped_at: str | None = None  # the last stop's time (written since the attention outbox keys a failure by it)
     stop_reason: str = ""
     stop_detail: str = ""
     failure: Failure | None = None
@@ -92,6 +122,14 @@ class SessionRecord(_Part):
     lineage: Lineage | None = None
     task_id: str | None = None
     run_id: str | None = None
+    # Written by the runtime as a session starts and runs (absent before: a session that never started has none).
+    name_source: str | None = None
+    auto_title: AutoTitle | None = None
+    acp_caps: AcpCaps | None = None
+    agent_model: dict[str, Any] | None = None
+    speed_resolution: dict[str, Any] | None = None
+    option_resolutions: dict[str, Any] | None = None
+    supervision: dict[str, Any] | None = None
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> SessionRecord:
@@ -101,6 +139,24 @@ class SessionRecord(_Part):
     def to_meta(self) -> dict[str, Any]:
         """The document again: the keys it had, and only those, with the values JSON takes."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    # A block read through `record.liveness` that is absent reads as its defaults and stays absent from the file.
+    # Writing into it goes through these, which make it present (as `meta.setdefault("liveness", {})` did), so
+    # `to_meta` writes the block with what was set in it and nothing else.
+
+    def liveness_to_write(self) -> Liveness:
+        self.liveness = self.liveness
+        return self.liveness
+
+    def activity_to_write(self) -> Activity:
+        liveness = self.liveness_to_write()
+        liveness.activity = liveness.activity
+        return liveness.activity
+
+    def supervision_to_write(self) -> dict[str, Any]:
+        if self.supervision is None:
+            self.supervision = {}
+        return self.supervision
 
 
 def activity_of(meta: dict[str, Any]) -> Activity:

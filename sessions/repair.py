@@ -22,6 +22,7 @@ from sessions.ownership import Owner, Where, holder_elsewhere, owner
 from sessions.stale_repair import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.folder import load_meta
 from sessions.store.ops import NewEvent
 
 logger = logging.getLogger(__name__)
@@ -181,8 +182,6 @@ def _owner(session_id: str) -> Owner:
 
 
 def _read_meta(session_id: str) -> dict[str, Any]:
-    from sessions.store.folder import load_meta
-
     return load_meta(session_id)
 
 

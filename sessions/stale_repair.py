@@ -15,7 +15,7 @@ from sessions import catalog
 from sessions.acp import stragglers
 from sessions.enums import FailureKind, SessionState, StopReason
 from sessions.models import InputEntry, Session
-from sessions.record import activity_of
+from sessions.record import SessionRecord, activity_of
 from sessions.runtime import lifecycle
 from sessions.store import folder
 
@@ -110,10 +110,11 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     if fixed is None:
         return meta
     _kill_orphaned_group(fixed["id"], fixed.get("liveness") or {})
-    folder.write_meta(fixed)
+    rec = SessionRecord.from_meta(fixed)
+    folder.write_meta(rec)
     try:
-        catalog.upsert_session_row(fixed)
-        catalog.meta_saved(fixed)
+        catalog.upsert_session_row(rec)
+        catalog.meta_saved(rec)
 
         InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED)

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sessions.config import get_config
+
 logger = logging.getLogger(__name__)
 
 HIGH_WATER_BYTES = 1024 * 1024
@@ -23,8 +25,6 @@ _waiting: set[Callable[[], int]] = set()
 
 
 def stall_seconds() -> float:
-    from sessions.config import get_config
-
     return get_config().timeouts.stream_stall
 
 

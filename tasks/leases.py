@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from compozy_base.home import compozy_home
 from sessions.store import folder
 from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
@@ -30,8 +31,6 @@ _INCARNATION = f"{os.getpid()}-{time.time_ns()}"
 
 
 def lease_owner() -> str:
-    from compozy_base.home import compozy_home
-
     return f"{socket.gethostname()}:{compozy_home()}#{_INCARNATION}"
 
 

@@ -19,9 +19,11 @@ from typing import Any
 from django.db import transaction
 
 from compozy_base.process import start_ticks
+from sessions import services
 from sessions.config import Config
 from sessions.enums import LIVE_STATES, StopReason
 from sessions.errors import AgentLimitReached, CompozyError, Unavailable
+from sessions.runtime.offload import db
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.supervision import SILENCE_DETAIL
@@ -169,9 +171,6 @@ def _dispatch(manager: Any, owner: str, ttl: float) -> int:
 
 async def _start(manager: Any, run: TaskRun, owner: str) -> None:
     """On the daemon's loop: create the run's session with the task's prompt staged, then bind it to the run."""
-    from sessions import services
-    from sessions.runtime.offload import db
-
     task = run.task
     body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
             "name": f"{task.title} (attempt {run.attempt})"[:300],

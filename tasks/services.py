@@ -13,6 +13,7 @@ from sessions import catalog
 from sessions.config import get_config
 from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Workspace
+from sessions.services.control import stop_session
 from sessions.store import folder
 from tasks.enums import RETRYABLE, RunOutcome, RunStatus, TaskAction, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import event_record, new_run_id, new_task_id, note
@@ -169,8 +170,6 @@ def cancel_task_record(task_id: str) -> tuple[dict[str, Any], list[str]]:
 
 async def cancel_task(task_id: str) -> dict[str, Any]:
     from asgiref.sync import sync_to_async
-
-    from sessions.services.control import stop_session
 
     result, sessions = await sync_to_async(cancel_task_record)(task_id)
     for session_id in sessions:

@@ -172,6 +172,7 @@ class InProcessApp:
         """A session as a finished run leaves it, written through the store's own functions: meta.json, an events.db
         with one turn and its stop, the catalog row. Returns its payload as the API reads it."""
         from sessions import catalog
+        from sessions.record import SessionRecord
         from sessions.store import folder
         from sessions.store.events import EventLog
         from sessions.store.ids import new_session_id, new_turn_id
@@ -193,8 +194,8 @@ class InProcessApp:
                     NewEvent("done", turn, {"stop_reason": "end_turn"}),
                     NewEvent("session_stopped", "", {"stop_reason": "user_canceled", "stop_detail": ""})])
         log.close()
-        folder.write_meta(meta)
-        catalog.upsert_session_row(meta)
+        folder.write_meta(SessionRecord.from_meta(meta))
+        catalog.upsert_session_row(SessionRecord.from_meta(meta))
         return self.session(session_id)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from twisted.internet.address import UNIXAddress
 
 from compozy.api.guard import LOCAL_SOCKET, PEER_UID
 from compozy.api.raw_bodies import keep_request_bodies_raw
+from compozy_base.errors import error_body
 from sessions.config import Timeouts
 from sessions.stream_pressure import BACKLOG
 
@@ -137,8 +138,6 @@ def _write_error(transport: Any, status: int, reason: str, code: str, message: s
                  evidence: dict[str, Any] | None = None) -> None:
     """An error answer in the API's shape, written straight to the connection (no request object to answer
     through yet); the connection closes after it."""
-    from compozy_base.errors import error_body
-
     body = json.dumps(error_body(message, code, status, evidence)).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
             "connection: close\r\n\r\n").encode()

@@ -262,7 +262,7 @@ def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False,
     """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started).
     `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none."""
     runtime = get_manager().get(session_id)
-    meta = {"id": session_id, "workspace_id": (runtime.meta.get("workspace_id") if runtime else None)}
+    meta = {"id": session_id, "workspace_id": (runtime.rec.workspace_id if runtime else None)}
     turn = runtime.turn if runtime is not None else None
     ended = turn.ended if turn is not None and turn.id == turn_id else None
     response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw, backlog),

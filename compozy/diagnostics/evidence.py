@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from compozy.diagnostics.doctor import run_doctor
 from compozy.diagnostics.status import runtime_status
 from compozy_base.home import compozy_home, crash_bundles_dir
 from sessions import recap, services
@@ -150,8 +151,6 @@ def build_evidence(session_id: str, workspace_ref: str | None = None) -> tuple[I
             except Exception as exc:  # noqa: BLE001 - one broken part must not cost the others (logged)
                 logger.warning("evidence for %s: %s failed: %s", session_id, name, exc)
                 errors[name] = redact_text(f"{type(exc).__name__}: {exc}")
-
-        from compozy.diagnostics.doctor import run_doctor
 
         if meta_error is not None:
             # The case evidence exists for: the broken file itself, redacted, and the error; the rest from the row.

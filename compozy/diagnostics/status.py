@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Count
 
+from compozy_base.daemon_record import read_daemon_record
 from compozy_base.home import compozy_home
 from sessions import cluster, stream_pressure
 from sessions.config import get_config
@@ -20,8 +21,6 @@ from tasks.services import totals as task_totals
 
 def runtime_status() -> dict[str, Any]:
     """`compozy status`: the daemon block, session counts and recent failures (surfaces §4.9)."""
-    from compozy_base.daemon_record import read_daemon_record
-
     config = get_config()
     record = read_daemon_record() or {}
     by_state = dict(Session.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))

@@ -40,6 +40,7 @@ from compozy_base.home import user_umask
 from sessions.acp import stragglers
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 from sessions.child_env import inherited_environment
+from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +156,6 @@ class AgentProcess:
         return self.process.returncode if self.process else None
 
     async def start(self) -> None:
-        from sessions.store.folder import isoformat, utcnow
-
         self.started_at = started_at = isoformat(utcnow())
         self.mark = stragglers.mark(self.owner, started_at)
         try:

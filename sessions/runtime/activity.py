@@ -1,17 +1,16 @@
 """Activity and supervision on the owner's side (sessions reference §7).
 
-`Activity` keeps a session's work signals in memory (touched on every event, so cheap) and stamps them into meta.json's
-`liveness.activity` when it is written. `Supervisor` writes the metadata-only heartbeats while a turn runs (waiting on
-a person counts as activity) and carries out what the huey sweep decided (`sessions.supervision.decide`), behind the
-decision's fence: the same activation, turn, input generation and activity stamps, or it is refused as stale. It
-never decides again: the thresholds live in `sessions/supervision.py` alone.
+`Activity` keeps a session's work signals in memory (touched on every event, so cheap) and stamps them into the
+record's `liveness.activity` when it is written. `Supervisor` writes the metadata-only heartbeats while a turn runs
+(waiting on a person counts as activity) and carries out what the huey sweep decided (`sessions.supervision.decide`),
+behind the decision's fence: the same activation, turn, input generation and activity stamps, or it is refused as
+stale. It never decides again: the thresholds live in `sessions/supervision.py` alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from datetime import UTC, datetime
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions import supervision
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.record import Activity as ActivityRecord
+from sessions.record import SessionRecord
 from sessions.runtime import lifecycle
 from sessions.runtime.offload import db, spawn
 from sessions.store import folder
@@ -37,70 +38,64 @@ def _stamp(at: float) -> str:
     return folder.isoformat(datetime.fromtimestamp(at, UTC)) or ""
 
 
-def _apply_touch(activity: dict[str, Any], chunk_kind: str | None, at: float) -> str:
-    """The touches kept in memory (the last chunk's kind, the wall-clock time), applied to an activity dict: meta's
-    own when it is written, a copy for a read. Returns the time stamp."""
+def _apply_touch(activity: ActivityRecord, chunk_kind: str | None, at: float) -> str:
+    """The touches kept in memory (the last chunk's kind, the wall-clock time), applied to an activity block: the
+    record's own when it is written, a copy for a read. Returns the time stamp."""
     if chunk_kind is not None:
-        activity["last_activity_kind"] = chunk_kind
-        activity["last_activity_detail"] = ""
+        activity.last_activity_kind = chunk_kind
+        activity.last_activity_detail = ""
     stamp = _stamp(at)
-    activity["last_activity_at"] = stamp
+    activity.last_activity_at = stamp
     return stamp
-
-
-def activity_of(meta: dict[str, Any]) -> dict[str, Any]:
-    """meta's `liveness.activity`, created on first use."""
-    activity: dict[str, Any] = meta.setdefault("liveness", {}).setdefault("activity", {})
-    return activity
 
 
 class Activity:
     """A session's work signals: the last one's kind and time, and the tool calls still without a result."""
 
-    def __init__(self, meta: dict[str, Any]) -> None:
-        self._meta = meta
-        self.at: float | None = None  # time.time() of the last activity; stamped into meta on write
+    def __init__(self, rec: SessionRecord) -> None:
+        self._rec = rec
+        self.at: float | None = None  # time.time() of the last activity; stamped into the record on write
         self.mono: float | None = None  # time.monotonic() of the same touch, for idle durations
-        self._chunk_kind: str | None = None  # the last streamed chunk's kind, stamped into meta on write
+        self._chunk_kind: str | None = None  # the last streamed chunk's kind, stamped into the record on write
         self._tools_in_flight: set[str] = set()  # tool calls without a result: work supervised silence never stops
 
     def touch(self, kind: str, detail: str = "", tool: str | None = None, tool_call_id: str | None = None,
               tool_done: bool = False) -> None:
         """Called for every event: keep it cheap. The wall-clock time is formatted only when written."""
-        activity = activity_of(self._meta)
+        activity = self._rec.activity_to_write()
         self._chunk_kind = None  # this touch is newer than any chunk's
-        activity["last_activity_kind"] = kind
-        activity["last_activity_detail"] = detail[:200]
+        activity.last_activity_kind = kind
+        activity.last_activity_detail = detail[:200]
         in_flight = self._tools_in_flight
         if kind == "prompt_started":
             in_flight.clear()
         if tool is not None:
-            activity["current_tool"] = tool
-            activity["tool_call_id"] = tool_call_id
+            activity.current_tool = tool
+            activity.tool_call_id = tool_call_id
         if tool_call_id:
             # A tool call without its result is work in flight (a long build): supervised silence never stops it.
             (in_flight.discard if tool_done else in_flight.add)(tool_call_id)
-        activity["tools_in_flight"] = len(in_flight)
+        activity.tools_in_flight = len(in_flight)
         self.at, self.mono = time.time(), time.monotonic()
 
     def touch_chunk(self, kind: str) -> None:
-        """`touch` for a streamed text chunk (thousands a second): a kind and a time, written to meta only when meta
-        is written."""
+        """`touch` for a streamed text chunk (thousands a second): a kind and a time, written to the record only
+        when it is written."""
         self._chunk_kind = kind
         self.at, self.mono = time.time(), time.monotonic()
 
     def stamp(self) -> None:
-        """Write the touches kept in memory into meta (before it is saved, or read for a report)."""
+        """Write the touches kept in memory into the record (before it is saved, or read for a report)."""
         if self.at is None:
             return
         kind, self._chunk_kind = self._chunk_kind, None
-        self._meta["liveness"]["last_update_at"] = _apply_touch(activity_of(self._meta), kind, self.at)
+        self._rec.liveness_to_write().last_update_at = _apply_touch(self._rec.activity_to_write(), kind, self.at)
 
     def stamped_at(self) -> str | None:
         """The `last_activity_at` meta.json gets for the last touch: the supervision fence compares it with the one
         a decision was made from."""
         if self.at is None:
-            return (self._meta.get("liveness") or {}).get("activity", {}).get("last_activity_at")
+            return self._rec.liveness.activity.last_activity_at
         return _stamp(self.at)
 
     def idle(self, turn: Turn) -> float:
@@ -110,19 +105,19 @@ class Activity:
 
     def live(self, turn: Turn | None) -> dict[str, Any]:
         """The activity as of now, for reads: meta.json's copy lags by up to a heartbeat (chunks touch only
-        memory). No writes, so a read on a worker thread cannot race the loop's touches."""
-        activity = self.view(turn)
+        memory). Touches are applied to a copy, so a read on a worker thread cannot race the loop's touches."""
+        activity = self._rec.liveness.activity.model_copy()
         if self.at is not None:
             _apply_touch(activity, self._chunk_kind, self.at)
-        return activity
+        return self._with_turn(activity, turn)
 
     def report(self, turn: Turn) -> dict[str, Any]:
-        """The activity a supervision event carries: meta's, stamped first."""
+        """The activity a supervision event carries: the record's, stamped first."""
         self.stamp()
-        return self.view(turn)
+        return self._with_turn(self._rec.liveness.activity, turn)
 
-    def view(self, turn: Turn | None) -> dict[str, Any]:
-        activity = dict((self._meta.get("liveness") or {}).get("activity") or {})
+    def _with_turn(self, block: ActivityRecord, turn: Turn | None) -> dict[str, Any]:
+        activity = block.model_dump(mode="json", exclude_unset=True)
         if turn is None:
             return activity
         now = time.monotonic()
@@ -178,27 +173,26 @@ class Supervisor:
                 break
             if self._permissions.waiting:
                 self._activity.touch("agent_waiting", "waiting for a permission decision")
-            activity = activity_of(session.meta)
-            activity["idle_seconds"] = round(self._activity.idle(turn), 3)
-            activity["elapsed_seconds"] = round(time.monotonic() - turn.started_mono, 3)
+            activity = session.rec.activity_to_write()
+            activity.idle_seconds = round(self._activity.idle(turn), 3)
+            activity.elapsed_seconds = round(time.monotonic() - turn.started_mono, 3)
             try:
                 await session.persist()
             except Exception:  # a heartbeat is metadata only: the next one tries again; the cause is logged
-                logger.exception("heartbeat write failed for %s", session.id)
+                logger.exception("heartbeat write failed for %s", session.rec.id)
 
     # ---- the sweep's decisions -------------------------------------------------------------------
 
     def _live(self, turn: Turn | None) -> supervision.Live:
         """The owner's side of the fence: the stamps a decision was made from, as they are now."""
         session = self._session
-        meta = session.meta
+        rec = session.rec
         turn_id = turn.id if turn is not None else None
         fence = supervision.Fence(
-            activated_at=meta.get("activated_at"), turn_id=turn_id, generation=int(meta.get("input_generation") or 0),
-            activity_at=self._activity.stamped_at(),
-            progress_at=(meta.get("liveness") or {}).get("activity", {}).get("last_progress_at"))
+            activated_at=rec.activated_at, turn_id=turn_id, generation=rec.input_generation,
+            activity_at=self._activity.stamped_at(), progress_at=rec.liveness.activity.last_progress_at)
         done = frozenset(self._done) if turn_id is not None and self._done_turn == turn_id else frozenset()
-        return supervision.Live(active=session.state == SessionState.ACTIVE and not session.stopping, fence=fence,
+        return supervision.Live(active=session.rec.state == SessionState.ACTIVE and not session.stopping, fence=fence,
                                 done=done)
 
     def _carried_out(self, turn: Turn, action: Action) -> None:
@@ -241,12 +235,13 @@ class Supervisor:
         tool = report.get("current_tool")
         text = f"Still working... ({minutes} min elapsed" + (f", running: {tool})" if tool else ")")
         self._session.record(EventType.RUNTIME_PROGRESS, {"text": text, "runtime": report})
-        activity_of(self._session.meta)["last_progress_at"] = folder.isoformat(folder.utcnow())
+        self._session.rec.activity_to_write().last_progress_at = folder.isoformat(folder.utcnow())
         return "recorded"
 
     async def _timeout(self, turn: Turn, decision: Decision) -> str:
         session, idle = self._session, decision.idle
-        session.meta["liveness"].update({"stall_state": "stalled", "stall_reason": "activity_timeout"})
+        liveness = session.rec.liveness_to_write()
+        liveness.stall_state, liveness.stall_reason = "stalled", "activity_timeout"
         session.marker(MarkerKind.PROMPT_TIMEOUT, f"Prompt idle for {int(idle)} seconds; canceling.",
                        {"idle_seconds": round(idle, 3), "turn_id": turn.id})
         # §7 order: stall, marker, this warning (events reference: "again on timeout"), cancel, grace, stop.
@@ -287,10 +282,10 @@ class Supervisor:
         verification: dict[str, Any] = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
             "pgid": None, "verified": True, "note": "the agent never started"}
         verification["idle_seconds"] = round(idle, 3)
-        session.meta.setdefault("supervision", {})["silence_stop"] = verification
+        session.rec.supervision_to_write()["silence_stop"] = verification
         await session.persist()
-        logger.info("session %s: silence stop, process tree %s", session.id,
+        logger.info("session %s: silence stop, process tree %s", session.rec.id,
                     "verified gone" if verification["verified"] else f"NOT gone: {verification.get('survivors')}")
-        await db(supervision.verified_stop.send, sender=type(session), session_id=session.id,
-                 meta=copy.deepcopy(session.meta), verification=verification)
+        await db(supervision.verified_stop.send, sender=type(session), session_id=session.rec.id,
+                 meta=session.rec.to_meta(), verification=verification)
         return "stopped"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.enums import MarkerKind
+from sessions.errors import Conflict
 from sessions.runtime.offload import db, spawn
 
 if TYPE_CHECKING:
@@ -65,12 +66,12 @@ class BusyInput:
 
     @property
     def generation(self) -> int:
-        return int(self._session.meta.get("input_generation") or 0)
+        return self._session.rec.input_generation
 
     async def _advance_generation(self) -> list[str]:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
-        self._session.meta["input_generation"] = self.generation + 1
-        dropped = await db(self._session.manager.inputs.drop_older, self._session.id, self.generation)
+        self._session.rec.input_generation = self.generation + 1
+        dropped = await db(self._session.manager.inputs.drop_older, self._session.rec.id, self.generation)
         # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
         # its own marker here, never a second one (and is counted once).
         steer_id = self.steer.entry_id if self.steer is not None else None
@@ -91,8 +92,6 @@ class BusyInput:
     async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
         """Cancel the current turn (fenced by expected_turn_id); run `replacement` as a new turn, or keep
         the canceled text as salvage for one later steer (the dedicated interrupt)."""
-        from sessions.errors import Conflict
-
         turn = self._turns.turn
         if expected_turn_id and (turn is None or turn.id != expected_turn_id):
             raise Conflict("expected_turn_id does not match the running turn", code="turn_mismatch",
@@ -139,10 +138,8 @@ class BusyInput:
             return {"status": "accepted", "mode": "steer", "turn_id": turn.id, "new_turn_id": turn.id,
                     "queue_generation": self.generation}
         if self._turns.turn is None:
-            from sessions.errors import Conflict
-
             raise Conflict("no prompt in progress to steer", code="prompt_not_in_progress")
-        entry, _ = await db(self._session.manager.inputs.enqueue, self._session.id, text, mode="steer",
+        entry, _ = await db(self._session.manager.inputs.enqueue, self._session.rec.id, text, mode="steer",
                             generation=self.generation)
         if self.steer is not None:
             await db(self._session.manager.inputs.mark, self.steer.entry_id, "canceled")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sessions.acp.driver import AgentProcess
     from sessions.config import Config, ProviderConfig
     from sessions.enums import FailureKind, MarkerKind, SessionState, StopReason
+    from sessions.record import Failure, SessionRecord
     from sessions.runtime.recorder import Recorder
 
 
@@ -30,7 +31,7 @@ class RuntimeHost(Protocol):
     def forget(self, session_id: str) -> None:
         """The runtime stopped: drop it from the registry of live sessions."""
 
-    def keep_unsaved(self, meta: dict[str, Any]) -> None:
+    def keep_unsaved(self, rec: SessionRecord) -> None:
         """Writing this metadata snapshot failed: serve it to readers and retry the write."""
 
     def supersede_unsaved(self, session_id: str) -> None:
@@ -40,19 +41,14 @@ class RuntimeHost(Protocol):
 class SessionCore(Protocol):
     """One live session as its components see it (SessionRuntime is the one implementation)."""
 
-    id: str
-    meta: dict[str, Any]
+    rec: SessionRecord  # its id, state, cwd and the rest of meta.json
     config: Config
     provider: ProviderConfig
     roots: list[Path]
-    cwd: Path
     manager: RuntimeHost
     recorder: Recorder
     agent: AgentProcess | None
     stopped: asyncio.Event
-
-    @property
-    def state(self) -> str: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -61,7 +57,8 @@ class SessionCore(Protocol):
 
     def announce(self) -> None: ...
 
-    async def transition(self, target: SessionState, **fields: Any) -> None: ...
+    async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
+                         activated_at: str | None = None, stopped_at: str | None = None) -> None: ...
 
     def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None: ...
 
@@ -73,8 +70,6 @@ class SessionCore(Protocol):
     async def hook(self, event: str, **extra: Any) -> Any: ...
 
     async def observe(self, event: str, **extra: Any) -> None: ...
-
-    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]: ...
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None: ...

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Any
 
 from sessions.enums import Badge, FailureKind, SessionState, StopReason
+from sessions.record import SessionRecord
 from sessions.store.redact import bound_text, redact_text
 
 SUMMARY_CAP_BYTES = 2048
@@ -97,3 +99,14 @@ def is_auth_error(code: int, message: str) -> bool:
     """Whether an agent's prompt error means "the user must authenticate" (badge waiting-for-auth)."""
     text = message.lower()
     return (code == ACP_AUTH_REQUIRED and "auth" in text) or any(word in text for word in _AUTH_WORDS)
+
+
+def hook_payload(rec: SessionRecord, event: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """What every lifecycle hook of a session is handed (hooks.md §3): the session as its record has it now."""
+    return {
+        "event": event, "session_id": rec.id, "session_name": rec.name or "",
+        "session_type": rec.session_type or "user", "agent_name": rec.agent_name,
+        "workspace_id": rec.workspace_id, "workspace": str(Path(rec.cwd)),
+        "acp_session_id": rec.acp_session_id or "", "state": rec.state.value,
+        "created_at": rec.created_at, "updated_at": rec.updated_at, **extra,
+    }

@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
-from sessions import ownership
+from sessions import catalog, cluster, ownership
 from sessions.config import Config
 from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
+from sessions.record import SessionRecord
+from sessions.runtime import signals
 from sessions.runtime.inputs import InputQueue
-from sessions.runtime.offload import spawn
+from sessions.runtime.offload import db, spawn
 from sessions.runtime.session import SessionRuntime
 from sessions.supervision import Decision
 
@@ -63,7 +65,7 @@ class SessionManager:
         # Ids whose folders exist but whose runtime is not registered yet (create in progress).
         self.reserved: set[str] = set()
         # Metadata snapshots whose write failed (a full disk): reads serve them, a retry loop lands them.
-        self.unsaved_meta: dict[str, dict[str, Any]] = {}
+        self.unsaved_meta: dict[str, SessionRecord] = {}
         self._resave: asyncio.Task[None] | None = None
         # Creates and reactivations admitted but not launched yet: they count against the agent limit too.
         self.admitting = 0
@@ -96,13 +98,13 @@ class SessionManager:
         finally:
             self.admitting -= 1
 
-    def launch(self, meta: dict[str, Any], *, provider: Any, roots: list[Path],
+    def launch(self, rec: SessionRecord, *, provider: Any, roots: list[Path],
                reactivate: bool = False) -> SessionRuntime:
         if self.draining:
             raise Unavailable("the daemon is shutting down", code="daemon_draining")
-        if meta["id"] in self.runtimes:
-            return self.runtimes[meta["id"]]
-        runtime = SessionRuntime(self, meta, config=self.config, provider=provider, roots=roots)
+        if rec.id in self.runtimes:
+            return self.runtimes[rec.id]
+        runtime = SessionRuntime(self, rec, config=self.config, provider=provider, roots=roots)
         self.runtimes[runtime.id] = runtime
         self.reserved.discard(runtime.id)
         task = spawn(runtime.boot(reactivate=reactivate))
@@ -178,15 +180,12 @@ class SessionManager:
     def forget(self, session_id: str) -> None:
         """The runtime stopped: its lease goes too, after the final metadata (same DB thread, in order)."""
         if self.runtimes.pop(session_id, None) is not None:
-            from sessions import cluster
-            from sessions.runtime.offload import db
-
             spawn(db(cluster.release, session_id)).add_done_callback(_log_release_failure)
 
     # ---- metadata that could not be written ---------------------------------------------------
 
-    def keep_unsaved(self, meta: dict[str, Any]) -> None:
-        self.unsaved_meta[meta["id"]] = meta
+    def keep_unsaved(self, rec: SessionRecord) -> None:
+        self.unsaved_meta[rec.id] = rec
         if self._resave is None or self._resave.done():
             self._resave = spawn(self._resave_loop())
 
@@ -196,22 +195,18 @@ class SessionManager:
 
     async def _resave_loop(self) -> None:
 
-        from sessions import catalog
-        from sessions.runtime import signals
-        from sessions.runtime.offload import db
-
         while self.unsaved_meta:
             await asyncio.sleep(RESAVE_INTERVAL_SECONDS)
-            for session_id, meta in list(self.unsaved_meta.items()):
+            for session_id, rec in list(self.unsaved_meta.items()):
                 try:
-                    await db(catalog.save_meta, meta)
+                    await db(catalog.save_meta, rec)
                 except Exception as exc:  # noqa: BLE001 - any write failure: logged, retried next round
                     logger.warning("session %s: metadata still unwritable: %s", session_id, exc)
                     continue
-                if self.unsaved_meta.get(session_id) is meta:
+                if self.unsaved_meta.get(session_id) is rec:
                     del self.unsaved_meta[session_id]
                 logger.info("session %s: metadata written after an earlier failure", session_id)
-                signals.ring_catalog("upserted", meta["workspace_id"], session_id)
+                signals.ring_catalog("upserted", rec.workspace_id, session_id)
 
     async def shutdown(self, timeout: float = 20.0) -> None:
         """Stop every live session with reason `shutdown`, concurrently and bounded in time."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sessions.acp import client_side, workspace_fs
 from sessions.enums import EventType
@@ -17,20 +17,16 @@ from sessions.runtime.terminal_gateway import TerminalGateway
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
     from sessions.runtime.host import SessionCore
-    from sessions.runtime.turn import Turn
+    from sessions.runtime.turns import Turns
 
 logger = logging.getLogger(__name__)
 
 
-class CurrentTurn(Protocol):
-    @property
-    def turn(self) -> Turn | None: ...
-
-
 class PermissionGate:
-    """The answers to the agent's requests. Owns the board of requests waiting on a person."""
+    """The answers to the agent's requests. Opens the requests that wait on a person on the board it is handed (the
+    turns cancel them when a turn ends, supervision counts them as activity)."""
 
-    def __init__(self, session: SessionCore, activity: Activity, turns: CurrentTurn, *,
+    def __init__(self, session: SessionCore, activity: Activity, turns: Turns, permissions: PermissionBoard, *,
                  tool_titles: dict[str, str], tool_kinds: dict[str, str]) -> None:
         self._session = session
         self._activity = activity
@@ -39,7 +35,7 @@ class PermissionGate:
         # call's id is judged by that call's kind and title.
         self._tool_titles = tool_titles
         self._tool_kinds = tool_kinds
-        self.permissions = PermissionBoard()
+        self.permissions = permissions
         self._approved_executes: list[str] = []  # turn ids: a person's approvals of execute tool calls, unused
         self.terminals = TerminalGateway(session, self)
 
@@ -57,7 +53,7 @@ class PermissionGate:
     @property
     def mode(self) -> str:
         """The permission policy in force: the session's own (a child's may be narrower), else the agent's."""
-        return permission_mode(self._session.meta, self._session.config.permissions_mode)
+        return permission_mode(self._session.rec.effective_permissions, self._session.config.permissions_mode)
 
     async def approve_execute(self, tool_call_id: str, title: str) -> bool:
         """Whether a command the agent runs through a client terminal may run: by policy, else by a person
@@ -198,11 +194,11 @@ class PermissionGate:
     def _share_waiting(self) -> None:
         """The dashboard's "needs approval" comes from the catalog stream, rung now; the count goes to meta.json
         too (not awaited), where another node of a cluster reads it (it has no runtime to ask)."""
-        liveness = self._session.meta.setdefault("liveness", {})
-        liveness["pending_permissions"] = self.permissions.waiting_count
+        liveness = self._session.rec.liveness_to_write()
+        liveness.pending_permissions = self.permissions.waiting_count
         # What each request asks, for the attention list and the `permission_requested` webhook (both read
         # meta.json, on any node of a cluster), and it is what a person sees before deciding.
-        liveness["permission_requests"] = [
+        liveness.permission_requests = [
             {"request_id": p.request_id, "title": p.tool_call.get("title"), "kind": p.tool_call.get("kind"),
              "turn_id": p.turn_id, "created_at": p.created_at}
             for p in list(self.permissions.pending.values()) if not p.answer.done()]

@@ -7,7 +7,6 @@ A cancelled turn answers every open request with `cancelled`, as ACP requires.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +90,6 @@ class PermissionBoard:
         return self.waiting_count > 0
 
 
-def permission_mode(meta: Mapping[str, Any], configured: str) -> str:
+def permission_mode(effective: str | None, configured: str) -> str:
     """The permission policy in force for a session: its own (a child's may be narrower), else its agent's."""
-    return str(meta.get("effective_permissions") or configured)
+    return str(effective or configured)

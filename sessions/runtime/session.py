@@ -1,8 +1,9 @@
 """SessionRuntime: one live session, its agent process, its turns and its stop path.
 
-Everything here runs on the daemon's asyncio loop. This module keeps the session's record (meta), its recording
-and its hooks (`SessionCore`, host.py, is what the components see of it); each stage of a session's life is a
-component beside it, owning its own state, built here with the session and the siblings it uses:
+Everything here runs on the daemon's asyncio loop. This module keeps the session's record (`rec`: meta.json as a
+`SessionRecord`), its recording and its hooks (`SessionCore`, host.py, is what the components see of it); each stage
+of a session's life is a component beside it, owning its own state, built here with the session and the siblings it
+uses:
 
 - `start_path.py` (`StartPath`): spawn, ACP initialize, session/new or load, options, `active`
 - `turns.py` (`Turns`): one prompt at a time, queued input, turn failures on the session
@@ -21,7 +22,6 @@ row are rewritten on every lifecycle change, on the runtime's DB thread.
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import logging
 import os
@@ -35,6 +35,7 @@ from sessions.acp.mapping import map_update
 from sessions.config import Config, ProviderConfig
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.feed import offer_rows
+from sessions.record import AutoTitle, Failure, SessionRecord
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.host import RuntimeHost
@@ -44,6 +45,7 @@ from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.recorder import Recorder
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
+from sessions.runtime.title import TITLE_PASSES, generate_title
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
@@ -61,16 +63,16 @@ VIOLATIONS_RECORDED = 10
 
 
 class SessionRuntime:
-    def __init__(self, manager: RuntimeHost, meta: dict[str, Any], *, config: Config,
+    def __init__(self, manager: RuntimeHost, rec: SessionRecord, *, config: Config,
                  provider: ProviderConfig, roots: list[Path]) -> None:
         self.manager = manager
-        self.meta = meta
-        self.id: str = meta["id"]
+        self.rec = rec
+        self.id: str = rec.id
         self.config = config
         self.provider = provider
         self.roots = roots
-        self.cwd = Path(meta["cwd"])
-        self.recorder = Recorder(folder.events_path(self.id), meta["agent_name"], self._on_commit,
+        self.cwd = Path(rec.cwd)
+        self.recorder = Recorder(folder.events_path(self.id), rec.agent_name, self._on_commit,
                                  self._on_store_failure, redact=config.redact_enabled,
                                  write_deadline=config.timeouts.store_write_deadline)
         self.recorder.commit_seconds = metrics.STORE_COMMIT_SECONDS.observe
@@ -84,13 +86,16 @@ class SessionRuntime:
         self.active = asyncio.Event()
         self.violations = 0  # protocol violations by this session's agents
         self.boot_task: asyncio.Task[None] | None = None
-        self.activity = Activity(meta)
-        self.gate = PermissionGate(self, self.activity, self, tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
-        self.turns = Turns(self, self.activity, self.gate.permissions, heartbeat=lambda: self.supervisor.beat(),
+        self.activity = Activity(rec)
+        # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
+        permissions = PermissionBoard()
+        self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
                            after_reply=self._offer_title)
+        self.gate = PermissionGate(self, self.activity, self.turns, permissions,
+                                   tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
                                   halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
-        self.supervisor = Supervisor(self, self.activity, self.turns, self.gate.permissions)
+        self.supervisor = Supervisor(self, self.activity, self.turns, permissions)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
                                     on_request=self.on_request)
 
@@ -98,7 +103,7 @@ class SessionRuntime:
 
     @property
     def state(self) -> str:
-        return str(self.meta["state"])
+        return self.rec.state.value
 
     async def persist(self) -> None:
         """meta.json first (the per-session truth), then the catalog mirror, then the doorbell.
@@ -109,8 +114,8 @@ class SessionRuntime:
         if self.fenced:
             return
         self.activity.stamp()
-        self.meta["updated_at"] = folder.isoformat(folder.utcnow())
-        snapshot = copy.deepcopy(self.meta)
+        self.rec.updated_at = folder.isoformat(folder.utcnow())
+        snapshot = self.rec.model_copy(deep=True)
         # Superseded before this write is queued: the DB thread is FIFO, so an older unsaved snapshot the retry
         # loop already queued lands first, and none it picks up later can land after this one.
         self.manager.supersede_unsaved(self.id)
@@ -128,12 +133,20 @@ class SessionRuntime:
     def announce(self) -> None:
         """Ring the catalog doorbell for a change that is not saved metadata (a turn started, a permission
         request opened or closed): list viewers refetch, as after a save."""
-        signals.ring_catalog("upserted", self.meta["workspace_id"], self.id)
+        signals.ring_catalog("upserted", self.rec.workspace_id, self.id)
 
-    async def transition(self, target: SessionState, **fields: Any) -> None:
+    async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
+                         activated_at: str | None = None, stopped_at: str | None = None) -> None:
+        """`target`, saved with what changes with it: the stop's (reason, detail, failure), set or cleared, and the
+        times the session first became active and last stopped."""
         lifecycle.check_transition(self.state, target)
-        self.meta["state"] = target.value
-        self.meta.update(fields)
+        self.rec.state = target
+        if stop is not None:
+            self.rec.stop_reason, self.rec.stop_detail, self.rec.failure = stop
+        if activated_at is not None:
+            self.rec.activated_at = activated_at
+        if stopped_at is not None:
+            self.rec.stopped_at = stopped_at
         await self.persist()
 
     # ---- the components' faces the services and the manager use ------------------------------
@@ -220,8 +233,8 @@ class SessionRuntime:
 
     def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None:
         tid = turn_id if turn_id is not None else (self.turn.id if self.turn else "")
-        if self.meta.get("acp_session_id"):
-            content = {"session_id": self.meta["acp_session_id"], **content}
+        if self.rec.acp_session_id:
+            content = {"session_id": self.rec.acp_session_id, **content}
         self.recorder.record(type_, tid, content)
 
     def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
@@ -259,7 +272,7 @@ class SessionRuntime:
             self.protocol_violation("a session/update without an update object")
             return
         sid = params.get("sessionId")
-        if sid and sid != self.meta.get("acp_session_id") and self.state == SessionState.ACTIVE:
+        if sid and sid != self.rec.acp_session_id and self.state == SessionState.ACTIVE:
             # Another ACP session's update must not be stored as this one's (labelled with our id).
             self.protocol_violation(f"an update for another ACP session ({str(sid)[:80]!r}) was dropped")
             return
@@ -303,15 +316,6 @@ class SessionRuntime:
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 
-    def hook_payload(self, event: str, extra: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "event": event, "session_id": self.id, "session_name": self.meta.get("name") or "",
-            "session_type": self.meta.get("session_type") or "user", "agent_name": self.meta["agent_name"],
-            "workspace_id": self.meta["workspace_id"], "workspace": str(self.cwd),
-            "acp_session_id": self.meta.get("acp_session_id") or "", "state": self.state,
-            "created_at": self.meta["created_at"], "updated_at": self.meta["updated_at"], **extra,
-        }
-
     def _record_hook_run(self, row: dict[str, Any]) -> None:
         self.recorder.record_hook_run(row)
 
@@ -328,7 +332,8 @@ class SessionRuntime:
         runner = self.manager.hooks
         if runner is None or not runner.has_hooks(event):
             return None
-        outcome = await runner.dispatch(event, self.hook_payload(event, extra), record_run=self._record_hook_run)
+        outcome = await runner.dispatch(event, lifecycle.hook_payload(self.rec, event, extra),
+                                        record_run=self._record_hook_run)
         if event in GATED_HOOK_EVENTS and (outcome.denied or outcome.required_failed) and outcome.hook_required:
             reason = outcome.deny_reason or outcome.error or HOOK_STOP_SUMMARY
             logger.info("session %s: required hook %s stopped it: %s", self.id, outcome.hook_name, reason)
@@ -340,17 +345,15 @@ class SessionRuntime:
     # ---- auto-title (roles.auto_title) -----------------------------------------------------------
 
     def _title_eligible(self) -> bool:
-        return (self.config.auto_title_enabled and not self.meta.get("name") and not self.meta.get("auto_title")
-                and (self.meta.get("session_type") or "user") == "user")
+        return (self.config.auto_title_enabled and not self.rec.name and self.rec.auto_title is None
+                and (self.rec.session_type or "user") == "user")
 
     def _offer_title(self, turn: Turn) -> None:
         if self._title_eligible():
-            self.meta["auto_title"] = {"status": "pending"}
+            self.rec.auto_title = AutoTitle(status="pending")
             spawn(self._auto_title(turn))
 
     async def _auto_title(self, turn: Turn) -> None:
-        from sessions.runtime.title import TITLE_PASSES, generate_title
-
         provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
         async with TITLE_PASSES:
             if self.stopped.is_set():
@@ -358,19 +361,19 @@ class SessionRuntime:
             title = await generate_title(provider, self.cwd, turn.text, turn.reply)
         if self.stopped.is_set():
             return  # the final meta is written; a late title must not reopen it
-        if self.meta.get("name"):
-            self.meta["auto_title"] = {"status": "skipped", "reason": "explicit name wins"}
+        if self.rec.name:
+            self.rec.auto_title = AutoTitle(status="skipped", reason="explicit name wins")
             await self.persist()
             return
         if title is None:
-            self.meta["auto_title"] = {"status": "failed"}
+            self.rec.auto_title = AutoTitle(status="failed")
             await self.persist()
             return
-        self.meta.update({"name": title, "name_source": "auto_title", "auto_title": {"status": "applied"}})
+        self.rec.name, self.rec.name_source, self.rec.auto_title = title, "auto_title", AutoTitle(status="applied")
         self.record(EventType.SYSTEM, {"title": "auto_title", "text": title}, turn_id="")
         await self.persist()
 
     async def rename(self, name: str) -> None:
         """An explicit name always wins, including over a title pass still running."""
-        self.meta.update({"name": name, "name_source": "user"})
+        self.rec.name, self.rec.name_source = name, "user"
         await self.persist()

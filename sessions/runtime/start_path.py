@@ -6,15 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sessions import mcp_servers
 from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.record import AcpCaps
 from sessions.runtime import lifecycle, terminal_gateway
 from sessions.runtime.offload import db
+from sessions.runtime.options import plan, reported_model
 from sessions.runtime.permissions import permission_mode
+from sessions.runtime.projection import build_projection
 from sessions.store import folder
 
 if TYPE_CHECKING:
@@ -59,8 +63,8 @@ class StartPath:
         try:
             if reactivate:
                 # stopped → starting under the same id; the previous stop stays in the event log.
-                await db(session.manager.inputs.reset_dispatching, session.id)
-                await session.transition(SessionState.STARTING, stop_reason="", stop_detail="", failure=None)
+                await db(session.manager.inputs.reset_dispatching, session.rec.id)
+                await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
             await self._fail_start(exc.kind, exc.summary, exc.code)
@@ -69,26 +73,26 @@ class StartPath:
             await self._fail_start(FailureKind.CANCELLATION, "start canceled")
             raise
         except Exception as exc:  # any other start error fails the start, visibly, and is logged with its cause
-            logger.exception("session %s failed to start", session.id)
+            logger.exception("session %s failed to start", session.rec.id)
             await self._fail_start(FailureKind.STARTUP_FAILURE, f"unexpected start error: {exc}")
             return
         if self._stop.stopping:
             return
         await session.transition(SessionState.ACTIVE, activated_at=folder.isoformat(folder.utcnow()))
-        logger.info("session %s active (agent %s, pid %s)", session.id, session.meta["agent_name"],
+        logger.info("session %s active (agent %s, pid %s)", session.rec.id, session.rec.agent_name,
                     session.agent.pid if session.agent else None)  # lifecycle lines: `session evidence` collects them
         self._active.set()
         await session.observe("session.post_resume" if reactivate else "session.post_create")
         try:
             await self._turns.dispatch_next()
         except Exception:  # the session is active either way; the queued input's failure is logged with its cause
-            logger.exception("session %s: dispatching queued input failed", session.id)
+            logger.exception("session %s: dispatching queued input failed", session.rec.id)
 
     async def _start_agent(self, *, reactivate: bool) -> None:
         session = self._session
-        command, cwd = list(session.provider.command), session.cwd
+        command, cwd = list(session.provider.command), Path(session.rec.cwd)
         pre = await session.hook("agent.pre_start", command=command[0], args=command[1:], cwd=str(cwd),
-                              provider=session.provider.name, model=session.meta.get("model") or "")
+                              provider=session.provider.name, model=session.rec.model or "")
         if pre is not None:
             if not pre.ok:
                 raise StartFailed(FailureKind.STARTUP_FAILURE, f"agent.pre_start: {pre.error}")
@@ -107,18 +111,17 @@ class StartPath:
                                      package=provider.npm if command[0] == provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=session.provider.env, on_update=self._on_update,
                                  on_request=self._on_request, others_waiting=session.recorder.others_waiting,
-                                 on_violation=session.protocol_violation, owner=session.meta["id"],
+                                 on_violation=session.protocol_violation, owner=session.rec.id,
                                  kill_grace=session.config.timeouts.stop_kill_grace,
                                  closed_stdout_grace=session.config.timeouts.closed_stdout_grace)
             session.agent = agent
             await agent.start()
         except AgentNotFound as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, str(exc)) from exc
+        liveness = session.rec.liveness_to_write()
+        liveness.subprocess_pid, liveness.subprocess_started_at = agent.pid, agent.started_at
         # A new agent process has asked nothing yet: requests a crashed run left in meta.json are not this run's.
-        session.meta.setdefault("liveness", {}).update(
-            {"subprocess_pid": agent.pid, "subprocess_started_at": agent.started_at, "pending_permissions": 0,
-             "permission_requests": []}
-        )
+        liveness.pending_permissions, liveness.permission_requests = 0, []
         self._stop.watch_exit()
         await session.observe("agent.spawned", pid=agent.pid, command=agent.command[0],
                                     args=list(agent.command[1:]), cwd=str(agent.cwd),
@@ -127,7 +130,8 @@ class StartPath:
             async with launch.install_progress(started, agent, lambda t, c: session.record(t, c, turn_id="")):
                 init = await agent.initialize(started.initialize_timeout(INITIALIZE_TIMEOUT),
                                               terminal=terminal_gateway.offered(permission_mode(
-                                                  session.meta, session.config.permissions_mode)))
+                                                  session.rec.effective_permissions,
+                                                  session.config.permissions_mode)))
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
             await asyncio.sleep(0.05)
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
@@ -136,11 +140,11 @@ class StartPath:
         offers = caps.get("sessionCapabilities")
         lifecycle_caps: dict[str, Any] = offers if isinstance(offers, dict) else {}
         self._auth_methods = auth.offered(init)
-        session.meta["acp_caps"] = {"supports_load_session": bool(caps.get("loadSession")),
-                                    "supports_resume": "resume" in lifecycle_caps,
-                                    "supports_close": "close" in lifecycle_caps,
-                                    "auth_methods": [m.id for m in self._auth_methods],
-                                    "agent_info": init.get("agentInfo")}
+        session.rec.acp_caps = AcpCaps(supports_load_session=bool(caps.get("loadSession")),
+                                       supports_resume="resume" in lifecycle_caps,
+                                       supports_close="close" in lifecycle_caps,
+                                       auth_methods=[m.id for m in self._auth_methods],
+                                       agent_info=init.get("agentInfo"))
         self._mcp_servers = self._mcp_servers_for(caps)
         await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
@@ -149,7 +153,7 @@ class StartPath:
         """The agent's configured MCP servers it can use; one left out for its transport is said, not dropped
         silently."""
         session = self._session
-        agent_config = session.config.agents.get(str(session.meta["agent_name"]))
+        agent_config = session.config.agents.get(session.rec.agent_name)
         supported = caps.get("mcpCapabilities")
         handed, skipped = mcp_servers.for_agent(agent_config.mcp_servers if agent_config else (),
                                                 supported if isinstance(supported, dict) else {})
@@ -173,7 +177,8 @@ class StartPath:
         except (TransportClosed, TimeoutError) as exc:
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE,
                               self._with_exit(f"ACP authenticate failed: {exc}")) from exc
-        self._session.meta["acp_caps"]["authenticated_with"] = method.id
+        if self._session.rec.acp_caps is not None:
+            self._session.rec.acp_caps.authenticated_with = method.id
 
     def _auth_refusal(self, detail: str) -> str:
         argv0 = self._session.agent.command[0] if self._session.agent else ""
@@ -182,7 +187,7 @@ class StartPath:
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
         assert session.agent
-        params: dict[str, Any] = {"cwd": str(session.cwd), "mcpServers": self._mcp_servers}
+        params: dict[str, Any] = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
         if session.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in session.roots[1:]]
         fallback: str | None = None
@@ -200,7 +205,7 @@ class StartPath:
             raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP session/new failed: {exc}")) from exc
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
-        session.meta["acp_session_id"] = str(result["sessionId"])
+        session.rec.acp_session_id = str(result["sessionId"])
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
@@ -208,18 +213,15 @@ class StartPath:
     async def _apply_options(self, opened: dict[str, Any]) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
-        from sessions.runtime.options import plan, reported_model
-
         assert session.agent
         config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
         models = opened.get("models")
-        steps = plan(config_options, model=session.meta.get("model") or "",
-                     model_explicit=bool(session.meta.get("model_explicit")),
-                     reasoning_effort=session.meta.get("reasoning_effort") or "",
-                     speed=session.meta.get("speed") or "normal", models=models)
+        rec = session.rec
+        steps = plan(config_options, model=rec.model or "", model_explicit=bool(rec.model_explicit),
+                     reasoning_effort=rec.reasoning_effort or "", speed=rec.speed or "normal", models=models)
         sets = [*steps.sets, *([("model", "", steps.set_model)] if steps.set_model else [])]
         for what, config_id, value in sets:
-            sid = session.meta["acp_session_id"]
+            sid = session.rec.acp_session_id
             try:
                 answer = await session.agent.request(
                     "session/set_config_option" if config_id else "session/set_model",
@@ -232,9 +234,9 @@ class StartPath:
                 config_options = answer["configOptions"]  # the agent's state after the change
             elif not config_id and isinstance(models, dict):
                 models = {**models, "currentModelId": value}
-        session.meta["agent_model"] = reported_model(config_options, models)
-        session.meta["speed_resolution"] = steps.resolutions.get("speed")
-        session.meta["option_resolutions"] = steps.resolutions
+        rec.agent_model = reported_model(config_options, models)
+        rec.speed_resolution = steps.resolutions.get("speed")
+        rec.option_resolutions = steps.resolutions
         for what, resolution in steps.resolutions.items():
             if resolution["status"] == "rejected":
                 code = "speed_rejected" if what == "speed" else f"{what}_rejected"
@@ -250,19 +252,19 @@ class StartPath:
         draft drops load), else session/load. None on success, else the fallback reason (§14)."""
         session = self._session
         assert session.agent
-        saved = session.meta.get("acp_session_id") or ""
-        caps = session.meta.get("acp_caps") or {}
-        if saved and caps.get("supports_resume"):
+        saved = session.rec.acp_session_id or ""
+        caps = session.rec.acp_caps
+        if saved and caps is not None and caps.supports_resume:
             try:
                 await session.agent.request("session/resume", {**params, "sessionId": saved},
                                             timeout=NEW_SESSION_TIMEOUT)
                 return None
             except AgentRequestError as exc:  # e.g. the agent forgot it: load may still know it, else new
-                logger.info("session %s: session/resume refused (%s); trying session/load", session.id, exc)
+                logger.info("session %s: session/resume refused (%s); trying session/load", session.rec.id, exc)
             except (TransportClosed, TimeoutError) as exc:
                 raise StartFailed(FailureKind.LOAD_SESSION_FAILURE,
                                   self._with_exit(f"ACP session/resume failed: {exc}")) from exc
-        if not caps.get("supports_load_session") or not saved:
+        if caps is None or not caps.supports_load_session or not saved:
             return "load_session_unsupported"
         self.loading = True  # the agent may replay history as updates: we already hold it
         try:
@@ -277,10 +279,8 @@ class StartPath:
             self.loading = False
 
     async def _stage_projection(self, reason: str) -> None:
-        from sessions.runtime.projection import build_projection
-
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
-        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.id))
+        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
         self._turns.projection = text
         self._session.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")

@@ -7,14 +7,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
+from sessions import cluster
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.record import Failure
 from sessions.runtime import lifecycle
-from sessions.runtime.offload import spawn
+from sessions.runtime.offload import db, spawn
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.folder import isoformat, utcnow
 from sessions.store.redact import bound_tail, redact_text
@@ -75,7 +78,7 @@ class StopPath:
         code = agent.returncode
         turn_active = self._turns.turn is not None
         await session.observe("agent.crashed" if code else "agent.stopped", pid=agent.pid, error=str(code))
-        if session.state == SessionState.STARTING:
+        if session.rec.state == SessionState.STARTING:
             return  # the start path reports this as a handshake/startup failure
         kind: FailureKind | None
         if agent.killed_for_closed_stdout:
@@ -100,11 +103,12 @@ class StopPath:
         self.stopping = True
         if not self.fenced and not await self._lease_held():
             # Another node took the session while we were cut off: its meta.json and events.db are not ours.
-            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording", session.id)
+            logger.error("session %s: its lease is held elsewhere; stopping the agent without recording",
+                         session.rec.id)
             self.fenced = True
             session.recorder.closed = True
         await session.observe("session.pre_stop", stop_reason=reason.value, stop_detail=detail)
-        if session.state == SessionState.ACTIVE:
+        if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
         boot = self._boot_task()
         if boot is not None and not boot.done():
@@ -148,26 +152,27 @@ class StopPath:
             try:
                 await self._terminals.close_all()
             except Exception:  # the stop goes on; what could not be killed is in the log with its cause
-                logger.exception("session %s: closing its terminals failed", self._session.id)
+                logger.exception("session %s: closing its terminals failed", self._session.rec.id)
 
     async def _close_acp_session(self) -> None:
         """`session/close` lets the agent release the session before its process is shut down. Bounded by the
         cancel grace; a refusal, a timeout or a dead pipe is logged and the stop goes on."""
         session = self._session
-        agent, sid = session.agent, session.meta.get("acp_session_id") or ""
+        agent, sid = session.agent, session.rec.acp_session_id
         if agent is None or agent.returncode is not None or not sid \
-                or not (session.meta.get("acp_caps") or {}).get("supports_close"):
+                or not (session.rec.acp_caps and session.rec.acp_caps.supports_close):
             return
         try:
             await agent.request("session/close", {"sessionId": sid}, timeout=session.config.timeouts.stop_cancel_grace)
         except (AgentRequestError, TransportClosed, TimeoutError) as exc:
-            logger.warning("session %s: ACP session/close failed (%s); stopping the agent anyway", session.id, exc)
+            logger.warning("session %s: ACP session/close failed (%s); stopping the agent anyway", session.rec.id,
+                           exc)
 
     async def finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""
         session = self._session
         self.stopping = True
-        if session.state == SessionState.ACTIVE:
+        if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
         stopped: dict[str, Any] = {"stop_reason": reason.value, "stop_detail": detail}
         if failure:
@@ -178,37 +183,35 @@ class StopPath:
         if tail and failure:
             stopped["text"] = tail
         session.record(EventType.SESSION_STOPPED, stopped, turn_id="")
-        logger.info("session %s stopped: %s%s", session.id, reason.value, f" ({failure['kind']})" if failure else "")
+        logger.info("session %s stopped: %s%s", session.rec.id, reason.value,
+                    f" ({failure['kind']})" if failure else "")
         try:
             await session.recorder.close()
         except Exception:  # the stop must reach `stopped` whatever the store did; the cause is logged
-            logger.exception("session %s: closing the event store failed", session.id)
+            logger.exception("session %s: closing the event store failed", session.rec.id)
         self._halt_heartbeat()
-        if session.state != SessionState.STOPPED:
+        if session.rec.state != SessionState.STOPPED:
             # stopped_at: when this stop happened (a failed stop's webhook is keyed by it, so the next one is new).
-            await session.transition(SessionState.STOPPED, stop_reason=reason.value, stop_detail=detail,
-                                     failure=failure, stopped_at=isoformat(utcnow()))
+            await session.transition(SessionState.STOPPED, stop=(reason.value, detail, Failure.of(failure)),
+                                     stopped_at=isoformat(utcnow()))
         hooks = session.manager.hooks
         if hooks is not None and hooks.has_hooks("session.post_stop"):
             # The store is closed now; post_stop runs observe only and are not recorded per session.
-            payload = session.hook_payload("session.post_stop", {"stop_reason": reason.value,
+            payload = lifecycle.hook_payload(session.rec, "session.post_stop", {"stop_reason": reason.value,
                                                                         "stop_detail": detail})
             try:
                 await hooks.dispatch("session.post_stop", payload, record_run=lambda row: None)
             except Exception:  # observe only: the stop goes on; the cause goes to the log
-                logger.exception("session %s: hook event session.post_stop failed", session.id)
+                logger.exception("session %s: hook event session.post_stop failed", session.rec.id)
         session.stopped.set()
         self._active.clear()
-        session.manager.forget(session.id)
+        session.manager.forget(session.rec.id)
 
     async def _lease_held(self) -> bool:
-        from sessions import cluster
-        from sessions.runtime.offload import db
-
         try:
-            return await db(cluster.holds, self._session.id)
+            return await db(cluster.holds, self._session.rec.id)
         except Exception:  # the catalog is unreachable (logged): writing our own stop beats leaving it unrecorded
-            logger.warning("session %s: lease not readable at stop", self._session.id, exc_info=True)
+            logger.warning("session %s: lease not readable at stop", self._session.rec.id, exc_info=True)
             return True
 
     def stderr_excerpt(self) -> str:
@@ -222,13 +225,13 @@ class StopPath:
         session = self._session
         path = None
         command = session.agent.command if session.agent else list(session.provider.command)
-        cwd = session.agent.cwd if session.agent else session.cwd
+        cwd = session.agent.cwd if session.agent else Path(session.rec.cwd)
         if kind in BUNDLE_FAILURE_KINDS:
             try:
                 path = str(await asyncio.to_thread(
                     write_crash_bundle,
-                    crash_bundles_dir(), session_id=session.id, agent_name=session.meta["agent_name"],
-                    provider=session.meta.get("provider") or "", state=session.state, failure_kind=kind.value,
+                    crash_bundles_dir(), session_id=session.rec.id, agent_name=session.rec.agent_name,
+                    provider=session.rec.provider or "", state=session.rec.state.value, failure_kind=kind.value,
                     summary=summary,
                     process={"pid": session.agent.pid if session.agent else None,
                              # What was started: an agent.pre_start hook may have patched command and cwd.
@@ -238,5 +241,5 @@ class StopPath:
                     error=summary, stderr=session.agent.stderr.text() if session.agent else "",
                 ))
             except OSError:
-                logger.exception("could not write the crash bundle for %s", session.id)
+                logger.exception("could not write the crash bundle for %s", session.rec.id)
         return lifecycle.failure_object(kind, summary, path)

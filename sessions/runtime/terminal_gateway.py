@@ -5,6 +5,7 @@ terminals themselves live in terminals.py, and what ran is recorded (`system` ro
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.enums import EventType
@@ -43,7 +44,7 @@ class TerminalGateway:
     def terminals(self) -> Terminals:
         if self._terminals is None:  # built at first use: the session's cwd and roots are settled by then
             session = self._session
-            self._terminals = Terminals(session.roots, session.cwd, session.provider.env)
+            self._terminals = Terminals(session.roots, Path(session.rec.cwd), session.provider.env)
         return self._terminals
 
     async def serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
+from sessions.errors import Conflict, HookDenied, StorageError
+from sessions.record import Failure
 from sessions.runtime import lifecycle
 from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.offload import db, spawn
@@ -63,15 +65,11 @@ class Turns:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
             if self.turn is not None:
-                from sessions.errors import Conflict
-
                 raise Conflict("a prompt is already in progress", code="prompt_in_progress")
             outcome = await self._session.hook("input.pre_submit", message=text, context_blocks=[], attachments=[],
                                       input_class="user_message" if source == "user" else "synthetic_reentry")
             if outcome is not None:
                 if not outcome.ok:
-                    from sessions.errors import HookDenied
-
                     raise HookDenied(outcome.error, data={"hook": outcome.hook_name,
                                                           "stops_session": outcome.hook_required})
                 patched = str(outcome.payload.get("message") or text)
@@ -101,13 +99,11 @@ class Turns:
                 # Nothing reached the agent: the prompt is refused whole (the session stops on its own).
                 self.turn = None
                 turn.ended.set()
-                from sessions.errors import StorageError
-
                 raise StorageError.from_failure(exc) from exc
-            activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
-            activity.update({"turn_id": turn.id, "turn_source": source, "turn_started_at": turn.started_at,
-                             "current_tool": None, "tool_call_id": None, "last_progress_at": None})
-            activity["prompt_active"] = True
+            activity = self._session.rec.activity_to_write()
+            activity.turn_id, activity.turn_source, activity.turn_started_at = turn.id, source, turn.started_at
+            activity.current_tool = activity.tool_call_id = activity.last_progress_at = None
+            activity.prompt_active = True
             self._activity.touch("prompt_started")
             started = await self._session.hook("turn.start", turn_id=turn.id, input_class=source, user_message=text)
             if started is not None and not started.ok and started.hook_required:
@@ -115,8 +111,6 @@ class Turns:
                 self._session.record(EventType.ERROR, {"error": started.error}, turn_id=turn.id)
                 self.turn = None
                 turn.ended.set()
-                from sessions.errors import HookDenied
-
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
             # Health follows prompt activity (health reference §3): `prompting` and wake-ineligible once the turn
             # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
@@ -131,7 +125,7 @@ class Turns:
         outcome = "error"
         try:
             result = await self._session.agent.request("session/prompt", {
-                "sessionId": self._session.meta["acp_session_id"],
+                "sessionId": self._session.rec.acp_session_id,
                 "prompt": [{"type": "text", "text": turn.sent or turn.text}],
             })
             result = result if isinstance(result, dict) else {}
@@ -179,16 +173,16 @@ class Turns:
                 await self._session.recorder.flush()
             if self.turn is turn:
                 self.turn = None
-                activity = self._session.meta.setdefault("liveness", {}).setdefault("activity", {})
-                activity.update({"prompt_active": False, "current_tool": None, "tool_call_id": None})
-                self._session.meta["liveness"]["stall_state"] = ""
+                activity = self._session.rec.activity_to_write()
+                activity.prompt_active, activity.current_tool, activity.tool_call_id = False, None, None
+                self._session.rec.liveness.stall_state = ""
                 # The turn that ended last, for the `turn_finished` webhook (derived from saved metadata).
-                self._session.meta["liveness"]["last_turn"] = {
+                self._session.rec.liveness.last_turn = {
                     "turn_id": turn.id, "source": turn.source, "ended_at": folder.isoformat(folder.utcnow()),
                     "outcome": outcome}
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
-        if self._session.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
+        if self._session.rec.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
             await self.input.fall_back()
             await self._session.persist()
             await self.dispatch_next()
@@ -201,7 +195,7 @@ class Turns:
         turn.cancel_requested = True
         # ACP: the client answers every pending permission request of a cancelled turn with `cancelled`.
         self._permissions.cancel_all()
-        await self._session.agent.notify("session/cancel", {"sessionId": self._session.meta.get("acp_session_id")})
+        await self._session.agent.notify("session/cancel", {"sessionId": self._session.rec.acp_session_id})
         return True
 
     async def cancel_and_wait(self, turn: Turn) -> bool:
@@ -216,9 +210,9 @@ class Turns:
 
     async def dispatch_next(self) -> None:
         """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
-        if self.busy or self.handover or self._session.state != SessionState.ACTIVE or self._session.stopping:
+        if self.busy or self.handover or self._session.rec.state != SessionState.ACTIVE or self._session.stopping:
             return
-        entry = await db(self._session.manager.inputs.claim_next, self._session.id)
+        entry = await db(self._session.manager.inputs.claim_next, self._session.rec.id)
         if entry is not None and (self.busy or self.handover):
             await db(self._session.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
             return
@@ -226,8 +220,6 @@ class Turns:
             return
         self._session.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
-        from sessions.errors import HookDenied
-
         try:
             await self.start_turn(entry.text, source=entry.source)
         except HookDenied as exc:
@@ -249,10 +241,11 @@ class Turns:
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
         failure = await self._session.failure(kind, summary)
         metrics.FAILURES.labels(kind=kind.value).inc()
-        self._session.meta["failure"] = failure
-        logger.warning("session %s: turn failed (%s): %s", self._session.id, kind.value, failure["summary"])
+        self._session.rec.failure = Failure.of(failure)
+        logger.warning("session %s: turn failed (%s): %s", self._session.rec.id, kind.value, failure["summary"])
         return failure
 
     def _clear_turn_failure(self) -> None:
-        if str((self._session.meta.get("failure") or {}).get("kind")) in TURN_FAILURE_KINDS:
-            self._session.meta["failure"] = None
+        failure = self._session.rec.failure
+        if failure is not None and str(failure.kind) in TURN_FAILURE_KINDS:
+            self._session.rec.failure = None

@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 
 from sessions import catalog
 from sessions.errors import InvalidRequest, NotFound
+from sessions.record import SessionRecord
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _runtime_for, get_session
@@ -28,9 +29,10 @@ async def rename_session(session_id: str, name: str, workspace_ref: str | None =
     if runtime is not None:
         await runtime.rename(name)
     else:
-        meta.update({"name": name, "name_source": "user", "updated_at": folder.isoformat(folder.utcnow())})
+        rec = SessionRecord.from_meta(meta)
+        rec.name, rec.name_source, rec.updated_at = name, "user", folder.isoformat(folder.utcnow())
         try:
-            await sync_to_async(catalog.save_meta)(meta)
+            await sync_to_async(catalog.save_meta)(rec)
         except FileNotFoundError:  # removed while we renamed it
             raise NotFound("session not found", code="session_not_found", data={"session_id": session_id}) from None
     return await sync_to_async(get_session)(session_id)

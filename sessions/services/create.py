@@ -14,8 +14,9 @@ from django.db import transaction
 from sessions import catalog, cluster, lineage
 from sessions.config import Config, ProviderConfig, get_config
 from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, StorageError
+from sessions.errors import Conflict, HookDenied, InvalidRequest, StorageError, Unavailable
 from sessions.models import Session
+from sessions.record import SessionRecord
 from sessions.runtime import signals
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
@@ -57,7 +58,7 @@ def _check_body(config: Config, body: dict[str, Any]) -> tuple[str, str]:
 
 def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
                     parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
-                    ) -> tuple[dict[str, Any], ProviderConfig, list[Path], str]:
+                    ) -> tuple[SessionRecord, ProviderConfig, list[Path], str]:
     """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
     config = get_config()
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
@@ -93,6 +94,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
+    rec = SessionRecord.from_meta(meta)
     directory = folder.session_dir(session_id)
     if not has_free_space(directory):
         raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})
@@ -101,13 +103,13 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
         directory.mkdir(parents=True, exist_ok=False)
         event_store.init_store(folder.events_path(session_id))
         with transaction.atomic():
-            catalog.upsert_session_row(meta)
+            catalog.upsert_session_row(rec)
             cluster.take(session_id)  # a new id: nobody else can hold it
             if prompt:
                 manager.inputs.enqueue(session_id, prompt, mode="startup", source="startup")
         # After the lease: a node reading the shared folder never finds a `starting` meta.json without a holder
         # (it would repair the create as stale); until this write it finds no session at all.
-        folder.write_meta(meta)
+        folder.write_meta(rec)
     except BaseException as exc:
         # Durable admission: a rejected staged prompt (or a full disk) leaves no session behind.
         try:
@@ -120,7 +122,7 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
             raise StorageError.from_exception(exc) from exc
         raise
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
-    return meta, provider, roots, prompt
+    return rec, provider, roots, prompt
 
 
 async def create_session(body: dict[str, Any], session_type: SessionType = SessionType.USER,
@@ -128,14 +130,13 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
                          ) -> dict[str, Any]:
     manager = get_manager()
     if manager.draining:
-        from sessions.errors import Unavailable
-
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
     with manager.admission():
-        meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
+        rec, provider, roots, prompt = await sync_to_async(_prepare_create)(
             body, session_type, parent, role, ttl_seconds)
-        runtime = manager.launch(meta, provider=provider, roots=roots)
+        runtime = manager.launch(rec, provider=provider, roots=roots)
+        meta = rec.to_meta()  # taken before the start runs: the answer is the session as created
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
     signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
@@ -153,8 +154,6 @@ async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: Ses
                "workspace": body.get("workspace_path") or "", "state": "starting"}
     outcome = await runner.dispatch("session.pre_create", payload, record_run=lambda row: None)
     if not outcome.ok:
-        from sessions.errors import HookDenied
-
         raise HookDenied(outcome.error, data={"hook": outcome.hook_name})
     patched = dict(body)
     result = outcome.payload

@@ -3,7 +3,6 @@ workspace, and the live runtime if this daemon owns it."""
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -85,7 +84,7 @@ def _runtime_meta(session_id: str) -> dict[str, Any] | None:
         return None
     for _ in range(3):
         try:
-            return copy.deepcopy(runtime.meta)
+            return runtime.rec.to_meta()
         except RuntimeError:  # changed by the loop while copied (this may run on a worker thread): read again
             continue
     return None
@@ -93,8 +92,8 @@ def _runtime_meta(session_id: str) -> dict[str, Any] | None:
 
 def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
     manager = ownership.local_manager()
-    meta = manager.unsaved_meta.get(session_id) if manager is not None else None
-    return copy.deepcopy(meta) if meta is not None else None
+    rec = manager.unsaved_meta.get(session_id) if manager is not None else None
+    return rec.to_meta() if rec is not None else None
 
 
 def _daemon_may_own(session_id: str) -> bool:

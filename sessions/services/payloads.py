@@ -69,7 +69,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
 def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
     """A live runtime's activity is newer than meta.json's (written once a heartbeat): the running turn, its idle
     time, the last chunk. Read from another thread, so a dict resized mid-copy falls back to the stored one."""
-    if runtime is not None and runtime.meta.get("state") == meta.get("state"):
+    if runtime is not None and runtime.rec.state == meta.get("state"):
         try:
             return runtime.live_activity()
         except RuntimeError:

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
 from sessions.enums import BusyMode, MarkerKind, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
+from sessions.models import PENDING_INPUT, InputEntry
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, not_active, scoped_meta
 from sessions.services.reactivation import reactivate
@@ -65,7 +66,7 @@ async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict
     """The `queue` busy-input mode: the prompt waits in the session's input queue, marked in the transcript."""
     try:
         entry, position = await sync_to_async(manager.inputs.enqueue)(
-            session_id, text, generation=int(runtime.meta.get("input_generation", 0)))
+            session_id, text, generation=runtime.rec.input_generation)
     except QueueFull as exc:
         # A refused prompt is visible in the transcript too, not only to the caller.
         runtime.marker(MarkerKind.PROMPT_DROPPED, "Prompt refused: the input queue is full.",
@@ -127,8 +128,6 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
 
 def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
     meta = scoped_meta(session_id, workspace_ref)
-    from sessions.models import PENDING_INPUT, InputEntry
-
     rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
     return {"queue": [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status,
                        "queue_position": i + 1, "queue_generation": e.generation, "source": e.source,

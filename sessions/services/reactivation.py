@@ -13,6 +13,8 @@ from sessions.config import ProviderConfig, get_config
 from sessions.enums import FailureKind, SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest
 from sessions.models import Session, Workspace
+from sessions.record import SessionRecord
+from sessions.repair import repair_transcript
 from sessions.runtime.manager import get_manager
 from sessions.runtime.offload import db
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
@@ -32,7 +34,7 @@ def _unreadable_store_hint(session_id: str) -> str:
             f"`compozy session remove {session_id}` deletes it and its history")
 
 
-def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig, list[Path]]:
+def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, list[Path]]:
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
@@ -70,11 +72,13 @@ def _reactivation_plan(session_id: str) -> tuple[dict[str, Any], ProviderConfig,
     if (meta.get("failure") or {}).get("kind") == FailureKind.STORAGE_FAILURE:
         # Its last turn could not be closed while the disk was full: close it now, append-only, so the
         # transcript never reads as if that turn were still running.
-        from sessions.repair import repair_transcript
-
         repair_transcript(session_id, dry_run=False, force=False)
     roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
-    return meta, provider, roots
+    try:
+        rec = SessionRecord.from_meta(meta)
+    except ValueError as exc:  # read_meta checked its keys and state; a field of the wrong type is found here
+        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
+    return rec, provider, roots
 
 
 async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> dict[str, Any]:
@@ -82,17 +86,17 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     manager = get_manager()
     runtime = manager.get(session_id)
     if runtime is not None:  # a live session is scoped like a stopped one: the wrong workspace never finds it
-        await sync_to_async(check_workspace_scope)(workspace_ref, runtime.meta)
+        await sync_to_async(check_workspace_scope)(workspace_ref, runtime.rec.to_meta())
     else:
         with manager.admission():
-            meta, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
-            await sync_to_async(check_workspace_scope)(workspace_ref, meta)
+            rec, provider, roots = await sync_to_async(_reactivation_plan)(session_id)
+            await sync_to_async(check_workspace_scope)(workspace_ref, rec.to_meta())
             # On the runtime's DB thread, after any release queued by this session's last stop; two nodes
             # reactivating one session at once: one takes the lease, the other answers 409.
             holder = await db(cluster.take, session_id)
             if holder is not None:
                 raise SessionOwnedElsewhere(session_id, holder)
-            runtime = manager.get(session_id) or manager.launch(meta, provider=provider, roots=roots,
+            runtime = manager.get(session_id) or manager.launch(rec, provider=provider, roots=roots,
                                                                 reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
     stopped = asyncio.ensure_future(runtime.stopped.wait())

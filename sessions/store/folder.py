@@ -14,6 +14,7 @@ from compozy_base.home import sessions_dir
 from sessions.enums import SessionState
 from sessions.errors import Conflict, NotFound
 from sessions.nesting import MAX_DEPTH, may_nest_deeper, too_deep
+from sessions.record import SessionRecord
 from sessions.store.ids import is_session_id
 
 META_FILE = "meta.json"
@@ -88,11 +89,13 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> No
 
 
 
-def write_meta(meta: dict[str, Any], home: Path | None = None) -> None:
+def write_meta(rec: SessionRecord, home: Path | None = None) -> None:
+    """meta.json of the record: the keys it was read or built with, and those set since (sessions/record.py)."""
+    meta = rec.to_meta()
     for key in REQUIRED_META_KEYS:
         if not meta.get(key):
             raise ValueError(f"meta.json needs {key}")
-    write_json_atomic(session_dir(meta["id"], home) / META_FILE, meta)
+    write_json_atomic(session_dir(rec.id, home) / META_FILE, meta)
 
 
 def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ ensure_django(migrate=True)
 from sessions import catalog, recap  # noqa: E402
 from sessions.errors import InvalidRequest  # noqa: E402
 from sessions.models import InputEntry  # noqa: E402
+from sessions.record import SessionRecord  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.events import EventLog, read_events  # noqa: E402
 from sessions.store.ids import new_queue_entry_id, new_session_id  # noqa: E402
@@ -54,8 +55,8 @@ def make_session(tmp_path: Path, events: list[NewEvent], **extra: Any) -> str:
         "acp_session_id": "acp-1", "liveness": {"activity": {}}, "created_at": "2025-01-01T00:00:00.000000Z",
         "updated_at": "2025-01-01T00:00:01.000000Z", **extra,
     }
-    folder.write_meta(meta)
-    catalog.upsert_session_row(meta)
+    folder.write_meta(SessionRecord.from_meta(meta))
+    catalog.upsert_session_row(SessionRecord.from_meta(meta))
     log = EventLog(folder.events_path(session_id), "scripted")
     log.append(events)
     log.close()

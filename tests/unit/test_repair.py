@@ -16,6 +16,7 @@ ensure_django(migrate=True)  # run alone, this module must find the catalog tabl
 
 from sessions import boot_repair, repair  # noqa: E402
 from sessions.errors import Conflict, NotFound  # noqa: E402
+from sessions.record import SessionRecord  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.events import EventLog, max_sequence, read_events  # noqa: E402
 from sessions.store.ids import new_session_id, new_workspace_id  # noqa: E402
@@ -41,12 +42,12 @@ def make_session(events: list[NewEvent], *, state: str = "stopped", stop_reason:
                  failure: dict[str, Any] | None = CRASH_FAILURE, **extra: Any) -> str:
     session_id = new_session_id()
     now = folder.isoformat(folder.utcnow())
-    folder.write_meta({
+    folder.write_meta(SessionRecord.from_meta({
         "id": session_id, "agent_name": "scripted", "provider": "scripted", "workspace_id": new_workspace_id(),
         "workspace_path": "/tmp", "cwd": "/tmp", "state": state, "stop_reason": stop_reason,
         "stop_detail": "agent exited with signal 9" if stop_reason else "", "failure": failure,
         "acp_session_id": "acp-1", "liveness": {"activity": {}}, "created_at": now, "updated_at": now, **extra,
-    })
+    }))
     log = EventLog(folder.events_path(session_id), "scripted")
     log.append(events)
     log.close()
@@ -437,7 +438,7 @@ def test_a_reactivated_session_that_crashes_again_is_checked_again() -> None:
     assert boot_repair.boot_repair_all()["transcripts_checked"] == 1
     meta = folder.read_meta(crashed)
     # A later run (new activated_at) that crashed: its verdict for the earlier run does not cover it.
-    folder.write_meta({**meta, "activated_at": "2026-02-01T00:00:00.000000Z"})
+    folder.write_meta(SessionRecord.from_meta({**meta, "activated_at": "2026-02-01T00:00:00.000000Z"}))
     assert boot_repair.boot_repair_all()["transcripts_checked"] == 1
     assert boot_repair.boot_repair_all()["transcripts_checked"] == 0
 

@@ -48,3 +48,37 @@ def test_activity_of_reads_what_the_chains_read() -> None:
     assert activity_of({"liveness": None}) == Activity()
     assert activity_of({"liveness": {"activity": "garbage"}}) == Activity()
     assert activity_of({"liveness": {"activity": {"turn_id": "turn_1", "prompt_active": True}}}).prompt_active
+
+
+MINIMAL = {"id": "sess_0000000000000001", "workspace_id": "ws_0000000000000001", "agent_name": "scripted",
+           "state": "starting", "created_at": "2026-12-02T14:06:12.860607Z"}
+
+
+def test_a_block_only_read_stays_out_of_the_file() -> None:
+    record = SessionRecord.from_meta(dict(MINIMAL))
+    assert record.liveness.activity.turn_id is None and record.liveness.stall_state == ""
+    assert record.to_meta() == MINIMAL
+
+
+def test_a_block_written_into_is_written_with_what_was_set_and_nothing_else() -> None:
+    record = SessionRecord.from_meta(dict(MINIMAL))
+    record.activity_to_write().prompt_active = True
+    record.liveness_to_write().pending_permissions = 2
+    record.supervision_to_write()["silence_stop"] = {"verified": True}
+    assert record.to_meta() == {**MINIMAL, "liveness": {"activity": {"prompt_active": True}, "pending_permissions": 2},
+                                "supervision": {"silence_stop": {"verified": True}}}
+
+
+def test_a_key_set_to_none_is_written_as_null_as_the_dict_wrote_it() -> None:
+    record = SessionRecord.from_meta({**MINIMAL, "liveness": {"activity": {}}})
+    record.failure = None
+    record.activity_to_write().current_tool = None
+    assert record.to_meta() == {**MINIMAL, "failure": None, "liveness": {"activity": {"current_tool": None}}}
+
+
+def test_a_snapshot_does_not_follow_later_changes() -> None:
+    record = SessionRecord.from_meta({**MINIMAL, "liveness": {"activity": {"tools_in_flight": 1}}})
+    snapshot = record.model_copy(deep=True)
+    record.activity_to_write().tools_in_flight = 3
+    record.name = "renamed"
+    assert snapshot.to_meta() == {**MINIMAL, "liveness": {"activity": {"tools_in_flight": 1}}}

@@ -21,6 +21,7 @@ ensure_django(migrate=True)
 from compozy_base.process import started_at as process_started_at  # noqa: E402
 from sessions import catalog  # noqa: E402
 from sessions.models import Session  # noqa: E402
+from sessions.record import SessionRecord  # noqa: E402
 from sessions.stale_repair import STALL_AGE, stale_fix  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 from sessions.store.ids import new_session_id, new_workspace_id  # noqa: E402
@@ -137,7 +138,8 @@ def row(tmp_path: Path) -> Iterator[Callable[..., None]]:
     ws = catalog.register_workspace(str(root))
 
     def write(m: dict[str, Any], **fields: Any) -> None:
-        catalog.upsert_session_row({**m, "workspace_id": ws.id, "workspace_path": str(root), "cwd": str(root)})
+        catalog.upsert_session_row(SessionRecord.from_meta(
+            {**m, "workspace_id": ws.id, "workspace_path": str(root), "cwd": str(root)}))
         Session.objects.filter(id=m["id"]).update(**fields)
 
     yield write

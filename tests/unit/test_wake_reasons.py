@@ -26,6 +26,7 @@ from sessions import config as config_module  # noqa: E402
 from sessions.config import AgentConfig, Config  # noqa: E402
 from sessions.heartbeat_config import HeartbeatConfig  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
+from sessions.record import SessionRecord  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 
@@ -225,8 +226,9 @@ def test_wakes_refuse_to_run_until_this_daemon_starts_health_was_recomputed(home
     WakeState.objects.create(session_id=sid, workspace_id="ws_00000000000000a1", agent_name="general",
                              in_flight=True, updated_at=NOW)  # a wake the dead daemon never finished
     folder.session_dir(sid).mkdir(parents=True)
-    folder.write_meta({"id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general", "state": "active",
-                       "cwd": "/nonexistent-ws", "created_at": isoformat(NOW), "updated_at": isoformat(NOW)})
+    folder.write_meta(SessionRecord.from_meta({
+        "id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general", "state": "active",
+        "cwd": "/nonexistent-ws", "created_at": isoformat(NOW), "updated_at": isoformat(NOW)}))
     counts = services.boot_recompute(run)
     assert counts["recomputed"] == 1 and services.recomputed_at(run) is not None
     assert not WakeState.objects.get(session_id=sid).in_flight

@@ -20,6 +20,7 @@ from compozy_base.daemon_record import daemon_running
 from sessions import catalog
 from sessions.management.commands._cli import CliCommand
 from sessions.models import Session, Workspace
+from sessions.record import SessionRecord
 from sessions.store import folder
 
 MAX_LISTED = 50
@@ -97,7 +98,7 @@ exit codes: 0 every folder cataloged, 1 a folder could not be (listed), 65 a bad
                         with transaction.atomic():
                             counts["workspaces_created"] += ensure_workspace(meta)
                             existed = Session.objects.filter(id=session_id).exists()
-                            catalog.upsert_session_row(meta)
+                            catalog.upsert_session_row(SessionRecord.from_meta(meta))
                     except (RebuildError, ValueError, KeyError, TypeError) as exc:
                         counts["sessions_skipped"] += 1
                         message = str(exc) if not isinstance(exc, KeyError) else f"meta.json lacks {exc}"
