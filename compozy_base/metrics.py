@@ -40,3 +40,7 @@ SUPERVISION_ACTIONS = Counter(
     ["action", "result"], registry=REGISTRY)
 FAILURES = Counter("compozy_session_failures", "Session and prompt failures, by failure kind.", ["kind"],
                    registry=REGISTRY)
+# What agents report their sessions cost (ACP usage_update's cumulative cost, counted by its increases), by
+# provider and agent: `sum by (provider) (compozy_agent_cost_total{currency="USD"})`.
+COST = Counter("compozy_agent_cost", "Cost agents reported for their sessions, by provider, agent and currency.",
+               ["provider", "agent", "currency"], registry=REGISTRY)

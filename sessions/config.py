@@ -18,7 +18,7 @@ from compozy_base.home import compozy_home
 from sessions import mcp_servers
 from sessions.config_checks import UnknownKey, read_toml, unknown_keys
 from sessions.config_notifications import NotificationsConfig, parse_notifications
-from sessions.config_values import boolean, integer, parse_duration, port, string, string_table
+from sessions.config_values import boolean, integer, money, parse_duration, port, string, string_table
 from sessions.enums import BusyMode, PermissionMode
 from sessions.errors import ConfigError
 from sessions.heartbeat_config import HeartbeatConfig, parse_heartbeat
@@ -68,6 +68,7 @@ class AgentConfig:
     prompt: str = ""
     # Handed to the agent at session/new, load and resume (sessions/mcp_servers.py).
     mcp_servers: tuple[McpServer, ...] = ()
+    max_cost_usd: float = 0.0  # this agent's sessions' cost cap (0: `[limits] max_cost_usd`)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,9 @@ class Config:
     busy_input: BusyInputConfig = field(default_factory=BusyInputConfig)
     limits_timeout: float = 0.0
     max_concurrent_agents: int = 20
+    # A session's cost cap in USD (`[limits] max_cost_usd`; an agent's own wins): crossing it stops the session
+    # with stop reason budget_exceeded. 0: none.
+    max_cost_usd: float = 0.0
     # A task run's lease (`[tasks] lease_ttl`): the owning daemon renews it every third of this; a daemon that
     # died lets it lapse, and the run is recovered. A minute outlasts any loop stall we measured by far.
     task_lease_ttl: float = 60.0
@@ -406,6 +410,7 @@ def _agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
             permissions=str(body.get("permissions", "")),
             prompt=str(body.get("prompt", "")),
             mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
+            max_cost_usd=money(body.get("max_cost_usd"), f"agents.{name}.max_cost_usd"),
         )
     return agents
 
@@ -497,6 +502,7 @@ def load_config(home: Path | None = None) -> Config:
         busy_input=busy_input,
         limits_timeout=parse_duration(limits_session.get("timeout", 0), "session.limits.timeout"),
         max_concurrent_agents=max_agents,
+        max_cost_usd=money(limits.get("max_cost_usd"), "limits.max_cost_usd"),
         task_lease_ttl=task_lease_ttl,
         redact_enabled=boolean(redact.get("enabled", True), "redact.enabled"),
         auto_title_enabled=boolean(auto_title.get("enabled", True), "roles.auto_title.enabled"),

@@ -67,6 +67,15 @@ def boolean(value: object, key: str) -> bool:
     return value
 
 
+def money(value: object, key: str) -> float:
+    """An amount (`max_cost_usd = 25` or `2.5`), 0 when absent (no cap)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{key}: must be a non-negative number, got {value!r:.60}")
+    return float(value)
+
+
 def string(value: object, key: str) -> str:
     """A TOML string; "" when absent."""
     if value is None:

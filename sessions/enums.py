@@ -45,6 +45,8 @@ class FailureKind(StrEnum):
     # I/O error, read-only, locked past the write deadline), so the session was stopped rather than run on
     # without its record.
     STORAGE_FAILURE = "storage_failure"
+    # Our extension too: the session's cost reached its budget (`max_cost_usd`); its stop reason is budget_exceeded.
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 class SessionType(StrEnum):
@@ -114,6 +116,9 @@ class MarkerKind(StrEnum):
     PROVIDER_FAILURE = "provider_failure"
     MCP_AUTH_REQUIRED = "mcp_auth_required"
     FILE_MUTATION_UNVERIFIED = "file_mutation_unverified"
+    # Extensions of ours (agent_state.py): the context passed 90% of its size; the cost reached the budget.
+    CONTEXT_NEAR_LIMIT = "context_near_limit"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 # A failed start maps its failure kind onto a stop reason (sessions reference §11).

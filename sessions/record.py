@@ -85,6 +85,27 @@ class AcpCaps(_Part):
     agent_info: Any = None
 
 
+class Mode(_Part):
+    """mode: the agent's session mode now and the ones it offers (ACP `modes`, or a config option of category
+    `mode`)."""
+
+    current: str = ""
+    available: list[dict[str, str]] = []  # [{"id", "name"}]
+
+
+class Cost(_Part):
+    amount: float
+    currency: str = "USD"
+
+
+class Usage(_Part):
+    """usage: the agent's context window and cumulative cost, from `usage_update` (and prompt responses)."""
+
+    context_used: int | None = None
+    context_size: int | None = None
+    cost: Cost | None = None
+
+
 class Lineage(_Part):
     parent_session_id: str
     root_session_id: str
@@ -130,6 +151,12 @@ class SessionRecord(_Part):
     speed_resolution: dict[str, Any] | None = None
     option_resolutions: dict[str, Any] | None = None
     supervision: dict[str, Any] | None = None
+    # What the agent says of its session outside the transcript (sessions/runtime/agent_state.py).
+    mode: Mode | None = None
+    config_options: list[dict[str, Any]] | None = None  # select and boolean options, as the agent last sent them
+    available_commands: list[dict[str, str]] | None = None  # [{"name", "description"}]
+    usage: Usage | None = None
+    budget_usd: float | None = None  # a task attempt's cap: what its task's budget left (else the config's)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> SessionRecord:

@@ -313,7 +313,7 @@ class Assembler:
         """A row that ends the open message (`done` with its stop reason and usage, or another of the same turn)."""
         type_ = row["type"]
         if self.open is not None and type_ == EventType.DONE:
-            for key in ("stop_reason", "usage"):
+            for key in ("stop_reason", "usage", "cost"):
                 if content.get(key) not in (None, ""):
                     self.open.metadata[key] = content[key]
             self._touch(self.open, row)

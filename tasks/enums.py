@@ -46,6 +46,8 @@ class TaskReason(StrEnum):
     STOP_UNVERIFIED = "stop_unverified"
     CANCELED_BY_USER = "canceled_by_user"
     RETRIED_BY_USER = "retried_by_user"
+    # Its attempts together reached the cost budget (`max_cost_usd`): no further attempt starts.
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 # Recovery reason → the reason a task carries once its attempt budget is spent.

@@ -27,6 +27,7 @@ from sessions.runtime.offload import db
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.supervision import SILENCE_DETAIL
+from tasks.costs import budget_left
 from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
 from tasks.leases import claim_next_run, expired_runs, finish_run, heartbeat_run_lease, lease_owner, release_run
@@ -172,9 +173,15 @@ def _dispatch(manager: Any, owner: str, ttl: float) -> int:
 async def _start(manager: Any, run: TaskRun, owner: str) -> None:
     """On the daemon's loop: create the run's session with the task's prompt staged, then bind it to the run."""
     task = run.task
+    left = await db(budget_left, task)
+    if left is not None and left <= 0:
+        await db(settle, run, owner, RunOutcome.FAILED, TaskReason.BUDGET_EXCEEDED,
+                 "the task's attempts reached its cost budget")
+        _starting.discard(run.id)
+        return
+    binding: dict[str, Any] = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
     body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
-            "name": f"{task.title} (attempt {run.attempt})"[:300],
-            "task_binding": {"task_id": task.id, "run_id": run.id, "cwd": task.cwd}}
+            "name": f"{task.title} (attempt {run.attempt})"[:300], "task_binding": binding}
     try:
         try:
             payload = await services.create_session(body)

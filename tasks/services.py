@@ -15,6 +15,7 @@ from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Workspace
 from sessions.services.control import stop_session
 from sessions.store import folder
+from tasks.costs import task_cost
 from tasks.enums import RETRYABLE, RunOutcome, RunStatus, TaskAction, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import event_record, new_run_id, new_task_id, note
 from tasks.leases import finish_run
@@ -44,6 +45,7 @@ def task_record(task: Task, runs: list[TaskRun] | None = None) -> dict[str, Any]
             "status": task.status, "reason": task.reason or None, "detail": task.detail or None,
             "requeued": task.requeued, "attempts": len(runs), "runs": [run_record(r) for r in runs],
             "session_ids": [r.session_id for r in runs if r.session_id],
+            "cost": task_cost(runs),
             "created_at": _iso(task.created_at), "updated_at": _iso(task.updated_at)}
 
 

@@ -61,6 +61,10 @@ class SessionOut(Open):
     failure: FailureOut | None = None
     acp_session_id: str | None = None
     acp_caps: dict[str, Any] | None = None
+    mode: dict[str, Any] | None = None  # {"current", "available": [{"id", "name"}]}
+    config_options: list[dict[str, Any]] | None = None
+    available_commands: list[dict[str, Any]] | None = None  # [{"name", "description"}]
+    usage: dict[str, Any] | None = None  # {"context_used", "context_size", "cost": {"amount", "currency"}}
     effective_permissions: str | None = None
     activity: dict[str, Any] | None = None
     last_activity_at: str | None = None

@@ -38,7 +38,7 @@ NODE_HEADER = b"x-compozy-node"  # on a routed answer: which node ran it
 ROUTE_TIMEOUT_SECONDS = 120.0
 RUNTIME_PATH = re.compile(
     r"^/api/workspaces/[^/]+/sessions/(sess_[0-9a-f]{16})"
-    r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|permissions(?:/[^/]+)?|children))?$")
+    r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|mode|permissions(?:/[^/]+)?|children))?$")
 READ_PATH = re.compile(
     r"^/api/(?:workspaces/[^/]+/)?sessions/(sess_[0-9a-f]{16})(?:/(?:events|history|recap|transcript|status|stream))?$")
 PASSED_HEADERS = {b"content-type", b"accept", b"last-event-id"}

@@ -192,6 +192,10 @@ class SteerIn(StrictIn):
     text: Text
 
 
+class ModeIn(StrictIn):
+    mode: Ref
+
+
 class InterruptIn(StrictIn):
     expected_turn_id: Ref | None = None
 

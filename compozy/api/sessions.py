@@ -38,6 +38,7 @@ from compozy.api.schemas import (
     Ident,
     InterruptIn,
     ListSessionsQuery,
+    ModeIn,
     PermissionDecisionIn,
     PromptIn,
     PromptQuery,
@@ -154,6 +155,13 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
         return status, result
     return prompt_stream.response_for_turn(session_id, started, raw=filters.format == "raw",
                                            backlog=getattr(request, "scope", {}).get(BACKLOG))
+
+
+@router.post(WS + "/mode", response=responses({200: SessionEnvelope}), exclude_unset=True)
+async def set_mode(request: HttpRequest, workspace: Workspace, session_id: SessionId,
+                   payload: ModeIn) -> dict[str, Any]:
+    """Switch the agent's mode (one of `session.mode.available`): `session/set_mode`, or its mode config option."""
+    return {"session": await services.set_mode(session_id, payload.mode, workspace)}
 
 
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)

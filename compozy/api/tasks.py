@@ -60,6 +60,7 @@ class TaskOut(Schema):
     attempts: int
     runs: list[RunOut]
     session_ids: list[str]
+    cost: dict[str, Any] | None = None  # what its attempts' agents reported together ({amount, currency})
     created_at: str | None
     updated_at: str | None
 

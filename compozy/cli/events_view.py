@@ -143,15 +143,23 @@ def fit_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], flexible: s
     return lines
 
 
+def cost_text(usage: dict[str, Any] | None) -> str | None:
+    """`1.23 USD`, from a session's usage; None when the agent reports no cost."""
+    cost = (usage or {}).get("cost") or {}
+    return f"{cost['amount']:.2f} {cost.get('currency') or 'USD'}" if isinstance(cost.get("amount"), int | float) \
+        else None
+
+
 def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime | None = None) -> list[str]:
     """`session list`: id, state, agent, last activity and name; `--wide` adds the rest, unshrunk."""
     now = now or datetime.now(UTC)
     if wide:
-        columns = ["ID", "NAME", "STATE", "BADGE", "AGENT", "PROVIDER", "STOP REASON", "FAILURE", "WORKSPACE",
-                   "ACTIVE", "CREATED"]
+        columns = ["ID", "NAME", "STATE", "BADGE", "AGENT", "PROVIDER", "MODE", "COST", "STOP REASON", "FAILURE",
+                   "WORKSPACE", "ACTIVE", "CREATED"]
         rows: list[tuple[Any, ...]] = [
             (s["id"], s.get("name"), s["state"], s.get("badge"), s["agent_name"], s.get("provider"),
-             s.get("stop_reason"), (s.get("failure") or {}).get("kind"), s.get("workspace_id"),
+             (s.get("mode") or {}).get("current"), cost_text(s.get("usage")), s.get("stop_reason"),
+             (s.get("failure") or {}).get("kind"), s.get("workspace_id"),
              ago(s.get("last_activity_at") or s["updated_at"], now), ago(s.get("created_at"), now))
             for s in sessions]
         return fit_table(columns, rows, set(), None)

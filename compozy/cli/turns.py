@@ -228,6 +228,28 @@ def session_interrupt(session_id: str, expected_turn_id: str | None, fmt: str, a
     emit(result, fmt, human)
 
 
+@session.command("mode")
+@click.argument("session_id")
+@click.argument("mode")
+@output_option
+@json_flag
+def session_mode(session_id: str, mode: str, fmt: str, as_json: bool) -> None:
+    """Switch the agent's mode (`session status` lists the ones it offers under `mode.available`).
+
+    Through ACP `session/set_mode`, or the agent's mode config option. A mode the agent does not offer exits 65
+    (`invalid_mode`); an agent without modes exits 65 too (`modes_unsupported`).
+
+    Examples:
+
+        compozy session mode sess_0123456789abcdef plan
+        compozy session mode sess_0123456789abcdef default -o json
+    """
+    fmt = _fmt(fmt, as_json)
+    result = session_call(fmt, session_id, "POST", "/mode", {"mode": mode})
+    current = ((result["session"].get("mode") or {}).get("current")) or mode
+    emit(result, fmt, lambda: click.echo(f"mode {current}"))
+
+
 @session.command("queue")
 @click.argument("session_id")
 @output_option

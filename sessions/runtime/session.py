@@ -38,6 +38,7 @@ from sessions.feed import offer_rows
 from sessions.record import AutoTitle, Failure, SessionRecord
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import Activity, Supervisor
+from sessions.runtime.agent_state import AgentState
 from sessions.runtime.host import RuntimeHost
 from sessions.runtime.offload import db, spawn
 from sessions.runtime.permission_gate import PermissionGate
@@ -58,6 +59,8 @@ logger = logging.getLogger(__name__)
 GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
                                "permission.request"})
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
+# The rows whose update may change the record (agent_state.py): the mapping makes them system, usage and commands.
+AGENT_STATE_ROWS = frozenset({EventType.SYSTEM, EventType.USAGE, EventType.AVAILABLE_COMMANDS_UPDATE})
 # Protocol violations recorded one by one before only every power of ten is.
 VIOLATIONS_RECORDED = 10
 
@@ -87,17 +90,18 @@ class SessionRuntime:
         self.violations = 0  # protocol violations by this session's agents
         self.boot_task: asyncio.Task[None] | None = None
         self.activity = Activity(rec)
+        self.agent_state = AgentState(self)
         # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
         permissions = PermissionBoard()
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
-                           after_reply=self._offer_title)
+                           after_reply=self._offer_title, cost=self.agent_state)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
                                    tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
                                   halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
         self.supervisor = Supervisor(self, self.activity, self.turns, permissions)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
-                                    on_request=self.on_request)
+                                    on_request=self.on_request, on_opened=self.agent_state.opened)
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -263,6 +267,13 @@ class SessionRuntime:
 
     # ---- agent callbacks -------------------------------------------------------------------
 
+    def _fold_agent_state(self, type_: str, update: dict[str, Any]) -> None:
+        """Modes, options, commands and titles onto the record and saved at once; usage is saved with the turn's
+        end (it can come with every message), or by the budget's stop."""
+        if self.agent_state.update(str(update.get("sessionUpdate", "")), update) and type_ != EventType.USAGE:
+            self.announce()
+            spawn(self.persist())
+
     def on_update(self, params: dict[str, Any]) -> None:
         """Called synchronously by the driver's observer, in arrival order."""
         if self.start_path.loading:
@@ -290,19 +301,25 @@ class SessionRuntime:
                 turn.reply += content.get("text", "")
             self.activity.touch_chunk(str(update.get("sessionUpdate", type_)))
             return
+        if type_ in AGENT_STATE_ROWS:
+            self._fold_agent_state(type_, update)
         if type_ == EventType.USAGE and self.turn:
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
         self.activity.touch(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
-        if type_ == EventType.TOOL_RESULT and self.manager.hooks is not None:
+        if type_ == EventType.TOOL_RESULT:
+            self._after_tool_result(content)
+
+    def _after_tool_result(self, content: dict[str, Any]) -> None:
+        """A tool's result: its post-call hook, and a staged steer may go now."""
+        if self.manager.hooks is not None:
             event = "tool.post_error" if content.get("tool_error") else "tool.post_call"
             if self.manager.hooks.has_hooks(event):
                 spawn(self.hook(event, tool_call_id=content.get("tool_call_id"), tool_id=content.get("tool_name"),
                                 tool_name=content.get("tool_name"), title=content.get("tool_name"),
                                 tool_result=content.get("tool_result"), error=content.get("tool_error")))
-        if type_ == EventType.TOOL_RESULT:
-            self.turns.input.at_tool_result()
+        self.turns.input.at_tool_result()
 
     def protocol_violation(self, what: str) -> None:
         """Something the agent sent that ACP does not allow: recorded on the session (the first few, then every

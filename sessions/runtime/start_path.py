@@ -46,8 +46,10 @@ class StartPath:
 
     def __init__(self, session: SessionCore, turns: Turns, stop: StopPath, *, active: asyncio.Event,
                  on_update: Callable[[dict[str, Any]], None],
-                 on_request: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
+                 on_request: Callable[[str, dict[str, Any]], Awaitable[Any]],
+                 on_opened: Callable[[dict[str, Any]], None] = lambda result: None) -> None:
         self._session = session
+        self._on_opened = on_opened  # the opening answer's modes and config options, onto the record
         self._turns = turns
         self._stop = stop
         self._active = active
@@ -206,6 +208,7 @@ class StartPath:
         if not isinstance(result, dict) or not result.get("sessionId"):
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
         session.rec.acp_session_id = str(result["sessionId"])
+        self._on_opened(result)
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
@@ -256,8 +259,9 @@ class StartPath:
         caps = session.rec.acp_caps
         if saved and caps is not None and caps.supports_resume:
             try:
-                await session.agent.request("session/resume", {**params, "sessionId": saved},
-                                            timeout=NEW_SESSION_TIMEOUT)
+                opened = await session.agent.request("session/resume", {**params, "sessionId": saved},
+                                                     timeout=NEW_SESSION_TIMEOUT)
+                self._on_opened(opened if isinstance(opened, dict) else {})
                 return None
             except AgentRequestError as exc:  # e.g. the agent forgot it: load may still know it, else new
                 logger.info("session %s: session/resume refused (%s); trying session/load", session.rec.id, exc)
@@ -268,7 +272,9 @@ class StartPath:
             return "load_session_unsupported"
         self.loading = True  # the agent may replay history as updates: we already hold it
         try:
-            await session.agent.request("session/load", {**params, "sessionId": saved}, timeout=NEW_SESSION_TIMEOUT)
+            opened = await session.agent.request("session/load", {**params, "sessionId": saved},
+                                                 timeout=NEW_SESSION_TIMEOUT)
+            self._on_opened(opened if isinstance(opened, dict) else {})
             return None
         except AgentRequestError:
             return "load_session_resource_missing"

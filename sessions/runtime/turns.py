@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
@@ -36,13 +36,21 @@ logger = logging.getLogger(__name__)
 TURN_FAILURE_KINDS = frozenset({FailureKind.PROMPT_FAILURE.value, FailureKind.PROVIDER_AUTH_FAILURE.value})
 
 
+class TurnCost(Protocol):
+    def turn_started(self) -> None: ...
+
+    def turn_cost(self) -> dict[str, Any] | None: ...
+
+
 class Turns:
     """A session's turns: start, run, cancel, and dispatch of queued input. Owns the running turn, the prompt lock,
     the context projection waiting for the next prompt, and the busy-input modes (`input`: interrupt and steer)."""
 
     def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
-                 heartbeat: Callable[[], None], after_reply: Callable[[Turn], None]) -> None:
+                 heartbeat: Callable[[], None], after_reply: Callable[[Turn], None],
+                 cost: TurnCost | None = None) -> None:
         self._session = session
+        self._cost = cost  # what each turn cost, when the agent reports cost (agent_state.py)
         self._activity = activity
         self._permissions = permissions
         self._heartbeat = heartbeat  # a turn started: supervision's heartbeat must run
@@ -76,11 +84,15 @@ class Turns:
                 if patched != text:
                     authored, text = authored if authored is not None else text, patched
             turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "")
-            if self.projection is not None:
+            if self.projection is not None and not text.startswith("/"):
                 # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
+                # A slash command goes to the agent as typed (a prefix would make it text): the next prompt
+                # carries the projection instead.
                 turn.sent = f"{self.projection}\n\nUser request: {text}"
                 self.projection = None
             self.turn = turn
+            if self._cost is not None:
+                self._cost.turn_started()
             # The interrupt's salvage is fenced to the next input (sessions reference §6): a turn in between ends it,
             # so a later steer cannot compose it with text it was never meant for.
             self.input.end_salvage()
@@ -143,6 +155,9 @@ class Turns:
                 self._session.record(EventType.ERROR, {**content, "error": failure["summary"], "failure": failure},
                             turn_id=turn.id)
             else:
+                cost = self._cost.turn_cost() if self._cost is not None else None
+                if cost is not None:
+                    content["cost"] = cost  # this turn's share of the session's cost (history, recap)
                 self._session.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
                 outcome = "done"

@@ -11,6 +11,7 @@ from sessions.services.control import (
     remove_session,
     rename_session,
     ring_catalog_threadsafe,
+    set_mode,
     stop_session,
 )
 from sessions.services.create import REASONING_EFFORTS, SPEEDS, create_session, reap_candidates, spawn_child
@@ -73,6 +74,7 @@ __all__ = [
     "ring_catalog_threadsafe",
     "scoped_meta",
     "session_payload",
+    "set_mode",
     "spawn_child",
     "steer_session",
     "stop_session",

@@ -15,7 +15,7 @@ from sessions.errors import InvalidRequest, NotFound
 from sessions.record import SessionRecord
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.manager import get_manager
-from sessions.services.lookup import _runtime_for, get_session
+from sessions.services.lookup import _active_runtime, _runtime_for, get_session
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -35,6 +35,13 @@ async def rename_session(session_id: str, name: str, workspace_ref: str | None =
             await sync_to_async(catalog.save_meta)(rec)
         except FileNotFoundError:  # removed while we renamed it
             raise NotFound("session not found", code="session_not_found", data={"session_id": session_id}) from None
+    return await sync_to_async(get_session)(session_id)
+
+
+async def set_mode(session_id: str, mode: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    """`POST …/mode`: the agent's mode switched on its live session (sessions/runtime/agent_state.py)."""
+    runtime = await _active_runtime(session_id, workspace_ref)
+    await runtime.agent_state.set_mode(mode)
     return await sync_to_async(get_session)(session_id)
 
 

@@ -92,6 +92,8 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     binding = body.get("task_binding")  # internal only (tasks): the API's create schema refuses it
     if binding:
         meta.update({"task_id": binding["task_id"], "run_id": binding["run_id"], "cwd": binding["cwd"]})
+        if binding.get("budget_usd") is not None:  # what the task's budget left after its earlier attempts
+            meta["budget_usd"] = binding["budget_usd"]
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
     rec = SessionRecord.from_meta(meta)

@@ -53,6 +53,11 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         "failure": meta.get("failure"),
         "acp_session_id": meta.get("acp_session_id") or None,
         "acp_caps": meta.get("acp_caps"),
+        # What the agent says of the session (sessions/runtime/agent_state.py); None until it says it.
+        "mode": meta.get("mode"),
+        "config_options": meta.get("config_options"),
+        "available_commands": meta.get("available_commands"),
+        "usage": meta.get("usage"),
         "effective_permissions": meta.get("effective_permissions"),
         "activity": activity or None,
         "last_activity_at": activity.get("last_activity_at"),

@@ -362,6 +362,9 @@ class Connection:
 
 # ---- the agent ----------------------------------------------------------------------------------------------
 
+# What --modes offers at session/new, as claude-agent-acp offers its plan mode.
+MODES: list[Json] = [{"id": "default", "name": "Default"}, {"id": "plan", "name": "Plan"}]
+
 # What --require-auth offers: codex-acp's shape (an `api-key` method naming no variables, so only a configured
 # auth_method picks it), an env-var method a client can choose by itself, and a terminal login.
 AUTH_METHODS: list[Json] = [
@@ -406,6 +409,8 @@ class ScriptedAgent:
             "orphanpipe": self._cmd_orphanpipe,
             "closeoutidle": self._cmd_closeoutidle,
             "term": self._cmd_term,
+            "agentinfo": self._cmd_agentinfo,
+            "spend": self._cmd_spend,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -432,6 +437,29 @@ class ScriptedAgent:
 
     # ---- dispatch (the SDK's router: params checked, then the handler; anything else is method-not-found) ---
 
+    def _offered(self) -> set[str]:
+        """The optional methods this run offers (flags), besides the SDK's required ones."""
+        methods = {"authenticate"} if self._opts.require_auth else set()
+        methods |= {"session/resume"} if "resume" in self._lifecycle else set()
+        methods |= {"session/close"} if self._lifecycle & {"close", "closefail"} else set()
+        return methods | ({"session/set_mode"} if self._opts.modes else set())
+
+    async def _offered_request(self, method: str, params: Any) -> Any:
+        if method == "authenticate":
+            return await self.authenticate(check_fields("AuthenticateRequest", params, {"methodId": str})["methodId"])
+        if method == "session/resume":
+            p = check_fields("ResumeSessionRequest", params, {"cwd": str, "sessionId": str})
+            return await self.resume_session(p["cwd"], p["sessionId"])
+        if method == "session/close":
+            p = check_fields("CloseSessionRequest", params, {"sessionId": str})
+            self._log_call(method, p)
+            if "closefail" in self._lifecycle:
+                raise RequestError.internal_error({"details": "scripted session/close failure"})
+            self._sessions.pop(p["sessionId"], None)
+            return {}
+        p = check_fields("SetSessionModeRequest", params, {"sessionId": str, "modeId": str})
+        return await self.set_mode(p["sessionId"], p["modeId"])
+
     async def handle_request(self, method: str, params: Any) -> Any:
         if method in ("session/new", "session/load", "session/resume") and isinstance(params, dict):
             self._log_call("mcp", {"for": method, "mcpServers": params.get("mcpServers")})
@@ -445,18 +473,8 @@ class ScriptedAgent:
         if method == "session/load":
             p = check_fields("LoadSessionRequest", params, {"cwd": str, "sessionId": str, "mcpServers": list})
             return await self.load_session(p["cwd"], p["sessionId"])
-        if method == "authenticate" and self._opts.require_auth:
-            return await self.authenticate(check_fields("AuthenticateRequest", params, {"methodId": str})["methodId"])
-        if method == "session/resume" and "resume" in self._lifecycle:
-            p = check_fields("ResumeSessionRequest", params, {"cwd": str, "sessionId": str})
-            return await self.resume_session(p["cwd"], p["sessionId"])
-        if method == "session/close" and self._lifecycle & {"close", "closefail"}:
-            p = check_fields("CloseSessionRequest", params, {"sessionId": str})
-            self._log_call(method, p)
-            if "closefail" in self._lifecycle:
-                raise RequestError.internal_error({"details": "scripted session/close failure"})
-            self._sessions.pop(p["sessionId"], None)
-            return {}
+        if method in self._offered():
+            return await self._offered_request(method, params)
         if method == "session/set_config_option":
             boolean = isinstance(params, dict) and params.get("type") == "boolean"
             p = check_fields("SetSessionConfigOptionBooleanRequest" if boolean else
@@ -534,7 +552,16 @@ class ScriptedAgent:
         if self._opts.state_dir:
             (Path(self._opts.state_dir) / session_id).write_text(json.dumps({"cwd": cwd}))
         options = self._config_options(session_id)
-        return {"sessionId": session_id, **({"configOptions": options} if options is not None else {})}
+        modes = {"modes": {"currentModeId": "default", "availableModes": MODES}} if self._opts.modes else {}
+        return {"sessionId": session_id, **({"configOptions": options} if options is not None else {}), **modes}
+
+    async def set_mode(self, session_id: str, mode_id: str) -> Json:
+        if mode_id not in [m["id"] for m in MODES]:
+            raise RequestError.invalid_params({"details": f"no mode {mode_id!r}"})
+        self._log_call("session/set_mode", {"modeId": mode_id})
+        await self.conn.notify("session/update", {"sessionId": session_id, "update": {
+            "sessionUpdate": "current_mode_update", "currentModeId": mode_id}})
+        return {}
 
     async def set_config_option(self, config_id: str, session_id: str, value: str | bool) -> Json:
         if config_id != "model" or value not in self._models:
@@ -868,6 +895,27 @@ class ScriptedAgent:
                                   "sessionUpdate": "usage_update"})
         return {"stopReason": "end_turn", "usage": {"totalTokens": 150, "inputTokens": 100, "outputTokens": 50}}
 
+    async def _cmd_agentinfo(self, turn: Turn) -> str:
+        # What claude-agent-acp and codex-acp send beside the reply: commands, their own title, context and cost.
+        await self._update(turn, {"sessionUpdate": "available_commands_update", "availableCommands": [
+            {"name": "review", "description": "Review the current changes", "input": None},
+            {"name": "init", "description": "Write an AGENTS.md"}]})
+        await self._update(turn, {"sessionUpdate": "session_info_update", "title": "**Fix** `ratio()` in calc.py"})
+        await self._say(turn, "noted")
+        await self._update(turn, {"sessionUpdate": "usage_update", "used": 95000, "size": 100000,
+                                  "cost": {"amount": 0.42, "currency": "USD"}})
+        return "end_turn"
+
+    async def _cmd_spend(self, turn: Turn) -> str:
+        # `spend AMOUNT`: the session's cumulative cost reaches AMOUNT USD mid-turn; the turn then works on until
+        # it is cancelled (a budget's stop cancels it).
+        amount = self._float_arg(turn, 0, "AMOUNT")
+        await self._say(turn, "spending")
+        await self._update(turn, {"sessionUpdate": "usage_update", "used": 1000, "size": 100000,
+                                  "cost": {"amount": amount, "currency": "USD"}})
+        await turn.cancel.wait()
+        return "cancelled"
+
     async def _cmd_env(self, turn: Turn) -> str:
         name = turn.args[0] if turn.args else ""
         await self._say(turn, os.environ.get(name, "<unset>") if name else "<unset>")
@@ -1017,6 +1065,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "exists (a login the agent stored, as after `opencode auth login`)")
     parser.add_argument("--lifecycle", default="", help="comma-separated session capabilities to offer and "
                         "implement: resume (like load, without replay), close, closefail (offered, refused)")
+    parser.add_argument("--modes", action="store_true", help="offer modes (default, plan) and session/set_mode")
     parser.add_argument("--mcp-http", action="store_true", help="advertise MCP servers over http (not sse)")
     parser.add_argument("--call-log", help="append one JSON line per lifecycle request received (method, params)")
     parser.add_argument("--dispatch-after-replay", action="store_true",

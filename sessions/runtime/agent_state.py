@@ -1,0 +1,232 @@
+"""What the agent says of its session outside the transcript, kept on the record: its modes and config options
+(select and boolean), its slash commands, its context use and cost, and its own title for the session.
+
+The updates stay event rows as before (the transcript and replay read them); this component also folds them into
+the record, so `session status`, the list, the dashboard and `/metrics` show them without replaying events. It
+also enforces the cost budget (`[limits] max_cost_usd`, or the agent's own): crossing it stops the session with
+stop reason `budget_exceeded`, and a warning marker is written once the context passes 90% of its size.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from compozy_base import metrics
+from sessions.acp.driver import AgentRequestError, TransportClosed
+from sessions.enums import EventType, FailureKind, MarkerKind, StopReason
+from sessions.errors import Conflict, InvalidRequest
+from sessions.record import Cost, Mode, Usage
+from sessions.runtime.offload import spawn
+
+if TYPE_CHECKING:
+    from sessions.runtime.host import SessionCore
+
+logger = logging.getLogger(__name__)
+
+# The context warning: a marker once the agent's context passes this share of its size (the agent compacts or
+# fails soon after; an operator may prefer to start fresh).
+CONTEXT_WARNING_SHARE = 0.9
+MAX_TITLE_CHARS = 120
+_MARKDOWN = re.compile(r"[`*_#>\[\]~]|\]\([^)]*\)")
+
+
+def plain_title(text: str) -> str:
+    """A title as plain text: Markdown marks and link targets dropped, whitespace folded, bounded."""
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = _MARKDOWN.sub("", text)
+    return " ".join(text.split())[:MAX_TITLE_CHARS]
+
+
+def _modes(raw: object) -> Mode | None:
+    """ACP `modes` ({currentModeId, availableModes}) as the record's mode."""
+    if not isinstance(raw, dict):
+        return None
+    available = [{"id": str(m["id"]), "name": str(m.get("name") or m["id"])}
+                 for m in raw.get("availableModes") or [] if isinstance(m, dict) and m.get("id")]
+    return Mode(current=str(raw.get("currentModeId") or ""), available=available)
+
+
+def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A config option of category `mode` (agents that expose modes as a select)."""
+    return next((o for o in options if o.get("category") == "mode" and o.get("type", "select") == "select"), None)
+
+
+def _options(raw: object) -> list[dict[str, Any]] | None:
+    """The select and boolean config options the agent offers, in a compact shape for the record."""
+    if not isinstance(raw, list):
+        return None
+    kept = []
+    for option in raw:
+        if not isinstance(option, dict) or not option.get("id") or option.get("type", "select") not in (
+                "select", "boolean"):
+            continue
+        entry = {"id": str(option["id"]), "name": str(option.get("name") or option["id"]),
+                 "type": option.get("type", "select"), "current": option.get("currentValue")}
+        if option.get("category"):
+            entry["category"] = str(option["category"])
+        if isinstance(option.get("options"), list):
+            entry["options"] = [{"value": str(v.get("value")), "name": str(v.get("name") or v.get("value"))}
+                                for v in option["options"] if isinstance(v, dict) and "value" in v]
+        kept.append(entry)
+    return kept
+
+
+class AgentState:
+    """Folds the agent's session-level updates into the session's record."""
+
+    def __init__(self, session: SessionCore) -> None:
+        self._session = session
+        self._warned_context = False
+        self._budget_hit = False
+        self._turn_cost_start: float | None = None
+
+    # ---- from the ACP session's opening and its updates ----------------------------------------------
+
+    def opened(self, result: dict[str, Any]) -> None:
+        """The answer to session/new, load or resume: its modes and config options."""
+        rec = self._session.rec
+        options = _options(result.get("configOptions"))
+        if options is not None:
+            rec.config_options = options
+        mode = _modes(result.get("modes"))
+        if mode is None and options is not None and (select := _mode_option(options)) is not None:
+            mode = Mode(current=str(select.get("current") or ""),
+                        available=[{"id": o["value"], "name": o["name"]} for o in select.get("options", [])])
+        if mode is not None:
+            rec.mode = mode
+
+    def update(self, kind: str, update: dict[str, Any]) -> bool:
+        """A session/update the record cares about; True when the record changed (the caller saves it)."""
+        rec = self._session.rec
+        if kind == "current_mode_update" and update.get("currentModeId"):
+            rec.mode = Mode(current=str(update["currentModeId"]), available=rec.mode.available if rec.mode else [])
+            return True
+        if kind == "config_option_update":
+            options = _options(update.get("configOptions"))
+            if options is None:
+                return False
+            rec.config_options = options
+            if (select := _mode_option(options)) is not None and rec.mode is not None:
+                rec.mode = Mode(current=str(select.get("current") or ""), available=rec.mode.available)
+            return True
+        if kind == "available_commands_update" and isinstance(update.get("availableCommands"), list):
+            rec.available_commands = [{"name": str(c["name"]), "description": str(c.get("description") or "")}
+                                      for c in update["availableCommands"] if isinstance(c, dict) and c.get("name")]
+            return True
+        if kind == "usage_update":
+            return self._usage(update)
+        if kind == "session_info_update" and isinstance(update.get("title"), str):
+            return self._agent_title(update["title"])
+        return False
+
+    def _usage(self, update: dict[str, Any]) -> bool:
+        rec = self._session.rec
+        usage = rec.usage.model_copy() if rec.usage else Usage()
+        if isinstance(update.get("used"), int):
+            usage.context_used = update["used"]
+        if isinstance(update.get("size"), int):
+            usage.context_size = update["size"]
+        cost = update.get("cost")
+        if isinstance(cost, dict) and isinstance(cost.get("amount"), int | float):
+            before = usage.cost.amount if usage.cost else 0.0
+            usage.cost = Cost(amount=float(cost["amount"]), currency=str(cost.get("currency") or "USD"))
+            if usage.cost.amount > before:
+                metrics.COST.labels(provider=rec.provider or "", agent=rec.agent_name,
+                                    currency=usage.cost.currency).inc(usage.cost.amount - before)
+        rec.usage = usage
+        self._context_warning(usage)
+        self._budget(usage)
+        return True
+
+    def _agent_title(self, title: str) -> bool:
+        """The agent's own title wins over the auto-title pass, never over a name a person gave."""
+        rec = self._session.rec
+        text = plain_title(title)
+        if not text or rec.name_source == "user" or (rec.name and rec.name_source is None):
+            return False
+        if rec.name == text and rec.name_source == "agent":
+            return False
+        rec.name, rec.name_source = text, "agent"
+        return True
+
+    # ---- a person's choice ---------------------------------------------------------------------------
+
+    async def set_mode(self, mode_id: str) -> None:
+        """Switch the agent's mode: `session/set_mode`, or the mode config option where the agent exposes modes as
+        one. The record follows the agent's answer (and any `current_mode_update` it sends)."""
+        session, rec = self._session, self._session.rec
+        if session.agent is None or rec.mode is None or not rec.mode.available:
+            raise Conflict("the agent offers no modes", code="modes_unsupported")
+        if mode_id not in [m["id"] for m in rec.mode.available]:
+            raise InvalidRequest(f"mode {mode_id!r} is not one the agent offers ("
+                                 f"{', '.join(m['id'] for m in rec.mode.available)})", code="invalid_mode")
+        option = _mode_option(rec.config_options or [])
+        before = rec.mode.current  # the agent may say `current_mode_update` before it answers
+        try:
+            if option is not None:
+                answer = await session.agent.request("session/set_config_option", {
+                    "sessionId": rec.acp_session_id, "configId": option["id"], "value": mode_id}, timeout=30)
+                if isinstance(answer, dict) and (options := _options(answer.get("configOptions"))) is not None:
+                    rec.config_options = options
+            else:
+                await session.agent.request("session/set_mode", {"sessionId": rec.acp_session_id, "modeId": mode_id},
+                                            timeout=30)
+        except (AgentRequestError, TransportClosed, TimeoutError) as exc:
+            raise Conflict(f"the agent refused mode {mode_id!r}: {exc}", code="mode_rejected") from exc
+        rec.mode = Mode(current=mode_id, available=rec.mode.available if rec.mode else [])
+        session.record(EventType.SYSTEM, {"title": "mode_changed", "text": f"mode {before or '?'} -> {mode_id}",
+                                          "raw": {"from": before, "to": mode_id}}, turn_id="")
+        await session.persist()
+
+    # ---- per turn: its cost ------------------------------------------------------------------------
+
+    def turn_started(self) -> None:
+        usage = self._session.rec.usage
+        self._turn_cost_start = usage.cost.amount if usage and usage.cost else 0.0
+
+    def turn_cost(self) -> dict[str, Any] | None:
+        """The cost of the turn that just ended ({amount, currency}), when the agent reports cost."""
+        usage = self._session.rec.usage
+        if usage is None or usage.cost is None or self._turn_cost_start is None:
+            return None
+        return {"amount": round(usage.cost.amount - self._turn_cost_start, 6), "currency": usage.cost.currency}
+
+    # ---- limits --------------------------------------------------------------------------------------
+
+    def _context_warning(self, usage: Usage) -> None:
+        if self._warned_context or not usage.context_used or not usage.context_size:
+            return
+        if usage.context_used >= CONTEXT_WARNING_SHARE * usage.context_size:
+            self._warned_context = True
+            share = round(100 * usage.context_used / usage.context_size)
+            self._session.marker(MarkerKind.CONTEXT_NEAR_LIMIT, f"Context {share}% full "
+                                 f"({usage.context_used} of {usage.context_size})",
+                                 {"context_used": usage.context_used, "context_size": usage.context_size})
+
+    def budget_usd(self) -> float:
+        """The cap on this session's cost in USD: its agent's `max_cost_usd`, else `[limits] max_cost_usd`; 0 = none.
+        A task's attempt carries what its earlier attempts left (the record's `budget_usd`)."""
+        session = self._session
+        if session.rec.budget_usd is not None:
+            return session.rec.budget_usd
+        agent = session.config.agents.get(session.rec.agent_name)
+        if agent is not None and agent.max_cost_usd:
+            return agent.max_cost_usd
+        return session.config.max_cost_usd
+
+    def _budget(self, usage: Usage) -> None:
+        cap = self.budget_usd()
+        if self._budget_hit or not cap or usage.cost is None or usage.cost.currency.upper() != "USD":
+            return
+        if usage.cost.amount >= cap:
+            self._budget_hit = True
+            summary = f"cost {usage.cost.amount:.2f} USD reached the budget of {cap:.2f} USD"
+            logger.warning("session %s: %s; stopping it", self._session.rec.id, summary)
+            self._session.marker(MarkerKind.BUDGET_EXCEEDED, summary, {"cost": usage.cost.amount, "budget": cap})
+            spawn(self._stop_for_budget(summary))
+
+    async def _stop_for_budget(self, summary: str) -> None:
+        failure = await self._session.failure(FailureKind.BUDGET_EXCEEDED, summary)
+        await self._session.stop(StopReason.BUDGET_EXCEEDED, summary, failure=failure)
