@@ -9,7 +9,7 @@ from typing import Any
 
 from health.enums import HealthState, HealthValue, WakeReason
 from sessions.enums import FailureKind, SessionState
-from sessions.record import activity_of
+from sessions.record import Failure, SessionRecord
 from sessions.store.folder import parse_time
 from sessions.store.redact import bound_text, redact_text
 
@@ -25,42 +25,42 @@ class LiveFacts:
     stopping: bool = False
 
 
-def attachable(meta: dict[str, Any], live: LiveFacts) -> bool:
+def attachable(rec: SessionRecord, live: LiveFacts) -> bool:
     """The attach rules of the session payload, and the agent's subprocess still running."""
-    failure_kind = (meta.get("failure") or {}).get("kind")
-    stalled = (meta.get("liveness") or {}).get("stall_state") == "stalled"
-    return (meta["state"] == SessionState.ACTIVE and live.runtime and live.process_running and not live.stopping
+    failure_kind = rec.failure.kind if rec.failure is not None else None
+    stalled = rec.liveness.stall_state == "stalled"
+    return (rec.state == SessionState.ACTIVE and live.runtime and live.process_running and not live.stopping
             and failure_kind in (None, FailureKind.PROMPT_FAILURE) and not stalled)
 
 
-def prompt_active(meta: dict[str, Any]) -> bool:
-    return activity_of(meta).prompt_active
+def prompt_active(rec: SessionRecord) -> bool:
+    return rec.liveness.activity.prompt_active
 
 
-def state_of(meta: dict[str, Any], live: LiveFacts) -> HealthState:
-    if meta["state"] == SessionState.STOPPED:
+def state_of(rec: SessionRecord, live: LiveFacts) -> HealthState:
+    if rec.state == SessionState.STOPPED:
         return HealthState.STOPPED
-    if meta["state"] == SessionState.ACTIVE and live.runtime and prompt_active(meta):
+    if rec.state == SessionState.ACTIVE and live.runtime and prompt_active(rec):
         return HealthState.PROMPTING
-    if attachable(meta, live):
+    if attachable(rec, live):
         return HealthState.IDLE
     return HealthState.DETACHED
 
 
-def health_of(meta: dict[str, Any], live: LiveFacts) -> HealthValue:
-    if meta["state"] == SessionState.STOPPED:
+def health_of(rec: SessionRecord, live: LiveFacts) -> HealthValue:
+    if rec.state == SessionState.STOPPED:
         return HealthValue.DEAD
-    if (meta.get("liveness") or {}).get("stall_state") == "stalled":
+    if rec.liveness.stall_state == "stalled":
         return HealthValue.DEGRADED
-    if meta["state"] != SessionState.ACTIVE or not live.runtime:
+    if rec.state != SessionState.ACTIVE or not live.runtime:
         return HealthValue.UNKNOWN
     return HealthValue.HEALTHY
 
 
-def idle_since(meta: dict[str, Any]) -> datetime | None:
+def idle_since(rec: SessionRecord) -> datetime | None:
     """Last real activity, else the moment the session became active: the idle clock's start."""
-    return parse_time(activity_of(meta).last_activity_at) or parse_time(meta.get("activated_at")) \
-        or parse_time(meta.get("created_at"))
+    return parse_time(rec.liveness.activity.last_activity_at) or parse_time(rec.activated_at) \
+        or parse_time(rec.created_at)
 
 
 def is_stale(state: str, health: str, active: bool, since: datetime | None, presence: datetime | None,
@@ -85,29 +85,28 @@ def eligibility(state: str, health: str, active: bool, attachable_now: bool) -> 
     return True, ""
 
 
-def last_error(meta: dict[str, Any]) -> str:
-    failure = meta.get("failure") or {}
-    text = failure.get("summary") or ""
-    if not text:
+def last_error(failure: Failure | None) -> str:
+    text = failure.summary if failure is not None else ""
+    if failure is None or not text:
         return ""
     # Only the summary is redacted: the kind is a closed value, and redacted with it `provider_auth_failure: …` read as
     # a secret key and its value (`provider_auth_failure: [REDACTED] required`).
-    return bound_text(f"{failure.get('kind') or 'error'}: {redact_text(text)}", LAST_ERROR_BYTES)
+    return bound_text(f"{failure.kind or 'error'}: {redact_text(text)}", LAST_ERROR_BYTES)
 
 
-def derive(meta: dict[str, Any], live: LiveFacts, *, presence: datetime | None, now: datetime,
+def derive(rec: SessionRecord, live: LiveFacts, *, presence: datetime | None, now: datetime,
            stale_after: float) -> dict[str, Any]:
     """Every derived field of a health row (identity and timestamps of writing excluded)."""
-    state = state_of(meta, live)
-    health = health_of(meta, live)
+    state = state_of(rec, live)
+    health = health_of(rec, live)
     active = state == HealthState.PROMPTING
-    can_attach = attachable(meta, live)
-    activity = activity_of(meta)
-    if is_stale(state, health, active, idle_since(meta), presence, now, stale_after):
+    can_attach = attachable(rec, live)
+    activity = rec.liveness.activity
+    if is_stale(state, health, active, idle_since(rec), presence, now, stale_after):
         health = HealthValue.STALE
     eligible, reason = eligibility(state, health, active, can_attach)
     return {
         "state": state.value, "health": health.value, "active_prompt": active, "attachable": can_attach,
         "eligible_for_wake": eligible, "ineligibility_reason": reason,
-        "last_activity_at": parse_time(activity.last_activity_at), "last_error": last_error(meta),
+        "last_activity_at": parse_time(activity.last_activity_at), "last_error": last_error(rec.failure),
     }

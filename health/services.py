@@ -74,30 +74,30 @@ def on_meta_saved(rec: SessionRecord, live: LiveFacts | None = None) -> SessionH
     """Derive and store the health row of a session whose meta.json was just written. Never raises: a health
     write must not fail the lifecycle write it follows (the next save or the sweep catches up)."""
     try:
-        return _upsert(rec.to_meta(), live if live is not None else live_facts(rec.id))
+        return _upsert(rec, live if live is not None else live_facts(rec.id))
     except Exception:
         logger.exception("session %s: health row not updated", rec.id)
         return None
 
 
-def _upsert(meta: dict[str, Any], live: LiveFacts, now: datetime | None = None,
+def _upsert(rec: SessionRecord, live: LiveFacts, now: datetime | None = None,
             force_stale: bool = False) -> SessionHealth | None:
     now = now or utcnow()
     cfg = get_config().heartbeat
     with transaction.atomic():
-        row = SessionHealth.objects.select_for_update().filter(session_id=meta["id"]).first()
+        row = SessionHealth.objects.select_for_update().filter(session_id=rec.id).first()
         before = _transition_key(row) if row is not None else None
-        fields = derive(meta, live, presence=row.last_presence_at if row else None, now=now,
+        fields = derive(rec, live, presence=row.last_presence_at if row else None, now=now,
                         stale_after=cfg.session_health_stale_after)
         if force_stale:
             fields.update(health=HealthValue.STALE.value, eligible_for_wake=False,
                           ineligibility_reason=WakeReason.SESSION_UNHEALTHY.value)
         if row is None:
-            if not Session.objects.filter(id=meta["id"]).exists():
+            if not Session.objects.filter(id=rec.id).exists():
                 return None  # the catalog row is gone (a removal raced this write)
-            row = SessionHealth(session_id=meta["id"])
-        row.workspace_id = meta["workspace_id"]
-        row.agent_name = meta["agent_name"]
+            row = SessionHealth(session_id=rec.id)
+        row.workspace_id = rec.workspace_id
+        row.agent_name = rec.agent_name
         for key, value in fields.items():
             setattr(row, key, value)
         row.updated_at = now
@@ -109,7 +109,7 @@ def _upsert(meta: dict[str, Any], live: LiveFacts, now: datetime | None = None,
         except IntegrityError:
             return None  # the session row was deleted between our check and the insert
     if fire:
-        _fire_hook(row, meta)
+        _fire_hook(row, rec)
     return row
 
 
@@ -121,7 +121,7 @@ def _hook_due(row: SessionHealth, now: datetime, min_interval: float) -> bool:
     return row.hook_fired_at is None or now - row.hook_fired_at >= timedelta(seconds=min_interval)
 
 
-def _fire_hook(row: SessionHealth, meta: dict[str, Any]) -> None:
+def _fire_hook(row: SessionHealth, rec: SessionRecord) -> None:
     """Hand `session.health.update.after` to the daemon's loop (async-only event: nobody waits for it)."""
     manager = _manager()
     if manager is None or manager.loop is None or manager.hooks is None or not manager.hooks.has_hooks(HOOK_EVENT):
@@ -134,9 +134,9 @@ def _fire_hook(row: SessionHealth, meta: dict[str, Any]) -> None:
             spawn(runtime.hook(HOOK_EVENT, **payload))
             return
         spawn(manager.hooks.dispatch(HOOK_EVENT, {
-            "event": HOOK_EVENT, "session_id": row.session_id, "session_name": meta.get("name") or "",
-            "session_type": meta.get("session_type") or "user", "agent_name": row.agent_name,
-            "workspace_id": row.workspace_id, "acp_session_id": meta.get("acp_session_id") or "", **payload}))
+            "event": HOOK_EVENT, "session_id": row.session_id, "session_name": rec.name or "",
+            "session_type": rec.session_type or "user", "agent_name": row.agent_name,
+            "workspace_id": row.workspace_id, "acp_session_id": rec.acp_session_id or "", **payload}))
 
     try:
         manager.loop.call_soon_threadsafe(start)
@@ -174,11 +174,11 @@ def sweep_stale(now: datetime | None = None) -> int:
         if not is_stale(row.state, row.health, row.active_prompt, since, row.last_presence_at, now,
                         cfg.session_health_stale_after):
             continue
-        meta = _meta(row.session_id)
-        if meta is None:
+        rec = _record(row.session_id)
+        if rec is None:
             continue
-        # Re-derived from meta under the row lock, so a prompt that began since the read is never aged.
-        updated = _upsert(meta, live_facts(row.session_id), now)
+        # Re-derived from meta.json under the row lock, so a prompt that began since the read is never aged.
+        updated = _upsert(rec, live_facts(row.session_id), now)
         if updated is not None and updated.health != row.health:
             changed += 1
             _ring_catalog(updated)
@@ -201,10 +201,11 @@ def _idle_since(row: SessionHealth) -> datetime | None:
     return session.created_at if session else None
 
 
-def _meta(session_id: str) -> dict[str, Any] | None:
+def _record(session_id: str) -> SessionRecord | None:
     try:
-        return load_meta(session_id)
-    except (NotFound, Conflict):  # gone, or unreadable: the caller judges from the row alone
+        return SessionRecord.from_meta(load_meta(session_id))
+    except (NotFound, Conflict, ValueError):
+        # Gone, or unreadable (a field of the wrong type too): the caller judges from the row alone.
         return None
 
 
@@ -225,15 +226,15 @@ def boot_recompute(run: str) -> dict[str, int]:
             if session.id in elsewhere:
                 counts["elsewhere"] += 1
                 continue
-            meta = _meta(session.id)
-            if meta is None and session.folder_node not in ("", here) and not session_dir(session.id).exists():
+            rec = _record(session.id)
+            if rec is None and session.folder_node not in ("", here) and not session_dir(session.id).exists():
                 counts["elsewhere"] += 1
                 continue
-            if meta is None:
+            if rec is None:
                 _mark_missing(session)
                 counts["missing_meta"] += 1
                 continue
-            if _upsert(meta, live_facts(session.id)) is not None:
+            if _upsert(rec, live_facts(session.id)) is not None:
                 counts["recomputed"] += 1
         counts["stale"] = sweep_stale()
 
@@ -270,28 +271,32 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
     session with no row yet gets one derived now, so health is always present."""
 
     meta = services.scoped_meta(session_id, workspace_ref, row_ok=True)
+    try:
+        rec = SessionRecord.from_meta(meta)
+    except ValueError as exc:  # read_meta checked its keys and state; a field of the wrong type is found here
+        raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
     if touch:
         touch_presence(session_id)
     row = SessionHealth.objects.filter(session_id=session_id).first()
     if row is None:
         live = live_facts(session_id)
         try:
-            row = _upsert(meta, live)
+            row = _upsert(rec, live)
         except DatabaseError as exc:
             # As for presence: a read must answer when the catalog cannot take a write (a full disk). The health
             # is derived all the same; the next metadata save or the boot recompute stores it.
             logger.warning("health of %s derived but not stored: %s", session_id, exc)
-            row = _derived(meta, live)
+            row = _derived(rec, live)
     if row is None:
         raise Unavailable("session health is unavailable", code="health_unavailable")
     return row
 
 
-def _derived(meta: dict[str, Any], live: LiveFacts) -> SessionHealth:
+def _derived(rec: SessionRecord, live: LiveFacts) -> SessionHealth:
     """The row `_upsert` would store, unsaved."""
     now = utcnow()
-    fields = derive(meta, live, presence=None, now=now, stale_after=get_config().heartbeat.session_health_stale_after)
-    return SessionHealth(session_id=meta["id"], workspace_id=meta["workspace_id"], agent_name=meta["agent_name"],
+    fields = derive(rec, live, presence=None, now=now, stale_after=get_config().heartbeat.session_health_stale_after)
+    return SessionHealth(session_id=rec.id, workspace_id=rec.workspace_id, agent_name=rec.agent_name,
                          updated_at=now, **fields)
 
 

@@ -8,17 +8,20 @@ from typing import Any
 import pytest
 
 from health.derive import LiveFacts, derive
+from sessions.record import SessionRecord
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 UP = LiveFacts(runtime=True, process_running=True)
 
 
 def meta(state: str = "active", *, prompting: bool = False, stalled: bool = False, failure: Any = None,
-         idle_for: float = 5.0) -> dict[str, Any]:
-    return {"id": "sess_0000000000000001", "state": state, "failure": failure, "created_at": "2026-11-30T10:00:00Z",
-            "liveness": {"stall_state": "stalled" if stalled else "",
-                         "activity": {"prompt_active": prompting,
-                                      "last_activity_at": (NOW - timedelta(seconds=idle_for)).isoformat()}}}
+         idle_for: float = 5.0) -> SessionRecord:
+    return SessionRecord.from_meta({
+        "id": "sess_0000000000000001", "workspace_id": "ws_0000000000000001", "agent_name": "general",
+        "state": state, "failure": failure, "created_at": "2026-11-30T10:00:00Z",
+        "liveness": {"stall_state": "stalled" if stalled else "",
+                     "activity": {"prompt_active": prompting,
+                                  "last_activity_at": (NOW - timedelta(seconds=idle_for)).isoformat()}}})
 
 
 @pytest.mark.parametrize(("m", "live", "expected"), [
@@ -37,7 +40,7 @@ def meta(state: str = "active", *, prompting: bool = False, stalled: bool = Fals
     (meta(idle_for=600), UP, ("idle", "stale", True, False, "session_unhealthy")),
     (meta(idle_for=600, prompting=True), UP, ("prompting", "healthy", True, False, "session_prompt_active")),
 ])
-def test_state_health_attachability_and_eligibility(m: dict[str, Any], live: LiveFacts,
+def test_state_health_attachability_and_eligibility(m: SessionRecord, live: LiveFacts,
                                                     expected: tuple[Any, ...]) -> None:
     d = derive(m, live, presence=None, now=NOW, stale_after=120)
     assert (d["state"], d["health"], d["attachable"], d["eligible_for_wake"], d["ineligibility_reason"]) == expected

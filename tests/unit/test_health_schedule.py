@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,6 +24,7 @@ from sessions import config as config_module  # noqa: E402
 from sessions.config import AgentConfig, Config  # noqa: E402
 from sessions.heartbeat_config import HeartbeatConfig  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
+from sessions.record import SessionRecord  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -60,11 +60,12 @@ def policy_file(home: Path, text: str = POLICY) -> None:
     path.write_text(text)
 
 
-def meta(sid: str, *, state: str = "active", prompting: bool = False, activity_at: datetime) -> dict[str, Any]:
-    return {"id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general", "state": state,
+def meta(sid: str, *, state: str = "active", prompting: bool = False, activity_at: datetime) -> SessionRecord:
+    return SessionRecord.from_meta({
+            "id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general", "state": state,
             "failure": None, "created_at": isoformat(NOW - timedelta(hours=3)),
             "activated_at": isoformat(NOW - timedelta(hours=3)),
-            "liveness": {"activity": {"prompt_active": prompting, "last_activity_at": isoformat(activity_at)}}}
+            "liveness": {"activity": {"prompt_active": prompting, "last_activity_at": isoformat(activity_at)}}})
 
 
 def session(sid: str = "sess_00000000000000a1", *, created: datetime = NOW - timedelta(hours=3),

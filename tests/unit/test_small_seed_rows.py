@@ -17,6 +17,7 @@ from compozy.diagnostics.doctor import check_providers  # noqa: E402
 from health.derive import last_error  # noqa: E402
 from sessions import config as config_module  # noqa: E402
 from sessions.config import Config, NpmPackage, ProviderConfig, load_config  # noqa: E402
+from sessions.record import Failure  # noqa: E402
 from sessions.runtime.title import clean_title  # noqa: E402
 
 
@@ -31,11 +32,11 @@ def test_tasks_lease_ttl_is_its_own_setting(tmp_path: Path) -> None:
 
 
 def test_last_error_redacts_the_summary_not_the_kind() -> None:
-    meta = {"failure": {"kind": "provider_auth_failure", "summary": "session/prompt: Authentication required"}}
-    assert last_error(meta) == "provider_auth_failure: session/prompt: Authentication required"
-    secret = {"failure": {"kind": "prompt_failure", "summary": "refused api_key=sk-abcdefghijklmnopqrstuvwxyz012345"}}
+    auth = Failure(kind="provider_auth_failure", summary="session/prompt: Authentication required")
+    assert last_error(auth) == "provider_auth_failure: session/prompt: Authentication required"
+    secret = Failure(kind="prompt_failure", summary="refused api_key=sk-abcdefghijklmnopqrstuvwxyz012345")
     assert last_error(secret) == "prompt_failure: refused api_key=[REDACTED]"
-    assert last_error({"failure": None}) == ""
+    assert last_error(None) == ""
 
 
 @pytest.mark.parametrize(("reply", "title"), [

@@ -72,7 +72,7 @@ def session(sid: str = "sess_00000000000000a1", *, state: str = "active", prompt
             "created_at": isoformat(NOW - timedelta(hours=1)), "activated_at": isoformat(NOW - timedelta(hours=1)),
             "liveness": {"stall_state": "stalled" if stalled else "",
                          "activity": {"prompt_active": prompting, "last_activity_at": isoformat(activity_at)}}}
-    assert services._upsert(meta, live, NOW) is not None
+    assert services._upsert(SessionRecord.from_meta(meta), live, NOW) is not None
     return sid
 
 
