@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from sessions import catalog, cluster, lineage
@@ -18,6 +17,7 @@ from sessions.errors import Conflict, InvalidRequest, StorageError
 from sessions.models import Session
 from sessions.runtime import signals
 from sessions.runtime.manager import get_manager
+from sessions.runtime.offload import db
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
 from sessions.services.payloads import session_payload
 from sessions.store import events as event_store
@@ -133,8 +133,10 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
     with manager.admission():
-        meta, provider, roots, prompt = await sync_to_async(_prepare_create)(
-            body, session_type, parent, role, ttl_seconds)
+        # On the runtime's DB thread, not the thread every sync view and middleware step of every request shares:
+        # a burst of creates (folder, events.db and catalog writes, fsyncs) queued `GET /api/status` for seconds
+        # behind it. One writer thread also spares SQLite's lock a second writer.
+        meta, provider, roots, prompt = await db(_prepare_create, body, session_type, parent, role, ttl_seconds)
         runtime = manager.launch(meta, provider=provider, roots=roots)
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
