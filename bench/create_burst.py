@@ -57,8 +57,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="compozy-burst-") as root:
             figures = one_round(Path(root), args.limit, args.creates)
         rounds.append(figures)
-        print(f"round {number + 1}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                                  for k, v in figures.items()))  # noqa: T201 - the bench's output
+        line = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
+        print(f"round {number + 1}: {line}")  # noqa: T201 - the bench's output
     medians = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     print("median: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()))  # noqa: T201 - the bench's output
 

@@ -60,11 +60,11 @@ class RawTail:
         self.filtered = any(filters.values())
         self.head = json.dumps({"session_id": meta["id"], "workspace_id": meta["workspace_id"]})[:-1]
 
-    def open(self) -> tuple[bytes, bool]:
+    def open(self) -> tuple[list[bytes], bool]:
         if self.start_cursor is None and self.limit:
             newest = event_store.read_events(self.path, limit=self.limit, newest=True, **self.filters)
             self.cursor = newest[0]["sequence"] - 1 if newest else 0
-        return b"", False
+        return [], False
 
     def _frame(self, raw: tuple[Any, ...]) -> bytes:
         seq, event_id, turn_id, type_, agent, text, timestamp, archived = raw
@@ -93,7 +93,7 @@ class RawTail:
                 and (not f.get("agent_name") or raw[4] == f["agent_name"])
                 and (not f.get("since") or raw[6] >= f["since"]))
 
-    def take(self, feed: live_feed.SessionFeed) -> tuple[bytes, bool, bool] | None:
+    def take(self, feed: live_feed.SessionFeed) -> tuple[list[bytes], bool, bool] | None:
         """Frames from the shared live feed; None when the cursor is older than its ring."""
         rows = feed.since(self.cursor)
         if rows is None:
@@ -101,7 +101,7 @@ class RawTail:
         out, terminal = self._emit(rows)
         return out, terminal, False
 
-    def poll(self) -> tuple[bytes, bool, bool]:
+    def poll(self) -> tuple[list[bytes], bool, bool]:
         """The next page from the store (the cursor is behind the feed's ring)."""
         if self.conn is None and self.path.exists():
             self.conn = event_store.connect(self.path, readonly=True)
@@ -109,8 +109,9 @@ class RawTail:
         out, terminal = self._emit(live_feed.FeedRow(raw) for raw in rows)
         return out, terminal, not terminal and len(rows) == PAGE
 
-    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[bytes, bool]:
-        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal)."""
+    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[list[bytes], bool]:
+        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal). Not joined
+        here: a large frame is the feed's one copy, shared by every viewer (stream_pressure.pieces)."""
         chunks = []
         for row in rows:
             self.cursor = row.sequence
@@ -118,8 +119,8 @@ class RawTail:
                 continue
             chunks.append(row.frame(self._frame))
             if row.type == EventType.SESSION_STOPPED:
-                return b"".join(chunks), True
-        return b"".join(chunks), False
+                return chunks, True
+        return chunks, False
 
 
 class TranscriptTail:

@@ -101,7 +101,7 @@ def test_a_burst_of_creates_gets_201_or_429_and_never_a_reset(daemon: Daemon, wo
             daemon.wait_state(session_id, {"active"}, timeout=120)
     finally:
         burst.finish()
-        print(f"\n{BURST} creates, limit {LIMIT}: {burst.report()}")
+        print(f"\n{BURST} creates, limit {LIMIT}: {burst.report()}")  # noqa: T201 - the figures, shown with -s
     # The burst leaves nothing behind: each session is stopped and its agent gone.
     for session_id in created:
         assert daemon.http.post(daemon.scoped(session_id, "/stop")).status_code == 204
