@@ -5,7 +5,7 @@ A fresh daemon, one session, VIEWERS event streams that read their headers and t
 buffers), then the scripted agent's `big` scenario: one agent message of MIB MiB on one line. Reports the daemon's
 RSS before, its peak (VmHWM) while the message reaches the viewers, what `compozy status` says is queued for them,
 and the RSS once the stall timeout has closed their connections. The bound it checks (a missed bound is reported and
-the exit code is 1): peak - before < 8 copies of the message + VIEWERS x (high-water mark + one piece).
+the exit code is 1): peak - before < 10 copies of the message + VIEWERS x (high-water mark + one piece).
 """
 
 from __future__ import annotations
