@@ -65,14 +65,6 @@ async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_W
         _waiting.discard(backlog)
 
 
-async def writable(backlog: Callable[[], int] | None, stream: str) -> bool:
-    """`drained`, for a stream about to write: False (logged) when its client stopped reading, so it ends."""
-    if await drained(backlog):
-        return True
-    logger.warning("ended a %s stream whose client read nothing for %g s", stream, stall_seconds())
-    return False
-
-
 def pieces(frames: bytes | list[bytes]) -> Iterator[bytes]:
     """What to write, in order: runs of small frames joined up to PIECE_BYTES, a large frame cut into pieces.
     A large frame is never joined to another (a join would copy it for this viewer alone)."""
@@ -97,8 +89,9 @@ def pieces(frames: bytes | list[bytes]) -> Iterator[bytes]:
 
 
 async def room_for(backlog: Callable[[], int] | None, size: int, stream: str) -> bool:
-    """`writable`, for a write of `size` bytes: a large frame's pieces wait until the queue has room for the piece
-    under the high-water mark, so one frame never takes the queue past it. A small write keeps the plain mark."""
+    """Wait until a write of `size` bytes may go; False (logged) when the client stopped reading: the caller closes
+    its connection. A large frame's pieces wait until the queue has room for the piece under the high-water mark,
+    so one frame never takes the queue past it; a small write waits for the plain mark."""
     high_water = HIGH_WATER_BYTES - size if size >= PIECE_BYTES else HIGH_WATER_BYTES
     if await drained(backlog, high_water=high_water):
         return True
