@@ -36,7 +36,7 @@ from sessions.runtime.signals import CATALOG_GROUP
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.failures import StoreReadError, classify
-from sessions.stream_pressure import ABORT, BACKLOG, pieces, room_for
+from sessions.stream_pressure import ABORT, BACKLOG, PIECE_BYTES, pieces, room_for
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,10 @@ class StreamingConsumer(AsyncHttpConsumer):
                 self.abort()
                 return False
             await self.send_body(piece, more_body=True)
+            if len(piece) >= PIECE_BYTES:
+                # A large frame woke every viewer at once: one piece each per loop pass, not the whole frame of one
+                # viewer after another while every other stream and request waits (300 viewers: seconds).
+                await asyncio.sleep(0)
         return True
 
     def abort(self) -> None:
