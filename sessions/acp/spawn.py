@@ -75,10 +75,11 @@ class ChildProcess:
             exited.set_result(self._popen.returncode if self._popen.returncode is not None else -1)
 
 
-async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], umask: int, limit: int) -> ChildProcess:
+async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str], umask: int,
+                limit: int) -> ChildProcess:
     """Start `argv` in a new session (its own process group) with three pipes; raises what Popen raises
     (FileNotFoundError, PermissionError, NotADirectoryError) for a command that cannot run."""
-    spawned = asyncio.ensure_future(starting(_popen, list(argv), str(cwd), dict(env), umask))
+    spawned = asyncio.ensure_future(starting(_popen, list(argv), str(cwd) if cwd else None, dict(env), umask))
     try:
         popen = await asyncio.shield(spawned)
     except asyncio.CancelledError:
@@ -92,7 +93,7 @@ async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], umask
         raise
 
 
-def _popen(argv: list[str], cwd: str, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                             env=env, start_new_session=True, umask=umask)
 
