@@ -42,10 +42,11 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost, so every non-JSON error answer under /api/ is rewritten into the common error shape.
     "compozy.api.app.json_error_middleware",
-    "django.middleware.security.SecurityMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Django's own, their hooks run on the loop rather than one thread hop each (compozy/api/inline_middleware.py).
+    "compozy.api.inline_middleware.SecurityMiddleware",
+    "compozy.api.inline_middleware.CommonMiddleware",
+    "compozy.api.inline_middleware.CsrfViewMiddleware",
+    "compozy.api.inline_middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "compozy_site.urls"

@@ -126,7 +126,8 @@ class Timeouts:
 
     `[http] header_timeout`: the request head, request line included, must arrive within this of the connection;
     `body_timeout`: the body within this of the head; `idle_timeout`: a keep-alive connection between requests;
-    `stream_stall_timeout`: an event stream whose client read nothing this long ends (it resumes from the store).
+    `stream_stall_timeout`: an event stream whose client read nothing this long has its connection closed (it
+    resumes from the store).
     `[session.stop] cancel_grace`: after `session/cancel` the turn may end this long before the process shutdown
     (the reference's cancel budget), and the agent this long again to exit once its stdin is closed;
     `kill_grace`: SIGTERM to SIGKILL of the agent's group; `closed_stdout_grace`: an agent that closed its stdout

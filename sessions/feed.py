@@ -15,6 +15,7 @@ travel on the channel layer, so each daemon process behind a Redis layer runs it
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -38,6 +39,8 @@ RING_ROWS = 1024
 RING_BYTES = 2 * 1024 * 1024
 # Rows read per pull (on a worker thread); a full page is followed by the next one.
 PULL_PAGE = 1000
+# Transcript deltas kept for the other viewers at the same place (`shared_frames`): the newest few.
+SHARED_FRAMES = 4
 # The fallback poll (events reference §6: rows are pushed, polling every 100 ms is the fallback): one query per
 # watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
 # frames arrive by doorbell rather than by the poll hiding a broken one.
@@ -100,6 +103,17 @@ class SessionFeed:
         self._pull_again = False
         self._news_at = 0.0  # loop time rows last arrived; a busy feed needs no fallback poll
         self.closed = False
+        # Frames each viewer would otherwise build for itself (a transcript delta is assembled per viewer), keyed
+        # by what fixes their bytes: viewers at the same place share one copy, which a 48 MiB message needs.
+        self.shared_frames: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+
+    def shared_frame(self, key: tuple[Any, ...]) -> Any:
+        return self.shared_frames.get(key)
+
+    def share_frame(self, key: tuple[Any, ...], value: Any) -> None:
+        self.shared_frames[key] = value
+        while len(self.shared_frames) > SHARED_FRAMES:
+            self.shared_frames.popitem(last=False)
 
     def since(self, cursor: int) -> list[FeedRow] | None:
         """The rows after `cursor`, oldest first; [] when nothing is newer; None when the ring cannot
@@ -245,6 +259,7 @@ class SessionFeed:
                     logger.warning("feed of %s: could not close its store", self.session_id, exc_info=True)
         self.rows.clear()
         self.bytes = 0
+        self.shared_frames.clear()
 
 
 _feeds: dict[str, SessionFeed] = {}

@@ -1,15 +1,21 @@
 """Backpressure for event streams. daphne gives the app none: every frame written for a viewer that stopped reading
 was queued in the daemon, and eight such viewers of one fast turn queued 15 GB before the kernel killed it. Past
 HIGH_WATER bytes queued for its connection, a stream writes nothing more until the client takes them; one that
-takes nothing for `[http] stream_stall_timeout` (60 s) is ended (it resumes from the store with Last-Event-ID when
-it reads again). The transport's hard cap (compozy/api/http_server.py) is a safety net behind this. `compozy
-status` shows the streams waiting on their clients."""
+takes nothing for `[http] stream_stall_timeout` (60 s) has its connection closed, which drops what was queued for
+it (it resumes from the store with Last-Event-ID when it reconnects). The transport's hard cap
+(compozy/api/http_server.py) is a safety net behind this. `compozy status` shows the streams waiting on their
+clients.
+
+A frame larger than PIECE_BYTES (one agent message can be 50 MiB) is written in pieces, each once the queue has
+room for it, so what is queued for one viewer stays under HIGH_WATER_BYTES whatever the frame size. The frame
+itself is built once and shared by every viewer (sessions/feed.py `FeedRow.frame`); a viewer holds a reference to
+it and copies out one piece at a time (docs/architecture.md, "Slow viewers and large frames")."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sessions.config import get_config
@@ -19,6 +25,9 @@ logger = logging.getLogger(__name__)
 HIGH_WATER_BYTES = 1024 * 1024
 DRAIN_POLL_SECONDS = 0.02
 BACKLOG = "compozy.backlog"  # scope key: bytes queued for this connection (compozy.api.http_server)
+ABORT = "compozy.abort"  # scope key: close this connection at once, dropping what is queued for it
+# Frames up to this size are written whole (joined with their neighbours); larger ones are cut into pieces of it.
+PIECE_BYTES = 256 * 1024
 
 # The backlogs of the streams waiting on their client now (one per connection). Written on the loop, read by status.
 _waiting: set[Callable[[], int]] = set()
@@ -56,11 +65,37 @@ async def drained(backlog: Callable[[], int] | None, *, high_water: int = HIGH_W
         _waiting.discard(backlog)
 
 
-async def writable(backlog: Callable[[], int] | None, stream: str) -> bool:
-    """`drained`, for a stream about to write: False (logged) when its client stopped reading, so it ends."""
-    if await drained(backlog):
+def pieces(frames: bytes | list[bytes]) -> Iterator[bytes]:
+    """What to write, in order: runs of small frames joined up to PIECE_BYTES, a large frame cut into pieces.
+    A large frame is never joined to another (a join would copy it for this viewer alone)."""
+    run: list[bytes] = []
+    size = 0
+    for data in [frames] if isinstance(frames, bytes) else frames:
+        if len(data) <= PIECE_BYTES:
+            if size + len(data) > PIECE_BYTES and run:
+                yield b"".join(run)
+                run, size = [], 0
+            run.append(data)
+            size += len(data)
+            continue
+        if run:
+            yield b"".join(run)
+            run, size = [], 0
+        view = memoryview(data)
+        for start in range(0, len(data), PIECE_BYTES):
+            yield bytes(view[start:start + PIECE_BYTES])
+    if run:
+        yield b"".join(run)
+
+
+async def room_for(backlog: Callable[[], int] | None, size: int, stream: str) -> bool:
+    """Wait until a write of `size` bytes may go; False (logged) when the client stopped reading: the caller closes
+    its connection. A large frame's pieces wait until the queue has room for the piece under the high-water mark,
+    so one frame never takes the queue past it; a small write waits for the plain mark."""
+    high_water = HIGH_WATER_BYTES - size if size >= PIECE_BYTES else HIGH_WATER_BYTES
+    if await drained(backlog, high_water=high_water):
         return True
-    logger.warning("ended a %s stream whose client read nothing for %g s", stream, stall_seconds())
+    logger.warning("closed a %s stream whose client read nothing for %g s", stream, stall_seconds())
     return False
 
 

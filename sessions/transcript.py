@@ -203,6 +203,16 @@ class Assembler:
     def open_entry(self) -> dict[str, Any] | None:
         return self.open.materialize() if self.open else None
 
+    @property
+    def open_start(self) -> int | None:
+        """Where the open entry began: with the last sequence fed, it fixes what the next delta holds."""
+        return self.open.start_sequence if self.open else None
+
+    def forget_changes(self) -> None:
+        """The changes were sent in a delta another viewer at the same place built (sessions/feed.py
+        `shared_frames`): not materialized here, so this viewer's text chunks are never joined into a copy."""
+        self._changed = {}
+
     def _new(self, row: dict[str, Any], role: str) -> _Entry:
         entry = _Entry(row, role)
         self.created += 1

@@ -25,7 +25,7 @@ from compozy.api.guard import LOCAL_SOCKET, PEER_UID
 from compozy.api.raw_bodies import keep_request_bodies_raw
 from compozy_base.errors import error_body
 from sessions.config import Timeouts
-from sessions.stream_pressure import BACKLOG
+from sessions.stream_pressure import ABORT, BACKLOG
 
 # twisted types `reactor` as its module, not as the IReactorTime/IReactorTCP it installs.
 reactor: Any = _reactor
@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 # connection, unauthenticated, for as long as it liked.
 # daphne gives the app no backpressure: eight stalled viewers of one fast turn queued 15 GB before the kernel killed
 # the daemon. Each request's scope carries `BACKLOG` (bytes queued for its connection), which the event streams
-# wait on (sessions/stream_pressure.py `drained`). Behind that, an event stream with this much queued is cut (the viewer
-# resumes with Last-Event-ID from the store); other responses (a download) are never cut: they cannot resume.
+# wait on (sessions/stream_pressure.py `drained`; a large frame goes in `pieces`). Behind that, an event stream with
+# this much queued is cut (the viewer resumes with Last-Event-ID from the store); other responses (a download) are
+# never cut: they cannot resume.
 STREAM_BACKLOG_BYTES = 64 * 1024 * 1024
 # After a 413 the client is usually still sending: closing at once would reset the connection and lose the answer,
 # so the rest is read and dropped, for at most this long.
@@ -401,6 +402,8 @@ class GuardedServer(Server):
             scope[PEER_UID] = peer_uid(transport.getHandle())
         if transport is not None and has_queue(transport):
             scope[BACKLOG] = lambda: queued_bytes(transport)
+            # A stalled viewer's connection is closed, not only its response ended: what is queued for it goes too.
+            scope[ABORT] = transport.abortConnection
         return super().create_application(protocol, scope)
 
 

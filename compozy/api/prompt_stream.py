@@ -33,7 +33,7 @@ from sessions.runtime.manager import get_manager
 from sessions.services.payloads import envelope
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.stream_pressure import writable
+from sessions.stream_pressure import pieces, room_for
 from sessions.transcript import event_data, permission_data
 
 logger = logging.getLogger(__name__)
@@ -228,10 +228,10 @@ def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
 # ---- the response ------------------------------------------------------------------------------
 
 async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | None, raw: bool,
-                  backlog: Callable[[], int] | None) -> AsyncIterator[bytes]:
+                  backlog: Callable[[], int] | None, abort: Callable[[], None] | None) -> AsyncIterator[bytes]:
     """The response body. Like the session stream, it writes nothing more while about a megabyte waits for a
-    client that stopped reading, and ends for one that took nothing for `[http] stream_stall_timeout` (the turn
-    goes on)."""
+    client that stopped reading, writes a large frame in pieces under that mark, and closes the connection of a
+    client that took nothing for `[http] stream_stall_timeout` (the turn goes on)."""
     session_id = meta["id"]
     ui = UIMessageChunks(meta, turn_id)
     metrics.SSE_CLIENTS.labels(stream="prompt").inc()
@@ -239,14 +239,18 @@ async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | Non
         if not raw:
             yield _data_frames(ui.start())
         async for batch in turn_events(session_id, folder.events_path(session_id), turn_id, ended):
-            if not await writable(backlog, "prompt"):
-                return
             if batch is None:
-                yield b": keepalive\n\n"
+                out = [b": keepalive\n\n"]
             elif raw:
-                yield b"".join(raw_frame(session_id, event) for event in batch)
+                out = [raw_frame(session_id, event) for event in batch]
             else:
-                yield _data_frames([chunk for event in batch for chunk in ui.row(event)])
+                out = [_data_frames([chunk for event in batch for chunk in ui.row(event)])]
+            for piece in pieces(out):
+                if not await room_for(backlog, len(piece), "prompt"):
+                    if abort is not None:
+                        abort()  # what was queued for it goes with the connection
+                    return
+                yield piece
         if not raw:
             yield _data_frames(ui.finish()) + b"data: [DONE]\n\n"
     except asyncio.CancelledError:
@@ -258,14 +262,16 @@ async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | Non
 
 
 def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False,
-                      backlog: Callable[[], int] | None = None) -> StreamingHttpResponse:
+                      backlog: Callable[[], int] | None = None,
+                      abort: Callable[[], None] | None = None) -> StreamingHttpResponse:
     """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started).
-    `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none."""
+    `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none;
+    `abort` closes the connection (ABORT)."""
     runtime = get_manager().get(session_id)
     meta = {"id": session_id, "workspace_id": (runtime.rec.workspace_id if runtime else None)}
     turn = runtime.turn if runtime is not None else None
     ended = turn.ended if turn is not None and turn.id == turn_id else None
-    response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw, backlog),
+    response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw, backlog, abort),
                                      content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -57,7 +57,7 @@ from health.dtos import status_dto
 from health.services import decorate_list
 from sessions import catalog, services
 from sessions.errors import InvalidRequest
-from sessions.stream_pressure import BACKLOG
+from sessions.stream_pressure import ABORT, BACKLOG
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])
@@ -153,8 +153,9 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
     started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
     if status != 200 or not started or prompt_stream.wants_json(request.headers.get("Accept")):
         return status, result
+    scope = getattr(request, "scope", {})
     return prompt_stream.response_for_turn(session_id, started, raw=filters.format == "raw",
-                                           backlog=getattr(request, "scope", {}).get(BACKLOG))
+                                           backlog=scope.get(BACKLOG), abort=scope.get(ABORT))
 
 
 @router.post(WS + "/mode", response=responses({200: SessionEnvelope}), exclude_unset=True)

@@ -36,7 +36,7 @@ from sessions.runtime.signals import CATALOG_GROUP
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.failures import StoreReadError, classify
-from sessions.stream_pressure import BACKLOG, writable
+from sessions.stream_pressure import ABORT, BACKLOG, PIECE_BYTES, pieces, room_for
 
 logger = logging.getLogger(__name__)
 
@@ -120,12 +120,32 @@ class StreamingConsumer(AsyncHttpConsumer):
         finally:
             await self.finish()
 
-    async def send_frames(self, out: bytes) -> bool:
-        """Frames to the client once it has taken what was sent before; False when it stopped reading."""
-        if not await writable(self.scope.get(BACKLOG), self.metric_stream):
-            return False
-        await self.send_body(out, more_body=True)
+    async def send_frames(self, out: bytes | list[bytes]) -> bool:
+        """Frames to the client, each piece once the client has taken enough of what was sent before (a large
+        frame goes in pieces: stream_pressure.pieces); False when it stopped reading: its connection is closed."""
+        backlog = self.scope.get(BACKLOG)
+        for piece in pieces(out):
+            if not await room_for(backlog, len(piece), self.metric_stream):
+                self.abort()
+                return False
+            await self.send_body(piece, more_body=True)
+            if len(piece) >= PIECE_BYTES:
+                # A large frame woke every viewer at once: one piece each per loop pass, not the whole frame of one
+                # viewer after another while every other stream and request waits (300 viewers: seconds).
+                await asyncio.sleep(0)
         return True
+
+    def abort(self) -> None:
+        """Close the connection of a client that stopped reading: ending only its response left it open, with
+        everything queued for it held until the client went away."""
+        abort = self.scope.get(ABORT)
+        if abort is None:
+            return
+        self.finished = True  # nothing more can be sent on it
+        try:
+            abort()
+        except Exception:  # the connection is gone already
+            logger.warning("could not close a stalled %s stream", self.metric_stream, exc_info=True)
 
     async def finish(self) -> None:
         # A finished response needs no more rows, even while a keep-alive connection stays open.
@@ -331,6 +351,7 @@ class SessionStreamConsumer(StreamingConsumer):
         """Frames after the cursor: from the shared feed's ring when it holds them, else read from the store.
         The feed wakes the viewer when it has new rows (from a doorbell or its own poll)."""
         loop = asyncio.get_running_loop()
+        out: bytes | list[bytes]  # raw frames stay apart: a large one is shared, never joined (pieces)
         out, terminal = await asyncio.to_thread(self.tail.open)
         if out and not await self.send_frames(out):
             return

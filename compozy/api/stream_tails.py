@@ -60,11 +60,11 @@ class RawTail:
         self.filtered = any(filters.values())
         self.head = json.dumps({"session_id": meta["id"], "workspace_id": meta["workspace_id"]})[:-1]
 
-    def open(self) -> tuple[bytes, bool]:
+    def open(self) -> tuple[list[bytes], bool]:
         if self.start_cursor is None and self.limit:
             newest = event_store.read_events(self.path, limit=self.limit, newest=True, **self.filters)
             self.cursor = newest[0]["sequence"] - 1 if newest else 0
-        return b"", False
+        return [], False
 
     def _frame(self, raw: tuple[Any, ...]) -> bytes:
         seq, event_id, turn_id, type_, agent, text, timestamp, archived = raw
@@ -93,7 +93,7 @@ class RawTail:
                 and (not f.get("agent_name") or raw[4] == f["agent_name"])
                 and (not f.get("since") or raw[6] >= f["since"]))
 
-    def take(self, feed: live_feed.SessionFeed) -> tuple[bytes, bool, bool] | None:
+    def take(self, feed: live_feed.SessionFeed) -> tuple[list[bytes], bool, bool] | None:
         """Frames from the shared live feed; None when the cursor is older than its ring."""
         rows = feed.since(self.cursor)
         if rows is None:
@@ -101,7 +101,7 @@ class RawTail:
         out, terminal = self._emit(rows)
         return out, terminal, False
 
-    def poll(self) -> tuple[bytes, bool, bool]:
+    def poll(self) -> tuple[list[bytes], bool, bool]:
         """The next page from the store (the cursor is behind the feed's ring)."""
         if self.conn is None and self.path.exists():
             self.conn = event_store.connect(self.path, readonly=True)
@@ -109,8 +109,9 @@ class RawTail:
         out, terminal = self._emit(live_feed.FeedRow(raw) for raw in rows)
         return out, terminal, not terminal and len(rows) == PAGE
 
-    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[bytes, bool]:
-        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal)."""
+    def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[list[bytes], bool]:
+        """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal). Not joined
+        here: a large frame is the feed's one copy, shared by every viewer (stream_pressure.pieces)."""
         chunks = []
         for row in rows:
             self.cursor = row.sequence
@@ -118,8 +119,8 @@ class RawTail:
                 continue
             chunks.append(row.frame(self._frame))
             if row.type == EventType.SESSION_STOPPED:
-                return b"".join(chunks), True
-        return b"".join(chunks), False
+                return chunks, True
+        return chunks, False
 
 
 class TranscriptTail:
@@ -135,13 +136,13 @@ class TranscriptTail:
         self.epoch = transcript.session_epoch(meta)
         self.assembler = transcript.Assembler()
 
-    def open(self) -> tuple[bytes, bool]:
+    def open(self) -> tuple[list[bytes], bool]:
         cursor, epoch, generation = self.fences
         top = event_store.max_sequence(self.path)
         reason = transcript.check_fences(cursor, epoch, generation, current_epoch=self.epoch, max_sequence=top)
         if cursor is not None and reason is None:
             self.assembler = transcript.resume(self.path, cursor)
-            return b"", False
+            return [], False
         page = transcript.read_page(self.path, limit=self.limit)
         self.assembler, self.cursor = page.assembler, page.max_sequence
         data: dict[str, Any] = {
@@ -157,29 +158,46 @@ class TranscriptTail:
         out = frame(data, event="transcript_snapshot", event_id=page.max_sequence)
         return self._with_terminal(out, self.assembler.last_row)
 
-    def take(self, feed: live_feed.SessionFeed) -> tuple[bytes, bool, bool] | None:
-        """A delta from the shared live feed's decoded rows; None when the cursor is older than its ring."""
+    def take(self, feed: live_feed.SessionFeed) -> tuple[list[bytes], bool, bool] | None:
+        """A delta from the shared live feed's decoded rows; None when the cursor is older than its ring.
+
+        Viewers at the same place (the same cursor, the same open entry, the same rows after it) get the same
+        delta: the first to get there builds it and the feed keeps it for the others, so a large message is
+        framed once, not once per viewer (a 48 MiB reply cost each dashboard viewer 58 MB)."""
         rows = feed.since(self.cursor)
         if rows is None:
             return None
-        return self._delta_frames(transcript.apply_rows(self.assembler, [r.event() for r in rows], self.cursor))
+        if not rows:
+            return [], False, False
+        key = ("transcript", self.epoch, self.cursor, rows[-1].sequence, self.assembler.open_start)
+        events = [r.event() for r in rows]
+        shared = feed.shared_frame(key)
+        if shared is not None:
+            self.assembler.feed_all(events)
+            self.assembler.forget_changes()
+            self.cursor = rows[-1].sequence
+            frames, terminal = shared
+            return frames, terminal, False
+        out = self._delta_frames(transcript.apply_rows(self.assembler, events, self.cursor))
+        feed.share_frame(key, (out[0], out[1]))
+        return out
 
-    def poll(self) -> tuple[bytes, bool, bool]:
+    def poll(self) -> tuple[list[bytes], bool, bool]:
         return self._delta_frames(transcript.read_delta(self.path, self.assembler, self.cursor, limit=PAGE))
 
-    def _delta_frames(self, delta: transcript.Delta) -> tuple[bytes, bool, bool]:
+    def _delta_frames(self, delta: transcript.Delta) -> tuple[list[bytes], bool, bool]:
         if not delta.rows:
-            return b"", False, False
+            return [], False, False
         self.cursor = delta.cursor
         top = event_store.max_sequence(self.path) if delta.has_more else delta.cursor
         out = frame({"session_id": self.meta["id"], "epoch": self.epoch,
                      "generation": transcript.TRANSCRIPT_GENERATION, "entries": delta.entries,
                      "cursor": delta.cursor, "max_sequence": top, "has_more": top > delta.cursor},
                     event="transcript_delta", event_id=delta.cursor)
-        out, terminal = self._with_terminal(out, delta.last_row)
-        return out, terminal, delta.has_more and not terminal
+        frames, terminal = self._with_terminal(out, delta.last_row)
+        return frames, terminal, delta.has_more and not terminal
 
-    def _with_terminal(self, out: bytes, last: dict[str, Any] | None) -> tuple[bytes, bool]:
+    def _with_terminal(self, out: bytes, last: dict[str, Any] | None) -> tuple[list[bytes], bool]:
         if last is not None and last["type"] == EventType.SESSION_STOPPED:
-            return out + terminal_frame(self.meta["id"], row=last), True
-        return out, False
+            return [out, terminal_frame(self.meta["id"], row=last)], True
+        return [out], False

@@ -37,7 +37,7 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 
 from compozy_base.home import user_umask
-from sessions.acp import stragglers
+from sessions.acp import spawn, stragglers
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 from sessions.child_env import inherited_environment
 from sessions.store.folder import isoformat, utcnow
@@ -134,7 +134,7 @@ class AgentProcess:
         self.on_request = on_request
         self.others_waiting = others_waiting
         self.on_violation = on_violation
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: spawn.ChildProcess | None = None
         self.conn: Connection | None = None
         self.stderr = StderrTail()
         self.exited = asyncio.Event()
@@ -159,17 +159,11 @@ class AgentProcess:
         self.started_at = started_at = isoformat(utcnow())
         self.mark = stragglers.mark(self.owner, started_at)
         try:
-            self.process = await asyncio.create_subprocess_exec(
-                *self.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=str(self.cwd),
-                env={**self.env, stragglers.MARK_ENV: self.mark},
-                start_new_session=True,
-                limit=STDIO_LIMIT_BYTES,
+            # Spawned on a start-up thread: a fork and exec on the loop held every session's stream (spawn.py).
+            self.process = await spawn.spawn(
+                self.command, cwd=self.cwd, env={**self.env, stragglers.MARK_ENV: self.mark},
                 umask=user_umask(),  # the daemon's own 077 would make the agent's workspace files private
-            )
+                limit=STDIO_LIMIT_BYTES)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise AgentNotFound(f"cannot start agent {self.command[0]!r}: {exc.strerror or exc}") from exc
         assert self.process.stdin and self.process.stdout and self.process.stderr
@@ -206,30 +200,11 @@ class AgentProcess:
         self.exited.set()
 
     async def _leader_gone(self) -> None:
-        """Until the agent process itself has exited and been reaped. `Process.wait()` (Python 3.11) also waits
-        for its pipes to close, which a grandchild holding stdout delays for ever: the session then read `active`
-        with its agent long dead. A pidfd says when the process exits, whoever holds its pipes."""
+        """Until the agent process itself has exited and been reaped, whoever holds its pipes: `Process.wait()`
+        of asyncio (Python 3.11) also waited for its pipes to close, which a grandchild holding stdout delays for
+        ever, and the session then read `active` with its agent long dead (spawn.py waits on a pidfd)."""
         assert self.process
-        waited = asyncio.ensure_future(self.process.wait())
-        try:
-            pidfd = os.pidfd_open(self.process.pid)
-        except (OSError, AttributeError):  # already reaped, or no pidfd on this kernel: the pipes will tell
-            await waited
-            return
-        loop = asyncio.get_running_loop()
-        exited = loop.create_future()
-        loop.add_reader(pidfd, lambda: None if exited.done() else exited.set_result(None))
-        try:
-            await asyncio.wait({waited, exited}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-            waited.cancel()  # still pending while a grandchild holds the pipes: not ours to wait on any more
-        # The child watcher reaps it and sets the return code in a moment.
-        for _ in range(200):
-            if self.process.returncode is not None:
-                break
-            await asyncio.sleep(0.01)
+        await self.process.wait()
 
     def _stdout_closed(self) -> None:
         """The agent's stdout reached EOF. An agent that lives on without it can never answer again: unless it

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base.home import user_umask
+from sessions.acp.spawn import ChildProcess, spawn
 from sessions.child_env import inherited_environment, is_daemon_secret
 from sessions.hooks.spec import HookDeclaration
 
@@ -75,7 +76,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-async def _terminate_group(proc: asyncio.subprocess.Process) -> None:
+async def _terminate_group(proc: ChildProcess) -> None:
     """SIGTERM the hook's process group, 250 ms grace, then SIGKILL it (grandchildren included)."""
     _signal_group(proc.pid, signal.SIGTERM)
     with contextlib.suppress(TimeoutError):
@@ -110,10 +111,9 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
 async def run_command(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path | None,
                       timeout: float) -> CommandResult:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True, umask=user_umask(),
-        )
+        # Spawned on a start-up thread, not forked on the loop (sessions/acp/spawn.py): hooks run on the create
+        # and start paths, where a burst of them held every stream.
+        proc = await spawn(argv, cwd=cwd, env=env, umask=user_umask(), limit=STDOUT_LIMIT)
     except OSError as exc:
         return CommandResult(error=f"hook command failed: {exc}")
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -141,7 +141,7 @@ async def run_command(argv: list[str], stdin: bytes, env: dict[str, str], cwd: P
     return result
 
 
-async def _settle(proc: asyncio.subprocess.Process, pipes: tuple[asyncio.Task[Any], ...]) -> None:
+async def _settle(proc: ChildProcess, pipes: tuple[asyncio.Task[Any], ...]) -> None:
     """Let the pipes reach EOF so the subprocess transport closes on its loop (it complains when it is
     collected after the loop closed); give up after a moment on a pipe held open outside the group."""
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -36,3 +37,13 @@ async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
 
     return await asyncio.get_running_loop().run_in_executor(_DB, call)
+
+
+# Agent start-up work that blocks (a process spawn waits for the child's exec; PATH lookups stat the disk): a
+# few threads, so a burst of starts runs side by side without a thread per start, and never on the loop.
+_START = ThreadPoolExecutor(max_workers=4, thread_name_prefix="compozy-start")
+
+
+async def starting(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking piece of a session's start-up on the start-up threads."""
+    return await asyncio.get_running_loop().run_in_executor(_START, functools.partial(fn, *args, **kwargs))

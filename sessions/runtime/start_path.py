@@ -15,7 +15,7 @@ from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, 
 from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.record import AcpCaps
 from sessions.runtime import lifecycle, terminal_gateway
-from sessions.runtime.offload import db
+from sessions.runtime.offload import db, starting
 from sessions.runtime.options import plan, reported_model
 from sessions.runtime.permissions import permission_mode
 from sessions.runtime.projection import build_projection
@@ -109,7 +109,8 @@ class StartPath:
         try:
             # A built-in provider's missing executable falls back to its pinned npm package via npx.
             provider = session.provider
-            started = launch.resolve(command, provider=provider.name, env=provider.env,
+            # Off the loop: the PATH lookup stats every directory on it.
+            started = await starting(launch.resolve, command, provider=provider.name, env=provider.env,
                                      package=provider.npm if command[0] == provider.command[0] else None)
             agent = AgentProcess(started.argv, cwd=cwd, env=session.provider.env, on_update=self._on_update,
                                  on_request=self._on_request, others_waiting=session.recorder.others_waiting,

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from sessions import catalog, cluster, lineage
@@ -19,6 +18,7 @@ from sessions.models import Session
 from sessions.record import SessionRecord
 from sessions.runtime import signals
 from sessions.runtime.manager import get_manager
+from sessions.runtime.offload import db
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
 from sessions.services.payloads import session_payload
 from sessions.store import events as event_store
@@ -135,8 +135,10 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
     body = await _pre_create_hook(manager, body, session_type)
     with manager.admission():
-        rec, provider, roots, prompt = await sync_to_async(_prepare_create)(
-            body, session_type, parent, role, ttl_seconds)
+        # On the runtime's DB thread, not the thread every sync view and middleware step of every request shares:
+        # a burst of creates (folder, events.db and catalog writes, fsyncs) queued `GET /api/status` for seconds
+        # behind it. One writer thread also spares SQLite's lock a second writer.
+        rec, provider, roots, prompt = await db(_prepare_create, body, session_type, parent, role, ttl_seconds)
         runtime = manager.launch(rec, provider=provider, roots=roots)
         meta = rec.to_meta()  # taken before the start runs: the answer is the session as created
     if prompt:

@@ -411,6 +411,7 @@ class ScriptedAgent:
             "term": self._cmd_term,
             "agentinfo": self._cmd_agentinfo,
             "spend": self._cmd_spend,
+            "big": self._cmd_big,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -722,6 +723,16 @@ class ScriptedAgent:
                     return "cancelled"
         if batch:
             await self.conn.write("".join(batch).encode())
+        return "end_turn"
+
+    async def _cmd_big(self, turn: Turn) -> str:
+        """`big BYTES`: one agent message chunk of BYTES characters (`b` then `x`s), one line on the wire."""
+        size = self._int_arg(turn, 0, "BYTES")
+        text = "b" + "x" * max(0, size - 1)
+        await self.conn.write((
+            '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + json.dumps(turn.session_id)
+            + ',"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' + text
+            + '"}}}}\n').encode())
         return "end_turn"
 
     async def _cmd_slow(self, turn: Turn) -> str:

@@ -269,3 +269,38 @@ def test_a_doorbell_for_rows_the_feed_already_holds_costs_no_read(
         live_feed.unsubscribe(feed, wake)
 
     asyncio.run(main())
+
+
+def test_transcript_viewers_at_the_same_place_share_one_delta_and_go_on_correctly(log: EventLog) -> None:
+    """A transcript delta is assembled per viewer; viewers at the same place send the bytes the first one built (a
+    48 MiB reply framed once, not per viewer), and the one that did not build it still builds the next delta right."""
+    ensure_django()
+    from compozy.api.stream_tails import TranscriptTail
+
+    append(log, 3)
+
+    async def main() -> None:
+        feed = await opened(log.path)
+        meta = {"id": "s1", "workspace_id": "w1"}
+        first, second = (TranscriptTail(meta, log.path, None, None, None, None) for _ in range(2))
+        first.open()
+        second.open()
+        append(log, 2)
+        await pull(feed)
+        built, shared = first.take(feed), second.take(feed)
+        assert built is not None and shared is not None
+        assert built[0][0] is shared[0][0], "the second viewer framed the delta again"
+        assert b'"cursor":5' in built[0][0]
+        # The next delta each viewer builds for itself is the same: the shared one left nothing behind.
+        feed.shared_frames.clear()
+        append(log, 2)
+        await pull(feed)
+        after_built = first.take(feed)
+        feed.shared_frames.clear()
+        after_shared = second.take(feed)
+        assert after_built is not None and after_shared is not None
+        assert after_built[0][0] is not after_shared[0][0]
+        assert after_built[0] == after_shared[0]
+        assert b"c1c2c3c4c5c6c7" in after_shared[0][0]
+
+    asyncio.run(main())

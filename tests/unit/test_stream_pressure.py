@@ -42,3 +42,17 @@ def test_a_stream_waits_until_the_client_takes_its_backlog() -> None:
 def test_a_client_that_takes_nothing_for_the_stall_time_ends_its_stream() -> None:
     assert asyncio.run(drained(lambda: 500, high_water=100, stall=0.1)) is False
     assert stream_pressure.report()["waiting_on_client"] == 0
+
+
+def test_small_frames_are_joined_and_a_large_one_is_cut_into_pieces_never_joined() -> None:
+    piece = stream_pressure.PIECE_BYTES
+    big = b"b" * (2 * piece + 10)
+    out = list(stream_pressure.pieces([b"a1", b"a2", big, b"c1"]))
+    assert out == [b"a1a2", big[:piece], big[piece:2 * piece], big[2 * piece:], b"c1"]
+    assert b"".join(out) == b"a1a2" + big + b"c1"
+    # Small frames never make a write larger than a piece.
+    many = [b"x" * 1000] * (3 * piece // 1000)
+    assert all(len(p) <= piece for p in stream_pressure.pieces(many))
+    assert b"".join(stream_pressure.pieces(many)) == b"".join(many)
+    assert list(stream_pressure.pieces(b"one")) == [b"one"]
+
