@@ -60,7 +60,11 @@ def test_a_catalog_made_before_the_tasks_app_upgrades_with_its_tasks_intact(tmp_
     ids = [t["task"]["id"] for t in expected["tasks"]]
     read = manage(home, "-c", READ_BACK, stdin=json.dumps(ids))
     assert read.returncode == 0, read.stderr
-    assert json.loads(read.stdout) == expected
+    got = json.loads(read.stdout)
+    for task in got["tasks"]:
+        # Fields a task record gained since the fixture was made, read from the upgraded catalog as "none yet".
+        assert task["task"].pop("cost") is None
+    assert got == expected
 
 
 def test_a_new_catalog_gets_the_tasks_tables_and_the_models_match_the_migrations(tmp_path: Path) -> None:
