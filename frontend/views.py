@@ -62,6 +62,8 @@ CONTENT_SECURITY_POLICY = (
     "frame-src 'none'; object-src 'none'; worker-src 'none'; "
     "require-trusted-types-for 'script'; trusted-types dompurify"
 )
+# A download of agent output is data: a browser that shows it instead runs and loads nothing.
+DOWNLOAD_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'; sandbox"
 CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".mjs": "text/javascript; charset=utf-8",
@@ -242,6 +244,7 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponseBas
     response = StreamingHttpResponse(_jsonl(meta, path, ceiling), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{session_id}-events.jsonl"'
     response["Cache-Control"] = "no-store"
+    response["Content-Security-Policy"] = DOWNLOAD_CONTENT_SECURITY_POLICY
     return response
 
 

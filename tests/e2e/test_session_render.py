@@ -75,6 +75,14 @@ def test_hostile_agent_output_runs_nothing_and_the_page_sends_a_strict_csp(page:
     assert directives["trusted-types"] == ["dompurify"], csp
     assert directives["base-uri"] == ["'none'"] and directives["frame-ancestors"] == ["'none'"], csp
 
+    # What the API and the download answer is data: opened in a tab, it may run nothing either.
+    for url in (f"/api/sessions/{session['id']}", daemon.scoped(session["id"], "/transcript"),
+                f"/sessions/{session['id']}/events.jsonl"):
+        answer = daemon.http.get(url)
+        assert answer.status_code == 200, answer.text
+        policy = answer.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "sandbox" in policy, (url, policy)
+
     send_prompt(page, "hostile html")
     turn_ended(page)
     for when in ("live", "replay"):
