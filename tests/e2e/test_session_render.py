@@ -182,12 +182,15 @@ def test_terminals_and_coloured_output_are_monospace_bounded_and_free_of_escapes
     expect(output).to_contain_text("log line 59")
 
     # The terminal's output arrives later, in a `terminal_exited` system row (recorded by the daemon's terminal
-    # support; appended here as a second writer, as `compozy session repair` does): the replay shows it.
+    # support; appended here, once the session stopped, as `compozy session repair` does): the replay shows it.
+    assert daemon.http.post(daemon.scoped(session["id"], "/stop")).status_code in (200, 202, 204)
+    daemon.wait_state(session["id"], {"stopped"})
     events = EventLog(daemon.home / "sessions" / session["id"] / "events.db", "scripted")
     events.append([NewEvent(EventType.SYSTEM, "", {"title": "terminal_exited", "raw": {
         "terminal_id": "term-1", "command": "pytest -q", "exit_code": 1,
         "output": "\x1b[31mFAILED\x1b[0m test_zero <script>window.pwned=1</script>\n"}})])
-    page.reload()
+    events.close()
+    open_page(page, daemon, session["id"])
     exited = page.locator('#entries .entry-terminal .tool-terminal[data-terminal-id="term-1"]')
     expect(exited.locator(".terminal-command")).to_have_text("$ pytest -q")
     expect(exited.locator(".terminal-exit")).to_have_text("exit 1")
