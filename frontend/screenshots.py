@@ -107,14 +107,14 @@ def shoot(page: Page, daemon: Daemon, live: str, work: str, out: Path) -> None:
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / "session.png"))
 
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": 1500})  # the review, the diff and the run in one
     page.goto(f"{daemon.base_url}/sessions/{work}")
     expect(page.locator("html")).to_have_attribute("data-ready", "true")
     expect(page.locator("#entries .tool-diff")).to_have_count(2)
     page.locator("#entries .entry-thought").first.evaluate("d => d.open = true")
     log = page.locator("#entries .entry-tool").filter(has_text="Show the log")
     log.locator("details.tool-output").evaluate("d => d.open = true")
-    page.locator("#entries .entry-tool").filter(has_text="Edit calc.py").scroll_into_view_if_needed()
-    page.locator("#entries h2").first.scroll_into_view_if_needed()
+    page.locator("#entries .entry-assistant h2").first.evaluate("h => h.closest('.message').scrollIntoView()")
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / "session-work.png"))
 

@@ -141,6 +141,8 @@ def test_an_edit_shows_its_diff_live_and_in_the_replay(page: Page, daemon: Daemo
         edit = diffs.nth(0)
         expect(edit.locator(".diff-path")).to_have_text(re.compile(r"/calc\.py$"))
         expect(edit.locator(".diff-new")).to_have_count(0)
+        expect(edit.locator(".diff-file")).to_have_text([re.compile(r"^--- /\S+/calc\.py$"),
+                                                         re.compile(r"^\+\+\+ /\S+/calc\.py$")])
         expect(edit.locator(".diff-add")).to_have_text(["+    if b == 0:", "+        return None"])
         expect(edit.locator(".diff-del")).to_have_count(0)
         expect(edit.locator(".diff-ctx")).to_have_text([" def ratio(a, b):", "     return a / b"])
@@ -169,8 +171,9 @@ def test_terminals_and_coloured_output_are_monospace_bounded_and_free_of_escapes
     send_prompt(page, "terminal")
     turn_ended(page)
     terminal = page.locator('#entries .tool-terminal[data-terminal-id="term-1"]').first
-    expect(terminal).to_contain_text("running or not reported")
+    expect(terminal.locator(".terminal-state")).to_have_text("no output reported")
     log = page.locator("#entries .entry-tool").filter(has_text="Show the log")
+    expect(log.locator(".tool-output summary")).to_have_text("Result · 62 lines")
     log.locator(".tool-output summary").click()
     output = log.locator("pre.tool-text")
     expect(output.locator(".ansi-fg-32")).to_have_text("PASSED")

@@ -122,8 +122,8 @@ export function diffNode(block) {
     el("span", { class: "diff-count" }, el("span", { class: "diff-count-add" }, `+${added}`), " ",
       el("span", { class: "diff-count-del" }, `−${removed}`)));
   const body = el("div", { class: "diff-body", role: "group", "aria-label": `Diff of ${path}` },
-    el("div", { class: "diff-line diff-file" }, isNew ? "--- /dev/null" : `--- a/${path}`),
-    el("div", { class: "diff-line diff-file" }, `+++ b/${path}`), ...lines);
+    el("div", { class: "diff-line diff-file" }, isNew ? "--- /dev/null" : `--- ${path}`),
+    el("div", { class: "diff-line diff-file" }, `+++ ${path}`), ...lines);
   if (!lines.length) body.append(el("div", { class: "diff-line diff-ctx muted" }, "(no change)"));
   const hidden = lines.slice(DIFF_VISIBLE_LINES);
   return el("div", { class: "tool-diff", dataset: { path, added, removed } }, head,
@@ -163,9 +163,14 @@ export function ansiNodes(text) {
 }
 
 // Monospace output, ANSI colours rendered, the first OUTPUT_VISIBLE_LINES lines shown until "show all".
-export function outputBlock(text, extraClass = "") {
+const outputLines = (text) => {
   const lines = String(text).split("\n");
   if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+  return lines;
+};
+
+export function outputBlock(text, extraClass = "") {
+  const lines = outputLines(text);
   const pre = el("pre", { class: `tool-text ${extraClass}`.trim() });
   const shown = lines.slice(0, OUTPUT_VISIBLE_LINES).join("\n");
   pre.append(...ansiNodes(shown));
@@ -175,14 +180,15 @@ export function outputBlock(text, extraClass = "") {
   return bounded(pre, [rest], `Show all ${lines.length} lines (${lines.length - OUTPUT_VISIBLE_LINES} more)`);
 }
 
-// A terminal the tool ran: its id until it exits, then its command, exit code and output.
-export function terminalNode(terminalId, exited) {
+// A terminal the tool ran: its id until it exits, then its command, exit code and output. `settled`: the tool call
+// itself finished, so a terminal with no exit on record will not report one in this call.
+export function terminalNode(terminalId, exited, settled = false) {
   const head = el("div", { class: "terminal-head" }, el("span", { class: "terminal-label" }, "terminal"),
     exited && exited.command ? el("code", { class: "terminal-command" }, `$ ${exited.command}`)
       : el("code", { class: "terminal-id" }, terminalId));
   const node = el("div", { class: "tool-terminal", dataset: { terminalId } }, head);
   if (!exited) {
-    head.append(el("span", { class: "terminal-state muted" }, "running or not reported"));
+    head.append(el("span", { class: "terminal-state muted" }, settled ? "no output reported" : "running"));
     return node;
   }
   const code = exited.exit_code;
@@ -223,10 +229,10 @@ export function toolNode(part) {
       el("span", { class: "tool-title" }, part.title || part.toolName || part.toolCallId),
       el("span", { class: `tool-status status-${status}` }, status.replace("_", " "))),
     ...diffs.map(diffNode),
-    ...[...terminals].map((id) => terminalNode(id, exited[id])),
+    ...[...terminals].map((id) => terminalNode(id, exited[id], status === "completed" || status === "failed")),
     el("details", { class: "tool-input", hidden: !hasInput }, el("summary", {}, "Input"),
       el("pre", {}, hasInput ? pretty(part.input) : "")),
     // Folded like the input, except where the output is the point: a failure, a command's run.
     output ? el("details", { class: "tool-output", open: status === "failed" || part.toolKind === "execute" },
-      el("summary", {}, `Result · ${output.split("\n").length} lines`), outputBlock(output)) : null);
+      el("summary", {}, `Result · ${outputLines(output).length} lines`), outputBlock(output)) : null);
 }
