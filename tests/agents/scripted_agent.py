@@ -60,6 +60,11 @@ MARKDOWN_REVIEW = ["## Review of `calc.py`\n\n", "**Division by zero** in `ratio
                    "| b = 0 | raises | None |\n\n", "See [the docs](https://docs.python.org/3/) or ",
                    "[mail us](mailto:dev@example.com).\n\n", "```python\ndef ratio(a, b):\n",
                    "    return None if b == 0 else a / b\n```\n"]
+DIFF_OLD = "def ratio(a, b):\n    return a / b\n"
+DIFF_NEW = "def ratio(a, b):\n    if b == 0:\n        return None\n    return a / b\n"
+DIFF_NOTES = "# Notes\n\nratio() no longer divides by zero.\n"
+COLOURED_LOG = ("\x1b[32mPASSED\x1b[0m test_ratio\n\x1b[1;31mFAILED\x1b[0m test_zero\n"
+                + "".join(f"log line {i}\n" for i in range(60)))
 # `hostile html`: every way a message could try to run script in the page; none may set `window.pwned`.
 HOSTILE_MARKDOWN = ("Look: <img src=x onerror=\"window.pwned=1\"> and <script>window.pwned=2</script>\n\n"
                     "[click me](javascript:window.pwned=3) "
@@ -164,8 +169,11 @@ def message_chunk(text: str, kind: str = "agent_message_chunk") -> Json:
     return {"content": text_block(text), "sessionUpdate": kind}
 
 
-def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_input: Json | None = None) -> Json:
+def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_input: Json | None = None,
+                    content: list[Json] | None = None) -> Json:
     update: Json = {"toolCallId": tool_call_id, "title": title, "kind": kind, "status": status}
+    if content is not None:
+        update["content"] = content
     if raw_input is not None:
         update["rawInput"] = raw_input
     return {**update, "sessionUpdate": "tool_call"}
@@ -174,6 +182,22 @@ def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_i
 def tool_call_update(tool_call_id: str, status: str, text: str) -> Json:
     return {"toolCallId": tool_call_id, "status": status,
             "content": [{"content": text_block(text), "type": "content"}], "sessionUpdate": "tool_call_update"}
+
+
+def tool_call_settled(tool_call_id: str, status: str, content: list[Json]) -> Json:
+    return {"toolCallId": tool_call_id, "status": status, "content": content, "sessionUpdate": "tool_call_update"}
+
+
+def diff_block(path: str, new_text: str, old_text: str | None = None) -> Json:
+    """ACP `diff` tool call content; a new file has no old text."""
+    block: Json = {"path": path}
+    if old_text is not None:
+        block["oldText"] = old_text
+    return {**block, "newText": new_text, "type": "diff"}
+
+
+def terminal_block(terminal_id: str) -> Json:
+    return {"terminalId": terminal_id, "type": "terminal"}
 
 
 def field_error(loc: str, msg: str, value: Any, kind: str) -> Json:
@@ -894,22 +918,15 @@ class ScriptedAgent:
 
     async def _cmd_diff(self, turn: Turn) -> str:
         """Edit tool calls carrying ACP `diff` content: a change to calc.py, a new file, and (`diff big`) a long one."""
-        calls = [("Edit calc.py", [{"type": "diff", "path": os.path.join(turn.cwd, "calc.py"),
-                                    "oldText": "def ratio(a, b):\n    return a / b\n",
-                                    "newText": "def ratio(a, b):\n    if b == 0:\n        return None\n"
-                                               "    return a / b\n"}]),
-                 ("Write notes.md", [{"type": "diff", "path": os.path.join(turn.cwd, "notes.md"), "oldText": None,
-                                      "newText": "# Notes\n\nratio() no longer divides by zero.\n"}])]
+        calls = [("Edit calc.py", diff_block(os.path.join(turn.cwd, "calc.py"), DIFF_NEW, DIFF_OLD)),
+                 ("Write notes.md", diff_block(os.path.join(turn.cwd, "notes.md"), DIFF_NOTES))]
         if turn.args[:1] == ["big"]:
-            new = "".join(f"line {i}\n" for i in range(400))
-            calls.append(("Write big.txt", [{"type": "diff", "path": os.path.join(turn.cwd, "big.txt"),
-                                             "oldText": None, "newText": new}]))
-        for title, content in calls:
+            calls.append(("Write big.txt", diff_block(os.path.join(turn.cwd, "big.txt"),
+                                                      "".join(f"line {i}\n" for i in range(400)))))
+        for title, block in calls:
             tool_call_id = self._tool_call_id()
-            await self._update(turn, {**tool_call_start(tool_call_id, title, "edit", "in_progress"),
-                                      "content": content, "sessionUpdate": "tool_call"})
-            await self._update(turn, {"toolCallId": tool_call_id, "status": "completed", "content": content,
-                                      "sessionUpdate": "tool_call_update"})
+            await self._update(turn, tool_call_start(tool_call_id, title, "edit", "in_progress", content=[block]))
+            await self._update(turn, tool_call_settled(tool_call_id, "completed", [block]))
         await self._say(turn, "edited")
         return "end_turn"
 
@@ -917,17 +934,13 @@ class ScriptedAgent:
         """A command run in a client terminal (`terminal` content; its output comes with `terminal_exited`), then a
         tool whose text output has ANSI colours and many lines."""
         tool_call_id = self._tool_call_id()
-        content = [{"terminalId": "term-1", "type": "terminal"}]
-        await self._update(turn, {**tool_call_start(tool_call_id, "Run pytest", "execute", "in_progress",
-                                                    {"command": "pytest -q"}), "content": content,
-                                  "sessionUpdate": "tool_call"})
-        await self._update(turn, {"toolCallId": tool_call_id, "status": "completed", "content": content,
-                                  "sessionUpdate": "tool_call_update"})
-        colored = "\x1b[32mPASSED\x1b[0m test_ratio\n\x1b[1;31mFAILED\x1b[0m test_zero\n" + "".join(
-            f"log line {i}\n" for i in range(60))
+        content = [terminal_block("term-1")]
+        await self._update(turn, tool_call_start(tool_call_id, "Run pytest", "execute", "in_progress",
+                                                 {"command": "pytest -q"}, content=content))
+        await self._update(turn, tool_call_settled(tool_call_id, "completed", content))
         tool_call_id = self._tool_call_id()
         await self._update(turn, tool_call_start(tool_call_id, "Show the log", "read", "in_progress"))
-        await self._update(turn, tool_call_update(tool_call_id, "completed", colored))
+        await self._update(turn, tool_call_update(tool_call_id, "completed", COLOURED_LOG))
         await self._say(turn, "ran")
         return "end_turn"
 
@@ -948,10 +961,9 @@ class ScriptedAgent:
     async def _hostile_html(self, turn: Turn) -> str:
         await self._update(turn, message_chunk(HOSTILE_MARKDOWN, "agent_thought_chunk"))
         tool_call_id = self._tool_call_id()
-        content = [{"type": "diff", "path": "<img src=x onerror=window.pwned=5>", "oldText": None,
-                    "newText": HOSTILE_MARKDOWN}]
-        await self._update(turn, {**tool_call_start(tool_call_id, "<img src=x onerror=window.pwned=6>", "edit",
-                                                    "in_progress"), "content": content, "sessionUpdate": "tool_call"})
+        block = diff_block("<img src=x onerror=window.pwned=5>", HOSTILE_MARKDOWN)
+        await self._update(turn, tool_call_start(tool_call_id, "<img src=x onerror=window.pwned=6>", "edit",
+                                                 "in_progress", content=[block]))
         await self._update(turn, tool_call_update(tool_call_id, "completed", HOSTILE_MARKDOWN))
         for line in HOSTILE_MARKDOWN.splitlines(keepends=True):
             await self._say(turn, line)
