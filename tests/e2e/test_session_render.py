@@ -57,6 +57,8 @@ def test_markdown_is_rendered_live_and_in_the_replay(page: Page, daemon: Daemon,
         thought = page.locator("#entries .entry-thought").last
         thought.locator("summary").click()
         expect(thought.locator(".text.md strong")).to_have_text("calc.py")
+        expect(thought.locator("a")).to_have_count(0)  # a file name is not a host name
+        expect(answer.locator("a")).to_have_count(2)
         expect(page.locator("#entries .streaming")).to_have_count(0)
         page.reload()
         expect(page.locator("html")).to_have_attribute("data-ready", "true")

@@ -1,7 +1,7 @@
 // The agent's Markdown → a sanitised DOM fragment. Agent output is untrusted (an agent, or a web page it read,
 // can emit HTML and `javascript:` links), so three layers stand between it and the page:
 // 1. markdown-it with `html: false`: raw HTML in the text is escaped as text, and links whose scheme is not
-//    http, https or mailto stay plain text; images are not rendered (a link to them is, by the same rule).
+//    http, https or mailto stay plain text; images are not rendered (their Markdown stays text).
 // 2. DOMPurify over markdown-it's output, with the same scheme rule and only the tags Markdown produces.
 // 3. The page's Content-Security-Policy (frontend/views.py): no inline script, no foreign origin, Trusted Types.
 // DOMPurify returns a fragment (RETURN_DOM_FRAGMENT): no HTML string is ever assigned to the DOM here.
@@ -13,7 +13,9 @@ const ALLOWED_TAGS = ["a", "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", 
   "em", "strong", "s", "del", "code", "pre", "table", "thead", "tbody", "tr", "th", "td", "span", "div"];
 const ALLOWED_ATTR = ["href", "title", "class", "start", "align", "data-lang"];
 
-const md = markdownit({ html: false, linkify: false, breaks: false, typographer: false });
+// linkify: a bare http(s) URL becomes a link; fuzzy matches are off, or `calc.py` would link to a Paraguayan host.
+const md = markdownit({ html: false, linkify: true, breaks: false, typographer: false });
+md.linkify.set({ fuzzyLink: false, fuzzyEmail: false, fuzzyIP: false });
 md.disable("image");
 md.validateLink = (url) => SAFE_URL.test(url.trim());
 
@@ -40,7 +42,7 @@ purifier.addHook("afterSanitizeAttributes", (node) => {
 });
 
 const PURIFY_CONFIG = {
-  ALLOWED_TAGS, ALLOWED_ATTR, ADD_ATTR: ["target"], ALLOWED_URI_REGEXP: SAFE_URL, ALLOW_DATA_ATTR: false,
+  ALLOWED_TAGS, ALLOWED_ATTR, ALLOWED_URI_REGEXP: SAFE_URL, ALLOW_DATA_ATTR: false,
   RETURN_DOM_FRAGMENT: true,
 };
 
