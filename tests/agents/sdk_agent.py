@@ -96,7 +96,7 @@ MARKDOWN_REVIEW = ["## Review of `calc.py`\n\n", "**Division by zero** in `ratio
                    "| b = 0 | raises | None |\n\n", "See [the docs](https://docs.python.org/3/) or ",
                    "[mail us](mailto:dev@example.com).\n\n", "```python\ndef ratio(a, b):\n",
                    "    return None if b == 0 else a / b\n```\n"]
-DIFF_OLD = "def ratio(a, b):\n    return a / b\n"
+DIFF_OLD = "def ratio(a, b):\n    # divides by zero\n    return a / b\n"
 DIFF_NEW = "def ratio(a, b):\n    if b == 0:\n        return None\n    return a / b\n"
 DIFF_NOTES = "# Notes\n\nratio() no longer divides by zero.\n"
 COLOURED_LOG = ("\x1b[32mPASSED\x1b[0m test_ratio\n\x1b[1;31mFAILED\x1b[0m test_zero\n"

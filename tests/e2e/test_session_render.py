@@ -146,10 +146,12 @@ def test_an_edit_shows_its_diff_live_and_in_the_replay(page: Page, daemon: Daemo
         expect(edit.locator(".diff-file")).to_have_text([re.compile(r"^--- /\S+/calc\.py$"),
                                                          re.compile(r"^\+\+\+ /\S+/calc\.py$")])
         expect(edit.locator(".diff-add")).to_have_text(["+    if b == 0:", "+        return None"])
-        expect(edit.locator(".diff-del")).to_have_count(0)
+        expect(edit.locator(".diff-del")).to_have_text(["-    # divides by zero"])
         expect(edit.locator(".diff-ctx")).to_have_text([" def ratio(a, b):", "     return a / b"])
-        expect(edit.locator(".diff-hunk")).to_have_text("@@ -1,2 +1,4 @@")
-        expect(edit.locator(".diff-count")).to_have_text("+2 \u22120")
+        expect(edit.locator(".diff-hunk")).to_have_text("@@ -1,3 +1,4 @@")
+        expect(edit.locator(".diff-count")).to_have_text("+2 \u22121")
+        rows = edit.locator(".diff-line:not(.diff-file):not(.diff-hunk)").all_inner_texts()
+        assert [r[0] for r in rows] == [" ", "-", "+", "+", " "], rows
         created = diffs.nth(1)
         expect(created.locator(".diff-new")).to_have_text("new file")
         expect(created.locator(".diff-add")).to_have_text(["+# Notes", "+", "+ratio() no longer divides by zero."])

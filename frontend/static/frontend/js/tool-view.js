@@ -48,9 +48,10 @@ export function lineDiff(oldText, newText) {
     let i = 0;
     let j = 0;
     while (i < n || j < m) {
+      // On a tie the removed line goes first, as in `diff -u`.
       if (i < n && j < m && midA[i] === midB[j]) { middle.push([" ", midA[i]]); i += 1; j += 1; }
-      else if (j < m && (i >= n || table[i][j + 1] >= table[i + 1][j])) { middle.push(["+", midB[j]]); j += 1; }
-      else { middle.push(["-", midA[i]]); i += 1; }
+      else if (i < n && (j >= m || table[i + 1][j] >= table[i][j + 1])) { middle.push(["-", midA[i]]); i += 1; }
+      else { middle.push(["+", midB[j]]); j += 1; }
     }
   } else {
     for (const line of midA) middle.push(["-", line]);
