@@ -50,8 +50,8 @@ def wait_text(daemon: Daemon, session_id: str, needle: str, timeout: float = 30.
     raise RuntimeError(f"{session_id}: no agent text {needle!r}")
 
 
-def stage(daemon: Daemon, base: Path) -> str:
-    """Sessions in the states an operator meets; returns the id of the live one to photograph."""
+def stage(daemon: Daemon, base: Path) -> tuple[str, str]:
+    """Sessions in the states an operator meets; returns the ids of the live one and of one that did some work."""
     api_ws = make_workspace(base, "api-server")
     web_ws = make_workspace(base, "web-client")
     docs_ws = make_workspace(base, "docs-site")
@@ -78,10 +78,15 @@ def stage(daemon: Daemon, base: Path) -> str:
     queued = daemon.prompt(live, "then run the integration tests and report flaky ones")
     assert queued.status_code == 202, queued.text
     daemon.wait_state(failed, {"stopped"})
-    return live
+
+    # The work a coding agent shows: a Markdown review, an edit with its diff, a test run with coloured output.
+    work = create(daemon, api_ws, "scripted", "review ratio() in calc.py")
+    for prompt in ("markdown", "diff", "terminal"):
+        daemon.run_turn(work, prompt)
+    return live, work
 
 
-def shoot(page: Page, daemon: Daemon, live: str, out: Path) -> None:
+def shoot(page: Page, daemon: Daemon, live: str, work: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     page.goto(daemon.login_url())  # sign in as a user does: the one-time link sets the cookie, then opens "/"
     page.goto(daemon.base_url + "/")
@@ -102,6 +107,17 @@ def shoot(page: Page, daemon: Daemon, live: str, out: Path) -> None:
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / "session.png"))
 
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": 1500})  # the review, the diff and the run in one
+    page.goto(f"{daemon.base_url}/sessions/{work}")
+    expect(page.locator("html")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#entries .tool-diff")).to_have_count(2)
+    page.locator("#entries .entry-thought").first.evaluate("d => d.open = true")
+    log = page.locator("#entries .entry-tool").filter(has_text="Show the log")
+    log.locator("details.tool-output").evaluate("d => d.open = true")
+    page.locator("#entries .entry-assistant h2").first.evaluate("h => h.closest('.message').scrollIntoView()")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(out / "session-work.png"))
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -113,18 +129,18 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp)
         daemon = start_daemon(base / "home")
         try:
-            live = stage(daemon, base / "workspaces")
+            live, work = stage(daemon, base / "workspaces")
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS)
                 try:
                     page = browser.new_context(viewport=VIEWPORT).new_page()
                     page.set_default_timeout(20_000)
-                    shoot(page, daemon, live, args.out)
+                    shoot(page, daemon, live, work, args.out)
                 finally:
                     browser.close()
         finally:
             daemon.stop()
-    logger.info("wrote %s and %s", args.out / "dashboard.png", args.out / "session.png")
+    logger.info("wrote dashboard.png, session.png and session-work.png in %s", args.out)
     return 0
 
 

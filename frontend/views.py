@@ -52,11 +52,18 @@ NINJA_STATIC_DIR = Path(ninja.__file__).resolve().parent / "static"  # holds nin
 SNAPSHOT_ENTRIES = 100
 # Rows per read while streaming a download: one page in memory at a time.
 DOWNLOAD_PAGE = 1000
-# Loopback pages load only their own scripts and styles and talk only to their own origin.
+# Pages load only their own scripts, styles and images and talk only to their own origin: no inline script or
+# style, no data: or foreign URL, no frame, worker or plugin. The session page shows untrusted agent output, so a
+# sanitiser bug must not be enough: Trusted Types make every HTML sink refuse a plain string, and the only policy
+# allowed is the one DOMPurify creates for its own parsing (frontend/static/frontend/js/markdown.js).
 CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; font-src 'self'; "
+    "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; "
+    "frame-src 'none'; object-src 'none'; worker-src 'none'; "
+    "require-trusted-types-for 'script'; trusted-types dompurify"
 )
+# A download of agent output is data: a browser that shows it instead runs and loads nothing.
+DOWNLOAD_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'; sandbox"
 CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".mjs": "text/javascript; charset=utf-8",
@@ -237,6 +244,7 @@ async def events_jsonl(request: HttpRequest, session_id: str) -> HttpResponseBas
     response = StreamingHttpResponse(_jsonl(meta, path, ceiling), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{session_id}-events.jsonl"'
     response["Cache-Control"] = "no-store"
+    response["Content-Security-Policy"] = DOWNLOAD_CONTENT_SECURITY_POLICY
     return response
 
 

@@ -17,7 +17,13 @@ Rules (events reference §5), applied in sequence order:
   and `system` only close it when they belong to its turn (a daemon-originated row such as `auto_title`,
   recorded outside any turn, does not split an answer); a `plan` then shows as a `data-compozy-event` part
   (carrying its `entries`) like a marker; `error` and `session_stopped` close it and make a `system` message.
-- A `dynamic-tool` part also carries the ACP `toolKind` (`read`, `edit`, …) and the latest ACP `status`.
+- A `dynamic-tool` part also carries the ACP `toolKind` (`read`, `edit`, …), the latest ACP `status` and the
+  call's `content` blocks (text, `diff`, `terminal`: `tool_content` of its newest `tool_call` row that had any).
+  A `system` row titled `terminal_exited` adds its command, exit code and output to the open message's tool part
+  whose `terminal` block names it (`terminals`, by terminal id), else it is an event part; it never closes a message.
+- An assistant message opened outside any turn (its first row has no turn id, or the turn id of a turn that
+  already ended with `done`) carries `out_of_turn: true`: a note the agent sent after its turn, not an answer
+  still streaming.
 
 So at most one entry is open, and every entry lies wholly between two entry starts. Two facts follow
 that make reads bounded:
@@ -46,7 +52,8 @@ from sessions.enums import EventType
 from sessions.store import events as event_store
 
 # 2: plans are shown, tool parts carry toolKind and status.
-TRANSCRIPT_GENERATION = 2
+# 3: tool parts carry their content blocks (diffs, terminals) and terminal output; out-of-turn messages marked.
+TRANSCRIPT_GENERATION = 3
 DEFAULT_EPOCH = 1
 DEFAULT_LIMIT = 200
 MAX_LIMIT = 1000
@@ -62,6 +69,8 @@ HARD_BOUNDARIES = USER_TYPES | CLOSE_WITH_ENTRY
 CLEAN_AFTER = USER_TYPES | CLOSE_WITH_ENTRY | {EventType.DONE}
 
 PENDING_DECISIONS = frozenset({"", "pending"})
+TERMINAL_EXITED = "terminal_exited"
+NO_TURN = frozenset({"", "-"})  # the turn id of rows recorded outside any turn (markers at create, interrupts)
 # Content keys copied into a data-compozy-event part (the rest, e.g. `raw`, stays in the event store).
 EVENT_DATA_KEYS = ("title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action",
                    "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries")
@@ -177,11 +186,27 @@ def permission_data(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _tool_part(content: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "dynamic-tool", "toolCallId": str(content.get("tool_call_id") or ""),
+    part = {"type": "dynamic-tool", "toolCallId": str(content.get("tool_call_id") or ""),
             "toolName": str(content.get("tool_name") or content.get("title") or "tool"),
             "title": str(content.get("title") or content.get("tool_name") or ""),
             "toolKind": str(content.get("tool_kind") or ""), "status": str(content.get("status") or ""),
             "state": "input-available", "input": content.get("tool_input")}
+    if isinstance(content.get("tool_content"), list) and content["tool_content"]:
+        part["content"] = content["tool_content"]
+    return part
+
+
+def terminal_data(content: dict[str, Any]) -> dict[str, Any]:
+    """A `terminal_exited` row's terminal: its id, command, exit code and (bounded, redacted) output."""
+    raw: dict[str, Any] = content["raw"] if isinstance(content.get("raw"), dict) else {}
+    return {key: raw[key] for key in ("terminal_id", "command", "exit_code", "signal", "output", "truncated")
+            if key in raw}
+
+
+def _terminal_ids(part: dict[str, Any]) -> set[str]:
+    output: dict[str, Any] = part["output"] if isinstance(part.get("output"), dict) else {}
+    blocks = [*(part.get("content") or []), *(output.get("terminals") or [])]
+    return {str(b.get("terminal_id")) for b in blocks if isinstance(b, dict) and b.get("terminal_id")}
 
 
 # ---- the assembler ---------------------------------------------------------------------------
@@ -198,6 +223,7 @@ class Assembler:
         self.created = 0
         self.last_row: dict[str, Any] | None = None
         self.keep: collections.deque[_Entry] | None = None  # set by read_page to collect the newest entries
+        self.ended_turn = ""  # the turn id of the last `done`: agent rows of that turn came after it ended
 
     @property
     def open_entry(self) -> dict[str, Any] | None:
@@ -228,6 +254,9 @@ class Assembler:
     def _assistant(self, row: dict[str, Any]) -> _Entry:
         if self.open is None:
             self.open = self._new(row, "assistant")
+            turn_id = str(row["turn_id"] or "")
+            if turn_id in NO_TURN or turn_id == self.ended_turn:
+                self.open.metadata["out_of_turn"] = True
         return self.open
 
     def _standalone(self, row: dict[str, Any], part: dict[str, Any]) -> None:
@@ -252,6 +281,8 @@ class Assembler:
             self._tool_result(row, content)
         elif type_ == EventType.USAGE:
             self._usage(row, content)
+        elif type_ == EventType.SYSTEM and content.get("title") == TERMINAL_EXITED:
+            self._terminal_exited(row, content)
         elif type_ in CLOSE_ONLY:
             self._close(row, content)
         elif type_ in CLOSE_WITH_ENTRY:
@@ -314,6 +345,21 @@ class Assembler:
         entry.parts[index] = part
         self._touch(entry, row)
 
+    def _terminal_exited(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+        terminal = terminal_data(content)
+        terminal_id = str(terminal.get("terminal_id") or "")
+        entry = self.open
+        if entry is not None and terminal_id:
+            for index in entry.tools.values():
+                part = entry.parts[index]
+                if terminal_id in _terminal_ids(part):
+                    entry.parts[index] = {**part, "terminals": {**(part.get("terminals") or {}), terminal_id: terminal}}
+                    self._touch(entry, row)
+                    return
+        data = event_data(row)
+        data["terminal"] = terminal
+        self._event_part(row, {"type": "data-compozy-event", "data": data})
+
     def _usage(self, row: dict[str, Any], content: dict[str, Any]) -> None:
         if self.open is not None and isinstance(content.get("usage"), dict):
             self.open.metadata["usage"] = {**self.open.metadata.get("usage", {}), **content["usage"]}
@@ -322,6 +368,8 @@ class Assembler:
     def _close(self, row: dict[str, Any], content: dict[str, Any]) -> None:
         """A row that ends the open message (`done` with its stop reason and usage, or another of the same turn)."""
         type_ = row["type"]
+        if type_ == EventType.DONE:
+            self.ended_turn = str(row["turn_id"] or "")
         if self.open is not None and type_ == EventType.DONE:
             for key in ("stop_reason", "usage", "cost"):
                 if content.get(key) not in (None, ""):
@@ -478,6 +526,10 @@ def resume(path: Path, cursor: int) -> Assembler:
     """The assembler state right after `cursor`: replays only from the last clean point at or before it."""
     assembler = Assembler(track=False)
     start = _last_clean(path, cursor)
+    if start > 0:
+        clean = event_store.read_events(path, after=start - 1, limit=1)
+        if clean and clean[0]["type"] == EventType.DONE:
+            assembler.ended_turn = str(clean[0]["turn_id"] or "")  # what a late row of that turn is told apart by
     for row in _rows(path, start, cursor + 1):
         assembler.feed(row)
     assembler.track = True
@@ -522,7 +574,6 @@ def assemble(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # `session events --after` pages through a huge turn in full.
 HISTORY_TURN_ROWS = 1000
 HISTORY_ROWS = 5000
-NO_TURN = frozenset({"", "-"})  # the turn id of rows recorded outside any turn (markers at create, interrupts)
 
 
 def _turn_starts(path: Path, want: int, after: int) -> dict[int, str]:

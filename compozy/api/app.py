@@ -248,14 +248,27 @@ def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     return replaced
 
 
+# An API answer is data, never a page: opened in a browser tab (an event or a transcript holds agent text), it may
+# load and run nothing. The Swagger page (/api/docs, HTML) keeps ninja's own scripts and styles.
+API_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; sandbox"
+
+
+def locked_down(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    if (is_machine_path(request.path) and not response.has_header("Content-Security-Policy")
+            and not response.get("Content-Type", "").startswith("text/html")):
+        response["Content-Security-Policy"] = API_CONTENT_SECURITY_POLICY
+    return response
+
+
 @sync_and_async_middleware
 def json_error_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
     """Django's own error answers under /api/ (405 from a route's method check, 404, a masked 500) become
-    the common error shape; answers that already are JSON pass unchanged."""
+    the common error shape; answers that already are JSON pass unchanged. Every API answer but an HTML page gets
+    the locked-down CSP."""
     if iscoroutinefunction(get_response):
         async def middleware(request: HttpRequest) -> HttpResponse:
-            return as_json_error(request, await get_response(request))
+            return locked_down(request, as_json_error(request, await get_response(request)))
     else:
         def middleware(request: HttpRequest) -> HttpResponse:  # type: ignore[misc]
-            return as_json_error(request, get_response(request))
+            return locked_down(request, as_json_error(request, get_response(request)))
     return middleware

@@ -23,6 +23,28 @@ def _text_of(content: Any) -> tuple[str, Any]:
     return "", content
 
 
+def tool_content(update: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tool call's ACP `content` as stored on its `tool_call` row: text, `diff` (path, old and new text; a new
+    file has no old text) and `terminal` blocks (an id whose output comes later). Other block kinds are kept raw."""
+    blocks: list[dict[str, Any]] = []
+    contents = update.get("content")
+    for block in contents if isinstance(contents, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "content":
+            text, raw = _text_of(block.get("content"))
+            blocks.append({"type": "text", "text": text} if raw is None else {"type": "raw", "raw": raw})
+        elif kind == "diff":
+            blocks.append({"type": "diff", "path": block.get("path"), "old_text": block.get("oldText"),
+                           "new_text": block.get("newText")})
+        elif kind == "terminal":
+            blocks.append({"type": "terminal", "terminal_id": str(block.get("terminalId") or "")})
+        else:
+            blocks.append({"type": "raw", "raw": block})
+    return blocks
+
+
 def _tool_output(update: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     contents = update.get("content") or []
@@ -39,6 +61,8 @@ def _tool_output(update: dict[str, Any]) -> dict[str, Any]:
                 {"path": block.get("path"), "old_text": block.get("oldText"), "new_text": block.get("newText")}
             )
             result["file_path"] = block.get("path")
+        elif block.get("type") == "terminal":
+            result.setdefault("terminals", []).append({"terminal_id": str(block.get("terminalId") or "")})
     if texts:
         result["content"] = "\n".join(texts)
     if "rawOutput" in update:
@@ -120,6 +144,9 @@ def _tool_update(kind: str, update: dict[str, Any], tool_titles: dict[str, str],
         content["tool_input"] = update["rawInput"]
     if update.get("locations"):
         content["locations"] = update["locations"]
+    blocks = tool_content(update)
+    if blocks:
+        content["tool_content"] = blocks
     return EventType.TOOL_CALL, content
 
 

@@ -54,6 +54,24 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 REPLAY_TAG = "<compozy_context_replay>"
 REPLAY_REQUEST = "User request: "
 CONTENT_BLOCK_TYPES = {"text", "image", "audio", "resource_link", "resource"}
+# `markdown`: an answer the way coding agents write one, in chunks that split Markdown syntax mid-token.
+MARKDOWN_REVIEW = ["## Review of `calc.py`\n\n", "**Division by zero** in `ratio()`: ", "it raises when *b* is 0.\n\n",
+                   "- check `b` first\n- return `None`\n\n", "| case | before | after |\n| --- | --- | --- |\n",
+                   "| b = 0 | raises | None |\n\n", "See [the docs](https://docs.python.org/3/) or ",
+                   "[mail us](mailto:dev@example.com).\n\n", "```python\ndef ratio(a, b):\n",
+                   "    return None if b == 0 else a / b\n```\n"]
+DIFF_OLD = "def ratio(a, b):\n    # divides by zero\n    return a / b\n"
+DIFF_NEW = "def ratio(a, b):\n    if b == 0:\n        return None\n    return a / b\n"
+DIFF_NOTES = "# Notes\n\nratio() no longer divides by zero.\n"
+COLOURED_LOG = ("\x1b[32mPASSED\x1b[0m test_ratio\n\x1b[1;31mFAILED\x1b[0m test_zero\n"
+                + "".join(f"log line {i}\n" for i in range(60)))
+# `hostile html`: every way a message could try to run script in the page; none may set `window.pwned`.
+HOSTILE_MARKDOWN = ("Look: <img src=x onerror=\"window.pwned=1\"> and <script>window.pwned=2</script>\n\n"
+                    "[click me](javascript:window.pwned=3) "
+                    "[data](data:text/html;base64,PHNjcmlwdD53aW5kb3cucHduZWQ9NDwvc2NyaXB0Pg==)"
+                    " ![pic](data:image/svg+xml;base64,PHN2ZyBvbmxvYWQ9IndpbmRvdy5wd25lZD03Ij48L3N2Zz4=)\n\n"
+                    "<a href=\"javascript:window.pwned=8\">raw link</a> <svg onload=\"window.pwned=9\"></svg>\n"
+                    "<iframe src=\"javascript:window.pwned=10\"></iframe>\n")
 
 
 class Cancelled(Exception):
@@ -151,8 +169,11 @@ def message_chunk(text: str, kind: str = "agent_message_chunk") -> Json:
     return {"content": text_block(text), "sessionUpdate": kind}
 
 
-def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_input: Json | None = None) -> Json:
+def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_input: Json | None = None,
+                    content: list[Json] | None = None) -> Json:
     update: Json = {"toolCallId": tool_call_id, "title": title, "kind": kind, "status": status}
+    if content is not None:
+        update["content"] = content
     if raw_input is not None:
         update["rawInput"] = raw_input
     return {**update, "sessionUpdate": "tool_call"}
@@ -161,6 +182,22 @@ def tool_call_start(tool_call_id: str, title: str, kind: str, status: str, raw_i
 def tool_call_update(tool_call_id: str, status: str, text: str) -> Json:
     return {"toolCallId": tool_call_id, "status": status,
             "content": [{"content": text_block(text), "type": "content"}], "sessionUpdate": "tool_call_update"}
+
+
+def tool_call_settled(tool_call_id: str, status: str, content: list[Json]) -> Json:
+    return {"toolCallId": tool_call_id, "status": status, "content": content, "sessionUpdate": "tool_call_update"}
+
+
+def diff_block(path: str, new_text: str, old_text: str | None = None) -> Json:
+    """ACP `diff` tool call content; a new file has no old text."""
+    block: Json = {"path": path}
+    if old_text is not None:
+        block["oldText"] = old_text
+    return {**block, "newText": new_text, "type": "diff"}
+
+
+def terminal_block(terminal_id: str) -> Json:
+    return {"terminalId": terminal_id, "type": "terminal"}
 
 
 def field_error(loc: str, msg: str, value: Any, kind: str) -> Json:
@@ -412,6 +449,11 @@ class ScriptedAgent:
             "agentinfo": self._cmd_agentinfo,
             "spend": self._cmd_spend,
             "big": self._cmd_big,
+            # What the session page renders (tests/e2e/test_session_render.py).
+            "markdown": self._cmd_markdown,
+            "diff": self._cmd_diff,
+            "terminal": self._cmd_terminal,
+            "late": self._cmd_late,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -961,8 +1003,12 @@ class ScriptedAgent:
     async def _cmd_hostile(self, turn: Turn) -> str:
         """Output ACP does not allow, between valid chunks: `hostile surrogate` (a lone surrogate escape in a chunk)
         or `hostile garbage` (a line that is not JSON, a chunk for another ACP session, a response nobody asked for
-        with a list as its id, answers to a request never sent and to one answered long ago)."""
+        with a list as its id, answers to a request never sent and to one answered long ago). `hostile html`: valid
+        ACP whose text attacks the page that shows it (HTML, `javascript:` and data URLs in messages, thoughts,
+        tool titles, diffs and tool output); each payload would set `window.pwned`."""
         kind = turn.args[0] if turn.args else "garbage"
+        if kind == "html":
+            return await self._hostile_html(turn)
 
         def chunk(text: str, session_id: str) -> bytes:
             update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
@@ -979,6 +1025,68 @@ class ScriptedAgent:
             await self.conn.write(b'{"jsonrpc":"2.0","id":"never-asked","result":{}}\n')
             await self.conn.write(b'{"jsonrpc":"2.0","id":0,"result":{}}\n')  # initialize was answered long ago
         await self.conn.write(chunk("after", turn.session_id))
+        return "end_turn"
+
+    # ---- what the session page renders -----------------------------------------------------------
+
+    async def _cmd_markdown(self, turn: Turn) -> str:
+        """A review in Markdown, as coding agents answer: a thought, headings, a list, a table, links, a code block."""
+        await self._update(turn, message_chunk("Reading **calc.py** first.", "agent_thought_chunk"))
+        for chunk in MARKDOWN_REVIEW:
+            await self._say(turn, chunk)
+        return "end_turn"
+
+    async def _cmd_diff(self, turn: Turn) -> str:
+        """Edit tool calls carrying ACP `diff` content: a change to calc.py, a new file, and (`diff big`) a long one."""
+        calls = [("Edit calc.py", diff_block(os.path.join(turn.cwd, "calc.py"), DIFF_NEW, DIFF_OLD)),
+                 ("Write notes.md", diff_block(os.path.join(turn.cwd, "notes.md"), DIFF_NOTES))]
+        if turn.args[:1] == ["big"]:
+            calls.append(("Write big.txt", diff_block(os.path.join(turn.cwd, "big.txt"),
+                                                      "".join(f"line {i}\n" for i in range(400)))))
+        for title, block in calls:
+            tool_call_id = self._tool_call_id()
+            await self._update(turn, tool_call_start(tool_call_id, title, "edit", "in_progress", content=[block]))
+            await self._update(turn, tool_call_settled(tool_call_id, "completed", [block]))
+        await self._say(turn, "edited")
+        return "end_turn"
+
+    async def _cmd_terminal(self, turn: Turn) -> str:
+        """A command run in a client terminal (`terminal` content; its output comes with `terminal_exited`), then a
+        tool whose text output has ANSI colours and many lines."""
+        tool_call_id = self._tool_call_id()
+        content = [terminal_block("term-1")]
+        await self._update(turn, tool_call_start(tool_call_id, "Run pytest", "execute", "in_progress",
+                                                 {"command": "pytest -q"}, content=content))
+        await self._update(turn, tool_call_settled(tool_call_id, "completed", content))
+        tool_call_id = self._tool_call_id()
+        await self._update(turn, tool_call_start(tool_call_id, "Show the log", "read", "in_progress"))
+        await self._update(turn, tool_call_update(tool_call_id, "completed", COLOURED_LOG))
+        await self._say(turn, "ran")
+        return "end_turn"
+
+    async def _cmd_late(self, turn: Turn) -> str:
+        """End the turn, then say something SECONDS later (default 0.3): a message after the turn's end."""
+        delay = float(turn.args[0]) if turn.args else 0.3
+        session_id = turn.session_id
+
+        async def say_later() -> None:
+            await asyncio.sleep(delay)
+            await self.conn.notify("session/update", {"sessionId": session_id,
+                                                      "update": message_chunk("a note after the turn")})
+
+        self._exit_task = asyncio.ensure_future(say_later())
+        await self._say(turn, "turn done")
+        return "end_turn"
+
+    async def _hostile_html(self, turn: Turn) -> str:
+        await self._update(turn, message_chunk(HOSTILE_MARKDOWN, "agent_thought_chunk"))
+        tool_call_id = self._tool_call_id()
+        block = diff_block("<img src=x onerror=window.pwned=5>", HOSTILE_MARKDOWN)
+        await self._update(turn, tool_call_start(tool_call_id, "<img src=x onerror=window.pwned=6>", "edit",
+                                                 "in_progress", content=[block]))
+        await self._update(turn, tool_call_update(tool_call_id, "completed", HOSTILE_MARKDOWN))
+        for line in HOSTILE_MARKDOWN.splitlines(keepends=True):
+            await self._say(turn, line)
         return "end_turn"
 
     async def _cmd_orphanpipe(self, turn: Turn) -> str:

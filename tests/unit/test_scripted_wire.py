@@ -260,7 +260,8 @@ async def run_wire(agent: Path, home: Path, args: list[str], body: Callable[[Wir
 TURNS = ["hello  world", "think deep  thoughts", "think", "plan", "usage", "unknown", "env SCRIPTED_FOO",
          "env NOPE_NOT_SET", "env", "silent 0.01", "slow 3 0.01", "stream 5", "stream 3 20", "stream 600", "tools 2 0",
          "", "ÉCHO ünïcode ✓", "stderr 1000", "hostile", "hostile surrogate", "error", "autherr", "empty", "stream x",
-         "stream", "slow 1", "silent", "tool", "tool erase x", "tool read", "tools 1", "exitidle"]
+         "stream", "slow 1", "silent", "tool", "tool erase x", "tool read", "tools 1", "exitidle",
+         "markdown", "diff", "diff big", "terminal", "hostile html"]
 
 
 # ---- long-lived scripts ----------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Shared helpers for the Compozy pages: the JSON API client, small DOM helpers, time formatting,
-// badges, and the daemon status in the header. Plain ES modules, no build step, no packages.
+// badges, and the daemon status in the header. Plain ES modules, no build step; the only packages are the two
+// vendored for the agent's Markdown (frontend/static/frontend/vendor/README.md).
 
 export function pageData() {
   const node = document.getElementById("page-data");

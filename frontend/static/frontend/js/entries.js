@@ -6,6 +6,8 @@
 // delta re-sends a changed entry whole; re-rendering it whole would cost quadratic time over a long answer, so
 // parts are patched: a text part that grew gets only its new text appended, a changed part is replaced.
 import { absTime, el, pretty } from "./common.js";
+import { renderMarkdown } from "./markdown.js";
+import { terminalNode, toolNode } from "./tool-view.js";
 
 // Markers that mean something needs a look; the others are plain notes.
 const WARN_MARKERS = new Set([
@@ -27,23 +29,38 @@ function messageTitle(entry) {
   return `#${span} · ${m.role} · ${absTime((m.metadata || {}).created_at)}`;
 }
 
-function toolStatus(part) {
-  if (part.state === "output-error") return "failed";
-  if (part.state === "output-available") return "completed";
-  return part.status || "pending";
+// Text longer than this shows as plain text: re-rendering Markdown on every chunk of a huge answer would cost
+// the browser more than reading it is worth (a typical answer is a few kilobytes).
+const MARKDOWN_MAX_CHARS = 200_000;
+
+// Markdown is re-rendered at most once a frame per node while an answer streams in.
+const pendingRenders = new Map(); // .text node → its full text
+let renderFrame = 0;
+
+function renderText(node, text) {
+  if (text.length > MARKDOWN_MAX_CHARS) {
+    node.classList.add("plain");
+    node.textContent = text;
+    return;
+  }
+  node.replaceChildren(renderMarkdown(text));
 }
 
-function toolOutput(part) {
-  const result = part.output && typeof part.output === "object" ? part.output : {};
-  const lines = [];
-  if (part.errorText) lines.push(`error: ${pretty(part.errorText)}`);
-  if (result.content) lines.push(pretty(result.content));
-  if (result.stdout) lines.push(pretty(result.stdout));
-  if (result.stderr) lines.push(`stderr: ${pretty(result.stderr)}`);
-  if (result.structured_patch) lines.push(pretty(result.structured_patch));
-  if (!lines.length && result.raw_output !== undefined) lines.push(pretty(result.raw_output));
-  if (!lines.length && part.output !== undefined && typeof part.output !== "object") lines.push(pretty(part.output));
-  return lines.join("\n\n");
+function scheduleRender(node, text) {
+  pendingRenders.set(node, text);
+  if (renderFrame) return;
+  renderFrame = requestAnimationFrame(() => {
+    renderFrame = 0;
+    const batch = [...pendingRenders];
+    pendingRenders.clear();
+    for (const [target, full] of batch) if (target.isConnected) renderText(target, full);
+  });
+}
+
+function markdownNode(text) {
+  const node = el("div", { class: "text md" });
+  renderText(node, text);
+  return node;
 }
 
 export class EntryView {
@@ -131,7 +148,9 @@ export class EntryView {
     let target = null;
     const last = this.root.lastElementChild;
     const view = last && this.shown.get(last.dataset.entryId);
-    if (this.live && view && view.entry.message.role === "assistant" && !(view.entry.message.metadata || {}).stop_reason) {
+    const meta = (view && view.entry.message.metadata) || {};
+    // A note the agent sent after its turn ended is whole as it stands: no caret, whatever follows.
+    if (this.live && view && view.entry.message.role === "assistant" && !meta.stop_reason && !meta.out_of_turn) {
       const texts = view.node.querySelectorAll(":scope > .entry-assistant");
       target = texts.length ? texts[texts.length - 1] : null;
     }
@@ -145,7 +164,8 @@ export class EntryView {
 
   build(entry) {
     const m = entry.message;
-    const node = el("div", { class: `message message-${m.role}`, title: messageTitle(entry),
+    const outOfTurn = m.role === "assistant" && (m.metadata || {}).out_of_turn;
+    const node = el("div", { class: `message message-${m.role}${outOfTurn ? " out-of-turn" : ""}`, title: messageTitle(entry),
       dataset: { entryId: m.id, seq: entry.start_sequence, last: entry.sequence, turn: (m.metadata || {}).turn_id || "" } });
     const view = { entry, node, parts: [], end: null };
     if (m.role === "user") {
@@ -201,19 +221,23 @@ export class EntryView {
 
   partNode(part, message) {
     switch (part.type) {
-      case "text":
-        return el("div", { class: "entry entry-assistant" },
-          el("div", { class: "who" }, (message.metadata || {}).agent_name || "Agent"),
-          el("div", { class: "bubble" }, el("span", { class: "text" }, part.text)));
+      case "text": {
+        const meta = message.metadata || {};
+        return el("div", { class: `entry entry-assistant${meta.out_of_turn ? " out-of-turn" : ""}` },
+          el("div", { class: "who" }, meta.agent_name || "Agent",
+            meta.out_of_turn ? el("span", { class: "out-of-turn-label", title: "Sent by the agent after its turn ended" },
+              " · after the turn ended") : null),
+          el("div", { class: "bubble" }, markdownNode(part.text)));
+      }
       case "reasoning": {
         const node = el("details", { class: "entry entry-thought" },
           el("summary", {}, el("span", { class: "thought-label" }, "Thought"), el("span", { class: "thought-preview" })),
-          el("div", { class: "text" }, part.text));
+          markdownNode(part.text));
         this.previewThought(node, part.text);
         return node;
       }
       case "dynamic-tool":
-        return this.toolNode(part);
+        return toolNode(part);
       case "data-compozy-permission":
         return this.permissionNode(part.id, part.data || {});
       case "data-compozy-event":
@@ -223,10 +247,12 @@ export class EntryView {
     }
   }
 
+  // The text grew by `suffix`: its Markdown is rendered again (at most once a frame), as one block can change
+  // meaning with a later chunk (a fence closing, a table's second row).
   growText(node, part, suffix) {
     const text = node.querySelector(".text");
-    if (text.firstChild && text.firstChild.nodeType === Node.TEXT_NODE) text.firstChild.appendData(suffix);
-    else text.append(suffix);
+    if (text.classList.contains("plain")) text.append(suffix);
+    else scheduleRender(text, part.text);
     if (part.type === "reasoning") this.previewThought(node, part.text);
   }
 
@@ -254,21 +280,6 @@ export class EntryView {
     if (!reason) return null;
     return el("div", { class: `entry entry-turn-end turn-${reason}` },
       el("span", {}, reason === "cancelled" ? "turn cancelled" : `turn finished · ${reason}`));
-  }
-
-  toolNode(part) {
-    const status = toolStatus(part);
-    const output = toolOutput(part);
-    const hasInput = part.input !== undefined && part.input !== null;
-    return el("div", { class: "entry entry-tool", dataset: { toolCallId: part.toolCallId || "", status } },
-      el("div", { class: "tool-head" },
-        el("span", { class: "tool-kind" }, part.toolKind || "tool"),
-        el("span", { class: "tool-title" }, part.title || part.toolName || part.toolCallId),
-        el("span", { class: `tool-status status-${status}` }, status.replace("_", " "))),
-      el("details", { class: "tool-input", hidden: !hasInput }, el("summary", {}, "Input"),
-        el("pre", {}, hasInput ? pretty(part.input) : "")),
-      el("details", { class: "tool-output", hidden: !output, open: status === "failed" }, el("summary", {}, "Result"),
-        el("pre", {}, output)));
   }
 
   permissionNode(requestId, data) {
@@ -330,6 +341,12 @@ export class EntryView {
         return this.note(data, "info", "compaction", "Context compaction fired.");
       case "plan":
         return this.plan(data);
+      case "system":
+        if (data.terminal) {
+          return el("div", { class: "entry entry-tool entry-terminal", title: eventTitle(data) },
+            terminalNode(String(data.terminal.terminal_id || ""), data.terminal));
+        }
+        return this.note(data, "muted", type, data.text || data.title || "");
       case "permission":
         return this.decision(data);
       default:
