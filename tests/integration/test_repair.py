@@ -209,6 +209,8 @@ def test_what_a_crashed_daemons_agent_started_does_not_outlive_boot_repair(tmp_p
         second.stop()
 
 
+# Eight manage.py processes, each a Django start (about 4 s on a quiet 2-core machine, 15 s on a loaded one).
+@pytest.mark.timeout(300)
 def test_the_repair_commands_follow_the_clis_command_line_rules(tmp_path: Path) -> None:
     # A bad command line printed argparse's usage block and exited 2 (1 with no arguments), and rebuild_catalog
     # knew only --json.
