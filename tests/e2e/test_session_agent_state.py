@@ -16,6 +16,7 @@ from tests.conftest import SCRIPTED, Daemon, start_daemon, wait_for
 from tests.e2e.test_dashboard import STREAM_TIMEOUT_MS, send_prompt
 
 PHONE = {"width": 375, "height": 740}
+DASH = "\u2013"  # what the page shows for "none"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_the_header_shows_cost_context_and_mode_and_switches_the_mode(page: Page
     plain = daemon.create(workspace)["id"]
     open_page(page, daemon, plain)
     expect(page.locator("#s-mode-box")).to_be_hidden()
-    expect(page.locator("#s-cost")).to_have_text("–")
+    expect(page.locator("#s-cost")).to_have_text(DASH)
     expect(page.locator("#s-context")).to_be_hidden()
 
 
@@ -92,7 +93,7 @@ def test_the_dashboard_lists_the_cost(page: Page, daemon: Daemon, workspace: Pat
     cost = page.locator(f'tr[data-session-id="{sid}"] td.col-cost')
     expect(cost).to_have_text("$0.42")
     expect(cost).to_have_attribute("title", "context 95k / 100k")
-    expect(page.locator(f'tr[data-session-id="{plain}"] td.col-cost')).to_have_text("–")
+    expect(page.locator(f'tr[data-session-id="{plain}"] td.col-cost')).to_have_text(DASH)
 
 
 def test_slash_offers_the_agents_commands_filtered_and_keyboard_navigable(page: Page, daemon: Daemon,
