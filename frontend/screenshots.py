@@ -9,6 +9,7 @@ and photographs the pages in Debian's Chromium.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from playwright.sync_api import Page, ViewportSize, expect, sync_playwright
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import Daemon, start_daemon  # noqa: E402
+from tests.conftest import SCRIPTED, Daemon, start_daemon  # noqa: E402
 from tests.e2e.conftest import CHROMIUM_ARGS, CHROMIUM_PATH  # noqa: E402
 
 logger = logging.getLogger("compozy.screenshots")
@@ -79,9 +80,10 @@ def stage(daemon: Daemon, base: Path) -> tuple[str, str]:
     assert queued.status_code == 202, queued.text
     daemon.wait_state(failed, {"stopped"})
 
-    # The work a coding agent shows: a Markdown review, an edit with its diff, a test run with coloured output.
-    work = create(daemon, api_ws, "scripted", "review ratio() in calc.py")
-    for prompt in ("markdown", "diff", "terminal"):
+    # The work a coding agent shows: a Markdown review, an edit with its diff, a test run with coloured output; and
+    # what it says of the session (modes, slash commands, context used and cost).
+    work = create(daemon, api_ws, "modal", "review ratio() in calc.py")
+    for prompt in ("agentinfo", "markdown", "diff", "terminal"):
         daemon.run_turn(work, prompt)
     return live, work
 
@@ -114,6 +116,7 @@ def shoot(page: Page, daemon: Daemon, live: str, work: str, out: Path) -> None:
     page.locator("#entries .entry-thought").first.evaluate("d => d.open = true")
     log = page.locator("#entries .entry-tool").filter(has_text="Show the log")
     log.locator("details.tool-output").evaluate("d => d.open = true")
+    expect(page.locator("#s-cost")).to_have_text("$0.42")
     page.locator("#entries .entry-assistant h2").first.evaluate("h => h.closest('.message').scrollIntoView()")
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / "session-work.png"))
@@ -127,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="compozy-shots-") as tmp:
         base = Path(tmp)
-        daemon = start_daemon(base / "home")
+        # The scripted agent with modes, as claude-agent-acp offers its plan mode.
+        modal = [sys.executable, str(SCRIPTED), "--modes"]
+        daemon = start_daemon(base / "home", extra_config=f'[providers.modal]\ncommand = {json.dumps(modal)}\n\n'
+                                                          '[agents.modal]\nprovider = "modal"\n')
         try:
             live, work = stage(daemon, base / "workspaces")
             with sync_playwright() as playwright:

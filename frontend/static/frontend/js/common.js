@@ -140,6 +140,25 @@ export function debounce(fn, ms) {
   };
 }
 
+// What the agent says it spent (`usage.cost`): "$0.42" in dollars, "0.42 EUR" in any other currency; "" for none.
+export function formatCost(cost) {
+  if (!cost || typeof cost.amount !== "number") return "";
+  const amount = cost.amount;
+  // A cent's fraction still shows: a cheap session is not a free one.
+  const digits = amount !== 0 && Math.abs(amount) < 0.01 ? 4 : 2;
+  const text = amount.toFixed(digits);
+  return (cost.currency || "USD").toUpperCase() === "USD" ? `$${text}` : `${text} ${cost.currency}`;
+}
+
+// A token count as people say it: 950, 95k, 1.5M.
+export function formatTokens(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "?";
+  const short = (value, unit) => `${Number(value.toFixed(value < 10 ? 1 : 0))}${unit}`;
+  if (Math.abs(n) >= 1_000_000) return short(n / 1_000_000, "M");
+  if (Math.abs(n) >= 1_000) return short(n / 1_000, "k");
+  return String(n);
+}
+
 export function pretty(value) {
   if (value === undefined) return "";
   if (typeof value === "string") return value;

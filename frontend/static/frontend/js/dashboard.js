@@ -1,8 +1,8 @@
 // The dashboard: sessions across workspaces, filters, live updates from the catalog stream,
 // the overview from /api/status, and the new-session form.
 import {
-  absTime, api, badge, cleanlyStopped, clear, debounce, el, errorText, healthClass, pageData, relTime, shortPath,
-  startDaemonStatus,
+  absTime, api, badge, cleanlyStopped, clear, debounce, el, errorText, formatCost, formatTokens, healthClass, pageData,
+  relTime, shortPath, startDaemonStatus,
 } from "./common.js";
 
 const data = pageData();
@@ -112,6 +112,7 @@ function row(s) {
       el("span", { class: "muted small path" }, s.workspace_path || "")),
     el("td", { class: "col-activity", title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
       relTime(lastActivity)),
+    costCell(s.usage),
     el("td", { class: "col-stop" }, s.stop_reason
       ? el("span", { class: `reason reason-${s.stop_reason}`, title: s.stop_detail || "" }, s.stop_reason)
       : el("span", { class: "muted" }, "–")),
@@ -127,6 +128,14 @@ function row(s) {
     location.href = href;
   });
   return tr;
+}
+
+// What the agent reports the session has cost; the context it has used in the tooltip.
+function costCell(usage) {
+  const cost = formatCost(usage && usage.cost);
+  const context = usage && typeof usage.context_used === "number" && usage.context_size
+    ? `context ${formatTokens(usage.context_used)} / ${formatTokens(usage.context_size)}` : "";
+  return el("td", { class: "col-cost", title: context }, cost || el("span", { class: "muted" }, "–"));
 }
 
 // Health and wake eligibility (health reference §1): the pill is the health value, the line under it says whether

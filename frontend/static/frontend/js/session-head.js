@@ -1,11 +1,14 @@
 // The session page's header, and what a new session record means for the rest of the page.
 //
-// renderHead shows the record (name, badge, state, facts, which turn actions apply), then hands it on in
-// a fixed order: the composer, the permission requests (a stopped session has none), the diagnostics, the
-// stream (reopened when the session was continued), and on a state change the poll's pace, the health
-// panel and the `compozy:session` event that session-health.js follows. It runs at start and after each
-// refetch of the record (session.js registers it with session-record.js).
+// renderHead shows the record (name, badge, state, facts, the agent's mode, context and cost, which turn
+// actions apply, the slash commands it offers), then hands it on in a fixed order: the composer, the
+// permission requests (a stopped session has none), the diagnostics, the stream (reopened when the session
+// was continued), and on a state change the poll's pace, the health panel and the `compozy:session` event
+// that session-health.js follows. It runs at start and after each refetch of the record (session.js
+// registers it with session-record.js).
 import { absTime, badge, clear, el, relTime } from "./common.js";
+import { renderAgentFacts } from "./session-agent.js";
+import { renderCommands } from "./session-commands.js";
 import { showSessionState } from "./session-composer.js";
 import { loadHealth, renderDiagnostics } from "./session-diagnostics.js";
 import { renderPermissions } from "./session-permissions.js";
@@ -49,6 +52,9 @@ export function renderHead() {
   } else {
     failure.textContent = "–";
   }
+
+  renderAgentFacts(s);
+  renderCommands();
 
   const live = s.state === "starting" || s.state === "active";
   const prompting = s.prompt_state === "prompting";

@@ -147,6 +147,7 @@ function afterDelta(entries, before) {
       if (!(d.sequence > before)) continue;
       if (part.type === "data-compozy-permission" || d.event_type === "permission") permissionsChanged = true;
       else if (d.event_type === "error" || d.event_type === "session_stopped") refresh = true;
+      else if (d.event_type === "transcript_marker.created" && d.title === "mode_changed") refresh = true; // header
       else if (d.event_type === "transcript_marker.created" && applyQueueMarker(d)) queueChanged = true;
     }
   }

@@ -5,6 +5,8 @@
 //   session-permissions.js  the permission requests and the decisions on them
 //   session-stream.js       the transcript: live stream, catch-up, older history
 //   session-diagnostics.js  the diagnostics panel, health, recap, repair
+//   session-agent.js        the agent's mode (and switcher), context meter and cost in the header
+//   session-commands.js     the agent's slash commands, offered in the composer on `/`
 //   session-head.js         the header, and what a new record means for the rest
 //
 // Imports run one way, from the head down to the record. The two calls that must run back up, a
@@ -15,6 +17,8 @@ import {
   addQueued, refreshQueue, renderQueue, setupActions, setupComposer, setupModes,
 } from "./session-composer.js";
 import { loadHealth, loadRecap, setupRepair, tickTimers } from "./session-diagnostics.js";
+import { setupAgentFacts } from "./session-agent.js";
+import { setupCommands } from "./session-commands.js";
 import { renderHead } from "./session-head.js";
 import { onOpenRequests, refreshPermissions } from "./session-permissions.js";
 import { $, data, onRecord, pollSession, session } from "./session-record.js";
@@ -33,6 +37,8 @@ function start() {
   renderHead();
   setupActions();
   setupComposer();
+  setupCommands();
+  setupAgentFacts();
 
   // Stopped sessions too: the snapshot is their transcript, then the stream ends at once.
   if (session.state === "stopped") $("stream-indicator").hidden = true; // nothing live to show
