@@ -44,8 +44,8 @@ def _field_problem(prop: dict[str, Any], value: Any) -> str | None:
     if kind == "array":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return "must be a list of strings"
-        items = prop.get("items") if isinstance(prop.get("items"), dict) else {}
-        choices = _enum_of(items)
+        items = prop.get("items")
+        choices = _enum_of(items) if isinstance(items, dict) else None
         bad = [v for v in value if choices is not None and v not in choices]
         return f"{', '.join(bad)} not among {', '.join(choices or [])}" if bad else None
     return None  # a type this client does not know: the agent reads what it gets
@@ -55,7 +55,8 @@ def content_problems(schema: dict[str, Any], content: Any) -> list[dict[str, str
     """What does not fit: [{"field", "reason"}], empty when `content` answers `schema`."""
     if not isinstance(content, dict):
         return [{"field": "", "reason": "content must be an object"}]
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    given = schema.get("properties")
+    props: dict[str, Any] = given if isinstance(given, dict) else {}
     problems = [{"field": str(name), "reason": "is required"}
                 for name in schema.get("required") or [] if name not in content]
     for name, value in content.items():

@@ -134,7 +134,8 @@ def test_stopping_the_session_cancels_a_pending_elicitation(daemon: Daemon, work
     daemon.wait_state(sid, {"stopped"})
     events = daemon.all_events(sid)
     [answered] = [e for e in of_type(events, "system") if e["content"].get("title") == "elicitation_answered"]
-    assert answered["content"]["text"] == "cancel"
+    assert answered["content"]["text"] == "cancel" and answered["turn_id"] == turn_id
+    assert answered["content"]["raw"]["request_id"] == item["id"]
     assert listed(daemon, sid) == []
     wait_for(lambda: attention_items(daemon, sid) == [], what="no attention item for a stopped session")
 
