@@ -10,8 +10,7 @@ __all__ = ["AttentionKind", "DeliveryStatus", "WebhookEvent"]
 
 
 class AttentionKind(StrEnum):
-    """What an attention item asks of a person. `elicitation` and `budget` have no source yet (their sessions
-    features do not exist): in the set, never produced."""
+    """What an attention item asks of a person. `elicitation` is an agent's open question (ACP form mode)."""
 
     PERMISSION = "permission"
     ELICITATION = "elicitation"

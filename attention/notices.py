@@ -85,6 +85,10 @@ def session_notices(meta: dict[str, Any]) -> list[Notice]:
             what = " ".join(str(x) for x in (req.get("kind"), req.get("title")) if x) or "a tool call"
             add(f"permission:{sid}:{req.get('request_id')}:{req.get('created_at')}", WebhookEvent.PERMISSION_REQUESTED,
                 req.get("created_at"), f"{label} asks permission: {what}", str(req.get("request_id") or "") or None)
+        for req in liveness.get("elicitation_requests") or []:
+            add(f"elicitation:{sid}:{req.get('request_id')}:{req.get('created_at')}",
+                WebhookEvent.ELICITATION_REQUESTED, req.get("created_at"),
+                f"{label} asks: {req.get('message') or 'a question'}", str(req.get("request_id") or "") or None)
     turn = liveness.get("last_turn") or {}
     ended = meta.get("stopped_at") if stopped else None
     if kind == FailureKind.PROVIDER_AUTH_FAILURE:

@@ -18,8 +18,8 @@ from sessions.errors import ConfigError
 
 
 class WebhookEvent(StrEnum):
-    """The closed set of events a webhook may subscribe to (issue 31). `elicitation_requested` and
-    `budget_exceeded` have no source yet: accepted in config, never produced."""
+    """The closed set of events a webhook may subscribe to (issue 31). `budget_exceeded` has
+    no source yet: accepted in config, never produced."""
 
     PERMISSION_REQUESTED = "permission_requested"
     ELICITATION_REQUESTED = "elicitation_requested"

@@ -51,6 +51,7 @@ class Liveness(_Part):
     pending_permissions: int | None = None
     # What each waiting request asks (attention list, webhooks): any node reads it from meta.json.
     permission_requests: list[dict[str, Any]] | None = None
+    elicitation_requests: list[dict[str, Any]] | None = None  # the agent's open questions (the same readers)
     last_turn: dict[str, Any] | None = None  # the turn that ended last (the `turn_finished` webhook)
     subprocess_pid: int | None = None
     subprocess_started_at: str | None = None

@@ -43,11 +43,11 @@ VERIFY_SECONDS = 5.0
 verified_stop = Signal()
 
 # What the agent does is work evidence; the turn's own start and our waiting on the prompt's response are not,
-# or a silent agent could never be stopped. `agent_waiting` is a permission waiting on a person.
+# or a silent agent could never be stopped. `agent_waiting` is a permission or an elicitation waiting on a person.
 WORK_SIGNAL_KINDS = frozenset({
     "agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call", "tool_call_update", "plan",
     "available_commands_update", "current_mode_update", "config_option_update", "session_info_update",
-    "usage_update", "fs", "permission", "agent_waiting",
+    "usage_update", "fs", "permission", "agent_waiting", "elicitation",
 })
 NON_WORK_KINDS = frozenset({"prompt_started"})
 

@@ -182,6 +182,23 @@ class PermissionDecisionOut(Schema):
     permission: PermissionOut
 
 
+class ElicitationOut(Open):
+    id: str
+    message: str
+    requested_schema: dict[str, Any]  # ACP form mode: a flat object of string/number/integer/boolean fields
+    created_at: str | None = None
+    turn_id: str | None = None
+    action: str | None = None  # accept, decline or cancel (in an answer's response)
+
+
+class ElicitationsOut(Schema):
+    elicitations: list[ElicitationOut]
+
+
+class ElicitationAnswerOut(Schema):
+    elicitation: ElicitationOut
+
+
 class AttachLeaseOut(Schema):
     session_id: str
     attached_to: str

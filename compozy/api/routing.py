@@ -1,16 +1,16 @@
 """Work that must touch a live runtime goes to the node that runs it.
 
 Inside the guard (the caller is authenticated), before Django: a request that acts on a session's runtime (prompt,
-stop, interrupt, steer, cancel, queue, permissions, remove, children) for a session whose unexpired lease another
-node holds is sent to that node's recorded address with the cluster's shared token (`COMPOZY_CLUSTER_TOKEN`), and
-its answer is returned as is. Reads of a live session (events, history, recap, transcript, status, the SSE tail)
-are routed the same way when its folder is not on this node (no shared sessions folder); the tail is relayed as it
-streams, with the caller's Last-Event-ID, so the owner's resume guarantee holds. A session nobody runs whose folder
-is on another node that is up (the catalog row's `folder_node`) is read and continued there the same way. Without a
-cluster token, when the owner cannot be reached, or for a request that was already routed once (no loops while a
-lease moves), the request runs here and the service layer answers 409 `session_owned_elsewhere` with the owner (or
-`session_folder_elsewhere` naming the node that stores it). With a shared sessions folder reads are never routed:
-the catalog and the folder serve them on any node.
+stop, interrupt, steer, cancel, queue, permissions, elicitations, remove, children) for a session whose unexpired
+lease another node holds is sent to that node's recorded address with the cluster's shared token
+(`COMPOZY_CLUSTER_TOKEN`), and its answer is returned as is. Reads of a live session (events, history, recap,
+transcript, status, the SSE tail) are routed the same way when its folder is not on this node (no shared sessions
+folder); the tail is relayed as it streams, with the caller's Last-Event-ID, so the owner's resume guarantee holds.
+A session nobody runs whose folder is on another node that is up (the catalog row's `folder_node`) is read and
+continued there the same way. Without a cluster token, when the owner cannot be reached, or for a request that was
+already routed once (no loops while a lease moves), the request runs here and the service layer answers 409
+`session_owned_elsewhere` with the owner (or `session_folder_elsewhere` naming the node that stores it). With a
+shared sessions folder reads are never routed: the catalog and the folder serve them on any node.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ NODE_HEADER = b"x-compozy-node"  # on a routed answer: which node ran it
 ROUTE_TIMEOUT_SECONDS = 120.0
 RUNTIME_PATH = re.compile(
     r"^/api/workspaces/[^/]+/sessions/(sess_[0-9a-f]{16})"
-    r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|mode|permissions(?:/[^/]+)?|children))?$")
+    r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|mode|permissions(?:/[^/]+)?|elicitations(?:/[^/]+)?|children))?$")
 READ_PATH = re.compile(
     r"^/api/(?:workspaces/[^/]+/)?sessions/(sess_[0-9a-f]{16})(?:/(?:events|history|recap|transcript|status|stream))?$")
 PASSED_HEADERS = {b"content-type", b"accept", b"last-event-id"}
@@ -118,8 +118,8 @@ def _runtime_session(scope: Scope) -> str | None:
     match = RUNTIME_PATH.match(scope.get("path", ""))
     if match is None:
         return None
-    # Reads come from the catalog and the shared store, except pending permissions: those live in the owner.
-    if scope["method"] in ("GET", "HEAD") and not scope["path"].endswith("/permissions"):
+    # Reads come from the catalog and the shared store, except pending permissions and elicitations (in the owner).
+    if scope["method"] in ("GET", "HEAD") and not scope["path"].endswith(("/permissions", "/elicitations")):
         return None
     return match.group(1)
 

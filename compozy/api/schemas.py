@@ -209,6 +209,12 @@ class PermissionDecisionIn(StrictIn):
     option_id: Ref | None = None
 
 
+class ElicitationAnswerIn(StrictIn):
+    action: Literal["accept", "decline", "cancel"]
+    # The form's values (accept only), checked against the requested schema's field types and required list.
+    content: dict[str, Any] | None = None
+
+
 class SpawnChildIn(StrictIn):
     role: Name
     ttl_seconds: Annotated[WholeInt, Field(ge=1, le=MAX_TTL_SECONDS)]

@@ -13,6 +13,8 @@ from compozy.api import prompt_stream
 from compozy.api.health_schemas import StatusDTO
 from compozy.api.response_schemas import (
     AttachOut,
+    ElicitationAnswerOut,
+    ElicitationsOut,
     EventsOut,
     HistoryOut,
     HookRunsOut,
@@ -32,6 +34,7 @@ from compozy.api.schemas import (
     AttachIn,
     CreateSessionIn,
     DetachQuery,
+    ElicitationAnswerIn,
     EventsQuery,
     HistoryQuery,
     HookRunsQuery,
@@ -192,6 +195,18 @@ async def permissions(request: HttpRequest, workspace: Workspace, session_id: Se
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                             payload: PermissionDecisionIn) -> dict[str, Any]:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace)
+
+
+@router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
+async def elicitations(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+    return await services.list_elicitations(session_id, workspace)
+
+
+@router.post(WS + "/elicitations/{request_id}", response=responses({200: ElicitationAnswerOut}),
+             exclude_unset=True)
+async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
+                             payload: ElicitationAnswerIn) -> dict[str, Any]:
+    return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace)
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)

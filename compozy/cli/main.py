@@ -12,6 +12,7 @@ import rich_click as click
 # Importing a module registers its commands.
 from compozy.cli import (  # noqa: F401
     attention,
+    elicit,
     events,
     evidence,
     health,

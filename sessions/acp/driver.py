@@ -264,7 +264,8 @@ class AgentProcess:
             "initialize",
             {
                 "protocolVersion": PROTOCOL_VERSION,
-                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": terminal},
+                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": terminal,
+                                       "elicitation": {"form": {}}},  # a person answers: runtime/elicitation_desk.py
                 "clientInfo": {"name": "compozy", "title": "Compozy", "version": "0.1.0"},
             },
             timeout=timeout,

@@ -27,6 +27,7 @@ from sessions.store.failures import StoreFailure
 from sessions.supervision import Action, Decision
 
 if TYPE_CHECKING:
+    from sessions.runtime.elicitations import ElicitationBoard
     from sessions.runtime.host import SessionCore
     from sessions.runtime.permissions import PermissionBoard
     from sessions.runtime.turn import Turn
@@ -141,8 +142,9 @@ class Supervisor:
     """Heartbeats while a turn runs, and the sweep's decisions carried out behind their fence."""
 
     def __init__(self, session: SessionCore, activity: Activity, turns: TurnControl,
-                 permissions: PermissionBoard) -> None:
+                 permissions: PermissionBoard, elicitations: ElicitationBoard | None = None) -> None:
         self._session = session
+        self._elicitations = elicitations
         self._activity = activity
         self._turns = turns
         self._permissions = permissions
@@ -173,6 +175,8 @@ class Supervisor:
                 break
             if self._permissions.waiting:
                 self._activity.touch("agent_waiting", "waiting for a permission decision")
+            elif self._elicitations is not None and self._elicitations.waiting:
+                self._activity.touch("agent_waiting", "waiting for an answer to a question")
             activity = session.rec.activity_to_write()
             activity.idle_seconds = round(self._activity.idle(turn), 3)
             activity.elapsed_seconds = round(time.monotonic() - turn.started_mono, 3)

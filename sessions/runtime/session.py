@@ -39,6 +39,9 @@ from sessions.record import AutoTitle, Failure, SessionRecord
 from sessions.runtime import lifecycle, signals
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
+from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
+from sessions.runtime.elicitation_desk import ElicitationDesk
+from sessions.runtime.elicitations import ElicitationBoard
 from sessions.runtime.host import RuntimeHost
 from sessions.runtime.offload import db, spawn
 from sessions.runtime.permission_gate import PermissionGate
@@ -92,14 +95,15 @@ class SessionRuntime:
         self.activity = Activity(rec)
         self.agent_state = AgentState(self)
         # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
-        permissions = PermissionBoard()
+        permissions, elicitations = PermissionBoard(), ElicitationBoard()
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
-                           after_reply=self._offer_title, cost=self.agent_state)
+                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
                                    tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
+        self.desk = ElicitationDesk(self, self.activity, self.turns, elicitations)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
                                   halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
-        self.supervisor = Supervisor(self, self.activity, self.turns, permissions)
+        self.supervisor = Supervisor(self, self.activity, self.turns, permissions, elicitations)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
                                     on_request=self.on_request, on_opened=self.agent_state.opened)
 
@@ -220,7 +224,14 @@ class SessionRuntime:
         """The requests waiting on a person (sessions/services/prompts.py lists and answers them)."""
         return self.gate.permissions
 
+    @property
+    def elicitations(self) -> ElicitationBoard:
+        """The agent's questions waiting on a person (sessions/services/elicitations.py lists and answers them)."""
+        return self.desk.board
+
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method == ELICITATION_METHOD:
+            return await self.desk.ask(params)
         return await self.gate.on_request(method, params)
 
     def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:

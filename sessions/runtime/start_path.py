@@ -125,6 +125,7 @@ class StartPath:
         liveness.subprocess_pid, liveness.subprocess_started_at = agent.pid, agent.started_at
         # A new agent process has asked nothing yet: requests a crashed run left in meta.json are not this run's.
         liveness.pending_permissions, liveness.permission_requests = 0, []
+        liveness.elicitation_requests = []
         self._stop.watch_exit()
         await session.observe("agent.spawned", pid=agent.pid, command=agent.command[0],
                                     args=list(agent.command[1:]), cwd=str(agent.cwd),

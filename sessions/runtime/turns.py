@@ -27,6 +27,7 @@ from sessions.store.redact import redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
+    from sessions.runtime.elicitations import ElicitationBoard
     from sessions.runtime.host import SessionCore
     from sessions.runtime.permissions import PermissionBoard
 
@@ -48,8 +49,9 @@ class Turns:
 
     def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
                  heartbeat: Callable[[], None], after_reply: Callable[[Turn], None],
-                 cost: TurnCost | None = None) -> None:
+                 cost: TurnCost | None = None, elicitations: ElicitationBoard | None = None) -> None:
         self._session = session
+        self._elicitations = elicitations  # the agent's open questions: cancelled with the turn, as permissions
         self._cost = cost  # what each turn cost, when the agent reports cost (agent_state.py)
         self._activity = activity
         self._permissions = permissions
@@ -184,6 +186,8 @@ class Turns:
         finally:
             metrics.TURN_SECONDS.observe(time.monotonic() - turn.started_mono)
             self._permissions.cancel_all()
+            if self._elicitations is not None:
+                self._elicitations.cancel_all()
             with contextlib.suppress(StoreFailure):
                 await self._session.recorder.flush()
             if self.turn is turn:
@@ -210,6 +214,8 @@ class Turns:
         turn.cancel_requested = True
         # ACP: the client answers every pending permission request of a cancelled turn with `cancelled`.
         self._permissions.cancel_all()
+        if self._elicitations is not None:
+            self._elicitations.cancel_all()
         await self._session.agent.notify("session/cancel", {"sessionId": self._session.rec.acp_session_id})
         return True
 

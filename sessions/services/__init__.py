@@ -25,10 +25,12 @@ from sessions.services.lookup import (
 )
 from sessions.services.payloads import envelope, session_payload
 from sessions.services.prompts import (
+    answer_elicitation,
     cancel_queued,
     cancel_turn,
     decide_permission,
     interrupt_session,
+    list_elicitations,
     list_permissions,
     pending_inputs,
     prompt_session,
@@ -44,6 +46,7 @@ __all__ = [
     "SPEEDS",
     "SessionOwnedElsewhere",
     "add_workspace",
+    "answer_elicitation",
     "attach",
     "cancel_queued",
     "cancel_turn",
@@ -57,6 +60,7 @@ __all__ = [
     "history",
     "hook_runs",
     "interrupt_session",
+    "list_elicitations",
     "list_events",
     "list_permissions",
     "list_sessions",

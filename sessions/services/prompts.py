@@ -8,6 +8,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
+from sessions.elicitation_form import content_problems
 from sessions.enums import BusyMode, MarkerKind, SessionState
 from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.models import PENDING_INPUT, InputEntry
@@ -124,6 +125,32 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
                                  data={"option_id": option_id, "kind": option.get("kind"), "decision": decision})
     runtime.decide_permission(request_id, decision, option_id)
     return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
+
+
+async def list_elicitations(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+    """The agent's questions waiting on a person (ACP `elicitation/create`, form mode)."""
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    return {"elicitations": [] if runtime is None else [p.public() for p in runtime.elicitations.waiting_items()]}
+
+
+async def answer_elicitation(session_id: str, request_id: str, action: str, content: dict[str, Any] | None = None,
+                             workspace_ref: str | None = None) -> dict[str, Any]:
+    """accept (with content that fits the requested schema), decline or cancel; the agent's request returns."""
+    if action not in ("accept", "decline", "cancel"):
+        raise InvalidRequest("action must be accept, decline or cancel", code="invalid_action")
+    runtime, _ = await _runtime_for(session_id, workspace_ref)
+    pending = runtime.elicitations.pending.get(request_id) if runtime else None
+    if runtime is None or pending is None or pending.answer.done():
+        raise NotFound("no pending elicitation with that id", code="elicitation_not_found",
+                       data={"request_id": request_id})
+    if action == "accept":
+        problems = content_problems(pending.requested_schema, content or {})
+        if problems:
+            what = "; ".join(f"{p['field']} {p['reason']}".strip() for p in problems)
+            raise InvalidRequest(f"content does not fit the requested schema: {what}",
+                                 code="invalid_elicitation_content", data={"problems": problems})
+    runtime.elicitations.resolve(request_id, action, (content or {}) if action == "accept" else None)
+    return {"elicitation": {**pending.public(), "action": action}}
 
 
 def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:

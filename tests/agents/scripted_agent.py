@@ -417,6 +417,7 @@ class ScriptedAgent:
         self._sessions: dict[str, str] = {}  # session id -> cwd
         self._cancels: dict[str, asyncio.Event] = {}
         self._tool_ids = itertools.count(1)
+        self._client_caps: Json = {}  # what the client offered at initialize (`ask` needs elicitation.form)
         self._commands: dict[str, Callable[[Turn], Awaitable[str | Json]]] = {
             "stream": self._cmd_stream,
             "slow": self._cmd_slow,
@@ -424,6 +425,7 @@ class ScriptedAgent:
             "tool": self._cmd_tool,
             "toolid": self._cmd_tool,  # the same, its permission request naming only the tool call id
             "toolhang": self._cmd_toolhang,
+            "ask": self._cmd_ask,
             "hang": self._cmd_hang,
             "crash": self._cmd_crash,
             "leak": self._cmd_leak,
@@ -509,6 +511,8 @@ class ScriptedAgent:
         if method == "initialize":
             # Any protocolVersion passes: the SDK maps one it cannot parse to 1 rather than refuse the client.
             check_fields("InitializeRequest", params, {"protocolVersion": object})
+            caps = params.get("clientCapabilities")
+            self._client_caps = caps if isinstance(caps, dict) else {}
             return await self.initialize()
         if method == "session/new":
             p = check_fields("NewSessionRequest", params, {"cwd": str, "mcpServers": list})
@@ -792,6 +796,33 @@ class ScriptedAgent:
         await self._update(turn, message_chunk(turn.rest or "thinking", "agent_thought_chunk"))
         await self._say(turn, "thought done")
         return "end_turn"
+
+    async def _cmd_ask(self, turn: Turn) -> str:
+        """ACP elicitation (form mode): ask the client a small form, then say what came back."""
+        if not isinstance((self._client_caps.get("elicitation") or {}).get("form"), dict):
+            await self._say(turn, "ask: the client offers no form elicitation")
+            return "end_turn"
+        schema: Json = {"type": "object", "properties": {
+            "name": {"type": "string", "title": "Name", "description": "who is asking"},
+            "count": {"type": "number", "title": "How many"},
+            "urgent": {"type": "boolean", "title": "Urgent?"},
+            "color": {"type": "string", "title": "Color", "enum": ["red", "green", "blue"]},
+        }, "required": ["name", "count"]}
+        try:
+            answer = await self._race(turn, self.conn.request("elicitation/create", {
+                "sessionId": turn.session_id, "mode": "form", "requestedSchema": schema,
+                "message": turn.text.partition(" ")[2].strip() or "A few details, please"}))
+        except Cancelled:
+            return "cancelled"
+        except Exception as exc:  # noqa: BLE001 - the agent says what failed, as real agents do
+            await self._say(turn, f"ask error: {error_text(exc)}")
+            return "end_turn"
+        action = answer.get("action") if isinstance(answer, dict) else None
+        if action == "accept":
+            await self._say(turn, "ask accept: " + json.dumps(answer.get("content") or {}, sort_keys=True))
+        else:
+            await self._say(turn, f"ask {action}")
+        return "cancelled" if turn.cancel.is_set() else "end_turn"
 
     async def _cmd_tool(self, turn: Turn) -> str:
         parts = turn.text.strip().split(maxsplit=3)

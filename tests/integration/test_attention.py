@@ -17,7 +17,7 @@ from tests.conftest import NO_TITLE, Daemon, start_daemon, wait_for
 from tests.webhook_receiver import Receiver, webhook_config
 
 SECRET = "whsec-test-0123456789abcdef"
-EVENTS = ["permission_requested", "auth_required", "session_failed", "turn_finished"]
+EVENTS = ["permission_requested", "elicitation_requested", "auth_required", "session_failed", "turn_finished"]
 START_TIMEOUT = 120.0
 
 
@@ -86,6 +86,21 @@ def test_a_pending_permission_is_listed_signed_and_delivered_and_leaves_the_list
     # The turn it held ends, and its end is an event too; the request was delivered once.
     wait_for(lambda: receiver.received("turn_finished", session_id=sid), what="turn_finished")
     assert len(receiver.received("permission_requested", session_id=sid)) == 1
+
+
+def test_an_agent_question_is_listed_and_delivered_and_leaves_the_list_when_answered(
+        daemon: Daemon, receiver: Receiver, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    assert daemon.prompt(sid, "ask Which color?").status_code == 200
+    [item] = wait_for(lambda: items_for(daemon, sid, "elicitation"), what="the question in the attention list")
+    assert item["request_id"] and "Which color?" in item["summary"]
+    [delivery] = wait_for(lambda: receiver.received("elicitation_requested", session_id=sid),
+                          what="the elicitation_requested webhook")
+    assert delivery.signed_with(SECRET) and delivery.payload["summary"] == item["summary"]
+    answered = daemon.http.post(daemon.scoped(sid, f"/elicitations/{item['request_id']}"), json={"action": "cancel"})
+    assert answered.status_code == 200, answered.text
+    wait_for(lambda: not items_for(daemon, sid, "elicitation"), what="the answered question to leave the list")
+    assert len(receiver.received("elicitation_requested", session_id=sid)) == 1
 
 
 def test_a_failed_session_is_listed_until_acknowledged(daemon: Daemon, receiver: Receiver, workspace: Path) -> None:

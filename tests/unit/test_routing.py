@@ -25,7 +25,8 @@ def scope(method: str, path: str, **headers: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("method", "suffix"), [
     ("POST", "/prompt"), ("POST", "/stop"), ("POST", "/interrupt"), ("POST", "/steer"), ("POST", "/prompt/cancel"),
-    ("DELETE", "/prompt/queue/inq_1"), ("POST", "/permissions/req-1"), ("GET", "/permissions"), ("DELETE", ""),
+    ("DELETE", "/prompt/queue/inq_1"), ("POST", "/permissions/req-1"), ("GET", "/permissions"),
+    ("POST", "/elicitations/elicit-1"), ("GET", "/elicitations"), ("DELETE", ""),
     ("POST", "/children")])
 def test_work_on_a_live_runtime_is_routed(method: str, suffix: str) -> None:
     assert _runtime_session(scope(method, WS + suffix)) == SID
