@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from sessions import catalog, transcript
+from sessions import catalog, transcript_history
 from sessions.enums import SessionState, SessionType
 from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session
@@ -112,11 +112,11 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
             after: int | None = None) -> list[dict[str, Any]]:
     """The user-visible turn sequence (debugging seed, step 5): the newest `last` turns, each assembled into
     messages by the transcript's assembler; `list_events` keeps the rows. Bounded whatever the turn sizes
-    (`transcript.read_history`)."""
+    (`transcript_history.read_history`)."""
     scoped_meta(session_id, workspace_ref)  # 404 outside the workspace, and the stale-metadata repair of a read
     if after is not None and after < 0:
         raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
-    return transcript.read_history(folder.events_path(session_id), last=_limit(last), after=after or 0)
+    return transcript_history.read_history(folder.events_path(session_id), last=_limit(last), after=after or 0)
 
 
 def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
