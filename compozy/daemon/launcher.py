@@ -293,6 +293,7 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
     logger.info("shutting down: stopping live sessions")
     try:
         await manager.shutdown()
+        await _drain_live_tails()
     finally:
         if "ticker" in state:
             state["ticker"].stop()
@@ -305,6 +306,25 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
             reactor.stop()
         except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
             logger.info("the reactor had stopped already")
+
+
+# How long a shutdown waits for the live tails of the sessions it stopped to send their closing frame: a page open
+# on a session read `active` after the daemon went away when the reactor stopped before its viewer was woken.
+# A viewer that stopped reading keeps the shutdown this long at most.
+TAIL_DRAIN_SECONDS = 2.0
+
+
+async def _drain_live_tails() -> None:
+    """Until every session stream of this process has ended (each ends after its `session_stopped` frame), or
+    TAIL_DRAIN_SECONDS passed."""
+    from sessions import feed
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TAIL_DRAIN_SECONDS
+    while feed.watched() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    if feed.watched():
+        logger.info("shutting down with %d live tail(s) still open", sum(feed.watched().values()))
 
 
 def _bound_port(server: Any, asked: int) -> int:
