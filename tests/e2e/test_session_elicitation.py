@@ -101,7 +101,7 @@ def test_a_question_opened_from_the_inbox_is_declined(page: Page, daemon: Daemon
     row = page.locator("#attention-body tr[data-kind='elicitation']")
     expect(row).to_have_count(1, timeout=STREAM_TIMEOUT_MS)
     expect(row).to_contain_text("Shall I go on?")
-    row.get_by_role("link", name="Open").click()
+    row.get_by_role("link", name="Open", exact=True).click()
     expect(page).to_have_url(f"{daemon.base_url}/sessions/{session['id']}")
     expect(page.locator("html")).to_have_attribute("data-ready", "true")
     form = question(page)  # already waiting when the page loaded

@@ -10,8 +10,12 @@ import { ApiError, api, clear, debounce, el, errorText } from "./common.js";
 import { setComposerStatus } from "./session-composer.js";
 import { $, scoped, session } from "./session-record.js";
 
-// request id → its card; a refetch adds and removes cards but leaves an open one alone (and what is typed in it).
+// question key → its card; a refetch adds and removes cards but leaves an open one alone (and what is typed in it).
 const cards = new Map();
+// Questions answered here: a listing the daemon sent before it took the answer does not bring their forms back.
+const answered = new Set();
+// A question's key: its id with its time, as a resumed session's new runtime numbers its questions anew.
+const keyOf = (item) => `${item.id}@${item.created_at || ""}`;
 let fieldSeq = 0;
 
 function choicesOf(prop) {
@@ -48,8 +52,18 @@ function buildField(name, prop, required) {
     const box = el("input", { type: "checkbox", id, name, checked: prop.default === true });
     wrap.append(el("label", { class: "check", for: id }, box, title, mark), hint);
     read = () => ({ value: box.checked });
+  } else if (kind === "array" && !choices) {
+    // A list with no choices to offer: typed, comma-separated.
+    const input = el("input", { type: "text", id, name, placeholder: "a, b, c", "aria-required": required ? "true" : null,
+      value: Array.isArray(prop.default) ? prop.default.join(", ") : null });
+    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), hint);
+    read = () => {
+      const picked = input.value.split(",").map((v) => v.trim()).filter(Boolean);
+      if (required && picked.length === 0) return { problem: "is required" };
+      return picked.length || required ? { value: picked } : {};
+    };
   } else if (kind === "array") {
-    const boxes = (choices || []).map((c) => {
+    const boxes = choices.map((c) => {
       const box = el("input", { type: "checkbox", name, value: c.value,
         checked: Array.isArray(prop.default) && prop.default.map(String).includes(c.value) });
       return { box, label: el("label", { class: "check" }, box, c.label) };
@@ -141,12 +155,16 @@ async function answer(card, item, action, content) {
     await api("POST", `${scoped}/elicitations/${encodeURIComponent(item.id)}`,
       action === "accept" ? { action, content } : { action });
     setComposerStatus(action === "accept" ? "Answer sent." : `Question ${action === "decline" ? "declined" : "canceled"}.`, "ok", true);
-    dropCard(item.id);
+    answered.add(keyOf(item));
+    dropCard(keyOf(item));
   } catch (err) {
-    const problems = err instanceof ApiError && err.code === "invalid_elicitation_content"
-      ? (err.body && err.body.data && err.body.data.problems) || [] : null;
-    if (problems && problems.length) showProblems(card, problems);
+    // The error's data (here its problems) rides in `diagnostic.evidence` (compozy_base/errors.py).
+    const body = (err instanceof ApiError && err.body) || {};
+    const evidence = (body.diagnostic && body.diagnostic.evidence) || body.data || {};
+    const problems = err.code === "invalid_elicitation_content" && Array.isArray(evidence.problems) ? evidence.problems : [];
+    if (problems.length) showProblems(card, problems);
     else showProblems(card, [{ field: "", reason: errorText(err) }]);
+    if (err.code === "elicitation_not_found") setComposerStatus("That question was already answered or withdrawn.", "error", true);
   } finally {
     for (const b of buttons) b.disabled = false;
   }
@@ -193,10 +211,10 @@ function buildCard(item) {
   return card;
 }
 
-function dropCard(id) {
-  const card = cards.get(id);
+function dropCard(key) {
+  const card = cards.get(key);
   if (card) card.remove();
-  cards.delete(id);
+  cards.delete(key);
   $("elicitations").hidden = cards.size === 0;
 }
 
@@ -206,12 +224,13 @@ export function shownElicitations() {
 
 export function renderElicitations(items) {
   const box = $("elicitations");
-  const open = new Set(items.map((i) => i.id));
-  for (const id of [...cards.keys()]) if (!open.has(id)) dropCard(id);
+  const open = new Set(items.map(keyOf));
+  for (const key of [...cards.keys()]) if (!open.has(key)) dropCard(key);
   for (const item of items) {
-    if (cards.has(item.id)) continue;
+    const key = keyOf(item);
+    if (cards.has(key) || answered.has(key)) continue;
     const card = buildCard(item);
-    cards.set(item.id, card);
+    cards.set(key, card);
     box.append(card);
   }
   box.hidden = cards.size === 0;
