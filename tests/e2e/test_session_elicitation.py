@@ -51,6 +51,8 @@ def test_a_question_is_answered_with_a_form_from_its_schema_at_phone_width(page:
     expect(form.locator("select[name='color'] option")).to_have_text(["—", "red", "green", "blue"])
     for name, required in (("name", True), ("count", True), ("urgent", False), ("color", False)):
         expect(form.locator(f".elicit-field[data-field='{name}'] .required-mark")).to_have_count(1 if required else 0)
+    expect(form.locator(".field-hint")).to_have_text(["who is asking"])  # the schema's description, once
+    expect(form).not_to_contain_text("null")
     expect(form.get_by_label("Name")).to_be_visible()
     expect(form.get_by_label("How many")).to_be_visible()
 

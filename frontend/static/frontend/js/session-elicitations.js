@@ -43,6 +43,7 @@ function buildField(name, prop, required) {
   const title = String(prop.title || name);
   const mark = required ? el("span", { class: "required-mark", title: "required" }, " *") : null;
   const hint = prop.description ? el("span", { class: "field-hint muted small", id: `${id}-hint` }, String(prop.description)) : null;
+  const after = hint ? [hint] : []; // Element.append would write a null as the text "null"
   const problem = el("p", { class: "field-problem", role: "alert", dataset: { problemFor: name }, hidden: true });
   const wrap = el("div", { class: "elicit-field", dataset: { field: name } });
   const choices = kind === "array" ? choicesOf(prop.items) : choicesOf(prop);
@@ -50,13 +51,13 @@ function buildField(name, prop, required) {
 
   if (kind === "boolean") {
     const box = el("input", { type: "checkbox", id, name, checked: prop.default === true });
-    wrap.append(el("label", { class: "check", for: id }, box, title, mark), hint);
+    wrap.append(el("label", { class: "check", for: id }, box, title, mark), ...after);
     read = () => ({ value: box.checked });
   } else if (kind === "array" && !choices) {
     // A list with no choices to offer: typed, comma-separated.
     const input = el("input", { type: "text", id, name, placeholder: "a, b, c", "aria-required": required ? "true" : null,
       value: Array.isArray(prop.default) ? prop.default.join(", ") : null });
-    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), hint);
+    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), ...after);
     read = () => {
       const picked = input.value.split(",").map((v) => v.trim()).filter(Boolean);
       if (required && picked.length === 0) return { problem: "is required" };
@@ -81,7 +82,7 @@ function buildField(name, prop, required) {
     const select = el("select", { id, name, "aria-required": required ? "true" : null });
     select.append(el("option", { value: "" }, required ? "Choose…" : "—"));
     for (const c of choices) select.append(el("option", { value: c.value, selected: String(prop.default) === c.value }, c.label));
-    wrap.append(el("label", { for: id }, el("span", {}, title, mark), select), hint);
+    wrap.append(el("label", { for: id }, el("span", {}, title, mark), select), ...after);
     read = () => {
       if (select.value === "") return required ? { problem: "is required" } : {};
       return { value: select.value };
@@ -90,7 +91,7 @@ function buildField(name, prop, required) {
     const input = el("input", { type: "number", id, name, inputmode: kind === "integer" ? "numeric" : "decimal",
       step: kind === "integer" ? "1" : "any", min: prop.minimum, max: prop.maximum, value: prop.default,
       "aria-required": required ? "true" : null });
-    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), hint);
+    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), ...after);
     read = () => {
       const raw = input.value.trim();
       if (raw === "") return input.validity.badInput ? { problem: "must be a number" } : required ? { problem: "is required" } : {};
@@ -105,7 +106,7 @@ function buildField(name, prop, required) {
     // A string, or a type this page does not know (sent as typed: the server says if it does not fit).
     const input = el("input", { type: INPUT_TYPE[prop.format] || "text", id, name, value: prop.default,
       minlength: prop.minLength, maxlength: prop.maxLength, "aria-required": required ? "true" : null });
-    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), hint);
+    wrap.append(el("label", { for: id }, el("span", {}, title, mark), input), ...after);
     read = () => {
       const value = input.value;
       if (value === "") return required ? { problem: "is required" } : {};
