@@ -56,6 +56,7 @@ class SessionOut(Open):
     current_turn_id: str | None = None
     meta_error: dict[str, Any] | None = None  # meta.json unreadable: the row comes from the catalog
     pending_permissions: int = 0  # requests waiting for a person's decision (the list shows them at a glance)
+    pending_elicitations: int = 0  # the agent's questions waiting on a person (`GET …/elicitations`)
     stop_reason: str | None = None
     stop_detail: str | None = None
     failure: FailureOut | None = None

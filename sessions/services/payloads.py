@@ -48,6 +48,9 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
         else (activity_meta.get("turn_id") if prompting else None),
         "pending_permissions": runtime.permissions.waiting_count if runtime
         else int(liveness.get("pending_permissions") or 0) if prompting else 0,
+        # The agent's open questions (a form for a person): the session page refetches them when this changes.
+        "pending_elicitations": runtime.elicitations.waiting_count if runtime
+        else len(liveness.get("elicitation_requests") or []) if prompting else 0,
         "stop_reason": meta.get("stop_reason") or None,
         "stop_detail": meta.get("stop_detail") or None,
         "failure": meta.get("failure"),

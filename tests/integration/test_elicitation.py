@@ -77,6 +77,7 @@ def test_an_accepted_answer_reaches_the_agent_and_content_that_does_not_fit_is_r
     assert schema["required"] == ["name", "count"]
     [notice] = wait_for(lambda: attention_items(daemon, sid) or None, what="the elicitation in the attention list")
     assert notice["request_id"] == item["id"] and "Who are you?" in notice["summary"]
+    assert daemon.session(sid)["pending_elicitations"] == 1  # the session page refetches on this count
 
     for bad, field in (({"count": 3}, "name"), ({"name": "Ada", "count": "three"}, "count"),
                        ({"name": "Ada", "count": 1, "color": "pink"}, "color"),
@@ -96,7 +97,7 @@ def test_an_accepted_answer_reaches_the_agent_and_content_that_does_not_fit_is_r
     turn = daemon.turn_events(sid, turn_id)
     assert said(turn) == "ask accept: " + json.dumps(content, sort_keys=True)
     assert system_titles(turn) == ["elicitation_requested", "elicitation_answered"]
-    assert listed(daemon, sid) == []
+    assert listed(daemon, sid) == [] and daemon.session(sid)["pending_elicitations"] == 0
     wait_for(lambda: attention_items(daemon, sid) == [], what="the elicitation gone from the attention list")
     again = answer(daemon, sid, item["id"], {"action": "decline"})
     assert again.status_code == 404 and again.json()["code"] == "elicitation_not_found"

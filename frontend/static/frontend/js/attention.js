@@ -1,6 +1,6 @@
 // The inbox: the attention list, live. The header's count (common.js) reads the same list and tells this page
-// (`compozy:attention`) each time it does; the catalog stream wakes both. Permission requests are answered here;
-// any item can be acknowledged.
+// (`compozy:attention`) each time it does; the catalog stream wakes both. Permission requests are answered here,
+// an agent's question (elicitation) on its session page (Open); any item can be acknowledged.
 import {
   api, badge, clear, el, errorText, notificationsWanted, pageData, refreshAttention, relTime, setNotifications,
   startDaemonStatus,
@@ -39,6 +39,10 @@ function actions(item) {
     approve.addEventListener("click", () => act("POST", url, { decision: "approve" }));
     deny.addEventListener("click", () => act("POST", url, { decision: "deny" }));
     cell.append(approve, " ", deny, " ");
+  }
+  if (item.kind === "elicitation" && item.url) {
+    // The question's form is on the session page (its schema does not fit a table row).
+    cell.append(el("a", { class: "button small primary", href: item.url, dataset: { action: "open" } }, "Open"), " ");
   }
   const ack = el("button", { type: "button", class: "button small", dataset: { action: "ack" } }, "Acknowledge");
   ack.addEventListener("click", () => act("POST", `/api/attention/${item.id}/ack`));

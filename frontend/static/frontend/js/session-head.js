@@ -2,7 +2,8 @@
 //
 // renderHead shows the record (name, badge, state, facts, the agent's mode, context and cost, which turn
 // actions apply, the slash commands it offers), then hands it on in a fixed order: the composer, the
-// permission requests (a stopped session has none), the diagnostics, the stream (reopened when the session
+// permission requests and the agent's questions (a stopped session has none; a count that differs from the
+// questions shown refetches them), the diagnostics, the stream (reopened when the session
 // was continued), and on a state change the poll's pace, the health panel and the `compozy:session` event
 // that session-health.js follows. It runs at start and after each refetch of the record (session.js
 // registers it with session-record.js).
@@ -11,6 +12,7 @@ import { renderAgentFacts } from "./session-agent.js";
 import { renderCommands } from "./session-commands.js";
 import { showSessionState } from "./session-composer.js";
 import { loadHealth, renderDiagnostics } from "./session-diagnostics.js";
+import { refreshElicitationsSoon, renderElicitations, shownElicitations } from "./session-elicitations.js";
 import { renderPermissions } from "./session-permissions.js";
 import { $, pollSession, session } from "./session-record.js";
 import { resumeIfReactivated, view } from "./session-stream.js";
@@ -67,6 +69,8 @@ export function renderHead() {
     view.refreshPermissions(new Set());
     renderPermissions([]);
   }
+  if (s.state !== "active") renderElicitations([]);
+  else if ((s.pending_elicitations || 0) !== shownElicitations()) refreshElicitationsSoon();
   lastState = s.state;
   renderDiagnostics();
   resumeIfReactivated(previousState);

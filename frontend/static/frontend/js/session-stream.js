@@ -9,10 +9,11 @@
 // a reset snapshot when the fences no longer hold (the page then replaces what it shows).
 //
 // The stream is where the page first hears of news, so it tells the others: the record, the queue and
-// the permission requests are refetched from here.
+// the permission requests and the agent's questions are refetched from here.
 import { api, errorText } from "./common.js";
 import { EntryView } from "./entries.js";
 import { applyQueueMarker, refreshQueueSoon, renderQueue } from "./session-composer.js";
+import { refreshElicitationsSoon } from "./session-elicitations.js";
 import { decidePermission, refreshPermissionsSoon } from "./session-permissions.js";
 import { $, applyStopped, data, refreshSessionSoon, scoped, session } from "./session-record.js";
 
@@ -130,6 +131,10 @@ function onDelta(frame) {
   setCursor(Math.max(cursor, frame.cursor || 0));
   schedule();
   afterDelta(frame.entries || [], before);
+  // Rows past every entry's last change are rows the transcript does not show: among them the `system` rows
+  // that open and close the agent's questions (elicitations), which are not entries.
+  const shown = Math.max(before, ...(frame.entries || []).map((e) => e.sequence || 0));
+  if ((frame.cursor || 0) > shown) refreshElicitationsSoon();
 }
 
 // What new rows mean for the rest of the page (queue, permissions, the session record). Entries come

@@ -3,6 +3,7 @@
 //   session-record.js       the page data and the session record (refetch, poll)
 //   session-composer.js     the composer, busy-input modes, the queue, the turn actions
 //   session-permissions.js  the permission requests and the decisions on them
+//   session-elicitations.js the agent's questions (elicitations), answered with a form from their schema
 //   session-stream.js       the transcript: live stream, catch-up, older history
 //   session-diagnostics.js  the diagnostics panel, health, recap, repair
 //   session-agent.js        the agent's mode (and switcher), context meter and cost in the header
@@ -19,6 +20,7 @@ import {
 import { loadHealth, loadRecap, setupRepair, tickTimers } from "./session-diagnostics.js";
 import { setupAgentFacts } from "./session-agent.js";
 import { setupCommands } from "./session-commands.js";
+import { refreshElicitations } from "./session-elicitations.js";
 import { renderHead } from "./session-head.js";
 import { onOpenRequests, refreshPermissions } from "./session-permissions.js";
 import { $, data, onRecord, pollSession, session } from "./session-record.js";
@@ -47,6 +49,7 @@ function start() {
   pollSession();
   setInterval(tickTimers, 1_000);
   refreshPermissions();
+  refreshElicitations();
   refreshQueue();
   loadHealth();
   loadRecap();
