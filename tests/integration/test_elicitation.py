@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for
+from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for, wait_job_ticks
 
 START_TIMEOUT = 120.0
 SUPERVISION = (
@@ -152,7 +152,8 @@ def test_a_pending_elicitation_keeps_supervision_from_timing_the_turn_out(superv
 
     # The control turn is silent and gets timed out; the wait for an answer, twice as long, does not.
     assert len(markers(d.turn_events(control, control_turn, timeout=90), "prompt_timeout")) == 1
-    time.sleep(2 * INACTIVITY_TIMEOUT)
+    # The sweep had its chance twice over once the timeout would have passed: two supervision ticks after it.
+    wait_job_ticks(d.home, "supervision", after=time.time() + 2 * INACTIVITY_TIMEOUT, timeout=60)
     events = d.all_events(sid)
     assert markers(events, "prompt_timeout") == []
     assert [e["id"] for e in listed(d, sid)] == [item["id"]]

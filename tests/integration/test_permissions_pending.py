@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for
+from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for, wait_job_ticks
 
 START_TIMEOUT = 120.0
 SUPERVISION = (
@@ -157,7 +157,8 @@ def test_waiting_for_a_person_is_activity_so_supervision_never_times_it_out(supe
     # The control turn is silent and gets timed out; the permission wait, twice as long, does not.
     control_events = d.turn_events(control, control_turn, timeout=90)
     assert len(markers(control_events, "prompt_timeout")) == 1
-    time.sleep(2 * INACTIVITY_TIMEOUT)
+    # The sweep had its chance twice over once the timeout would have passed: two supervision ticks after it.
+    wait_job_ticks(d.home, "supervision", after=time.time() + 2 * INACTIVITY_TIMEOUT, timeout=60)
     events = d.all_events(sid)
     assert of_type(events, "runtime_warning") == []
     assert markers(events, "prompt_timeout") == []
