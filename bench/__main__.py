@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 
-from bench import cadence, cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
+from bench import cadence, capacity, cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
 from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
@@ -38,6 +38,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
                  cpu_split.run),
     "cadence": ("store path per lone event: the Recorder against one shared writer with a hand-off cadence "
                 "(in-process)", cadence.run),
+    "capacity": ("sessions streaming 20 chunks/s with a raw viewer each, N raised until p99 > 50 ms, loop lag "
+                 "p99 > 10 ms or the daemon > one core; beside the bare SDK client's CPU per chunk", capacity.run),
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
     "redaction": ("redact_text on ordinary text per call, and on adversarial text per KiB at two sizes",
                   redaction.run),

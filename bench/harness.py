@@ -68,12 +68,13 @@ def reset_peak(pid: int) -> bool:
 class BenchDaemon:
     """The real daemon in its own COMPOZY_HOME, with the bench agents configured."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, extra: str | None = None) -> None:
+        """`extra`: the config added to the test suite's instead of `bench_config()`."""
         self.home = home
         self.workspace = home.parent / f"{home.name}-workspace"
         self.workspace.mkdir(parents=True, exist_ok=True)
         (self.workspace / "README.md").write_text("bench workspace\n")
-        self.d: Daemon = start_daemon(home, extra_config=bench_config())
+        self.d: Daemon = start_daemon(home, extra_config=bench_config() if extra is None else extra)
 
     # ---- plumbing --------------------------------------------------------------------------
 

@@ -43,7 +43,10 @@ class Profiler:
             return
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen([exe, "record", "--pid", str(self.pid), "--rate", str(PROFILE_RATE),
-                                      "--format", "raw", "--threads", "--nonblocking", "-o", str(self.out)],
+                                      "--format", "raw", "--threads", "--nonblocking", "-o", str(self.out),
+                                      # Only the thread holding the GIL: where the Python CPU goes, without the
+                                      # threads that wait (COMPOZY_PROFILE_GIL=1).
+                                      *(["--gil"] if os.environ.get("COMPOZY_PROFILE_GIL") else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> str | None:

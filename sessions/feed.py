@@ -45,6 +45,7 @@ SHARED_FRAMES = 4
 # watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
 # frames arrive by doorbell rather than by the poll hiding a broken one.
 POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.1)
+LOCAL_POLL_SECONDS = max(POLL_SECONDS, 1.0)
 
 Raw = tuple[Any, ...]  # (sequence, id, turn_id, type, agent_name, content JSON text, timestamp, archived)
 
@@ -102,6 +103,7 @@ class SessionFeed:
         self._pull_task: asyncio.Task[None] | None = None
         self._pull_again = False
         self._news_at = 0.0  # loop time rows last arrived; a busy feed needs no fallback poll
+        self.offered = False  # the local store writer has offered rows: the session is written in this process
         self.closed = False
         # Frames each viewer would otherwise build for itself (a transcript delta is assembled per viewer), keyed
         # by what fixes their bytes: viewers at the same place share one copy, which a 48 MiB message needs.
@@ -133,6 +135,7 @@ class SessionFeed:
     def offer(self, raws: list[Raw]) -> None:
         """Rows the local store writer just committed, in order. Taken when they continue the ring
         without a gap; otherwise the store is read."""
+        self.offered = True
         if self.cursor is None or not raws:
             return
         if int(raws[-1][0]) <= self.cursor:
@@ -216,8 +219,12 @@ class SessionFeed:
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(POLL_SECONDS)
-            if loop.time() - self._news_at >= POLL_SECONDS:
+            # A session whose writer runs in this process offers every committed batch (`offer`), which no layer can
+            # drop: once it has, the poll is only a safety net, once a second. At 200 streaming sessions on a loaded
+            # loop, the 100 ms poll of a feed whose offer came a little late was a thread hop and a read, for nothing.
+            every = LOCAL_POLL_SECONDS if self.offered else POLL_SECONDS
+            await asyncio.sleep(every)
+            if loop.time() - self._news_at >= every:
                 self.request_pull()
 
     async def _listen(self) -> None:

@@ -1,10 +1,12 @@
-"""The session's store writer: group commit on a thread of its own, never on the event loop.
+"""The session's store writer: group commit off the event loop.
 
 `record` is synchronous and cheap, so the ACP receive loop can call it in arrival order; adjacent streamed
 chunks merge there as they arrive (events reference §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
-bigger the batches). Commits run on the store's own thread, so a locked store or a slow fsync stalls
-only its own session, never the loop that every session, stream and request shares.
+bigger the batches). Commits run on the loop's shared store writer (runtime/store_writer.py: every session's
+batches of one loop iteration in one hand-off), which never waits on a store: a store that is locked, failing or
+slow moves to a thread of its own, where it is retried as below. So a locked store or a slow fsync stalls only its
+own session, never the loop that every session, stream and request shares.
 
 In a cluster a commit first waits until the node's leases are confirmed (`may_write`: a node stalled or cut
 off from the catalog past two renewals may have been failed over, and a survivor may be writing this store);
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sessions.runtime import store_writer
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog
 from sessions.store.failures import StoreFailure, classify
@@ -96,8 +99,10 @@ class Recorder:
         # The hand-off is a plain queue to a thread and one call_soon_threadsafe back: no Task, executor
         # future or wrapped future per batch (with lone events, that bookkeeping cost more than the commit).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[list[PendingOp] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None  # started at the first batch
+        # The store's own writer thread: started only when the store leaves the shared writer (`_detach`).
+        self._queue: queue.SimpleQueue[tuple[list[PendingOp], list[Any] | None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._detached = False
         self._scheduled = False  # a hand-off is due at the next loop iteration
         self._in_flight = False  # a batch is with the writer thread and not yet reported back
         self._thread_done: asyncio.Future[None] | None = None
@@ -183,10 +188,32 @@ class Recorder:
         loop = self._loop
         assert loop is not None
         _batches_in_flight[loop] = _batches_in_flight.get(loop, 0) + 1
+        if self._detached or self.may_write is not None:
+            # A cluster's shared store waits for its lease before each commit: on a thread of its own.
+            self._to_own_thread(batch, None)
+        else:
+            store_writer.for_loop(loop).submit(self, batch)
+
+    def _to_own_thread(self, batch: list[PendingOp], ops: list[Any] | None) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
             self._thread.start()
-        self._queue.put(batch)
+        self._queue.put((batch, ops))
+
+    def _detach(self, why: str) -> None:
+        """This store leaves the shared writer for a thread of its own, for the rest of its life."""
+        if not self._detached:
+            self._detached = True
+            logger.warning("store %s: moved to a writer thread of its own (%s)", self.name, why)
+
+    def shared_done(self, batch: list[PendingOp], outcome: store_writer.Outcome) -> None:
+        """On the loop: what the shared writer did with this store's batch."""
+        if outcome.detach is not None:
+            self._detach(outcome.detach)
+        if outcome.retry:
+            self._to_own_thread(batch, outcome.ops)  # still in flight: its own thread commits it, with retries
+            return
+        self._committed_batch(batch, outcome.stored, outcome.rows, None)
 
     def _hold_tail(self, batch: list[PendingOp]) -> ChunkRun | None:
         """Take the end of the batch's last streamed run off the batch when it may begin a secret."""
@@ -234,14 +261,15 @@ class Recorder:
         loop = self._loop
         assert loop is not None
         while True:
-            batch = self._queue.get()
-            if batch is None:
+            item = self._queue.get()
+            if item is None:
                 break
+            batch, prepared = item
             stored: list[dict[str, Any]] = []
             rows: list[tuple[Any, ...]] = []
             failure: StoreFailure | None = None
             try:
-                stored, rows = self._commit_with_retry(batch)
+                stored, rows = self._commit_with_retry(batch, prepared)
             except StoreFailure as exc:
                 failure = exc
             except BaseException as exc:  # never let the thread die with a batch claimed as in flight
@@ -251,11 +279,15 @@ class Recorder:
                 loop.call_soon_threadsafe(self._committed_batch, batch, stored, rows, failure)
             except RuntimeError:  # the loop is closed: nobody is left to tell, but the log is still closed
                 break
+        self.close_log()
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._writer_exited)
+
+    def close_log(self) -> None:
+        """On the writer thread that holds the store: its connection closed."""
         if self.log is not None:
             with contextlib.suppress(Exception):
                 self.log.close()
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._writer_exited)
 
     def _committed_batch(self, batch: list[PendingOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
                          failure: StoreFailure | None) -> None:
@@ -282,13 +314,32 @@ class Recorder:
         if self._thread_done is not None and not self._thread_done.done():
             self._thread_done.set_result(None)
 
-    def _commit_with_retry(self, batch: list[PendingOp]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-        """Runs on the store's thread. Retries a failing batch until it commits or the deadline passes."""
+    def prepare(self, batch: list[PendingOp]) -> list[Any]:
+        """On a writer thread, in commit order: the batch as store ops (a private-key block that spans rows
+        carried over), exactly once per batch."""
+        ops = materialize(batch)
+        return self._carry_private_keys(ops) if self.redact else ops
+
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """On a writer thread: one commit. The shared writer waits on no lock; the store's own thread waits one
+        attempt's worth."""
+        busy = 0 if shared else ATTEMPT_BUSY_TIMEOUT_MS
+        t0 = time.perf_counter()
+        if self.log is None:
+            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=busy)
+        else:
+            self.log.set_busy_timeout(busy)
+        stored = self.log.commit(ops)
+        if self.commit_seconds is not None:
+            self.commit_seconds(time.perf_counter() - t0)
+        return stored, self.log.last_rows
+
+    def _commit_with_retry(self, batch: list[PendingOp],
+                           prepared: list[Any] | None = None) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """Runs on the store's own thread. Retries a failing batch until it commits or the deadline passes."""
         if self.may_write is not None and not self._await_lease():
             return [], []
-        ops = materialize(batch)
-        if self.redact:
-            ops = self._carry_private_keys(ops)
+        ops = prepared if prepared is not None else self.prepare(batch)
         started = time.monotonic()
         delay = RETRY_FIRST_SECONDS
         attempt = 0
@@ -296,16 +347,10 @@ class Recorder:
         while True:
             attempt += 1
             try:
-                t0 = time.perf_counter()
-                if self.log is None:
-                    self.log = EventLog(self.path, self.agent_name, redact=self.redact,
-                                        busy_timeout_ms=ATTEMPT_BUSY_TIMEOUT_MS)
-                stored = self.log.commit(ops)
-                if self.commit_seconds is not None:
-                    self.commit_seconds(time.perf_counter() - t0)
+                stored, rows = self.attempt(ops)
                 if attempt > 1:
                     logger.warning("store %s: batch committed after %d attempts", self.name, attempt)
-                return stored, self.log.last_rows
+                return stored, rows
             except Exception as exc:
                 if isinstance(exc, UnicodeEncodeError) and not scrubbed:
                     # A lone surrogate (agents' messages are cleaned as parsed; this is the last line): never one
@@ -376,6 +421,9 @@ class Recorder:
                            "failed" if self.failure else "closed")
         self.closed = True
         if self._thread is None:
+            if self.log is not None and self._loop is not None:
+                # Opened by the shared writer: closed there, after any batch of ours it still holds.
+                await asyncio.shield(store_writer.for_loop(self._loop).close_store(self))
             return
         if self._thread_done is None:  # a second close waits for the same exit
             self._thread_done = asyncio.get_running_loop().create_future()

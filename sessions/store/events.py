@@ -69,9 +69,11 @@ USAGE_COLUMNS = (
 )
 
 
-def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = False) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None, check_same_thread=check_same_thread)
-    conn.execute("PRAGMA busy_timeout=5000")
+def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = False,
+            busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                           check_same_thread=check_same_thread)
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     if readonly:
         conn.execute("PRAGMA query_only=1")
     return conn
@@ -132,10 +134,10 @@ def query(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, .
         conn.close()
 
 
-def init_store(path: Path) -> None:
+def init_store(path: Path, busy_timeout_ms: int = 5000) -> None:
     """Create events.db with WAL; idempotent."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = connect(path)
+    conn = connect(path, busy_timeout_ms=busy_timeout_ms)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(SCHEMA_SQL)
@@ -154,12 +156,12 @@ class EventLog:
     session's store writer thread, or a repair command)."""
 
     def __init__(self, path: Path, agent_name: str, *, redact: bool = True, busy_timeout_ms: int = 5000) -> None:
-        init_store(path)
+        init_store(path, busy_timeout_ms)
         self.path = path
         self.agent_name = agent_name
         self.redact = redact
-        self._conn = connect(path, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self._conn = connect(path, check_same_thread=False, busy_timeout_ms=busy_timeout_ms)
+        self.busy_timeout_ms = busy_timeout_ms
         # NORMAL in WAL: a commit survives a process crash; only an OS crash may lose the last ones.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self.last_sequence: int = self._max_sequence()
@@ -170,6 +172,12 @@ class EventLog:
         # The file this connection opened (SQLite holds it open from the first query above). A path deleted or
         # replaced under a live session took every later commit into an unlinked inode: lost, and read nowhere.
         self._identity = _file_identity(path)
+
+    def set_busy_timeout(self, ms: int) -> None:
+        """How long a commit waits on another writer's lock (the shared store writer waits for none)."""
+        if ms != self.busy_timeout_ms:
+            self._conn.execute(f"PRAGMA busy_timeout={int(ms)}")
+            self.busy_timeout_ms = ms
 
     def displaced(self) -> bool:
         """Whether `path` is no longer the file this log writes: removed, or replaced by another. One stat."""

@@ -8,12 +8,14 @@ import asyncio
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sessions.runtime import recorder as recorder_mod
+from sessions.runtime import store_writer
 from sessions.runtime.recorder import Recorder
 from sessions.store.events import EventLog, read_events
 from sessions.store.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
@@ -33,6 +35,9 @@ class Sink:
 
     def failed(self, failure: StoreFailure) -> None:
         self.failures.append(failure)
+
+
+ATTEMPT_S = recorder_mod.ATTEMPT_BUSY_TIMEOUT_MS / 1000  # one lock wait on a store's own thread
 
 
 def make(path: Path, sink: Sink, **kwargs: Any) -> Recorder:
@@ -334,9 +339,62 @@ def test_closing_twice_waits_for_the_same_writer_exit(tmp_path: Path) -> None:
     assert [e["type"] for e in read_events(path, limit=10)] == ["user_message"]
 
 
+def test_a_shared_writer_whose_loop_closed_still_commits_and_closes_its_stores(tmp_path: Path) -> None:
+    """At daemon exit the loop may close while batches are with the shared writer: nobody can be told, but the
+    batches are committed and every store's connection it opened closed, not left to the interpreter's exit."""
+    sink = Sink()
+    closed_loop = asyncio.new_event_loop()
+    closed_loop.close()
+    recs = [make(tmp_path / name / "events.db", sink) for name in ("a", "b")]
+    writer = store_writer.SharedWriter(closed_loop)
+    writer._gathered = [(rec, [NewEvent("user_message", "t1", {"text": "hi"})]) for rec in recs]
+    writer._send()  # what the loop's next iteration does with the batches one iteration gathered
+    assert writer._thread is not None
+    writer._thread.join(10)
+    assert not writer._thread.is_alive()
+    for rec in recs:
+        assert [e["type"] for e in read_events(rec.path, limit=10)] == ["user_message"]
+        assert rec.log is not None
+        with pytest.raises(sqlite3.ProgrammingError):
+            rec.log._conn.execute("SELECT 1")  # closed by the writer thread
+    assert sink.commits == []  # nobody was told
+
+
+def test_a_locked_store_leaves_the_shared_writer_and_the_others_commit_meanwhile(tmp_path: Path) -> None:
+    """The shared writer never waits on a lock: the locked store moves to a thread of its own (where it commits once
+    the lock is gone) while another store's batches keep committing on the shared thread."""
+    locked_path = tmp_path / "locked" / "events.db"
+    EventLog(locked_path, "general").close()
+    sink = Sink()
+
+    async def main() -> tuple[list[float], set[str]]:
+        locked, free = make(locked_path, sink), make(tmp_path / "free" / "events.db", sink)
+        holder = sqlite3.connect(str(locked_path), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        locked.record("agent_message", "t1", {"text": "behind a lock"})
+        waits = []
+        for i in range(10):
+            t0 = time.monotonic()
+            free.record("agent_message", "t2", {"text": f"c{i} "})
+            await free.flush()
+            waits.append(time.monotonic() - t0)
+        assert locked.pending == 1
+        holder.execute("ROLLBACK")
+        holder.close()
+        await locked.flush()
+        await locked.close()
+        await free.close()
+        return waits, {locked._thread.name if locked._thread else "", free._thread.name if free._thread else ""}
+
+    waits, threads = asyncio.run(main())
+    assert max(waits) < ATTEMPT_S, f"a free store waited {max(waits):.2f}s behind another store's lock"
+    assert threads == {"store-locked", ""}, "only the locked store got a thread of its own"
+    assert [e["content"]["text"] for e in read_events(locked_path, limit=10)] == ["behind a lock"]
+
+
 def test_a_writer_whose_loop_closed_still_commits_and_closes_its_store(tmp_path: Path) -> None:
-    """At daemon exit the loop may close while a batch is with the writer thread: nobody can be told, but the
-    batch is committed and the store's connection closed, not left to the interpreter's exit."""
+    """At daemon exit the loop may close while a batch is with a store's own writer thread: nobody can be told, but
+    the batch is committed and the store's connection closed, not left to the interpreter's exit."""
     path = tmp_path / "events.db"
     sink = Sink()
     closed_loop = asyncio.new_event_loop()
@@ -344,6 +402,7 @@ def test_a_writer_whose_loop_closed_still_commits_and_closes_its_store(tmp_path:
 
     async def main() -> Recorder:
         rec = make(path, sink)
+        rec._detached = True  # a store that left the shared writer
         rec.record("user_message", "t1", {"text": "hi"})
         rec._loop = closed_loop  # the writer thread starts at the hand-off and reports back to this loop
         await asyncio.sleep(0)  # the hand-off runs: thread started, batch queued
