@@ -133,7 +133,7 @@ FIELD_CODES = {
     "before_sequence": "invalid_cursor", "cursor": "invalid_cursor", "Last-Event-ID": "invalid_cursor",
     "ttl_seconds": "invalid_ttl", "decision": "invalid_decision", "mode": "invalid_mode", "type": "invalid_type",
     "since": "invalid_since", "state": "invalid_state", "reasoning_effort": "invalid_reasoning_effort",
-    "speed": "invalid_speed", "name": "invalid_name", "format": "invalid_format",
+    "speed": "invalid_speed", "name": "invalid_name", "format": "invalid_format", "frames": "invalid_frames",
 }
 MISSING_CODES = {"decision": "invalid_decision"}
 

@@ -12,7 +12,7 @@ Two forms:
   `permission` rows a `data-compozy-permission` part (id = request id, so the decision updates it in place),
   every other row of the turn a `data-compozy-event` part holding the whole stored event; a turn that ends
   in `error` sends an `error` chunk before `finish`;
-- `?format=raw` for the CLI: `event: <type>`, data = the live agent event.
+- `?frames=raw` (alias `?format=raw`) for the CLI: `event: <type>`, data = the live agent event.
 """
 
 from __future__ import annotations

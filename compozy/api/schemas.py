@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from sessions import recap, transcript
@@ -182,10 +182,21 @@ class PromptIn(Schema):
 
 
 class PromptQuery(Schema):
-    """`?format=raw`: the raw prompt stream for the CLI (events reference §6.2); the default is the AI SDK's
-    UI message stream."""
+    """`?frames=raw`: the raw prompt stream for the CLI (events reference §6.2), the parameter the session stream
+    takes for its raw frames; `?format=raw` is kept as its alias. The default is the AI SDK's UI message stream."""
 
+    frames: Literal["ui", "raw"] | None = None
     format: Literal["ui", "raw"] | None = None
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> PromptQuery:
+        if self.frames and self.format and self.frames != self.format:
+            raise PydanticCustomError("invalid_parameter", "frames and its alias format disagree")
+        return self
+
+    @property
+    def raw(self) -> bool:
+        return (self.frames or self.format) == "raw"
 
 
 class SteerIn(StrictIn):

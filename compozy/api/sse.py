@@ -4,7 +4,7 @@ doorbell (or a poll), never taken from the channel message, so a dropped doorbel
 Session stream (events reference §6.1), two contracts:
 - `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
   `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/transcript.py).
-- `frames=raw` (the CLI): `id:` = sequence, `event:` = type, `data:` = SessionEventPayload; resume from
+- `frames=raw` (the CLI; `format=raw` is its alias, as on the prompt stream): `id:` = sequence, `event:` = type, `data:` = SessionEventPayload; resume from
   `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that cannot set headers).
 Both end with a `session_stopped` frame carrying stop_reason, stop_detail and the failure object.
 """
@@ -320,7 +320,10 @@ class SessionStreamConsumer(StreamingConsumer):
         kwargs = self.scope["url_route"]["kwargs"]
         self.session_id = kwargs["session_id"]
         q = _query(self.scope)
-        frames = (q.get("frames") or ["transcript"])[0]
+        # `format` is the prompt stream's older name for the same choice, kept as an alias on both streams.
+        frames = _first(q, "frames", "format") or "transcript"
+        if q.get("frames") and q.get("format") and q["frames"][0] != q["format"][0]:
+            raise InvalidRequest("frames and its alias format disagree", code="invalid_parameter")
         if frames not in {"raw", "transcript"}:
             raise InvalidRequest("frames must be raw or transcript", code="invalid_frames")
         for bad in ("replay", "before_sequence", *(TRANSCRIPT_REJECTS if frames == "transcript" else ())):

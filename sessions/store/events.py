@@ -232,11 +232,11 @@ class EventLog:
             if not isinstance(op, NewEvent):
                 others.append(op)
                 continue
-            content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now, **op.content}
+            # Only the agent's part is redacted: the keys we add (schema, type, timestamp, turn id) are our own.
+            content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now,
+                       **(redact_value(op.content) if self.redact else op.content)}
             if op.turn_id:
                 content.setdefault("turn_id", op.turn_id)
-            if self.redact:
-                content = redact_value(content)
             event_id = op.id or new_event_id()
             turn_id = op.turn_id or "-"
             values.append((event_id, turn_id, op.type, agent,

@@ -190,9 +190,10 @@ def test_ui_stream_frames_follow_the_ai_sdk_protocol(daemon: Daemon, workspace: 
     assert chunk_count(c["delta"] for c in deltas) == 5
 
 
-def test_raw_format_answers_live_agent_events_for_the_cli(daemon: Daemon, workspace: Path) -> None:
+@pytest.mark.parametrize("name", ["frames", "format"])  # the session stream's name, and the older alias
+def test_raw_frames_answer_live_agent_events_for_the_cli(daemon: Daemon, workspace: Path, name: str) -> None:
     session = daemon.create(workspace)
-    response = stream(daemon, session["id"], "stream 6", format="raw")
+    response = stream(daemon, session["id"], "stream 6", **{name: "raw"})
     assert response.headers["content-type"].startswith("text/event-stream")
     assert "x-vercel-ai-ui-message-stream" not in response.headers
     frames = sse_frames(response.text)
@@ -214,6 +215,9 @@ def test_an_unknown_format_is_refused(daemon: Daemon, workspace: Path) -> None:
     response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={"message": "hi"},
                                 params={"format": "xml"})
     assert response.status_code == 400 and response.json()["code"] == "invalid_format"
+    for params, code in (({"frames": "xml"}, "invalid_frames"), ({"frames": "raw", "format": "ui"}, "invalid_parameter")):
+        response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={"message": "hi"}, params=params)
+        assert response.status_code == 400 and response.json()["code"] == code, (params, response.text)
 
 
 def test_rows_of_other_turns_are_not_streamed(daemon: Daemon, workspace: Path) -> None:
@@ -264,7 +268,7 @@ def test_interrupt_with_a_replacement_streams_the_new_turn(daemon: Daemon, works
     busy = daemon.prompt(session["id"], "slow 50 0.1")
     assert busy.status_code == 200, busy.text
     response = daemon.http.post(daemon.scoped(session["id"], "/prompt"),
-                                json={"message": "stream 4", "mode": "interrupt"}, params={"format": "raw"})
+                                json={"message": "stream 4", "mode": "interrupt"}, params={"frames": "raw"})
     assert response.status_code == 200, response.text
     new_turn = last_turn(daemon, session["id"])[0]["turn_id"]
     assert new_turn != busy.json()["prompt"]["turn_id"]

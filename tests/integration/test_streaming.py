@@ -3,6 +3,7 @@ and fenced deltas, terminal frames, the catalog stream, `session events --follow
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import socket
@@ -106,7 +107,9 @@ def test_a_bad_resume_cursor_or_frames_value_is_a_400_with_a_stable_code(daemon:
                                                               "invalid_cursor"),
              ({"frames": "xml"}, None, "invalid_frames"), ({"before_sequence": "3"}, None, "invalid_parameter"),
              ({"type": "agent_message"}, None, "invalid_parameter"), ({"since": "5m"}, None, "invalid_parameter"),
-             ({"limit": "1001"}, None, "invalid_limit"), ({"limit": "abc"}, None, "invalid_limit")]
+             ({"limit": "1001"}, None, "invalid_limit"), ({"limit": "abc"}, None, "invalid_limit"),
+             ({"format": "xml"}, None, "invalid_frames"),
+             ({"frames": "raw", "format": "transcript"}, None, "invalid_parameter")]
     for params, header, code in cases:
         headers = {"Last-Event-ID": header} if header else {}
         response = daemon.http.get(path, params=params, headers=headers)
@@ -535,3 +538,14 @@ def test_a_viewer_that_stops_reading_gets_every_frame_once_it_reads_again(daemon
     assert ids == list(range(start + 1, start + 1 + len(ids))), "in order, no gap, no duplicate"
     texts = [json.loads(b.split("data: ", 1)[1])["content"]["text"] for b in blocks if "event: agent_message" in b]
     assert "".join(texts) == "".join(f"c{i} " for i in range(count))
+
+
+def test_format_raw_is_an_alias_of_frames_raw_on_the_session_stream(daemon: Daemon, streamer: str) -> None:
+    """The prompt stream's older name for raw frames opens the same raw frames here (one name, one alias)."""
+    turn = daemon.run_turn(streamer, "echo alias")
+    with daemon.http.stream("GET", daemon.scoped(streamer, "/stream"),
+                            params={"format": "raw", "after_sequence": str(turn[0]["sequence"] - 1)}) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        head = [line for line in itertools.takewhile(lambda line: not line.startswith("data: "), lines) if line]
+    assert head[-2:] == [f"id: {turn[0]['sequence']}", "event: user_message"], head
