@@ -137,9 +137,9 @@ async def stop_session(request: HttpRequest, workspace: Workspace, session_id: S
 # so the stream's media type is added to the same 200 here. Queued and staged prompts answer 202 JSON.
 PROMPT_STREAM_OPENAPI = {"responses": {200: {
     "description": "The turn started: the AI SDK's UI message stream v1 (header x-vercel-ai-ui-message-stream: v1; "
-                   "`data: {chunk}` frames, then `data: [DONE]`), or with ?frames=raw (alias ?format=raw) `event: <type>` frames. A "
-                   "client whose Accept asks for application/json (and not text/event-stream) gets the JSON "
-                   "prompt result instead.",
+                   "`data: {chunk}` frames, then `data: [DONE]`), or with ?frames=raw (alias ?format=raw) "
+                   "`event: <type>` frames. A client whose Accept asks for application/json (and not "
+                   "text/event-stream) gets the JSON prompt result instead.",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }}}
 
