@@ -5,7 +5,8 @@ Session stream (events reference §6.1), two contracts:
 - `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
   `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/transcript.py).
 - `frames=raw` (the CLI; `format=raw` is its alias, as on the prompt stream): `id:` = sequence, `event:` = type,
-  `data:` = SessionEventPayload; resume from `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that cannot set headers).
+  `data:` = SessionEventPayload; resume from `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that
+  cannot set headers).
 Both end with a `session_stopped` frame carrying stop_reason, stop_detail and the failure object.
 """
 

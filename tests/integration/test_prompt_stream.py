@@ -215,7 +215,8 @@ def test_an_unknown_format_is_refused(daemon: Daemon, workspace: Path) -> None:
     response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={"message": "hi"},
                                 params={"format": "xml"})
     assert response.status_code == 400 and response.json()["code"] == "invalid_format"
-    for params, code in (({"frames": "xml"}, "invalid_frames"), ({"frames": "raw", "format": "ui"}, "invalid_parameter")):
+    for params, code in (({"frames": "xml"}, "invalid_frames"),
+                         ({"frames": "raw", "format": "ui"}, "invalid_parameter")):
         response = daemon.http.post(daemon.scoped(session["id"], "/prompt"), json={"message": "hi"}, params=params)
         assert response.status_code == 400 and response.json()["code"] == code, (params, response.text)
 
