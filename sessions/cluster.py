@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -178,7 +179,7 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
         try:
             with transaction.atomic():
                 SessionLease.objects.create(session_id=session_id, **fields)
-            _unconfirmed.discard(session_id)
+            _mark_taken(session_id)
             return None
         except IntegrityError:  # another node inserted first: read what it wrote
             row = SessionLease.objects.filter(session_id=session_id).first()
@@ -187,7 +188,7 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
     if row.node_id == me.node_id and row.run == me.run:
         SessionLease.objects.filter(session_id=session_id, node_id=me.node_id, run=me.run).update(
             expires_at=expires)
-        _unconfirmed.discard(session_id)
+        _mark_taken(session_id)
         return None
     if _fences(row, me):
         return Holder(row.node_id, "", row.expires_at, fenced=True)
@@ -197,13 +198,13 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
     changed = SessionLease.objects.filter(session_id=session_id, node_id=row.node_id, run=row.run,
                                           expires_at=row.expires_at).update(**fields)
     if changed == 1:
-        _unconfirmed.discard(session_id)
+        _mark_taken(session_id)
         return None
     row = SessionLease.objects.filter(session_id=session_id).first()
     if row is None:
         return take(session_id, me, now)
     if (row.node_id, row.run) == (me.node_id, me.run):
-        _unconfirmed.discard(session_id)
+        _mark_taken(session_id)
         return None
     return Holder(row.node_id, row.address, row.expires_at)
 
@@ -230,13 +231,34 @@ def renew(session_ids: list[str], me: Identity | None = None, now: datetime | No
     ours = SessionLease.objects.filter(session_id__in=session_ids, node_id=me.node_id, run=me.run)
     ours.update(expires_at=now + timedelta(seconds=me.lease_ttl))
     lost = set(session_ids) - set(ours.values_list("session_id", flat=True))
-    _unconfirmed.update(lost)  # before the confirmation: a lost session's writer never sees it confirmed
+    _mark_lost(lost, began)  # before the confirmation: a lost session's writer never sees it confirmed
     _confirmed_at = began
     return lost
 
 
+def _mark_taken(session_id: str) -> None:
+    """A take of the session's lease by this run completed: it is ours, whatever a renewal read before."""
+    with _verdicts:
+        _unconfirmed.discard(session_id)
+        _taken_at[session_id] = time.monotonic()
+
+
+def _mark_lost(lost: set[str], began: float) -> None:
+    """A renewal that began at `began` found these no longer ours. A take that completed after it began may have
+    written its row after the renewal read: that verdict is stale. (A create's take racing the renewal once left
+    its brand-new session unconfirmed for good, and every commit of it waited.)"""
+    with _verdicts:
+        for session_id in lost:
+            if _taken_at.get(session_id, float("-inf")) < began:
+                _unconfirmed.add(session_id)
+        for session_id in [sid for sid, at in _taken_at.items() if at < began]:
+            del _taken_at[session_id]  # older than this renewal: its read saw the row
+
+
 _confirmed_at = time.monotonic()  # when the last renewal that answered began
 _unconfirmed: set[str] = set()  # sessions a renewal found no longer ours, until this run takes them again
+_taken_at: dict[str, float] = {}  # when this run last completed a take of each session, until a renewal saw it
+_verdicts = threading.Lock()  # takes (a runtime's thread) and renewals (the lease keeper) judge one set
 
 
 def lease_confirmed(session_id: str) -> bool:

@@ -169,3 +169,28 @@ def test_a_node_whose_renewals_stopped_answering_stops_confirming_its_leases(
     assert cluster.renew([sid], A) == {sid}
     assert not cluster.lease_confirmed(sid)
     assert cluster.take(sid, A) is None and cluster.lease_confirmed(sid)
+
+
+def test_a_take_that_completes_while_a_renewal_reads_is_not_undone_by_that_renewal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A create's take raced the lease keeper: the renewal read no row (so "lost"), the take then wrote the lease
+    and cleared the verdict, and the renewal's late verdict left the new session unconfirmed for good; every commit
+    of it waited (a prompt timed out after 30 s under CI load). The renewal is made to read before the take here."""
+    sid = session("sess_00000000000000b1")
+    cluster.set_identity(A)
+    real_values_list = cluster.SessionLease.objects.none().values_list
+
+    def racing_read(self: object, *fields: str, **kwargs: object) -> object:
+        rows = list(real_values_list.__func__(self, *fields, **kwargs))  # type: ignore[attr-defined]
+        if sid not in rows:
+            assert cluster.take(sid, A) is None  # the create's take lands right after the renewal's read
+        return rows
+
+    monkeypatch.setattr(type(cluster.SessionLease.objects.none()), "values_list", racing_read)
+    assert cluster.renew([sid], A) == {sid}, "the renewal did read no lease"
+    monkeypatch.undo()
+    assert cluster.lease_confirmed(sid), "a take newer than the renewal's read must stand"
+    # A verdict from a renewal that began after the take still counts.
+    SessionLease.objects.filter(session_id=sid).delete()
+    assert cluster.renew([sid], A) == {sid}
+    assert not cluster.lease_confirmed(sid)
