@@ -56,6 +56,9 @@ class ProviderConfig:
     # The ACP auth method to `authenticate` with when the agent offers it (sessions/acp/auth.py); "" picks the first
     # env-var method whose variables are set.
     auth_method: str = ""
+    # The agent's mode in which it asks the client before acting (claude-agent-acp: `default`; it opens in `auto`,
+    # where it decides alone). A new session starts in it unless the permission policy is approve-all.
+    ask_mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,7 @@ def builtin_providers() -> dict[str, ProviderConfig]:
             display_name="Compozy demo agent (offline)",
         ),
         "claude": ProviderConfig("claude", ("claude-agent-acp",), display_name="Claude Code",
-                                 npm=NPM_PACKAGES["claude"]),
+                                 npm=NPM_PACKAGES["claude"], ask_mode="default"),
         "codex": ProviderConfig("codex", ("codex-acp",), display_name="Codex", npm=NPM_PACKAGES["codex"]),
         "gemini": ProviderConfig("gemini", ("gemini", "--acp"), display_name="Gemini CLI",
                                  npm=NPM_PACKAGES["gemini"]),
@@ -314,6 +317,7 @@ def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             # A command of one's own replaces the built-in adapter, and with it the npm fallback.
             npm=base.npm if base is not None and command[:1] == base.command[:1] else None,
             auth_method=string(body.get("auth_method"), f"{key}.auth_method") or (base.auth_method if base else ""),
+            ask_mode=string(body.get("ask_mode"), f"{key}.ask_mode") or (base.ask_mode if base else ""),
         )
     return providers
 

@@ -49,7 +49,7 @@ SCHEMA: dict[str, Any] = {
                                       "max_cost_usd")),
                      "mcp_servers": FREE}},
     "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None},
-                        "auth_method": None}},
+                        "auth_method": None, "ask_mode": None}},
     "hooks": {"declarations": FREE},
     "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url")),
     # Each webhook's keys are checked by its own reader (sessions/config_notifications.py), which refuses others.

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
-from sessions.enums import EventType, FailureKind, MarkerKind, StopReason
-from sessions.errors import Conflict, InvalidRequest
+from sessions.enums import EventType, FailureKind, MarkerKind, PermissionMode, StopReason
+from sessions.errors import CompozyError, Conflict, InvalidRequest
 from sessions.record import Cost, Mode, Usage
 from sessions.runtime.offload import spawn
 
@@ -150,6 +150,26 @@ class AgentState:
             return False
         rec.name, rec.name_source = text, "agent"
         return True
+
+    async def start_asking(self, policy: str) -> None:
+        """A new ACP session starts in the provider's `ask_mode` unless the policy approves everything anyway.
+
+        claude-agent-acp opens in `auto`, where claude's own classifier decides on commands that write and the client is
+        never asked: under deny-all or approve-reads a command could run that the policy would have refused. In its
+        `default` mode claude asks first (read-only commands still run unasked: claude's rule, not ours). A person may
+        switch to another mode afterwards; that is their choice, recorded like any other."""
+        rec = self._session.rec
+        want = self._session.provider.ask_mode
+        if (not want or policy == PermissionMode.APPROVE_ALL or rec.mode is None or rec.mode.current == want
+                or want not in [m["id"] for m in rec.mode.available]):
+            return
+        try:
+            await self.set_mode(want)
+        except CompozyError as exc:  # visible on the session: the policy may not hold for this agent
+            logger.warning("session %s: could not start in mode %r: %s", rec.id, want, exc)
+            self._session.record(EventType.SYSTEM, {
+                "title": "mode_not_changed", "text": f"could not start in mode {want!r} ({exc}); the agent may act "
+                                                      f"without asking under the {policy} policy"}, turn_id="")
 
     # ---- a person's choice ---------------------------------------------------------------------------
 

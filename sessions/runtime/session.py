@@ -105,7 +105,8 @@ class SessionRuntime:
                                   halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
         self.supervisor = Supervisor(self, self.activity, self.turns, permissions, elicitations)
         self.start_path = StartPath(self, self.turns, self.stop_path, active=self.active, on_update=self.on_update,
-                                    on_request=self.on_request, on_opened=self.agent_state.opened)
+                                    on_request=self.on_request, on_opened=self.agent_state.opened,
+                                    on_new=lambda: self.agent_state.start_asking(self.gate.mode))
 
     # ---- state -----------------------------------------------------------------------------
 

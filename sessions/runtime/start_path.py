@@ -47,9 +47,11 @@ class StartPath:
     def __init__(self, session: SessionCore, turns: Turns, stop: StopPath, *, active: asyncio.Event,
                  on_update: Callable[[dict[str, Any]], None],
                  on_request: Callable[[str, dict[str, Any]], Awaitable[Any]],
-                 on_opened: Callable[[dict[str, Any]], None] = lambda result: None) -> None:
+                 on_opened: Callable[[dict[str, Any]], None] = lambda result: None,
+                 on_new: Callable[[], Awaitable[None]] | None = None) -> None:
         self._session = session
         self._on_opened = on_opened  # the opening answer's modes and config options, onto the record
+        self._on_new = on_new  # after a session/new (not a resume or load): the mode the policy needs
         self._turns = turns
         self._stop = stop
         self._active = active
@@ -211,6 +213,8 @@ class StartPath:
             raise StartFailed(FailureKind.PROTOCOL_FAILURE, "ACP session/new returned no sessionId")
         session.rec.acp_session_id = str(result["sessionId"])
         self._on_opened(result)
+        if self._on_new is not None:
+            await self._on_new()
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)

@@ -23,6 +23,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("home")
     command = [sys.executable, str(SCRIPTED), "--modes", "--prompt-log", str(home / "prompts.jsonl")]
     extra = (f'[providers.modal]\ncommand = {json.dumps(command)}\n\n[agents.modal]\nprovider = "modal"\n\n'
+             # Its `plan` stands for claude's `default`: the mode in which the agent asks the client first.
+             f'[providers.asking]\ncommand = {json.dumps(command)}\nask_mode = "plan"\n\n'
+             '[agents.asking]\nprovider = "asking"\npermissions = "approve-all"\n\n'
+             '[agents.asking-deny]\nprovider = "asking"\npermissions = "deny-all"\n\n'
+             '[agents.asking-reads]\nprovider = "asking"\npermissions = "approve-reads"\n\n'
+             '[agents.modal-deny]\nprovider = "modal"\npermissions = "deny-all"\n\n'
              '[agents.capped]\nprovider = "modal"\nmax_cost_usd = 1.5\n\n'
              '[limits]\nmax_cost_usd = 100\n')
     d = start_daemon(home, extra_config=extra, timeout=120)
@@ -46,6 +52,22 @@ def test_modes_are_on_the_record_and_switched_through_the_api_and_the_cli(daemon
     no_modes = daemon.create(workspace)["id"]
     unsupported = daemon.http.post(daemon.scoped(no_modes, "/mode"), json={"mode": "plan"})
     assert unsupported.status_code == 409 and unsupported.json()["code"] == "modes_unsupported"
+
+
+def test_a_new_session_starts_in_the_providers_ask_mode_unless_the_policy_approves_everything(
+        daemon: Daemon, workspace: Path) -> None:
+    """claude-agent-acp opens in `auto`, where it runs commands without asking the client: under deny-all or
+    approve-reads a new session starts in the provider's `ask_mode` instead, recorded as any mode change."""
+    for policy in ("deny", "reads"):
+        sid = daemon.create(workspace, agent=f"asking-{policy}")["id"]
+        assert daemon.session(sid)["mode"]["current"] == "plan", policy
+        changes = [e["content"]["raw"] for e in daemon.all_events(sid) if e["content"].get("title") == "mode_changed"]
+        assert changes == [{"from": "default", "to": "plan"}], (policy, changes)
+    trusting = daemon.create(workspace, agent="asking")["id"]
+    assert daemon.session(trusting)["mode"]["current"] == "default"
+    assert not [e for e in daemon.all_events(trusting) if e["content"].get("title") == "mode_changed"]
+    # A provider without an ask mode is left where the agent opened, whatever the policy.
+    assert daemon.session(daemon.create(workspace, agent="modal-deny")["id"])["mode"]["current"] == "default"
 
 
 def test_commands_title_usage_and_cost_reach_the_record_the_list_the_turn_and_metrics(
