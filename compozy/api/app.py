@@ -27,6 +27,7 @@ from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
 from compozy.api.sessions import workspaces as workspaces_router
+from compozy.api.validation import describe_errors
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
 from sessions.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
@@ -127,39 +128,6 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
     return api.create_response(request, error_body(message, code, status, data), status=status)
 
 
-# A field that fails its schema answers with the code the hand-written checks used before the schemas.
-FIELD_CODES = {
-    "limit": "invalid_limit", "last": "invalid_limit", "after_sequence": "invalid_cursor",
-    "before_sequence": "invalid_cursor", "cursor": "invalid_cursor", "Last-Event-ID": "invalid_cursor",
-    "ttl_seconds": "invalid_ttl", "decision": "invalid_decision", "mode": "invalid_mode", "type": "invalid_type",
-    "since": "invalid_since", "state": "invalid_state", "reasoning_effort": "invalid_reasoning_effort",
-    "speed": "invalid_speed", "name": "invalid_name", "format": "invalid_format", "frames": "invalid_frames",
-}
-MISSING_CODES = {"decision": "invalid_decision"}
-
-
-def validation_code(error: dict[str, Any]) -> str:
-    """The stable code of one pydantic error, from its kind and the field (`loc` = source, [param], field…)."""
-    kind, loc = error.get("type", ""), [str(part) for part in error.get("loc", [])]
-    if loc and loc[0] == "body" and len(loc) <= 2:  # the body as a whole: absent, or not an object
-        return "body_required" if kind == "missing" else "malformed_json"
-    fields = [part for part in loc[1:] if part not in ("payload", "filters") and not part.isdigit()]
-    field = fields[0] if fields else ""
-    if kind in ("unreadable_text", "string_unicode"):  # NUL, or a lone surrogate pydantic caught first
-        return "invalid_text"
-    if kind == "extra_forbidden":
-        return "unknown_field"
-    if len(fields) > 1:  # inside a nested object (an AI-SDK message part…): the field names are not ours
-        return "invalid_field"
-    if kind == "missing":
-        return MISSING_CODES.get(field, f"{field}_required")
-    if field in FIELD_CODES:
-        return FIELD_CODES[field]
-    if kind == "string_too_long":
-        return "value_too_long"
-    return "invalid_field" if loc and loc[0] == "body" else "invalid_parameter"
-
-
 @api.exception_handler(CompozyError)
 def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
@@ -167,13 +135,8 @@ def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    # Only type, loc and msg: `ctx` may hold exception objects, and `input` may be huge.
-    errors = [{"type": e.get("type"), "loc": list(e.get("loc", [])), "msg": e.get("msg")} for e in exc.errors]
-    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-    loc = first["loc"] if isinstance(first["loc"], list) else []
-    where = ".".join(str(p) for p in loc[1:] if p not in ("payload", "filters")) or "body"
-    return error_response(request, f"{where}: {first['msg']}", validation_code(first) if errors else
-                          "invalid_request", 400, {"errors": errors})
+    message, code, errors = describe_errors(list(exc.errors))
+    return error_response(request, message, code, 400, {"errors": errors})
 
 
 @api.exception_handler(HttpError)

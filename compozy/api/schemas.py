@@ -269,6 +269,63 @@ class EventsQuery(Schema):
     _since = field_validator("since")(lambda value: None if value is None else rfc3339(value))
 
 
+class StreamQuery(BaseModel):
+    """GET …/stream (events reference §6.1), validated by the stream consumer (compozy/api/sse.py), outside ninja (a
+    plain model: ninja's Schema hands validators its own wrapper, not the query):
+    `frames` (its alias `format`, the prompt stream's older name), `GET …/events`' filters for raw frames, and the
+    resume cursor (`Last-Event-ID`, else `after_sequence` or `after`) with a transcript resume's fences."""
+
+    frames: Literal["raw", "transcript"] | None = None
+    format: Literal["raw", "transcript"] | None = None
+    type: list[EventType] | None = Field(None, max_length=MAX_REPEAT)
+    agent_name: Ident | None = None
+    turn_id: Ident | None = None
+    since: Ident | None = None
+    limit: Annotated[int, Field(ge=1, le=transcript.MAX_LIMIT)] | None = None
+    last_event_id: Sequence | None = None  # the header
+    after_sequence: Sequence | None = None
+    after: Sequence | None = None
+    epoch: Sequence | None = None
+    generation: Sequence | None = None
+    # Never taken here: named so that asking for them is refused, not ignored.
+    replay: str | None = None
+    before_sequence: str | None = None
+
+    _types = field_validator("type", mode="before")(split_commas)
+    _since = field_validator("since")(lambda value: None if value is None else rfc3339(value))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _supported(cls, data: Any) -> Any:
+        """Before the fields: a parameter this stream does not take is refused as such, whatever its value."""
+        if not isinstance(data, dict):
+            return data
+        frames, alias = data.get("frames"), data.get("format")
+        if frames and alias and frames != alias:
+            raise PydanticCustomError("invalid_parameter", "frames and its alias format disagree")
+        raw = (frames or alias) == "raw"
+        for name in ("replay", "before_sequence", *(() if raw else TRANSCRIPT_ONLY_RAW)):
+            if name in data:
+                hint = "" if name in ("replay", "before_sequence") else " in transcript mode; use frames=raw"
+                raise PydanticCustomError("invalid_parameter", "{name} is not supported on this stream{hint}",
+                                          {"name": name, "hint": hint})
+        return data
+
+    @property
+    def mode(self) -> str:
+        return self.frames or self.format or "transcript"
+
+    @property
+    def cursor(self) -> int | None:
+        for value in (self.last_event_id, self.after_sequence, self.after):
+            if value is not None:
+                return value
+        return None
+
+
+TRANSCRIPT_ONLY_RAW = ("type", "agent_name", "turn_id", "since")  # raw-mode filters a transcript stream refuses
+
+
 class HistoryQuery(Schema):
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
     last: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None

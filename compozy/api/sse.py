@@ -22,15 +22,17 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
+from pydantic import ValidationError
 
-from compozy.api.schemas import MAX_SEQUENCE, rfc3339
+from compozy.api.schemas import StreamQuery
 from compozy.api.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
+from compozy.api.validation import describe_errors
 from compozy_base import metrics
 from compozy_base.errors import error_body
 from sessions import feed as live_feed
-from sessions import services, transcript
+from sessions import services
 from sessions.boot_repair import transcript_check_pending, transcript_settled
-from sessions.enums import EventType, SessionState
+from sessions.enums import SessionState
 from sessions.errors import CompozyError, InvalidRequest, StorageError
 from sessions.ownership import runs_here
 from sessions.runtime.signals import CATALOG_GROUP
@@ -250,65 +252,19 @@ def failure_body(exc: Exception, stream: str) -> dict[str, Any]:
     return error_body("stream failed", "stream_failed", 500, {"detail": str(exc)[:200]})
 
 
-def _query(scope: dict[str, Any]) -> dict[str, list[str]]:
-    return parse_qs(scope.get("query_string", b"").decode("latin-1"))
-
-
-def _first(q: dict[str, list[str]], *keys: str) -> str | None:
-    """The first value of the first of `keys` the query has."""
-    for key in keys:
-        if q.get(key):
-            return q[key][0]
-    return None
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
+def stream_query(scope: dict[str, Any]) -> StreamQuery:
+    """The query (and the `Last-Event-ID` header) validated through the same schema types as `GET …/events`: the
+    same mistakes get the same codes. A repeated parameter counts once, except `type`, which may repeat."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    params: dict[str, Any] = {key: values if key == "type" else values[0] for key, values in query.items()}
     for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def _non_negative(value: str | None, what: str, code: str = "invalid_cursor") -> int | None:
-    if value is None or value == "":
-        return None
+        if key.lower() == b"last-event-id" and value:
+            params["last_event_id"] = value.decode("latin-1")
     try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= MAX_SEQUENCE:  # SQLite integers are signed 64-bit
-        raise InvalidRequest(f"{what} must be an integer between 0 and {MAX_SEQUENCE}", code=code)
-    return number
-
-
-def _limit(value: str | None) -> int | None:
-    limit = _non_negative(value, "limit", "invalid_limit")  # the code `GET …/events` gives the same mistake
-    if limit is not None and not 1 <= limit <= transcript.MAX_LIMIT:
-        raise InvalidRequest(f"limit must be between 1 and {transcript.MAX_LIMIT}", code="invalid_limit")
-    return limit
-
-
-def _event_types(values: list[str]) -> list[str] | None:
-    """The same rule as `GET …/events`: repeated and comma-separated, each a known event type."""
-    types = [t for v in values for t in v.split(",") if t]
-    unknown = sorted(set(types) - set(EventType))
-    if unknown:
-        raise InvalidRequest(f"unknown event type(s): {', '.join(unknown)[:200]}", code="invalid_type")
-    return types or None
-
-
-def _since(value: str | None) -> str | None:
-    """RFC 3339, normalised to the store's UTC text form (as on `GET …/events`)."""
-    if not value:
-        return None
-    try:
-        return rfc3339(value)
-    except ValueError as exc:  # pydantic-core's PydanticCustomError is a ValueError
-        raise InvalidRequest(f"since must be an RFC 3339 timestamp with a time zone: {exc}",
-                             code="invalid_since") from None
-
-
-TRANSCRIPT_REJECTS = ("type", "agent_name", "turn_id", "since")
+        return StreamQuery.model_validate(params)
+    except ValidationError as exc:
+        message, code, errors = describe_errors([{**e, "loc": ("query", *e.get("loc", ()))} for e in exc.errors()])
+        raise InvalidRequest(message, code=code, data={"errors": errors}) from None
 
 
 class SessionStreamConsumer(StreamingConsumer):
@@ -320,33 +276,15 @@ class SessionStreamConsumer(StreamingConsumer):
     async def handle(self, body: bytes) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
         self.session_id = kwargs["session_id"]
-        q = _query(self.scope)
-        # `format` is the prompt stream's older name for the same choice, kept as an alias on both streams.
-        frames = _first(q, "frames", "format") or "transcript"
-        if q.get("frames") and q.get("format") and q["frames"][0] != q["format"][0]:
-            raise InvalidRequest("frames and its alias format disagree", code="invalid_parameter")
-        if frames not in {"raw", "transcript"}:
-            raise InvalidRequest("frames must be raw or transcript", code="invalid_frames")
-        for bad in ("replay", "before_sequence", *(TRANSCRIPT_REJECTS if frames == "transcript" else ())):
-            if bad in q:
-                raise InvalidRequest(f"{bad} is not supported on this stream"
-                                     + (" in transcript mode; use frames=raw" if bad in TRANSCRIPT_REJECTS else ""),
-                                     code="invalid_parameter")
-        cursor = _non_negative(_header(self.scope, b"last-event-id"), "Last-Event-ID")
-        if cursor is None:
-            cursor = _non_negative(_first(q, "after_sequence", "after"), "after_sequence")
-        limit = _limit(_first(q, "limit"))
+        q = stream_query(self.scope)
         meta = await sync_to_async(services.scoped_meta)(self.session_id, kwargs["workspace"])
         path = folder.events_path(self.session_id)
-        if frames == "raw":
-            filters = {"types": _event_types(q.get("type", [])),
-                       "turn_id": _first(q, "turn_id"), "agent_name": _first(q, "agent_name"),
-                       "since": _since(_first(q, "since"))}
-            self.tail = RawTail(meta, path, cursor, limit, filters)
+        if q.mode == "raw":
+            filters = {"types": [t.value for t in q.type] if q.type else None, "turn_id": q.turn_id,
+                       "agent_name": q.agent_name, "since": q.since}
+            self.tail = RawTail(meta, path, q.cursor, q.limit, filters)
         else:
-            self.tail = TranscriptTail(meta, path, cursor, limit,
-                                       _non_negative(_first(q, "epoch"), "epoch"),
-                                       _non_negative(_first(q, "generation"), "generation"))
+            self.tail = TranscriptTail(meta, path, q.cursor, q.limit, q.epoch, q.generation)
         # The session's shared live feed rings `wake` on new rows; this consumer joins no group itself.
         self.feed = live_feed.subscribe(self.session_id, path, self.wake)
         await self.start_stream([])

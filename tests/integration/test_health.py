@@ -75,9 +75,10 @@ def test_an_idle_session_turns_stale_after_the_threshold_and_healthy_again_on_a_
     assert stale["state"] == "idle" and stale["attachable"] is True
     assert stale["eligible_for_wake"] is False and stale["ineligibility_reason"] == "session_unhealthy"
     hd.run_turn(s["id"], "hello after a nap")
-    # The turn's end is persisted just after its `done` event: health follows that write.
-    wait_for(lambda: (listed_health(hd, s["id"]) or {}).get("health") == "healthy", timeout=2,
-             what="health to recover on the turn's activity")
+    # The turn's end is persisted just after its `done` event: health follows that write. Healthy alone is not
+    # enough: the turn's start already made it healthy (state `prompting`), a moment before its end is saved.
+    wait_for(lambda: (h := listed_health(hd, s["id"]) or {}).get("health") == "healthy" and h.get("state") == "idle",
+             timeout=10, what="health to recover on the turn's activity, the turn's end saved")
     after = health(hd, s["id"])
     assert after["health"] == "healthy" and after["state"] == "idle" and after["eligible_for_wake"] is True
     assert parse_time(after["last_activity_at"]) > parse_time(stale["updated_at"]) - _slack()

@@ -108,7 +108,10 @@ def test_a_bad_resume_cursor_or_frames_value_is_a_400_with_a_stable_code(daemon:
              ({"frames": "xml"}, None, "invalid_frames"), ({"before_sequence": "3"}, None, "invalid_parameter"),
              ({"type": "agent_message"}, None, "invalid_parameter"), ({"since": "5m"}, None, "invalid_parameter"),
              ({"limit": "1001"}, None, "invalid_limit"), ({"limit": "abc"}, None, "invalid_limit"),
-             ({"format": "xml"}, None, "invalid_frames"),
+             ({"format": "xml"}, None, "invalid_format"), ({"replay": "1"}, None, "invalid_parameter"),
+             ({"frames": "raw", "after": "x"}, None, "invalid_cursor"), ({"epoch": "-2"}, None, "invalid_cursor"),
+             ({"frames": "raw", "type": "nope"}, None, "invalid_type"),
+             ({"frames": "raw", "since": "yesterday"}, None, "invalid_since"),
              ({"frames": "raw", "format": "transcript"}, None, "invalid_parameter")]
     for params, header, code in cases:
         headers = {"Last-Event-ID": header} if header else {}
