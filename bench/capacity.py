@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ from acp.exceptions import RequestError
 from acp.task import MessageSender, TaskSupervisor
 
 from bench.harness import BENCH_DIR, BenchDaemon, cpu_times, environment_note
-from bench.latency import percentile, store_stamps
+from bench.latency import Viewer, percentile, store_stamps, watch
 from bench.report import BenchResult, Op, Target
-from bench.sse_client import SequenceChecker, SSEStream
+from bench.sse_client import SSEStream
 from sessions.acp.transport import STDIO_LIMIT_BYTES
 from tests.conftest import toml_list
 
@@ -50,7 +49,6 @@ STEPS = (25, 50, 100, 125, 150, 175, 200, 250, 300)
 QUICK_STEPS = (25, 100, 200)
 # `COMPOZY_CAPACITY_STEPS=50,100` runs only those steps (exploring one size without the ones below it).
 STEPS_ENV = "COMPOZY_CAPACITY_STEPS"
-STAMP = re.compile(rb"t(\d{16,20});")
 
 
 def config() -> str:
@@ -59,7 +57,17 @@ def config() -> str:
                       "[limits]", "max_concurrent_agents = 400", ""])
 
 
-LAST_MACHINE: dict[str, float] = {}
+@dataclass
+class Window:
+    """One step's measured window, read by `run_step`."""
+    viewers: list[Viewer]
+    start: float  # epoch seconds
+    end: float
+    cpu: float  # the daemon's CPU seconds over the window
+    kernel: float  # of which the kernel's share
+    machine: float  # the whole machine's busy share
+    client: float  # the bench client's CPU, cores
+    lag_p99_ms: float
 
 
 def machine_busy() -> tuple[int, int]:
@@ -67,15 +75,6 @@ def machine_busy() -> tuple[int, int]:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
-
-
-@dataclass
-class Viewer:
-    session_id: str
-    after: int
-    samples: list[tuple[int, int]] = field(default_factory=list)  # (sent ns, received ns)
-    checker: SequenceChecker | None = None
-    error: str | None = None
 
 
 @dataclass
@@ -102,27 +101,7 @@ class Step:
                 and not self.errors and not self.gaps)
 
 
-async def watch(stream: SSEStream, viewer: Viewer) -> None:
-    checker = viewer.checker = SequenceChecker(viewer.after)
-    try:
-        async for received, batch in stream.batches():
-            for frame in batch:
-                if frame.id is not None:
-                    checker.see(frame.id)
-                if frame.event == "agent_message":
-                    viewer.samples.extend((int(s), received) for s in STAMP.findall(frame.data))
-                elif frame.event == "done":
-                    return
-                elif frame.event in ("error", "session_stopped"):
-                    viewer.error = f"{frame.event}: {frame.data[:200]!r}"
-                    return
-        viewer.error = "stream closed before done"
-    finally:
-        await stream.close()
-
-
-async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]],
-                   ticks: int) -> tuple[list[Viewer], float, float, float, float]:
+async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]], ticks: int) -> Window:
     """One step: viewers open, every session prompted, the window measured. Returns the viewers, the window's
     bounds (epoch seconds), the daemon's CPU seconds over it and its loop lag p99 (ms)."""
     viewers: list[Viewer] = []
@@ -167,9 +146,6 @@ async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]],
         (user1, sys1), machine1, client1 = cpu_times(daemon.pid), machine_busy(), time.process_time()
         cpu = user1 + sys1 - user0 - sys0
         end = time.time()
-        LAST_MACHINE.update(kernel=(sys1 - sys0) / max(1e-9, cpu),
-                            busy=(machine1[0] - machine0[0]) / max(1e-9, machine1[1] - machine0[1]),
-                            client=(client1 - client0) / (end - start))
         r = await client.get("/api/status")
         r.raise_for_status()
         lag = r.json()["event_loop"]["lag"]["windows"][0]
@@ -178,7 +154,9 @@ async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]],
             task.cancel()
         for task in done:
             task.result()
-    return viewers, start, end, cpu, float(lag.get("p99_ms") or 0.0)
+    return Window(viewers, start, end, cpu, kernel=(sys1 - sys0) / max(1e-9, cpu),
+                  machine=(machine1[0] - machine0[0]) / max(1e-9, machine1[1] - machine0[1]),
+                  client=(client1 - client0) / (end - start), lag_p99_ms=float(lag.get("p99_ms") or 0.0))
 
 
 def measure_step(daemon: BenchDaemon, sessions: list[dict[str, Any]]) -> Step:
@@ -186,7 +164,8 @@ def measure_step(daemon: BenchDaemon, sessions: list[dict[str, Any]]) -> Step:
     afters = {s["id"]: daemon.newest_sequence(s) for s in sessions}
     # Long enough that every session ticks through the whole window, however long the prompts took to send.
     ticks = int((LEAD_S + WINDOW_S + TAIL_S + 0.05 * n / 10 + 3) * 1000 / INTERVAL_MS)
-    viewers, start, end, cpu, lag_p99 = asyncio.run(run_step(daemon, sessions, ticks))
+    w = asyncio.run(run_step(daemon, sessions, ticks))
+    viewers, start, end, cpu = w.viewers, w.start, w.end, w.cpu
     lo, hi = int(start * 1e9), int(end * 1e9)
     samples = sorted((recv - sent) / 1e6 for v in viewers for sent, recv in v.samples if lo <= sent < hi)
     window = end - start
@@ -197,13 +176,12 @@ def measure_step(daemon: BenchDaemon, sessions: list[dict[str, Any]]) -> Step:
     sse_ms = sorted(recv / 1e6 - committed[sent] for v in viewers for sent, recv in v.samples
                     if lo <= sent < hi and sent in committed)
     chunks_in = n * window * 1000 / INTERVAL_MS
-    return Step(n=n, p99_ms=percentile(samples, 0.99), p50_ms=percentile(samples, 0.5), lag_p99_ms=lag_p99,
+    return Step(n=n, p99_ms=percentile(samples, 0.99), p50_ms=percentile(samples, 0.5), lag_p99_ms=w.lag_p99_ms,
                 cpu_cores=cpu / window, cpu_per_chunk_us=cpu / chunks_in * 1e6 if chunks_in else 0.0,
                 samples=sum(len(v.samples) for v in viewers), expected=n * ticks,
                 errors=[f"{v.session_id}: {v.error}" for v in viewers if v.error],
                 gaps=[f"{v.session_id}: {v.checker.describe()}" for v in viewers if v.checker and not v.checker.ok],
-                machine=LAST_MACHINE.get("busy", 0.0), kernel=LAST_MACHINE.get("kernel", 0.0),
-                client=LAST_MACHINE.get("client", 0.0),
+                machine=w.machine, kernel=w.kernel, client=w.client,
                 store_p99_ms=percentile(store_ms, 0.99), sse_p99_ms=percentile(sse_ms, 0.99))
 
 

@@ -22,12 +22,10 @@ import time
 import weakref
 from asyncio import AbstractEventLoop, Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from sessions.store.events import EventLog
 from sessions.store.ops import PendingOp
-
-if TYPE_CHECKING:
-    from sessions.runtime.recorder import Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +51,21 @@ class Outcome:
     retry: bool = False  # the batch was not committed: its store's own thread commits it
 
 
-Work = tuple["Recorder", list[PendingOp] | None]  # a batch, or None: close the store
+class Store(Protocol):
+    """What the shared thread needs of a session's store writer (runtime/recorder.py's `Recorder`)."""
+
+    log: EventLog | None
+
+    @property
+    def name(self) -> str: ...
+
+    def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]],
+                                                                       list[tuple[Any, ...]]]: ...
+    def close_log(self) -> None: ...
+    def shared_done(self, batch: list[PendingOp], outcome: Outcome) -> None: ...
+
+Work = tuple[Store, list[PendingOp] | None]  # a batch, or None: close the store
 
 
 class SharedWriter:
@@ -67,13 +79,13 @@ class SharedWriter:
         self._thread: threading.Thread | None = None
         self._closing: dict[int, Future[None]] = {}
         # Stores whose connection this thread opened and still holds: closed here if the loop goes away first.
-        self._open: weakref.WeakSet[Recorder] = weakref.WeakSet()
+        self._open: weakref.WeakSet[Store] = weakref.WeakSet()
 
-    def submit(self, recorder: Recorder, batch: list[PendingOp]) -> None:
+    def submit(self, recorder: Store, batch: list[PendingOp]) -> None:
         """On the loop: the batch joins this iteration's hand-off."""
         self._gather((recorder, batch))
 
-    def close_store(self, recorder: Recorder) -> Future[None]:
+    def close_store(self, recorder: Store) -> Future[None]:
         """On the loop: close the store's connection on the thread that opened it; the future resolves after."""
         done = self._closing.get(id(recorder))
         if done is None:
@@ -112,7 +124,7 @@ class SharedWriter:
                         self._queue.put(None)
                         break
                     work += more
-            results: list[tuple[Recorder, list[PendingOp] | None, Outcome | None]] = []
+            results: list[tuple[Store, list[PendingOp] | None, Outcome | None]] = []
             for recorder, batch in work:
                 if batch is None:
                     recorder.close_log()
@@ -132,7 +144,7 @@ class SharedWriter:
                     recorder.close_log()
                 return
 
-    def _commit(self, recorder: Recorder, batch: list[PendingOp]) -> Outcome:
+    def _commit(self, recorder: Store, batch: list[PendingOp]) -> Outcome:
         ops = None
         try:
             ops = recorder.prepare(batch)
@@ -145,7 +157,7 @@ class SharedWriter:
             return Outcome(stored, rows, detach=f"a commit took {took * 1000:.0f} ms")
         return Outcome(stored, rows)
 
-    def _deliver(self, results: list[tuple[Recorder, list[PendingOp] | None, Outcome | None]]) -> None:
+    def _deliver(self, results: list[tuple[Store, list[PendingOp] | None, Outcome | None]]) -> None:
         """On the loop: each store's outcome, in the order they were committed."""
         for recorder, batch, outcome in results:
             if batch is None or outcome is None:
