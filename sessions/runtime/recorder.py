@@ -4,7 +4,7 @@
 chunks merge there as they arrive (events reference §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
 bigger the batches). Commits run on the loop's shared store writer (runtime/store_writer.py: every session's
-batches of one loop iteration in one hand-off), which never waits on a store: a store that is locked, failing or
+batches in one hand-off, at most every 5 ms), which never waits on a store: a store that is locked, failing or
 slow moves to a thread of its own, where it is retried as below. So a locked store or a slow fsync stalls only its
 own session, never the loop that every session, stream and request shares.
 
