@@ -391,7 +391,10 @@ def test_queued_entries_are_canceled_by_id_from_the_cli_and_the_api(daemon: Daem
     unknown = daemon.cli("session", "prompt", sid, "--cancel", UNKNOWN_ENTRY)
     assert unknown.returncode != 0 and unknown.stdout == ""
     assert len(unknown.stderr.strip().splitlines()) == 1
-    assert [e["queue_entry_id"] for e in queue(daemon, sid)["queue"]] == [kept]
+    # `kept` is still queued, unless the slow turn (3 s) ended during the calls above on a loaded machine and it
+    # started: the events below show it ran either way, and that the two canceled ones never did.
+    remaining = [e["queue_entry_id"] for e in queue(daemon, sid)["queue"]]
+    assert remaining in ([kept], []), remaining
 
     events = wait_done_count(daemon, sid, 2)
     assert user_texts(events) == ["slow 15 0.2", "keep me"]
