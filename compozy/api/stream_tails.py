@@ -57,7 +57,8 @@ class RawTail:
         self.conn: sqlite3.Connection | None = None
         self.cursor = cursor or 0
         self.start_cursor = cursor
-        self.filtered = any(filters.values())
+        self.row_filter = event_store.RowFilter.of(**filters)
+        self.filtered = bool(self.row_filter)
         self.head = json.dumps({"session_id": meta["id"], "workspace_id": meta["workspace_id"]})[:-1]
 
     def open(self) -> tuple[list[bytes], bool]:
@@ -86,13 +87,6 @@ class RawTail:
                 f'"timestamp":{dumps(timestamp)},"archived":{"true" if archived else "false"}}}')
         return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
 
-    def _matches(self, raw: tuple[Any, ...]) -> bool:
-        """The store query's filters, applied to a row from the live feed (same comparisons as SQL)."""
-        f = self.filters
-        return ((not f.get("types") or raw[3] in f["types"]) and (not f.get("turn_id") or raw[2] == f["turn_id"])
-                and (not f.get("agent_name") or raw[4] == f["agent_name"])
-                and (not f.get("since") or raw[6] >= f["since"]))
-
     def take(self, feed: live_feed.SessionFeed) -> tuple[list[bytes], bool, bool] | None:
         """Frames from the shared live feed; None when the cursor is older than its ring."""
         rows = feed.since(self.cursor)
@@ -115,7 +109,7 @@ class RawTail:
         chunks = []
         for row in rows:
             self.cursor = row.sequence
-            if self.filtered and not self._matches(row.raw):
+            if self.filtered and not self.row_filter.matches(row.raw):
                 continue
             chunks.append(row.frame(self._frame))
             if row.type == EventType.SESSION_STOPPED:

@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +340,48 @@ def row_to_event(row: tuple[Any, ...]) -> dict[str, Any]:
 _COLUMNS = "sequence, id, turn_id, type, agent_name, content, timestamp, archived"
 
 
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """Which events a read or a live tail wants. One definition, two forms: SQL for a read of the store (`where`),
+    and the same comparisons on a row the live feed already holds (`matches`), so the two can never disagree."""
+
+    types: tuple[str, ...] = ()
+    turn_id: str | None = None
+    agent_name: str | None = None
+    since: str | None = None  # a stored timestamp: rows at or after it
+
+    @classmethod
+    def of(cls, types: Iterable[str] | None = None, turn_id: str | None = None, agent_name: str | None = None,
+           since: str | None = None) -> RowFilter:
+        return cls(tuple(t for t in (types or ()) if t), turn_id or None, agent_name or None, since or None)
+
+    def __bool__(self) -> bool:
+        return bool(self.types or self.turn_id or self.agent_name or self.since)
+
+    def where(self) -> tuple[list[str], list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.types:
+            clauses.append(f"type IN ({','.join('?' for _ in self.types)})")
+            params += self.types
+        if self.turn_id:
+            clauses.append("turn_id = ?")
+            params.append(self.turn_id)
+        if self.agent_name:
+            clauses.append("agent_name = ?")
+            params.append(self.agent_name)
+        if self.since:
+            clauses.append("timestamp >= ?")
+            params.append(self.since)
+        return clauses, params
+
+    def matches(self, row: tuple[Any, ...]) -> bool:
+        """A row in `read_rows` form: (sequence, id, turn_id, type, agent_name, content, timestamp, archived)."""
+        return ((not self.types or row[3] in self.types) and (not self.turn_id or row[2] == self.turn_id)
+                and (not self.agent_name or row[4] == self.agent_name)
+                and (not self.since or row[6] >= self.since))
+
+
 def read_events(
     path: Path,
     *,
@@ -383,19 +426,9 @@ def read_rows(
     if before is not None:
         where.append("sequence < ?")
         params.append(before)
-    type_list = [t for t in (types or []) if t]
-    if type_list:
-        where.append(f"type IN ({','.join('?' for _ in type_list)})")
-        params += type_list
-    if turn_id:
-        where.append("turn_id = ?")
-        params.append(turn_id)
-    if agent_name:
-        where.append("agent_name = ?")
-        params.append(agent_name)
-    if since:
-        where.append("timestamp >= ?")
-        params.append(since)
+    clauses, values = RowFilter.of(types, turn_id, agent_name, since).where()
+    where += clauses
+    params += values
     order = "DESC" if newest else "ASC"
     sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY sequence {order} LIMIT ?"
     params.append(max(1, min(limit, MAX_PAGE * 10)))

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from sessions.store.events import EventLog, iter_events, max_sequence, read_events, read_hook_runs
+from sessions.store.events import (
+    EventLog,
+    RowFilter,
+    iter_events,
+    max_sequence,
+    read_events,
+    read_hook_runs,
+    read_rows,
+)
 from sessions.store.ops import NewEvent
 
 
@@ -96,3 +104,27 @@ def test_ids_are_unique_so_append_if_absent_is_idempotent(log: EventLog) -> None
         log.append([NewEvent("system", "t", {"title": "y"}, id="ev_fixed")])
     assert len(read_events(log.path)) == 1
     assert json.loads(json.dumps(read_events(log.path)[0]["content"]))["title"] == "x"
+
+
+@pytest.mark.parametrize("row_filter", [
+    RowFilter(), RowFilter(types=("tool_call",)), RowFilter(types=("agent_message", "done")),
+    RowFilter(turn_id="t2"), RowFilter(agent_name="other"), RowFilter(types=("tool_call",), turn_id="t1"),
+    RowFilter(since="SINCE"), RowFilter(types=("agent_message",), agent_name="general", since="SINCE"),
+])
+def test_a_row_filter_matches_a_live_row_exactly_when_its_sql_selects_it(tmp_path: Path,
+                                                                         row_filter: RowFilter) -> None:
+    """The live tail tests rows the feed already holds with `matches`; a read asks SQLite with `where`: the two
+    must select the same rows, or a filtered stream would change what it shows when it falls behind the feed."""
+    path = tmp_path / "events.db"
+    general, other = EventLog(path, "general"), EventLog(path, "other")
+    general.append([NewEvent("agent_message", "t1", {"text": "a"}), NewEvent("tool_call", "t1", {"title": "x"})])
+    other.append([NewEvent("agent_message", "t2", {"text": "b"}), NewEvent("done", "t2", {})])
+    since = read_events(path, limit=10)[-1]["timestamp"]  # the second batch's (one timestamp a batch)
+    general.append([NewEvent("tool_call", "t2", {"title": "y"}), NewEvent("agent_message", "t1", {"text": "c"})])
+    if row_filter.since == "SINCE":
+        row_filter = RowFilter(row_filter.types, row_filter.turn_id, row_filter.agent_name, since)
+    every = read_rows(path, limit=100)
+    selected = read_rows(path, limit=100, types=row_filter.types, turn_id=row_filter.turn_id,
+                         agent_name=row_filter.agent_name, since=row_filter.since)
+    assert [r for r in every if row_filter.matches(r)] == selected
+    assert bool(row_filter) == (selected != every)  # each filter here leaves some rows out
