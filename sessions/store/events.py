@@ -13,13 +13,13 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sessions.store.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
-from sessions.store.folder import isoformat, utcnow
 from sessions.store.ids import new_event_id
 from sessions.store.ops import HookRun, NewEvent, StoreOp, UsageUpdate
 from sessions.store.redact import redact_value
+from sessions.store.timestamps import isoformat, utcnow
 
 CONTENT_SCHEMA = "compozy.session.event.v1"
 MAX_PAGE = 1000
@@ -151,6 +151,78 @@ INSERT_ROWS = 100
 _INSERT_HEAD = "INSERT INTO events(id, turn_id, type, agent_name, content, timestamp) VALUES "
 _INSERT_SQL: dict[int, str] = {}
 
+Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
+Statement = tuple[str, tuple[Any, ...]]  # a usage merge or a hook run, as SQL and its parameters
+
+
+class Encoded(NamedTuple):
+    """A batch ready for SQLite: the events' INSERT values, their envelopes (numbered once stored), and the other
+    ops as statements. Built where the batch is handed off; written by whichever writer holds the store."""
+
+    values: list[Values]
+    stored: list[dict[str, Any]]
+    statements: list[Statement]
+
+
+def encode(ops: Sequence[StoreOp], agent: str, *, redact: bool = True) -> Encoded:
+    """The events of `ops` as INSERT values and as envelopes, the other ops as statements."""
+    now = isoformat(utcnow())
+    values: list[Values] = []
+    stored = []
+    statements: list[Statement] = []
+    for op in ops:
+        if not isinstance(op, NewEvent):
+            statements.append(usage_statement(op.turn_id, op.usage) if isinstance(op, UsageUpdate)
+                              else hook_run_statement(op.row))
+            continue
+        # Only the agent's part is redacted: the keys we add (schema, type, timestamp, turn id) are our own.
+        content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now,
+                   **(redact_value(op.content) if redact else op.content)}
+        if op.turn_id:
+            content.setdefault("turn_id", op.turn_id)
+        event_id = op.id or new_event_id()
+        turn_id = op.turn_id or "-"
+        values.append((event_id, turn_id, op.type, agent,
+                       json.dumps(content, separators=(",", ":"), ensure_ascii=False), now))
+        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type,
+                       "agent_name": agent, "content": content, "timestamp": now})
+    return Encoded(values, stored, statements)
+
+
+def numbered(encoded: Encoded, lasts: list[int]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    """The envelopes with their sequences, and the committed rows in `read_rows` form (the live feed takes them
+    without reading them back): within one statement, under the write lock, rows take consecutive numbers, the
+    last one's counted back."""
+    rows = [(last - len(chunk) + 1 + offset, *value, 0)
+            for chunk, last in zip(_slices(encoded.values), lasts, strict=True) for offset, value in enumerate(chunk)]
+    for event, row in zip(encoded.stored, rows, strict=True):
+        event["sequence"] = row[0]
+    return encoded.stored, rows
+
+
+def _slices(values: list[Values]) -> list[list[Values]]:
+    return [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
+
+
+def usage_statement(turn_id: str, usage: dict[str, Any]) -> Statement:
+    """One row per turn; later non-null values overwrite earlier ones."""
+    values = {k: usage.get(k) for k in USAGE_COLUMNS}
+    cols = ", ".join(USAGE_COLUMNS)
+    marks = ", ".join("?" for _ in USAGE_COLUMNS)
+    updates = ", ".join(f"{c}=COALESCE(excluded.{c}, {c})" for c in USAGE_COLUMNS)
+    return (f"INSERT INTO token_usage(turn_id, {cols}, timestamp) VALUES (?, {marks}, ?)"
+            f" ON CONFLICT(turn_id) DO UPDATE SET {updates}, timestamp=excluded.timestamp",
+            (turn_id, *values.values(), isoformat(utcnow())))
+
+
+def hook_run_statement(row: dict[str, Any]) -> Statement:
+    return ("INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
+            " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row["id"], row["hook_name"], row["event"], row.get("source", "config"), row["mode"],
+             int(row.get("duration_ns", 0)), row["outcome"], int(row.get("dispatch_depth", 1)),
+             row.get("patch_applied"), row.get("error"), 1 if row.get("required") else 0,
+             row.get("recorded_at") or isoformat(utcnow())))
+
 
 class EventLog:
     """The single writer of one session's events.db. Not thread-safe: one thread at a time uses it (the
@@ -201,64 +273,40 @@ class EventLog:
         daemon more than the write itself."""
         if not ops:
             return []
-        if self.displaced():
-            raise StoreFailure(DISPLACED, f"{self.path.name} was removed or replaced while this writer held it open")
-        values, stored, others = self._encode(ops)
-        slices = [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
-        if self._rowid_sequence and not others and len(slices) == 1:
-            lasts = [self._insert(slices[0])]  # autocommit: the statement is the transaction
-        else:
-            lasts = self._commit_transaction(others, slices)
-        # Within one statement, under the write lock, rows take consecutive numbers: the last one's, counted back.
-        rows = [(last - len(chunk) + 1 + offset, *value, 0)
-                for chunk, last in zip(slices, lasts, strict=True) for offset, value in enumerate(chunk)]
-        for event, row in zip(stored, rows, strict=True):
-            event["sequence"] = row[0]
-        if rows:
-            self.last_sequence = rows[-1][0]
-        # The committed rows in `read_rows` form, for the live feed: it can take them without reading them back.
-        self.last_rows = rows
+        encoded = encode(ops, self.agent_name, redact=self.redact)
+        stored, self.last_rows = numbered(encoded, self.write(encoded.values, encoded.statements))
+        if self.last_rows:
+            self.last_sequence = self.last_rows[-1][0]
         return stored
 
-    def _encode(self, ops: Sequence[StoreOp]) -> tuple[list[tuple[str, str, str, str, str, str]],
-                                                       list[dict[str, Any]], list[UsageUpdate | HookRun]]:
-        """The events of `ops` as INSERT values (id, turn_id, type, agent, content, timestamp) and as the envelopes
-        `commit` returns (numbered once stored), and the other ops apart."""
-        now = isoformat(utcnow())
-        values: list[tuple[str, str, str, str, str, str]] = []
-        stored = []
-        others: list[UsageUpdate | HookRun] = []
-        agent = self.agent_name
-        for op in ops:
-            if not isinstance(op, NewEvent):
-                others.append(op)
-                continue
-            # Only the agent's part is redacted: the keys we add (schema, type, timestamp, turn id) are our own.
-            content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now,
-                       **(redact_value(op.content) if self.redact else op.content)}
-            if op.turn_id:
-                content.setdefault("turn_id", op.turn_id)
-            event_id = op.id or new_event_id()
-            turn_id = op.turn_id or "-"
-            values.append((event_id, turn_id, op.type, agent,
-                           json.dumps(content, separators=(",", ":"), ensure_ascii=False), now))
-            stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type,
-                           "agent_name": agent, "content": content, "timestamp": now})
-        return values, stored, others
+    def write(self, values: list[Values], statements: list[Statement]) -> list[int]:
+        """The SQLite half of `commit`: encoded rows (and the other ops' statements) in one transaction; returns
+        each INSERT slice's last sequence. The store writer process runs only this half."""
+        if self.displaced():
+            raise StoreFailure(DISPLACED, f"{self.path.name} was removed or replaced while this writer held it open")
+        slices = _slices(values)
+        if self._rowid_sequence and not statements and len(slices) == 1:
+            return [self._insert(slices[0])]  # autocommit: the statement is the transaction
+        return self._commit_transaction(statements, slices)
 
-    def _commit_transaction(self, others: list[UsageUpdate | HookRun],
-                            slices: list[list[tuple[str, str, str, str, str, str]]]) -> list[int]:
+    def landed(self, ids: list[str]) -> list[tuple[Any, ...]] | None:
+        """The stored rows of events `ids` (read_rows form) when the first of them is in the log, else None: a
+        batch whose writer died after sending it cannot have landed in part (one transaction)."""
+        if not ids or self._conn.execute("SELECT 1 FROM events WHERE id = ?", (ids[0],)).fetchone() is None:
+            return None
+        marks = ",".join("?" * len(ids))
+        return self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE id IN ({marks}) ORDER BY sequence",
+                                  ids).fetchall()
+
+    def _commit_transaction(self, statements: list[Statement], slices: list[list[Values]]) -> list[int]:
         """Usage merges, hook runs and event slices in one BEGIN IMMEDIATE transaction; returns each slice's last
         sequence."""
         conn = self._conn
         lasts: list[int] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for op in others:  # their own tables: the events' order and numbering do not depend on them
-                if isinstance(op, UsageUpdate):
-                    self._merge_usage(op.turn_id, op.usage)
-                else:
-                    self._insert_hook_run(op.row)
+            for sql, params in statements:  # their own tables: the events' order and numbering do not depend on them
+                conn.execute(sql, params)
             for chunk in slices:
                 # A store made elsewhere may keep `sequence` apart from the rowid: number from MAX, in the txn.
                 lasts.append(self._insert(chunk, None if self._rowid_sequence else self._max_sequence() + 1))
@@ -270,7 +318,7 @@ class EventLog:
             raise
         return lasts
 
-    def _insert(self, values: list[tuple[str, str, str, str, str, str]], first: int | None = None) -> int:
+    def _insert(self, values: list[Values], first: int | None = None) -> int:
         """One INSERT of `values`, numbered by SQLite (or from `first`); returns the last row's sequence."""
         if first is not None:
             marks = ",".join(["(?,?,?,?,?,?,?)"] * len(values))
@@ -290,28 +338,6 @@ class EventLog:
 
     def record_hook_run(self, row: dict[str, Any]) -> None:
         self.commit([HookRun(row)])
-
-    def _merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
-        """One row per turn; later non-null values overwrite earlier ones."""
-        values = {k: usage.get(k) for k in USAGE_COLUMNS}
-        cols = ", ".join(USAGE_COLUMNS)
-        marks = ", ".join("?" for _ in USAGE_COLUMNS)
-        updates = ", ".join(f"{c}=COALESCE(excluded.{c}, {c})" for c in USAGE_COLUMNS)
-        self._conn.execute(
-            f"INSERT INTO token_usage(turn_id, {cols}, timestamp) VALUES (?, {marks}, ?)"
-            f" ON CONFLICT(turn_id) DO UPDATE SET {updates}, timestamp=excluded.timestamp",
-            (turn_id, *values.values(), isoformat(utcnow())),
-        )
-
-    def _insert_hook_run(self, row: dict[str, Any]) -> None:
-        self._conn.execute(
-            "INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
-            " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (row["id"], row["hook_name"], row["event"], row.get("source", "config"), row["mode"],
-             int(row.get("duration_ns", 0)), row["outcome"], int(row.get("dispatch_depth", 1)),
-             row.get("patch_applied"), row.get("error"), 1 if row.get("required") else 0,
-             row.get("recorded_at") or isoformat(utcnow())),
-        )
 
     def close(self) -> None:
         self._conn.close()

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
 
@@ -17,29 +17,16 @@ from sessions.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.record import SessionRecord
 from sessions.store.ids import is_session_id
 
+# The timestamp format lives in its own module (store/timestamps.py); most callers know it from here.
+from sessions.store.timestamps import isoformat as isoformat
+from sessions.store.timestamps import utcnow as utcnow
+
 META_FILE = "meta.json"
 EVENTS_FILE = "events.db"
 REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
 STATES = frozenset(state.value for state in SessionState)
 # meta.json is a few KiB; a file far past that was not written by us, and every session list reads it.
 MAX_META_BYTES = 4 * 1024 * 1024
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-@overload
-def isoformat(moment: datetime) -> str: ...
-@overload
-def isoformat(moment: datetime | None) -> str | None: ...
-
-
-def isoformat(moment: datetime | None) -> str | None:
-    """RFC3339 UTC with a Z, microsecond precision, or None."""
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @overload
