@@ -29,7 +29,7 @@ from acp.connection import Connection
 from acp.exceptions import RequestError
 from acp.task import MessageSender, TaskSupervisor
 
-from bench.harness import BENCH_DIR, BenchDaemon, cpu_times, environment_note
+from bench.harness import BENCH_DIR, BenchDaemon, daemon_cpu_times, environment_note
 from bench.latency import Viewer, percentile, store_stamps, watch
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import SSEStream
@@ -141,10 +141,10 @@ async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]], ticks: i
         start = time.time()
         if os.environ.get("COMPOZY_CAPACITY_MARK"):  # for tracing the daemon over the window from outside
             Path(os.environ["COMPOZY_CAPACITY_MARK"]).write_text(str(daemon.pid))
-        (user0, sys0), machine0, client0 = cpu_times(daemon.pid), machine_busy(), time.process_time()
+        (user0, sys0), machine0, client0 = daemon_cpu_times(daemon.pid), machine_busy(), time.process_time()
         with daemon.profiling(f"capacity-{len(sessions)}"):  # the window only: not the sessions' set-up
             await asyncio.sleep(WINDOW_S)
-        (user1, sys1), machine1, client1 = cpu_times(daemon.pid), machine_busy(), time.process_time()
+        (user1, sys1), machine1, client1 = daemon_cpu_times(daemon.pid), machine_busy(), time.process_time()
         cpu = user1 + sys1 - user0 - sys0
         end = time.time()
         r = await client.get("/api/status")

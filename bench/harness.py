@@ -214,6 +214,33 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
+def daemon_cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the daemon and of its store writer process: the SQLite half of its commits runs
+    there (sessions/store/write_process.py), and it is the daemon's cost as much as the loop's own."""
+    user, system = cpu_times(pid)
+    for child in store_writer_pids(pid):
+        u, s = cpu_times(child)
+        user, system = user + u, system + s
+    return user, system
+
+
+def store_writer_pids(pid: int) -> list[int]:
+    """The daemon's store writer process(es), found among its children by their command line."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                    if b"sessions.store.write_process" in cmdline:
+                        found.append(int(child))
+    return found
+
+
+def daemon_cpu_seconds(pid: int) -> float:
+    return sum(daemon_cpu_times(pid))
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (its own threads, not children); 0 if gone."""
     return sum(cpu_times(pid))

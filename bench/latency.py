@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from bench import floors
-from bench.harness import BenchDaemon, cpu_times, environment_note
+from bench.harness import BenchDaemon, daemon_cpu_times, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
 from sessions.store.folder import parse_time
@@ -204,7 +204,7 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
     async with httpx.AsyncClient(base_url=f"http://{daemon.host}:{daemon.port}", headers=daemon.d.auth,
                                  timeout=30) as client:
         started = time.monotonic()
-        (user0, system0), client0 = cpu_times(daemon.pid), time.process_time()
+        (user0, system0), client0 = daemon_cpu_times(daemon.pid), time.process_time()
         poller = asyncio.create_task(poll_lag(client, started, lag_reads))
         for session in sessions:
             turns.append((session, await _prompt(client, daemon, session, f"tick {p.ticks} {p.interval_ms}")))
@@ -221,7 +221,7 @@ async def drive(daemon: BenchDaemon, sessions: list[dict[str, Any]], p: Params,
                 task.cancel()
             for task in done:
                 task.result()
-        user1, system1 = cpu_times(daemon.pid)
+        user1, system1 = daemon_cpu_times(daemon.pid)
         daemon_cpu, daemon_system = user1 + system1 - user0 - system0, system1 - system0
         client_cpu = time.process_time() - client0
         wall = time.monotonic() - started
@@ -293,9 +293,9 @@ def measure(root: Path, name: str, p: Params, *, target: bool, settle_titles: bo
             for s, _ in warm:
                 daemon.wait_title_settled(s)
         warm_after = {s["id"]: daemon.newest_sequence(s) for s in sessions}
-        idle0 = sum(cpu_times(daemon.pid))
+        idle0 = sum(daemon_cpu_times(daemon.pid))
         time.sleep(IDLE_SECONDS)
-        idle_rate = (sum(cpu_times(daemon.pid)) - idle0) / IDLE_SECONDS
+        idle_rate = (sum(daemon_cpu_times(daemon.pid)) - idle0) / IDLE_SECONDS
         with daemon.profiling(name):
             phase = asyncio.run(drive(daemon, sessions, p, streamer))
         committed: dict[int, float] = {}

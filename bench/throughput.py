@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bare_acp import BareRun, transport_client, typed_client
-from bench.harness import BenchDaemon, cpu_seconds, environment_note
+from bench.harness import BenchDaemon, cpu_seconds, daemon_cpu_seconds, environment_note
 from bench.report import BenchResult, Op, Target
 from bench.sse_client import ChunkChecker, SequenceChecker, SSEStream
 from sessions.store.events import SCHEMA_SQL, EventLog
@@ -336,11 +336,11 @@ async def measure_rounds(daemon: BenchDaemon, session: dict[str, Any], p: Params
         await typed.stream(p.warmup)
         for _ in range(p.rounds):
             after = await asyncio.to_thread(daemon.newest_sequence, session)
-            cpu0, agent0, client0 = cpu_seconds(daemon.pid), cpu_seconds(agent_pid), time.process_time()
+            cpu0, agent0, client0 = daemon_cpu_seconds(daemon.pid), cpu_seconds(agent_pid), time.process_time()
             run_ = await read_until_done(daemon.host, daemon.port, daemon.stream_path(session), after,
                                          lambda: daemon.prompt(session, f"stream {p.chunks}"),
                                          timeout=max(120.0, p.chunks / 500), token=daemon.d.token)
-            run_.daemon_cpu = cpu_seconds(daemon.pid) - cpu0
+            run_.daemon_cpu = daemon_cpu_seconds(daemon.pid) - cpu0
             run_.agent_cpu = cpu_seconds(agent_pid) - agent0
             run_.client_cpu = time.process_time() - client0
             out.daemon.append(run_)

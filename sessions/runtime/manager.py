@@ -16,7 +16,7 @@ from sessions.enums import StopReason
 from sessions.errors import AgentLimitReached, Unavailable
 from sessions.hooks import HookRunner
 from sessions.record import SessionRecord
-from sessions.runtime import signals
+from sessions.runtime import signals, store_writer
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.offload import db, spawn
 from sessions.runtime.session import SessionRuntime
@@ -212,10 +212,14 @@ class SessionManager:
         """Stop every live session with reason `shutdown`, concurrently and bounded in time."""
         self.draining = True
         runtimes = list(self.runtimes.values())
-        if not runtimes:
-            if self.hooks is not None:
-                await self.hooks.drain()
-            return
+        if runtimes:
+            await self._stop_all(runtimes, timeout)
+        if self.hooks is not None:
+            await self.hooks.drain()
+        # Every store is closed by now: the store writer process ends with its input.
+        await store_writer.for_loop(asyncio.get_running_loop()).shutdown()
+
+    async def _stop_all(self, runtimes: list[SessionRuntime], timeout: float) -> None:
         logger.info("stopping %d live session(s) for shutdown", len(runtimes))
         stops = [spawn(rt.stop(StopReason.SHUTDOWN, "daemon shutdown")) for rt in runtimes]
         done, pending = await asyncio.wait(stops, timeout=timeout)
@@ -224,5 +228,3 @@ class SessionManager:
         for task in done:
             if task.exception():
                 logger.error("shutdown stop failed: %s", task.exception())
-        if self.hooks is not None:
-            await self.hooks.drain()

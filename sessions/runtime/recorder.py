@@ -4,7 +4,8 @@
 chunks merge there as they arrive (events reference §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
 bigger the batches). Commits run on the loop's shared store writer (runtime/store_writer.py: every session's
-batches in one hand-off, at most every 5 ms), which never waits on a store: a store that is locked, failing or
+batches encoded on the loop and handed in one frame, at most every 5 ms, to the store writer process, which runs
+only their SQLite part), which never waits on a store: a store that is locked, failing or
 slow moves to a thread of its own, where it is retried as below. So a locked store or a slow fsync stalls only its
 own session, never the loop that every session, stream and request shares.
 
@@ -39,7 +40,7 @@ from typing import Any
 
 from sessions.runtime import store_writer
 from sessions.store.clean import scrub
-from sessions.store.events import EventLog
+from sessions.store.events import Encoded, EventLog, encode, row_to_event
 from sessions.store.failures import StoreFailure, classify
 from sessions.store.ops import (
     MERGEABLE_TYPES,
@@ -100,7 +101,7 @@ class Recorder:
         # future or wrapped future per batch (with lone events, that bookkeeping cost more than the commit).
         self._loop: asyncio.AbstractEventLoop | None = None
         # The store's own writer thread: started only when the store leaves the shared writer (`_detach`).
-        self._queue: queue.SimpleQueue[tuple[list[PendingOp], list[Any] | None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[list[PendingOp], list[Any] | None, bool] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._detached = False
         self._scheduled = False  # a hand-off is due at the next loop iteration
@@ -194,11 +195,11 @@ class Recorder:
         else:
             store_writer.for_loop(loop).submit(self, batch)
 
-    def _to_own_thread(self, batch: list[PendingOp], ops: list[Any] | None) -> None:
+    def _to_own_thread(self, batch: list[PendingOp], ops: list[Any] | None, verify: bool = False) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name=f"store-{self.name[-8:]}", daemon=True)
             self._thread.start()
-        self._queue.put((batch, ops))
+        self._queue.put((batch, ops, verify))
 
     def _detach(self, why: str) -> None:
         """This store leaves the shared writer for a thread of its own, for the rest of its life."""
@@ -208,10 +209,14 @@ class Recorder:
 
     def shared_done(self, batch: list[PendingOp], outcome: store_writer.Outcome) -> None:
         """On the loop: what the shared writer did with this store's batch."""
+        if outcome.failure is not None:
+            logger.error("store %s unwritable (%s): %s", self.name, *outcome.failure)
+            self._committed_batch(batch, [], [], StoreFailure(*outcome.failure))
+            return
         if outcome.detach is not None:
             self._detach(outcome.detach)
-        if outcome.retry:
-            self._to_own_thread(batch, outcome.ops)  # still in flight: its own thread commits it, with retries
+        if outcome.retry:  # still in flight: its own thread commits it, with retries
+            self._to_own_thread(batch, outcome.ops, outcome.verify)
             return
         self._committed_batch(batch, outcome.stored, outcome.rows, None)
 
@@ -264,12 +269,12 @@ class Recorder:
             item = self._queue.get()
             if item is None:
                 break
-            batch, prepared = item
+            batch, prepared, verify = item
             stored: list[dict[str, Any]] = []
             rows: list[tuple[Any, ...]] = []
             failure: StoreFailure | None = None
             try:
-                stored, rows = self._commit_with_retry(batch, prepared)
+                stored, rows = self._commit_with_retry(batch, prepared, verify)
             except StoreFailure as exc:
                 failure = exc
             except BaseException as exc:  # never let the thread die with a batch claimed as in flight
@@ -320,22 +325,35 @@ class Recorder:
         ops = materialize(batch)
         return self._carry_private_keys(ops) if self.redact else ops
 
-    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-        """On a writer thread: one commit. The shared writer waits on no lock; the store's own thread waits one
-        attempt's worth."""
-        busy = 0 if shared else ATTEMPT_BUSY_TIMEOUT_MS
+    def encode(self, ops: list[Any]) -> Encoded:
+        """Where the batch is handed to the shared writer: its rows as the store writer process writes them."""
+        return encode(ops, self.agent_name, redact=self.redact)
+
+    def observe_commit(self, seconds: float) -> None:
+        if self.commit_seconds is not None:
+            self.commit_seconds(seconds)
+
+    def attempt(self, ops: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """On the store's own thread: one commit, waiting at most one attempt's worth on a lock."""
         t0 = time.perf_counter()
         if self.log is None:
-            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=busy)
-        else:
-            self.log.set_busy_timeout(busy)
+            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=ATTEMPT_BUSY_TIMEOUT_MS)
         stored = self.log.commit(ops)
-        if self.commit_seconds is not None:
-            self.commit_seconds(time.perf_counter() - t0)
+        self.observe_commit(time.perf_counter() - t0)
         return stored, self.log.last_rows
 
-    def _commit_with_retry(self, batch: list[PendingOp],
-                           prepared: list[Any] | None = None) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    def _landed(self, ops: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]] | None:
+        """A batch the store writer process may have committed before it died: its rows if it did."""
+        if self.log is None:
+            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=ATTEMPT_BUSY_TIMEOUT_MS)
+        rows = self.log.landed([op.id for op in ops if type(op) is NewEvent])
+        if rows is None:
+            return None
+        logger.warning("store %s: a batch out when the store writer process died had been committed", self.name)
+        return [row_to_event(row) for row in rows], rows
+
+    def _commit_with_retry(self, batch: list[PendingOp], prepared: list[Any] | None = None,
+                           verify: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """Runs on the store's own thread. Retries a failing batch until it commits or the deadline passes."""
         if self.may_write is not None and not self._await_lease():
             return [], []
@@ -347,6 +365,8 @@ class Recorder:
         while True:
             attempt += 1
             try:
+                if verify and (landed := self._landed(ops)) is not None:
+                    return landed
                 stored, rows = self.attempt(ops)
                 if attempt > 1:
                     logger.warning("store %s: batch committed after %d attempts", self.name, attempt)
@@ -420,10 +440,10 @@ class Recorder:
             logger.warning("store %s: %d event(s) refused after it %s", self.name, self.refused,
                            "failed" if self.failure else "closed")
         self.closed = True
+        if self._loop is not None:
+            # Held open by the store writer process: closed there, after any batch of ours it still has.
+            await asyncio.shield(store_writer.for_loop(self._loop).close_store(self))
         if self._thread is None:
-            if self.log is not None and self._loop is not None:
-                # Opened by the shared writer: closed there, after any batch of ours it still holds.
-                await asyncio.shield(store_writer.for_loop(self._loop).close_store(self))
             return
         if self._thread_done is None:  # a second close waits for the same exit
             self._thread_done = asyncio.get_running_loop().create_future()

@@ -1,96 +1,123 @@
-"""One store writer thread for every session on a loop, handed what they all recorded in one hand-off.
+"""One store writer for every session on a loop: a process of its own, handed what they all recorded in one frame.
 
-With a thread per store, each lone event of a quiet session paid a thread wake-up, a GIL hand-off and a wake-up of
-the loop of its own; with a hundred sessions streaming at a model's pace those hundred threads queued for the GIL
-behind each other and the shared loop fell tens of milliseconds behind. Here the sessions' batches travel to one
-thread in one hand-off (at most one every `HAND_OFF_SECONDS`), are committed one store after another (each its own
-transaction, as before), and come back in one callback.
+With a thread per store, each lone event of a quiet session paid a thread wake-up and a GIL hand-off of its own;
+with one shared thread, every SQLite call of every commit still gave up the GIL and had to win it back from the
+busy loop, so at a hundred streaming sessions commits queued behind the loop. Here the sessions' batches are
+encoded on the loop where they are handed off (ids, redaction, JSON: the Python part) and travel in one frame (at
+most one every `HAND_OFF_SECONDS`) to the store writer process (store/write_process.py), which runs only the
+SQLite part, one store after another (each its own transaction, as before), and answers in one frame.
 
-Isolation stays per store: the shared thread tries a batch once and never waits on a store's lock (busy timeout
-0). A store that is locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of
-its own (`Recorder._detach`), which retries with backoff as every store did before; so such a store stalls only
-its own session.
+Isolation stays per store: the process waits on no lock (busy timeout 0) and tries a batch once. A store that is
+locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of its own
+(`Recorder._detach`), which retries with backoff as every store did before; so such a store stalls only its own
+session. A batch out when the process died may have been committed or not: its store's own thread looks for it by
+its first event's id before writing it (`verify`). The process is started again for the next batches, at most
+`MAX_RESTARTS` times; after that every store commits on its own thread, and `broken` says why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-import queue
-import threading
-import time
+import os
+import pickle
+import subprocess
+import sys
 import weakref
 from asyncio import AbstractEventLoop, Future
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import IO, Any, Protocol
 
-from sessions.store.events import EventLog
-from sessions.store.ops import PendingOp
+import sessions
+from sessions.store.events import Encoded, numbered
+from sessions.store.ops import NewEvent, PendingOp
+from sessions.store.write_process import HEADER_BYTES, CloseJob, JobResult, WriteJob, frame
 
 logger = logging.getLogger(__name__)
 
 # A commit slower than this (a checkpoint's fsync on a slow disk, an overloaded filesystem) sends its store to a
 # thread of its own for the rest of its life: one slow store must not delay every other session's frames.
 SLOW_COMMIT_SECONDS = 0.1
-# At most one hand-off to the thread per this many seconds: a lone event waits up to 5 ms for others to join it. Every
-# hand-off costs the loop and the thread a wake-up and a GIL exchange. Measured with `python -m bench --only capacity`
-# at 100 sessions (2,000 chunks/s), four alternating pairs on a noisy VM: the daemon's CPU per chunk 300-362 µs
-# (mean 330) handing off at every loop iteration, 269-321 µs (mean 297) with 5 ms; p99 varied more between runs
-# than between the two.
+# At most one hand-off per this many seconds: a lone event waits up to 5 ms for others to join it. Every hand-off
+# costs the loop a wake-up and a frame each way. Measured with the writer still a thread, `python -m bench --only
+# capacity` at 100 sessions (2,000 chunks/s), four alternating pairs on a noisy VM: the daemon's CPU per chunk
+# 300-362 µs (mean 330) handing off at every loop iteration, 269-321 µs (mean 297) with 5 ms.
 HAND_OFF_SECONDS = 0.005
+# A process that keeps dying (a broken interpreter, memory limits) is not started again past this many times.
+MAX_RESTARTS = 3
+_PROJECT_ROOT = str(Path(sessions.__file__).resolve().parent.parent)
 
 
 @dataclass(slots=True)
 class Outcome:
-    """What the shared thread did with one batch. `ops` (the batch materialized) is set when the batch goes to its
+    """What the shared writer did with one batch. `ops` (the batch materialized) is set when the batch goes to its
     store's own thread: materializing applies the private-key carry, which must not run twice."""
     stored: list[dict[str, Any]]
     rows: list[tuple[Any, ...]]
-    detach: str | None = None  # why the store leaves the shared thread (None: it stays)
+    detach: str | None = None  # why the store leaves the shared writer (None: it stays)
     ops: list[Any] | None = None
-    retry: bool = False  # the batch was not committed: its store's own thread commits it
+    retry: bool = False  # the batch was not committed here: its store's own thread commits it
+    verify: bool = False  # it may have been committed: the own thread looks for it first
+    failure: tuple[str, str] | None = None  # (reason, detail): the store's own verdict, no retry can help
 
 
 class Store(Protocol):
-    """What the shared thread needs of a session's store writer (runtime/recorder.py's `Recorder`)."""
+    """What the shared writer needs of a session's store writer (runtime/recorder.py's `Recorder`)."""
 
-    log: EventLog | None
+    path: Path
+    agent_name: str
 
     @property
     def name(self) -> str: ...
 
     def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
-    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]],
-                                                                       list[tuple[Any, ...]]]: ...
-    def close_log(self) -> None: ...
+    def encode(self, ops: list[Any]) -> Encoded: ...
     def shared_done(self, batch: list[PendingOp], outcome: Outcome) -> None: ...
+    def observe_commit(self, seconds: float) -> None: ...
+
 
 Work = tuple[Store, list[PendingOp] | None]  # a batch, or None: close the store
 
 
+@dataclass(slots=True)
+class _Sent:
+    """One job of a frame the process has not answered yet."""
+    store: Store
+    batch: list[PendingOp] | None  # None: a close
+    ops: list[Any] | None = None
+    encoded: Encoded | None = None
+
+
 class SharedWriter:
-    """The shared store writer of one event loop. `submit` is called on the loop; the thread does the rest."""
+    """The shared store writer of one event loop. `submit` and `close_store` are called on the loop."""
 
     def __init__(self, loop: AbstractEventLoop) -> None:
         self.loop = loop
-        self._queue: queue.SimpleQueue[list[Work] | None] = queue.SimpleQueue()
         self._gathered: list[Work] = []
         self._sent_at = float("-inf")  # loop time of the last hand-off
-        self._thread: threading.Thread | None = None
-        self._closing: dict[int, Future[None]] = {}
-        # Stores whose connection this thread opened and still holds: closed here if the loop goes away first.
-        self._open: weakref.WeakSet[Store] = weakref.WeakSet()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pipe: _PipeWriter | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._unanswered: deque[list[_Sent]] = deque()  # frames sent, in order
+        self._held: set[Path] = set()  # stores whose connection the process holds open
+        self._closing: dict[Path, Future[None]] = {}
+        self.restarts = 0
+        self.broken: str | None = None  # why the process is not started again
 
-    def submit(self, recorder: Store, batch: list[PendingOp]) -> None:
-        """On the loop: the batch joins this iteration's hand-off."""
-        self._gather((recorder, batch))
+    def submit(self, store: Store, batch: list[PendingOp]) -> None:
+        """The batch joins the next hand-off."""
+        self._gather((store, batch))
 
-    def close_store(self, recorder: Store) -> Future[None]:
-        """On the loop: close the store's connection on the thread that opened it; the future resolves after."""
-        done = self._closing.get(id(recorder))
+    def close_store(self, store: Store) -> Future[None]:
+        """The process closes the store's connection (if it holds it) after any batch of it still out; the future
+        resolves after."""
+        done = self._closing.get(store.path)
         if done is None:
-            done = self._closing[id(recorder)] = self.loop.create_future()
-            self._gather((recorder, None))
+            done = self._closing[store.path] = self.loop.create_future()
+            self._gather((store, None))
         return done
 
     def _gather(self, work: Work) -> None:
@@ -105,70 +132,194 @@ class SharedWriter:
     def _send(self) -> None:
         self._sent_at = self.loop.time()
         work, self._gathered = self._gathered, []
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(work)
-
-    # ---- the thread ------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            work = self._queue.get()
-            if work is None:
-                return
-            with contextlib.suppress(queue.Empty):
-                while True:  # what queued while the last round was committing joins this one
-                    more = self._queue.get_nowait()
-                    if more is None:
-                        self._queue.put(None)
-                        break
-                    work += more
-            results: list[tuple[Store, list[PendingOp] | None, Outcome | None]] = []
-            for recorder, batch in work:
-                if batch is None:
-                    recorder.close_log()
-                    self._open.discard(recorder)
-                    results.append((recorder, None, None))
-                    continue
-                outcome = self._commit(recorder, batch)
-                if recorder.log is not None and not outcome.detach:
-                    self._open.add(recorder)
+        jobs: list[WriteJob | CloseJob] = []
+        sent: list[_Sent] = []
+        for store, batch in work:
+            if batch is None:
+                if store.path in self._held:
+                    jobs.append(CloseJob(str(store.path)))
+                    sent.append(_Sent(store, None))
+                    self._held.discard(store.path)
                 else:
-                    self._open.discard(recorder)
-                results.append((recorder, batch, outcome))
-            try:
-                self.loop.call_soon_threadsafe(self._deliver, results)
-            except RuntimeError:  # the loop is closed (daemon exit): nobody is left to tell; close what is open
-                for recorder in list(self._open):
-                    recorder.close_log()
-                return
-
-    def _commit(self, recorder: Store, batch: list[PendingOp]) -> Outcome:
-        ops = None
-        try:
-            ops = recorder.prepare(batch)
-            started = time.perf_counter()
-            stored, rows = recorder.attempt(ops, shared=True)
-            took = time.perf_counter() - started
-        except Exception as exc:  # noqa: BLE001 - every kind goes to the store's own thread, which classifies it
-            return Outcome([], [], detach=f"{type(exc).__name__}: {exc}", ops=ops, retry=True)
-        if took > SLOW_COMMIT_SECONDS:
-            return Outcome(stored, rows, detach=f"a commit took {took * 1000:.0f} ms")
-        return Outcome(stored, rows)
-
-    def _deliver(self, results: list[tuple[Store, list[PendingOp] | None, Outcome | None]]) -> None:
-        """On the loop: each store's outcome, in the order they were committed."""
-        for recorder, batch, outcome in results:
-            if batch is None or outcome is None:
-                done = self._closing.pop(id(recorder), None)
-                if done is not None and not done.done():
-                    done.set_result(None)
+                    self._closed(store.path)
                 continue
+            ops = None
             try:
-                recorder.shared_done(batch, outcome)
-            except Exception:  # one session's callback must not keep the others' commits from being reported
-                logger.exception("store %s: reporting a commit failed", recorder.name)
+                ops = store.prepare(batch)
+                encoded = store.encode(ops)
+            except Exception as exc:  # noqa: BLE001 - the store's own thread commits it and classifies what fails
+                self._report(store, batch, Outcome([], [], detach=f"{type(exc).__name__}: {exc}", ops=ops,
+                                                   retry=True))
+                continue
+            if self.broken is not None or not self._ensure_process():
+                self._report(store, batch, Outcome([], [], detach=self.broken, ops=ops, retry=True))
+                continue
+            jobs.append(WriteJob(str(store.path), store.agent_name, encoded.values, encoded.statements))
+            sent.append(_Sent(store, batch, ops, encoded))
+            self._held.add(store.path)
+        if jobs:
+            assert self._pipe is not None
+            self._unanswered.append(sent)
+            self._pipe.write(frame(jobs))
+
+    def _report(self, store: Store, batch: list[PendingOp], outcome: Outcome) -> None:
+        try:
+            store.shared_done(batch, outcome)
+        except Exception:  # one session's callback must not keep the others' commits from being reported
+            logger.exception("store %s: reporting a commit failed", store.name)
+
+    def _closed(self, path: Path) -> None:
+        done = self._closing.pop(path, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    # ---- the process -----------------------------------------------------------------------------
+
+    def _ensure_process(self) -> bool:
+        """Start the process if none is running; False (and `broken` set) if it cannot be."""
+        if self._pipe is not None:
+            return True
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_PROJECT_ROOT, os.environ.get("PYTHONPATH"))
+                                                           if p)}
+        try:
+            # Started once per loop; Popen's fork and exec take a few milliseconds of this loop, once.
+            process = subprocess.Popen([sys.executable, "-m", "sessions.store.write_process"], env=env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_PROJECT_ROOT)
+        except OSError as exc:
+            self.broken = f"the store writer process could not start: {exc}"
+            logger.error("%s; every store commits on a thread of its own", self.broken)
+            return False
+        assert process.stdin is not None and process.stdout is not None
+        reader = asyncio.StreamReader(limit=2**20)
+        self._process = process
+        self._pipe = _PipeWriter(process.stdin, self.loop)
+        self._reader = self.loop.create_task(self._read(process, reader))
+        self._reader.add_done_callback(self._reader_done)
+        return True
+
+    def _reader_done(self, task: asyncio.Task[None]) -> None:
+        """Cancelled, the loop is ending (asyncio.run cancels what is left): the input ends too, and the process
+        exits once it has written what it was sent."""
+        if task.cancelled() and self._pipe is not None:
+            self._pipe.close()
+
+    async def _read(self, process: subprocess.Popen[bytes], reader: asyncio.StreamReader) -> None:
+        assert process.stdout is not None
+        await self.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+        try:
+            while True:
+                head = await reader.readexactly(HEADER_BYTES)
+                results: list[JobResult] = pickle.loads(await reader.readexactly(int.from_bytes(head, "big")))
+                self._deliver(self._unanswered.popleft(), results)
+        except asyncio.IncompleteReadError:
+            pass
+        except Exception:  # an answer we cannot read: the process is of no further use; its batches go back
+            logger.exception("store writer process: unreadable answer")
+            process.kill()
+        code = await asyncio.to_thread(process.wait)
+        self._exited(code)
+
+    def _deliver(self, sent: list[_Sent], results: list[JobResult]) -> None:
+        """Each store's outcome, in the order they were committed."""
+        for job, result in zip(sent, results, strict=True):
+            if job.batch is None:
+                self._closed(job.store.path)
+                continue
+            assert job.encoded is not None
+            if result.lasts is None:
+                self._held.discard(job.store.path)  # the process closed it
+                failure = (result.failure, result.error) if result.failure else None
+                outcome = Outcome([], [], detach=result.error, ops=job.ops, retry=True, failure=failure)
+            else:
+                job.store.observe_commit(result.seconds)
+                stored, rows = numbered(job.encoded, result.lasts)
+                outcome = Outcome(stored, rows)
+                if result.seconds > SLOW_COMMIT_SECONDS:
+                    outcome.detach = f"a commit took {result.seconds * 1000:.0f} ms"
+                    self.close_store(job.store)
+            self._report(job.store, job.batch, outcome)
+
+    def _exited(self, code: int) -> None:
+        """The process ended: every batch it had not answered goes to its store's own thread, checked first."""
+        self._pipe = self._process = self._reader = None
+        unanswered, self._unanswered = self._unanswered, deque()
+        self._held.clear()
+        if unanswered:
+            self.restarts += 1
+            why = f"the store writer process exited (code {code}) with {len(unanswered)} frame(s) unanswered"
+            logger.error("%s; their stores move to threads of their own", why)
+            if self.restarts > MAX_RESTARTS:
+                self.broken = f"{why}, {self.restarts} times"
+        for frame_jobs in unanswered:
+            for job in frame_jobs:
+                if job.batch is None:
+                    self._closed(job.store.path)
+                else:
+                    assert job.encoded is not None
+                    self._report(job.store, job.batch, Outcome(
+                        [], [], detach=f"the store writer process exited (code {code})",
+                        ops=with_ids(job.ops or [], job.encoded), retry=True, verify=True))
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """End of input: the process answers what it has, closes its stores and exits; waits for that."""
+        reader = self._reader
+        if self._pipe is not None:
+            self._pipe.close()
+        if reader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reader), timeout)
+
+
+def with_ids(ops: list[Any], encoded: Encoded) -> list[Any]:
+    """`ops` with each event's id as encoded: a batch that may have landed is looked for, and written, by them."""
+    ids = iter(values[0] for values in encoded.values)
+    return [op._replace(id=next(ids)) if type(op) is NewEvent else op for op in ops]
+
+
+class _PipeWriter:
+    """The process's stdin: written at once while the pipe takes it, the rest kept and written when it drains. No
+    frame is ever lost to a full pipe, and the loop never blocks on one."""
+
+    def __init__(self, pipe: IO[bytes], loop: AbstractEventLoop) -> None:
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        os.set_blocking(self._fd, False)
+        self._loop = loop
+        self._buffer = bytearray()
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._buffer:
+            self._buffer += data
+            return
+        self._buffer += data
+        self._drain()
+        if self._buffer:
+            self._loop.add_writer(self._fd, self._drain)
+
+    def _drain(self) -> None:
+        try:
+            written = os.write(self._fd, self._buffer)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # the process is gone: its reader sees the end and hands every batch back
+            logger.warning("store writer process: its input closed (%s)", exc)
+            written = len(self._buffer)
+        del self._buffer[:written]
+        if not self._buffer:
+            self._loop.remove_writer(self._fd)
+            if self._closing:
+                self._pipe.close()
+
+    def close(self) -> None:
+        """Close once everything written has gone down the pipe."""
+        if not self._closing:
+            self._closing = True
+            if not self._buffer:
+                with contextlib.suppress(OSError):
+                    self._pipe.close()
 
 
 _writers: weakref.WeakKeyDictionary[AbstractEventLoop, SharedWriter] = weakref.WeakKeyDictionary()
@@ -179,4 +330,3 @@ def for_loop(loop: AbstractEventLoop) -> SharedWriter:
     if writer is None:
         writer = _writers[loop] = SharedWriter(loop)
     return writer
-
