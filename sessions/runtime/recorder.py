@@ -40,7 +40,7 @@ from typing import Any
 
 from sessions.runtime import store_writer
 from sessions.store.clean import scrub
-from sessions.store.events import Encoded, EventLog, encode, row_to_event
+from sessions.store.events import Drafted, EventLog, draft, row_to_event
 from sessions.store.failures import StoreFailure, classify
 from sessions.store.ops import (
     MERGEABLE_TYPES,
@@ -325,9 +325,9 @@ class Recorder:
         ops = materialize(batch)
         return self._carry_private_keys(ops) if self.redact else ops
 
-    def encode(self, ops: list[Any]) -> Encoded:
-        """Where the batch is handed to the shared writer: its rows as the store writer process writes them."""
-        return encode(ops, self.agent_name, redact=self.redact)
+    def draft(self, ops: list[Any]) -> Drafted:
+        """Where the batch is handed to the shared writer: its drafts, which the store writer process finishes."""
+        return draft(ops, self.agent_name)
 
     def observe_commit(self, seconds: float) -> None:
         if self.commit_seconds is not None:

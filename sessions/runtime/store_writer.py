@@ -3,9 +3,10 @@
 With a thread per store, each lone event of a quiet session paid a thread wake-up and a GIL hand-off of its own;
 with one shared thread, every SQLite call of every commit still gave up the GIL and had to win it back from the
 busy loop, so at a hundred streaming sessions commits queued behind the loop. Here the sessions' batches are
-encoded on the loop where they are handed off (ids, redaction, JSON: the Python part) and travel in one frame (at
-most one every `HAND_OFF_SECONDS`) to the store writer process (store/write_process.py), which runs only the
-SQLite part, one store after another (each its own transaction, as before), and answers in one frame.
+drafted on the loop where they are handed off (ids, timestamps) and travel in one frame (at most one every
+`HAND_OFF_SECONDS`) to the store writer process (store/write_process.py), which redacts and encodes them and
+commits them one store after another (each its own transaction, as before), and answers in one frame with what
+it stored.
 
 Isolation stays per store: the process waits on no lock (busy timeout 0) and tries a batch once. A store that is
 locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of its own
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -32,9 +34,10 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 import sessions
-from sessions.store.events import Encoded, numbered
+from sessions.store.events import Drafted, Values, numbered
 from sessions.store.ops import NewEvent, PendingOp
-from sessions.store.write_process import HEADER_BYTES, CloseJob, JobResult, WriteJob, frame
+from sessions.store.redact import known_secrets
+from sessions.store.write_process import HEADER_BYTES, CloseJob, JobResult, SecretsJob, WriteJob, frame
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,9 @@ class Store(Protocol):
     def name(self) -> str: ...
 
     def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
-    def encode(self, ops: list[Any]) -> Encoded: ...
+    redact: bool
+
+    def draft(self, ops: list[Any]) -> Drafted: ...
     def shared_done(self, batch: list[PendingOp], outcome: Outcome) -> None: ...
     def observe_commit(self, seconds: float) -> None: ...
 
@@ -86,9 +91,10 @@ Work = tuple[Store, list[PendingOp] | None]  # a batch, or None: close the store
 class _Sent:
     """One job of a frame the process has not answered yet."""
     store: Store
-    batch: list[PendingOp] | None  # None: a close
+    batch: list[PendingOp] | None  # None: a close (or the secrets)
     ops: list[Any] | None = None
-    encoded: Encoded | None = None
+    drafted: Drafted | None = None
+    secrets: bool = False
 
 
 class SharedWriter:
@@ -104,6 +110,7 @@ class SharedWriter:
         self._unanswered: deque[list[_Sent]] = deque()  # frames sent, in order
         self._held: set[Path] = set()  # stores whose connection the process holds open
         self._closing: dict[Path, Future[None]] = {}
+        self._secrets_sent = 0  # how many registered secrets the running process was handed
         self.restarts = 0
         self.broken: str | None = None  # why the process is not started again
 
@@ -132,7 +139,7 @@ class SharedWriter:
     def _send(self) -> None:
         self._sent_at = self.loop.time()
         work, self._gathered = self._gathered, []
-        jobs: list[WriteJob | CloseJob] = []
+        jobs: list[WriteJob | CloseJob | SecretsJob] = []
         sent: list[_Sent] = []
         for store, batch in work:
             if batch is None:
@@ -146,7 +153,7 @@ class SharedWriter:
             ops = None
             try:
                 ops = store.prepare(batch)
-                encoded = store.encode(ops)
+                drafted = store.draft(ops)
             except Exception as exc:  # noqa: BLE001 - the store's own thread commits it and classifies what fails
                 self._report(store, batch, Outcome([], [], detach=f"{type(exc).__name__}: {exc}", ops=ops,
                                                    retry=True))
@@ -154,8 +161,12 @@ class SharedWriter:
             if self.broken is not None or not self._ensure_process():
                 self._report(store, batch, Outcome([], [], detach=self.broken, ops=ops, retry=True))
                 continue
-            jobs.append(WriteJob(str(store.path), store.agent_name, encoded.values, encoded.statements))
-            sent.append(_Sent(store, batch, ops, encoded))
+            if len(secrets := known_secrets()) != self._secrets_sent:
+                jobs.append(SecretsJob(secrets))
+                sent.append(_Sent(store, None, secrets=True))
+                self._secrets_sent = len(secrets)
+            jobs.append(WriteJob(str(store.path), store.agent_name, drafted.drafts, drafted.statements, store.redact))
+            sent.append(_Sent(store, batch, ops, drafted))
             self._held.add(store.path)
         if jobs:
             assert self._pipe is not None
@@ -222,17 +233,24 @@ class SharedWriter:
     def _deliver(self, sent: list[_Sent], results: list[JobResult]) -> None:
         """Each store's outcome, in the order they were committed."""
         for job, result in zip(sent, results, strict=True):
+            if job.secrets:
+                continue
             if job.batch is None:
                 self._closed(job.store.path)
                 continue
-            assert job.encoded is not None
-            if result.lasts is None:
+            drafted = job.drafted
+            assert drafted is not None
+            if result.lasts is None or result.contents is None:
                 self._held.discard(job.store.path)  # the process closed it
                 failure = (result.failure, result.error) if result.failure else None
                 outcome = Outcome([], [], detach=result.error, ops=job.ops, retry=True, failure=failure)
             else:
                 job.store.observe_commit(result.seconds)
-                stored, rows = numbered(job.encoded, result.lasts)
+                for i in result.changed:  # what is stored, never what the agent sent (rare: a secret was redacted)
+                    drafted.stored[i]["content"] = json.loads(result.contents[i])
+                values: list[Values] = [(*d[:4], content, d[5])
+                                        for d, content in zip(drafted.drafts, result.contents, strict=True)]
+                stored, rows = numbered(drafted.stored, values, result.lasts)
                 outcome = Outcome(stored, rows)
                 if result.seconds > SLOW_COMMIT_SECONDS:
                     outcome.detach = f"a commit took {result.seconds * 1000:.0f} ms"
@@ -242,6 +260,7 @@ class SharedWriter:
     def _exited(self, code: int) -> None:
         """The process ended: every batch it had not answered goes to its store's own thread, checked first."""
         self._pipe = self._process = self._reader = None
+        self._secrets_sent = 0
         unanswered, self._unanswered = self._unanswered, deque()
         self._held.clear()
         if unanswered:
@@ -252,13 +271,15 @@ class SharedWriter:
                 self.broken = f"{why}, {self.restarts} times"
         for frame_jobs in unanswered:
             for job in frame_jobs:
+                if job.secrets:
+                    continue
                 if job.batch is None:
                     self._closed(job.store.path)
                 else:
-                    assert job.encoded is not None
+                    assert job.drafted is not None
                     self._report(job.store, job.batch, Outcome(
                         [], [], detach=f"the store writer process exited (code {code})",
-                        ops=with_ids(job.ops or [], job.encoded), retry=True, verify=True))
+                        ops=with_ids(job.ops or [], job.drafted), retry=True, verify=True))
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """End of input: the process answers what it has, closes its stores and exits; waits for that."""
@@ -270,9 +291,9 @@ class SharedWriter:
                 await asyncio.wait_for(asyncio.shield(reader), timeout)
 
 
-def with_ids(ops: list[Any], encoded: Encoded) -> list[Any]:
-    """`ops` with each event's id as encoded: a batch that may have landed is looked for, and written, by them."""
-    ids = iter(values[0] for values in encoded.values)
+def with_ids(ops: list[Any], drafted: Drafted) -> list[Any]:
+    """`ops` with each event's id as drafted: a batch that may have landed is looked for, and written, by them."""
+    ids = iter(d[0] for d in drafted.drafts)
     return [op._replace(id=next(ids)) if type(op) is NewEvent else op for op in ops]
 
 

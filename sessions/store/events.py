@@ -152,22 +152,25 @@ _INSERT_HEAD = "INSERT INTO events(id, turn_id, type, agent_name, content, times
 _INSERT_SQL: dict[int, str] = {}
 
 Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
+# One event before redaction and JSON: id, turn_id, type, agent, the agent's content as recorded, timestamp.
+Draft = tuple[str, str, str, str, dict[str, Any], str]
 Statement = tuple[str, tuple[Any, ...]]  # a usage merge or a hook run, as SQL and its parameters
 
 
-class Encoded(NamedTuple):
-    """A batch ready for SQLite: the events' INSERT values, their envelopes (numbered once stored), and the other
-    ops as statements. Built where the batch is handed off; written by whichever writer holds the store."""
+class Drafted(NamedTuple):
+    """A batch on its way to SQLite: the events as drafts, their envelopes (numbered once stored; the content as
+    the agent sent it until `finish` says what redaction changed), and the other ops as statements."""
 
-    values: list[Values]
+    drafts: list[Draft]
     stored: list[dict[str, Any]]
     statements: list[Statement]
 
 
-def encode(ops: Sequence[StoreOp], agent: str, *, redact: bool = True) -> Encoded:
-    """The events of `ops` as INSERT values and as envelopes, the other ops as statements."""
+def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
+    """The events of `ops` as drafts and envelopes, the other ops as statements: the cheap part of an encoding,
+    done where the batch is handed off (the store writer process does the rest, `finish`)."""
     now = isoformat(utcnow())
-    values: list[Values] = []
+    drafts: list[Draft] = []
     stored = []
     statements: list[Statement] = []
     for op in ops:
@@ -175,29 +178,48 @@ def encode(ops: Sequence[StoreOp], agent: str, *, redact: bool = True) -> Encode
             statements.append(usage_statement(op.turn_id, op.usage) if isinstance(op, UsageUpdate)
                               else hook_run_statement(op.row))
             continue
-        # Only the agent's part is redacted: the keys we add (schema, type, timestamp, turn id) are our own.
-        content = {"schema": CONTENT_SCHEMA, "type": op.type, "timestamp": now,
-                   **(redact_value(op.content) if redact else op.content)}
-        if op.turn_id:
-            content.setdefault("turn_id", op.turn_id)
         event_id = op.id or new_event_id()
         turn_id = op.turn_id or "-"
-        values.append((event_id, turn_id, op.type, agent,
-                       json.dumps(content, separators=(",", ":"), ensure_ascii=False), now))
-        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type,
-                       "agent_name": agent, "content": content, "timestamp": now})
-    return Encoded(values, stored, statements)
+        drafts.append((event_id, turn_id, op.type, agent, op.content, now))
+        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type, "agent_name": agent,
+                       "content": _content(op.type, now, op.turn_id, op.content), "timestamp": now})
+    return Drafted(drafts, stored, statements)
 
 
-def numbered(encoded: Encoded, lasts: list[int]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+def _content(type_: str, timestamp: str, turn_id: str, agent_content: dict[str, Any]) -> dict[str, Any]:
+    """The stored content: our keys (schema, type, timestamp, turn id), then the agent's."""
+    content = {"schema": CONTENT_SCHEMA, "type": type_, "timestamp": timestamp, **agent_content}
+    if turn_id:
+        content.setdefault("turn_id", turn_id)
+    return content
+
+
+def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], dict[int, dict[str, Any]]]:
+    """The drafts as INSERT values (the agent's part redacted, the content as JSON), and the contents redaction
+    changed, by index (the envelopes must show what is stored, never what the agent sent)."""
+    values: list[Values] = []
+    changed: dict[int, dict[str, Any]] = {}
+    for i, (event_id, turn_id, type_, agent, agent_content, now) in enumerate(drafts):
+        # Only the agent's part is redacted: the keys we add are our own.
+        redacted = redact_value(agent_content) if redact else agent_content
+        content = _content(type_, now, "" if turn_id == "-" else turn_id, redacted)
+        if redacted != agent_content:
+            changed[i] = content
+        values.append((event_id, turn_id, type_, agent, json.dumps(content, separators=(",", ":"),
+                                                                   ensure_ascii=False), now))
+    return values, changed
+
+
+def numbered(stored: list[dict[str, Any]], values: list[Values],
+             lasts: list[int]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
     """The envelopes with their sequences, and the committed rows in `read_rows` form (the live feed takes them
     without reading them back): within one statement, under the write lock, rows take consecutive numbers, the
     last one's counted back."""
     rows = [(last - len(chunk) + 1 + offset, *value, 0)
-            for chunk, last in zip(_slices(encoded.values), lasts, strict=True) for offset, value in enumerate(chunk)]
-    for event, row in zip(encoded.stored, rows, strict=True):
+            for chunk, last in zip(_slices(values), lasts, strict=True) for offset, value in enumerate(chunk)]
+    for event, row in zip(stored, rows, strict=True):
         event["sequence"] = row[0]
-    return encoded.stored, rows
+    return stored, rows
 
 
 def _slices(values: list[Values]) -> list[list[Values]]:
@@ -273,8 +295,11 @@ class EventLog:
         daemon more than the write itself."""
         if not ops:
             return []
-        encoded = encode(ops, self.agent_name, redact=self.redact)
-        stored, self.last_rows = numbered(encoded, self.write(encoded.values, encoded.statements))
+        drafted = draft(ops, self.agent_name)
+        values, changed = finish(drafted.drafts, redact=self.redact)
+        for i, content in changed.items():
+            drafted.stored[i]["content"] = content
+        stored, self.last_rows = numbered(drafted.stored, values, self.write(values, drafted.statements))
         if self.last_rows:
             self.last_sequence = self.last_rows[-1][0]
         return stored

@@ -23,6 +23,7 @@ __all__ = [
     "bound_text",
     "holds_known_secret",
     "is_secret_key",
+    "known_secrets",
     "redact_argv",
     "redact_text",
     "redact_value",
@@ -365,6 +366,11 @@ _KNOWN_SECRETS: list[str] = []
 def register_secret(value: str | None) -> None:
     if value and len(value) >= 16 and value not in _KNOWN_SECRETS:
         _KNOWN_SECRETS.append(value)
+
+
+def known_secrets() -> tuple[str, ...]:
+    """Those registered so far, in order: the store writer process is handed them (it redacts what it stores)."""
+    return tuple(_KNOWN_SECRETS)
 
 
 def holds_known_secret(text: str) -> bool:

@@ -1,13 +1,14 @@
-"""The store writer process: the SQLite half of every shared-writer commit, out of the daemon's process.
+"""The store writer process: every shared-writer commit's redaction, JSON and SQLite, out of the daemon's process.
 
-The daemon encodes each session's batch (ids, redaction, JSON) where it hands it off, and this process only runs
-`EventLog.write` for it: the INSERT, the transaction, the WAL's system calls. In a thread of the daemon each of
-those SQLite calls gave up the GIL and had to win it back from a busy event loop, so at a hundred streaming
-sessions commits queued behind the loop and the loop behind the GIL exchange; a process has its own interpreter.
+The daemon drafts each session's batch where it hands it off (ids, timestamps: `events.draft`), and this process
+does the rest: redaction and JSON (`events.finish`), then `EventLog.write`: the INSERT, the transaction, the WAL's
+system calls. It answers with each row's stored content, and which of them redaction changed. In a thread of the
+daemon each SQLite call gave up the GIL and had to win it back from a busy event loop, so at a hundred streaming
+sessions commits queued behind the loop; a process has its own interpreter, and its work leaves the loop's thread.
 
 Its protocol is frames on stdin and stdout, each a 4-byte big-endian length and a pickle (both ends are this
-code, from the same checkout): a request is a list of `WriteJob`/`CloseJob`, answered, in order, by one frame of
-a `JobResult` each. Stores are named by path: one writer per store. It waits on no lock (busy timeout 0): a
+code, from the same checkout): a request is a list of `WriteJob`/`CloseJob`/`SecretsJob`, answered, in order, by
+one frame of a `JobResult` each. Stores are named by path: one writer per store. It waits on no lock (busy timeout 0): a
 locked, failing or displaced store is answered with its error and its connection closed, and the daemon moves
 that store to a writer thread of its own (runtime/store_writer.py). It ends at end of input, after answering
 everything before it; SIGINT and SIGTERM are the daemon's to act on, not this process's (a Ctrl-C reaches the
@@ -24,8 +25,9 @@ import time
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from sessions.store.events import EventLog, Statement, Values
+from sessions.store.events import Draft, EventLog, Statement, finish
 from sessions.store.failures import StoreFailure
+from sessions.store.redact import register_secret
 
 HEADER_BYTES = 4
 
@@ -33,16 +35,26 @@ HEADER_BYTES = 4
 class WriteJob(NamedTuple):
     path: str
     agent: str
-    values: list[Values]
+    drafts: list[Draft]
     statements: list[Statement]
+    redact: bool
 
 
 class CloseJob(NamedTuple):
     path: str
 
 
+class SecretsJob(NamedTuple):
+    """Secrets the daemon registered (its own token has no shape to recognise it by): redacted here too. Sent
+    before the first write and again whenever more were registered; never by argv or environment, which other
+    processes can read."""
+    secrets: tuple[str, ...]
+
+
 class JobResult(NamedTuple):
     lasts: list[int] | None  # each INSERT slice's last sequence; None: nothing was committed
+    contents: list[str] | None = None  # each event's stored content, as JSON
+    changed: tuple[int, ...] = ()  # the events whose content redaction changed
     error: str = ""  # why not, as "ExceptionType: message"
     failure: str = ""  # a StoreFailure's reason (the store's own verdict, such as displaced): no retry can help
     seconds: float = 0.0  # how long the commit took
@@ -69,21 +81,27 @@ class Writer:
     def __init__(self) -> None:
         self.logs: dict[str, EventLog] = {}
 
-    def run(self, job: WriteJob | CloseJob) -> JobResult:
+    def run(self, job: WriteJob | CloseJob | SecretsJob) -> JobResult:
         if isinstance(job, CloseJob):
             self.close(job.path)
+            return JobResult([])
+        if isinstance(job, SecretsJob):
+            for secret in job.secrets:
+                register_secret(secret)
             return JobResult([])
         started = time.perf_counter()
         try:
             log = self.logs.get(job.path)
             if log is None:
                 log = self.logs[job.path] = EventLog(Path(job.path), job.agent, redact=False, busy_timeout_ms=0)
-            lasts = log.write(job.values, job.statements)
+            values, changed = finish(job.drafts, redact=job.redact)
+            lasts = log.write(values, job.statements)
         except Exception as exc:  # noqa: BLE001 - every kind goes back to the daemon, which classifies it
             self.close(job.path)  # the store leaves this process; its own thread opens it afresh
             failure = exc.reason if isinstance(exc, StoreFailure) else ""
-            return JobResult(None, f"{type(exc).__name__}: {exc}", failure, time.perf_counter() - started)
-        return JobResult(lasts, seconds=time.perf_counter() - started)
+            return JobResult(None, error=f"{type(exc).__name__}: {exc}", failure=failure,
+                             seconds=time.perf_counter() - started)
+        return JobResult(lasts, [v[4] for v in values], tuple(changed), seconds=time.perf_counter() - started)
 
     def close(self, path: str) -> None:
         log = self.logs.pop(path, None)
@@ -106,7 +124,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             body = _read_exactly(requests, int.from_bytes(head, "big"))
             if body is None:
                 break
-            jobs: list[WriteJob | CloseJob] = pickle.loads(body)
+            jobs: list[WriteJob | CloseJob | SecretsJob] = pickle.loads(body)
             results = [writer.run(job) for job in jobs]
             if answering:
                 try:

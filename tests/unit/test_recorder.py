@@ -5,6 +5,7 @@ gap-free whoever else appends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ import pytest
 from sessions.runtime import recorder as recorder_mod
 from sessions.runtime import store_writer
 from sessions.runtime.recorder import Recorder
+from sessions.store import redact
 from sessions.store.events import EventLog, read_events
 from sessions.store.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
 from sessions.store.ops import MAX_RUN_CHUNKS, NewEvent, UsageUpdate, merge_chunks
@@ -91,13 +93,13 @@ def test_a_burst_reaches_the_store_thread_already_merged(tmp_path: Path, monkeyp
     path = tmp_path / "events.db"
     sink = Sink()
     batch_sizes: list[int] = []
-    real = Recorder.encode
+    real = Recorder.draft
 
-    def encode(self: Recorder, ops: Any) -> Any:
+    def draft(self: Recorder, ops: Any) -> Any:
         batch_sizes.append(len(ops))
         return real(self, ops)
 
-    monkeypatch.setattr(Recorder, "encode", encode)
+    monkeypatch.setattr(Recorder, "draft", draft)
     count = 2 * MAX_RUN_CHUNKS + 500
 
     async def main() -> int:
@@ -481,3 +483,27 @@ def test_a_value_no_utf8_encoder_takes_is_stored_with_a_replacement_not_failing_
     rows = read_events(path, limit=10)
     assert [r["type"] for r in rows] == ["user_message", "tool_call", "done"]
     assert rows[1]["content"]["title"] == "lone \ufffd surrogate"
+
+
+def test_what_the_writer_process_redacts_is_what_the_envelopes_and_rows_show(tmp_path: Path) -> None:
+    """The store writer process redacts (a provider-shaped key, and a secret the daemon registered, which has no
+    shape: it is handed to the process): the store, and the envelopes and rows the live feed is given, hold the
+    redacted text, never what the agent sent."""
+    registered = "q8Zr4-registered-no-shape-Lm2x"
+    redact.register_secret(registered)
+    path = tmp_path / "events.db"
+    seen: list[tuple[list[dict[str, Any]], list[tuple[Any, ...]]]] = []
+
+    async def main() -> None:
+        rec = Recorder(path, "general", lambda stored, rows: seen.append((stored, rows)))
+        rec.record("user_message", "t1", {"text": f"key glpat-abcdefghij1234567890 and {registered}"})
+        rec.record("tool_call", "t1", {"title": "plain"})
+        await rec.flush()
+        await rec.close()
+
+    asyncio.run(main())
+    [(stored, rows)] = seen
+    for text in (stored[0]["content"]["text"], json.loads(rows[0][5])["text"],
+                 read_events(path, limit=1)[0]["content"]["text"]):
+        assert "glpat-abcdefghij1234567890" not in text and registered not in text and redact.REDACTED in text
+    assert stored[1]["content"]["title"] == "plain"
