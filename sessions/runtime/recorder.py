@@ -333,11 +333,15 @@ class Recorder:
         if self.commit_seconds is not None:
             self.commit_seconds(seconds)
 
-    def attempt(self, ops: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-        """On the store's own thread: one commit, waiting at most one attempt's worth on a lock."""
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """On a writer thread: one commit. The shared writer's thread waits on no lock; the store's own thread waits
+        one attempt's worth."""
+        busy = 0 if shared else ATTEMPT_BUSY_TIMEOUT_MS
         t0 = time.perf_counter()
         if self.log is None:
-            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=ATTEMPT_BUSY_TIMEOUT_MS)
+            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=busy)
+        else:
+            self.log.set_busy_timeout(busy)
         stored = self.log.commit(ops)
         self.observe_commit(time.perf_counter() - t0)
         return stored, self.log.last_rows
@@ -441,7 +445,8 @@ class Recorder:
                            "failed" if self.failure else "closed")
         self.closed = True
         if self._loop is not None:
-            # Held open by the store writer process: closed there, after any batch of ours it still has.
+            # Held open by the shared writer (its thread, its process or both): closed there, after any batch of
+            # ours it still has.
             await asyncio.shield(store_writer.for_loop(self._loop).close_store(self))
         if self._thread is None:
             return

@@ -1,19 +1,21 @@
-"""One store writer for every session on a loop: a process of its own, handed what they all recorded in one frame.
+"""One store writer for every session on a loop: a thread while the load is light, a process of its own above it.
 
-With a thread per store, each lone event of a quiet session paid a thread wake-up and a GIL hand-off of its own;
-with one shared thread, every SQLite call of every commit still gave up the GIL and had to win it back from the
-busy loop, so at a hundred streaming sessions commits queued behind the loop. Here the sessions' batches are
-drafted on the loop where they are handed off (ids, timestamps) and travel in one frame (at most one every
-`HAND_OFF_SECONDS`) to the store writer process (store/write_process.py), which redacts and encodes them and
-commits them one store after another (each its own transaction, as before), and answers in one frame with what
-it stored.
+Every session's batches go to it in one hand-off (at most one every `HAND_OFF_SECONDS`) and are committed one
+store after another (each its own transaction). Where they commit depends on every session's batches a second:
+- below `PROCESS_ABOVE`, on the writer thread (runtime/writer_thread.py) in the daemon's process: a lone event
+  costs a queue put and one callback;
+- above it, in the store writer process (store/write_process.py): batches are drafted on the loop (ids,
+  timestamps) and sent in one frame; the process redacts, encodes and commits them and answers in one frame with
+  what it stored. In a thread, every SQLite call of every commit gives up the GIL and has to win it back from the
+  busy loop, so at a hundred streaming sessions commits queued behind the loop; a process has its own interpreter.
+  Back to the thread below `THREAD_BELOW`.
 
-Isolation stays per store: the process waits on no lock (busy timeout 0) and tries a batch once. A store that is
-locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of its own
-(`Recorder._detach`), which retries with backoff as every store did before; so such a store stalls only its own
-session. A batch out when the process died may have been committed or not: its store's own thread looks for it by
-its first event's id before writing it (`verify`). The process is started again for the next batches, at most
-`MAX_RESTARTS` times; after that every store commits on its own thread, and `broken` says why.
+Isolation stays per store either way: neither waits on a lock (busy timeout 0) and each tries a batch once. A store
+that is locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of its own
+(`Recorder._detach`), which retries with backoff, so it stalls only its own session. A batch out when the process
+died may have been committed or not: its store's own thread looks for it by its first event's id before writing
+it (`verify`). The process is started again for the next batches, at most `MAX_RESTARTS` times; after that the
+thread commits everything, and `broken` says why.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from asyncio import AbstractEventLoop, Future
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 import sessions
+from sessions.runtime.writer_thread import SLOW_COMMIT_SECONDS, ThreadResult, ThreadStore, ThreadWork, WriterThread
 from sessions.store.events import Drafted, Values, numbered
 from sessions.store.ops import NewEvent, PendingOp
 from sessions.store.redact import known_secrets
@@ -41,9 +44,6 @@ from sessions.store.write_process import HEADER_BYTES, CloseJob, JobResult, Secr
 
 logger = logging.getLogger(__name__)
 
-# A commit slower than this (a checkpoint's fsync on a slow disk, an overloaded filesystem) sends its store to a
-# thread of its own for the rest of its life: one slow store must not delay every other session's frames.
-SLOW_COMMIT_SECONDS = 0.1
 # At most one hand-off per this many seconds: a lone event waits up to 5 ms for others to join it. Every hand-off
 # costs the loop a wake-up and a frame each way. Measured with the writer still a thread, `python -m bench --only
 # capacity` at 100 sessions (2,000 chunks/s), four alternating pairs on a noisy VM: the daemon's CPU per chunk
@@ -51,6 +51,14 @@ SLOW_COMMIT_SECONDS = 0.1
 HAND_OFF_SECONDS = 0.005
 # A process that keeps dying (a broken interpreter, memory limits) is not started again past this many times.
 MAX_RESTARTS = 3
+# Batches a second (every session's, over the last second) above which the process commits, and below which the
+# thread takes over again. Measured with `python -m bench --only capacity`: at 50 sessions (1,000 batches a second)
+# both hold; at 100 (2,000) the thread's commits queued behind the GIL in one run of two (agent → stored p99 75-97
+# ms) while the process held 3 runs of 4; at 20 sessions with a big turn beside (the latency benchmark) the process
+# cost p99 13 → 39 ms and loop lag 4 → 15 ms, since each lone event paid a pipe write and two wake-ups and the
+# process competed with the loop for a core.
+PROCESS_ABOVE = 1500.0
+THREAD_BELOW = 1000.0
 _PROJECT_ROOT = str(Path(sessions.__file__).resolve().parent.parent)
 
 
@@ -67,16 +75,12 @@ class Outcome:
     failure: tuple[str, str] | None = None  # (reason, detail): the store's own verdict, no retry can help
 
 
-class Store(Protocol):
+class Store(ThreadStore, Protocol):
     """What the shared writer needs of a session's store writer (runtime/recorder.py's `Recorder`)."""
 
     path: Path
     agent_name: str
 
-    @property
-    def name(self) -> str: ...
-
-    def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
     redact: bool
 
     def draft(self, ops: list[Any]) -> Drafted: ...
@@ -95,6 +99,7 @@ class _Sent:
     ops: list[Any] | None = None
     drafted: Drafted | None = None
     secrets: bool = False
+    internal: bool = False  # a close nobody waits on
 
 
 class SharedWriter:
@@ -113,6 +118,12 @@ class SharedWriter:
         self._secrets_sent = 0  # how many registered secrets the running process was handed
         self.restarts = 0
         self.broken: str | None = None  # why the process is not started again
+        self._thread: WriterThread | None = None
+        self._close_pending: dict[Path, int] = {}  # closes dispatched and not yet done, by store
+        self.mode = "thread"  # where the next hand-off commits: "thread" or "process"
+        self.forced: str | None = None  # a test's choice of mode, whatever the load
+        self._window_start = loop.time()
+        self._window_batches = 0
 
     def submit(self, store: Store, batch: list[PendingOp]) -> None:
         """The batch joins the next hand-off."""
@@ -139,16 +150,16 @@ class SharedWriter:
     def _send(self) -> None:
         self._sent_at = self.loop.time()
         work, self._gathered = self._gathered, []
+        mode = self._choose(sum(1 for _, batch in work if batch is not None))
         jobs: list[WriteJob | CloseJob | SecretsJob] = []
         sent: list[_Sent] = []
+        to_thread: list[ThreadWork] = []
         for store, batch in work:
             if batch is None:
-                if store.path in self._held:
-                    jobs.append(CloseJob(str(store.path)))
-                    sent.append(_Sent(store, None))
-                    self._held.discard(store.path)
-                else:
-                    self._closed(store.path)
+                self._dispatch_close(store, jobs, sent, to_thread)
+                continue
+            if mode == "thread":
+                to_thread.append((store, batch))
                 continue
             ops = None
             try:
@@ -168,10 +179,58 @@ class SharedWriter:
             jobs.append(WriteJob(str(store.path), store.agent_name, drafted.drafts, drafted.statements, store.redact))
             sent.append(_Sent(store, batch, ops, drafted))
             self._held.add(store.path)
+        if to_thread:
+            if self._thread is None:
+                self._thread = WriterThread(self.loop, self._deliver_thread)
+            self._thread.put(to_thread)
         if jobs:
             assert self._pipe is not None
             self._unanswered.append(sent)
             self._pipe.write(frame(jobs))
+
+    def _dispatch_close(self, store: Store, jobs: list[WriteJob | CloseJob | SecretsJob], sent: list[_Sent],
+                        to_thread: list[ThreadWork]) -> None:
+        """A store is closed wherever it is open: the thread, the process, or both."""
+        pending = 0
+        if store.path in self._held:
+            jobs.append(CloseJob(str(store.path)))
+            sent.append(_Sent(store, None))
+            self._held.discard(store.path)
+            pending += 1
+        if store.log is not None:
+            to_thread.append((store, None))
+            pending += 1
+        self._close_pending[store.path] = pending
+        if not pending:
+            self._closed(store.path)
+
+    def _choose(self, batches: int) -> str:
+        """Thread or process for this hand-off, from every session's batches a second over the last second."""
+        if self.forced is not None:
+            return self.forced
+        now = self.loop.time()
+        self._window_batches += batches
+        elapsed = now - self._window_start
+        if elapsed >= 1.0:
+            rate = self._window_batches / elapsed
+            self._window_start, self._window_batches = now, 0
+            mode = self.mode
+            if mode == "thread" and rate >= PROCESS_ABOVE and self.broken is None:
+                self.mode = "process"
+            elif mode == "process" and (rate < THREAD_BELOW or self.broken is not None):
+                self.mode = "thread"
+            if self.mode != mode:
+                logger.info("store writer: %.0f batches a second; commits move to the %s", rate, self.mode)
+        return self.mode
+
+    def _deliver_thread(self, results: list[ThreadResult]) -> None:
+        """On the loop: the thread's outcomes, in the order it committed them."""
+        for r in results:
+            store = cast(Store, r.store)  # the thread is handed only ours
+            if r.batch is None:
+                self._closed(store.path)
+            else:
+                self._report(store, r.batch, Outcome(r.stored, r.rows, detach=r.detach, ops=r.ops, retry=r.retry))
 
     def _report(self, store: Store, batch: list[PendingOp], outcome: Outcome) -> None:
         try:
@@ -180,6 +239,12 @@ class SharedWriter:
             logger.exception("store %s: reporting a commit failed", store.name)
 
     def _closed(self, path: Path) -> None:
+        """One close of the store is done; its future resolves when every one dispatched is."""
+        left = self._close_pending.get(path, 0) - 1
+        if left > 0:
+            self._close_pending[path] = left
+            return
+        self._close_pending.pop(path, None)
         done = self._closing.pop(path, None)
         if done is not None and not done.done():
             done.set_result(None)
@@ -233,7 +298,7 @@ class SharedWriter:
     def _deliver(self, sent: list[_Sent], results: list[JobResult]) -> None:
         """Each store's outcome, in the order they were committed."""
         for job, result in zip(sent, results, strict=True):
-            if job.secrets:
+            if job.secrets or job.internal:
                 continue
             if job.batch is None:
                 self._closed(job.store.path)
@@ -254,7 +319,7 @@ class SharedWriter:
                 outcome = Outcome(stored, rows)
                 if result.seconds > SLOW_COMMIT_SECONDS:
                     outcome.detach = f"a commit took {result.seconds * 1000:.0f} ms"
-                    self.close_store(job.store)
+                    self._close_in_process(job.store)
             self._report(job.store, job.batch, outcome)
 
     def _exited(self, code: int) -> None:
@@ -271,7 +336,7 @@ class SharedWriter:
                 self.broken = f"{why}, {self.restarts} times"
         for frame_jobs in unanswered:
             for job in frame_jobs:
-                if job.secrets:
+                if job.secrets or job.internal:
                     continue
                 if job.batch is None:
                     self._closed(job.store.path)
@@ -281,9 +346,18 @@ class SharedWriter:
                         [], [], detach=f"the store writer process exited (code {code})",
                         ops=with_ids(job.ops or [], job.drafted), retry=True, verify=True))
 
+    def _close_in_process(self, store: Store) -> None:
+        """The process lets go of a store that moved to a thread of its own (nobody waits on it)."""
+        if store.path in self._held and self._pipe is not None:
+            self._held.discard(store.path)
+            self._unanswered.append([_Sent(store, None, internal=True)])
+            self._pipe.write(frame([CloseJob(str(store.path))]))
+
     async def shutdown(self, timeout: float = 10.0) -> None:
         """End of input: the process answers what it has, closes its stores and exits; waits for that."""
         reader = self._reader
+        if self._thread is not None:
+            self._thread.stop()
         if self._pipe is not None:
             self._pipe.close()
         if reader is not None:

@@ -89,17 +89,18 @@ def test_a_merged_row_holds_at_most_max_run_chunks() -> None:
 
 
 def test_a_burst_reaches_the_store_thread_already_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks merge as they are recorded, on the loop: the hand-off encodes a few runs, not one op per chunk."""
+    """Chunks merge as they are recorded, on the loop: the writer gets a few runs, not one op per chunk."""
     path = tmp_path / "events.db"
     sink = Sink()
     batch_sizes: list[int] = []
-    real = Recorder.draft
+    real = Recorder.prepare
 
-    def draft(self: Recorder, ops: Any) -> Any:
+    def prepare(self: Recorder, batch: Any) -> Any:
+        ops = real(self, batch)
         batch_sizes.append(len(ops))
-        return real(self, ops)
+        return ops
 
-    monkeypatch.setattr(Recorder, "draft", draft)
+    monkeypatch.setattr(Recorder, "prepare", prepare)
     count = 2 * MAX_RUN_CHUNKS + 500
 
     async def main() -> int:
@@ -333,6 +334,57 @@ def test_closing_twice_waits_for_the_same_writer_exit(tmp_path: Path) -> None:
     assert [e["type"] for e in read_events(path, limit=10)] == ["user_message"]
 
 
+def test_a_shared_writer_thread_whose_loop_closed_still_commits_and_closes_its_stores(tmp_path: Path) -> None:
+    """At daemon exit the loop may close while batches are with the shared writer's thread: nobody can be told,
+    but the batches are committed and every store's connection it opened closed, not left to the interpreter."""
+    sink = Sink()
+    closed_loop = asyncio.new_event_loop()
+    closed_loop.close()
+    recs = [make(tmp_path / name / "events.db", sink) for name in ("a", "b")]
+    writer = store_writer.SharedWriter(closed_loop)
+    writer.forced = "thread"
+    writer._gathered = [(rec, [NewEvent("user_message", "t1", {"text": "hi"})]) for rec in recs]
+    writer._send()  # what the loop's next iteration does with the batches one iteration gathered
+    assert writer._thread is not None and writer._thread._thread is not None
+    writer._thread._thread.join(10)
+    assert not writer._thread._thread.is_alive()
+    for rec in recs:
+        assert [e["type"] for e in read_events(rec.path, limit=10)] == ["user_message"]
+        assert rec.log is not None
+        with pytest.raises(sqlite3.ProgrammingError):
+            rec.log._conn.execute("SELECT 1")  # closed by the writer thread
+    assert sink.commits == []  # nobody was told
+
+
+def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_path: Path) -> None:
+    """Below `THREAD_BELOW` batches a second the thread commits, above `PROCESS_ABOVE` the process; a store's
+    batches may commit on either in turn, and its connections are closed on both at the end."""
+    sink = Sink()
+    rec = make(tmp_path / "events.db", sink)
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        writer = store_writer.for_loop(loop)
+        modes = []
+        for rate in (0.0, store_writer.PROCESS_ABOVE * 2, store_writer.PROCESS_ABOVE, store_writer.THREAD_BELOW / 2):
+            writer._window_start = loop.time() - 1.0  # one second has passed with this many batches
+            writer._window_batches = int(rate)
+            rec.record("agent_message", "t1", {"text": f"{len(modes)};"})
+            await rec.flush()
+            modes.append(writer.mode)
+        assert writer._process is not None and rec.path in writer._held and rec.log is not None  # open in both
+        await rec.close()
+        assert rec.path not in writer._held
+        return modes
+
+    assert asyncio.run(main()) == ["thread", "process", "process", "thread"]
+    assert [e["content"]["text"] for e in read_events(rec.path, limit=10)] == ["0;", "1;", "2;", "3;"]
+    assert sink.commits == [[1], [2], [3], [4]]
+    assert rec.log is not None
+    with pytest.raises(sqlite3.ProgrammingError):
+        rec.log._conn.execute("SELECT 1")  # closed by the writer thread
+
+
 def test_the_store_writer_process_commits_what_it_was_sent_and_ends_with_its_input(tmp_path: Path) -> None:
     """The loop may close (daemon exit) while batches are with the store writer process: nobody can be told, but
     what was sent is committed, and the process closes its stores and exits when its input ends."""
@@ -341,6 +393,7 @@ def test_the_store_writer_process_commits_what_it_was_sent_and_ends_with_its_inp
 
     async def main() -> subprocess.Popen[bytes]:
         writer = store_writer.for_loop(asyncio.get_running_loop())
+        writer.forced = "process"
         writer._gathered = [(rec, [NewEvent("user_message", "t1", {"text": "hi"})]) for rec in recs]
         writer._send()  # what the loop does with the batches gathered: one frame to the process
         assert writer._process is not None
@@ -362,6 +415,7 @@ def test_batches_out_when_the_store_writer_process_dies_go_to_their_stores_threa
 
     async def main() -> None:
         writer = store_writer.for_loop(asyncio.get_running_loop())
+        writer.forced = "process"
         rec.record("user_message", "t1", {"text": "first"})
         await rec.flush()
         process = writer._process
@@ -495,6 +549,7 @@ def test_what_the_writer_process_redacts_is_what_the_envelopes_and_rows_show(tmp
     seen: list[tuple[list[dict[str, Any]], list[tuple[Any, ...]]]] = []
 
     async def main() -> None:
+        store_writer.for_loop(asyncio.get_running_loop()).forced = "process"
         rec = Recorder(path, "general", lambda stored, rows: seen.append((stored, rows)))
         rec.record("user_message", "t1", {"text": f"key glpat-abcdefghij1234567890 and {registered}"})
         rec.record("tool_call", "t1", {"title": "plain"})

@@ -1,0 +1,125 @@
+"""The shared store writer's thread: its commits while the load is light (runtime/store_writer.py decides).
+
+A batch costs the loop no more than a queue put and one callback back, and commits on this thread in the daemon's
+own process, one store after another (each its own transaction). Below a thousand or so batches a second that is
+cheaper than the store writer process (no pipe, no second process to wake, none competing for a core); above it,
+every SQLite call's GIL hand-off with the busy loop makes commits queue, and the process takes over.
+
+It never waits on a store's lock (busy timeout 0) and tries a batch once: what fails or is slow comes back for the
+store's own thread (`ThreadResult.detach`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import weakref
+from asyncio import AbstractEventLoop
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+from sessions.store.events import EventLog
+from sessions.store.ops import PendingOp
+
+# A commit slower than this (a checkpoint's fsync on a slow disk) sends its store to a thread of its own.
+SLOW_COMMIT_SECONDS = 0.1
+
+
+class ThreadStore(Protocol):
+    """What the thread needs of a session's store writer (runtime/recorder.py's `Recorder`)."""
+
+    log: EventLog | None
+
+    @property
+    def name(self) -> str: ...
+
+    def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]],
+                                                                       list[tuple[Any, ...]]]: ...
+    def close_log(self) -> None: ...
+
+
+class ThreadResult(NamedTuple):
+    """What the thread did with one batch (`batch` None: it closed the store's connection). `ops` (the batch
+    materialized) is set when it goes to its store's own thread: materializing applies the private-key carry,
+    which must not run twice."""
+
+    store: ThreadStore
+    batch: list[PendingOp] | None
+    stored: list[dict[str, Any]]
+    rows: list[tuple[Any, ...]]
+    detach: str | None = None  # why the store leaves the shared writer (None: it stays)
+    ops: list[Any] | None = None
+    retry: bool = False  # not committed: its store's own thread commits it
+
+
+ThreadWork = tuple[ThreadStore, list[PendingOp] | None]
+
+
+class WriterThread:
+    """Started at the first hand-off; `put` is called on the loop, `deliver` is called back on it."""
+
+    def __init__(self, loop: AbstractEventLoop, deliver: Callable[[list[ThreadResult]], None]) -> None:
+        self.loop = loop
+        self._deliver = deliver
+        self._queue: queue.SimpleQueue[list[ThreadWork] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        # Stores whose connection this thread opened and still holds: closed here if the loop goes away first.
+        self._open: weakref.WeakSet[ThreadStore] = weakref.WeakSet()
+
+    def put(self, work: list[ThreadWork]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(work)
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            with contextlib.suppress(queue.Empty):
+                while True:  # what queued while the last round was committing joins this one
+                    more = self._queue.get_nowait()
+                    if more is None:
+                        self._queue.put(None)
+                        break
+                    work += more
+            results: list[ThreadResult] = []
+            for store, batch in work:
+                if batch is None:
+                    store.close_log()
+                    self._open.discard(store)
+                    results.append(ThreadResult(store, None, [], []))
+                    continue
+                result = self._commit(store, batch)
+                if store.log is not None and not result.detach:
+                    self._open.add(store)
+                else:
+                    self._open.discard(store)
+                results.append(result)
+            try:
+                self.loop.call_soon_threadsafe(self._deliver, results)
+            except RuntimeError:  # the loop is closed (daemon exit): nobody is left to tell; close what is open
+                for store in list(self._open):
+                    store.close_log()
+                return
+
+    def _commit(self, store: ThreadStore, batch: list[PendingOp]) -> ThreadResult:
+        ops = None
+        try:
+            ops = store.prepare(batch)
+            started = time.perf_counter()
+            stored, rows = store.attempt(ops, shared=True)
+            took = time.perf_counter() - started
+        except Exception as exc:  # noqa: BLE001 - every kind goes to the store's own thread, which classifies it
+            return ThreadResult(store, batch, [], [], detach=f"{type(exc).__name__}: {exc}", ops=ops, retry=True)
+        if took > SLOW_COMMIT_SECONDS:
+            return ThreadResult(store, batch, stored, rows, detach=f"a commit took {took * 1000:.0f} ms")
+        return ThreadResult(store, batch, stored, rows)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
