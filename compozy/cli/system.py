@@ -48,7 +48,8 @@ def status_cmd(fmt: str, as_json: bool) -> None:
                               ("home", d.get("home")), ("config", d.get("config")),
                               ("sessions", f"{d['active_sessions']} active / {d['total_sessions']} total"),
                               ("tasks", _task_line(data.get("tasks"))),
-                              ("slow viewers", _streams_line(data.get("streams")))])
+                              ("slow viewers", _streams_line(data.get("streams"))),
+                              ("store writer", _writer_line(data.get("store_writer")))])
         cluster = data.get("cluster") or {}
         services = cluster.get("services") or {}
         if cluster.get("clustered") or len(cluster.get("nodes") or []) > 1:
@@ -63,6 +64,16 @@ def status_cmd(fmt: str, as_json: bool) -> None:
             _failure_lines(failures["recent"])
 
     emit(data, fmt, human)
+
+
+def _writer_line(writer: dict[str, Any] | None) -> str:
+    """Where commits run: the daemon's writer thread, or under load its store writer process."""
+    if not writer:
+        return ""
+    if writer.get("broken"):
+        return f"thread only: {writer['broken']}"
+    line = f"{writer['mode']} ({writer['batches_per_second']:g} batches/s)"
+    return line + (f", {writer['restarts']} restart(s)" if writer.get("restarts") else "")
 
 
 def _failure_lines(recent: list[dict[str, Any]]) -> None:

@@ -14,6 +14,7 @@ from sessions import cluster, stream_pressure
 from sessions.config import get_config
 from sessions.enums import SessionState
 from sessions.models import Session
+from sessions.runtime import store_writer
 from sessions.runtime.loop_lag import MONITOR
 from sessions.store import folder
 from tasks.services import totals as task_totals
@@ -43,6 +44,7 @@ def runtime_status() -> dict[str, Any]:
     active = by_state.get(SessionState.ACTIVE, 0)
     home = compozy_home()
     free = shutil.disk_usage(home).free
+    writer = store_writer.report()  # a process that stopped being restarted is a warning: commits went to threads
     return {
         "schema_version": 1,
         "generated_at": folder.isoformat(folder.utcnow()),
@@ -54,12 +56,14 @@ def runtime_status() -> dict[str, Any]:
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
         "event_loop": {"lag": MONITOR.report()},
+        "store_writer": writer,
         "streams": stream_pressure.report(),
         "cluster": cluster.status(),
         "tasks": task_totals(),
         "health": {
             "status": "ok" if not by_kind else "warn",
-            "persistence": {"status": "ok" if free > 100 * 1024 * 1024 else "warn", "free_bytes": free},
+            "persistence": {"status": "ok" if free > 100 * 1024 * 1024 and not writer["broken"] else "warn",
+                            "free_bytes": free, "store_writer": writer["broken"]},
             "failures": {"status": "ok" if not by_kind else "warn", "total": sum(by_kind.values()),
                          "by_kind": by_kind, "recent": failures},
         },

@@ -58,7 +58,10 @@ MAX_RESTARTS = 3
 # cost p99 13 → 39 ms and loop lag 4 → 15 ms, since each lone event paid a pipe write and two wake-ups and the
 # process competed with the loop for a core.
 PROCESS_ABOVE = 1500.0
-THREAD_BELOW = 1000.0
+THREAD_BELOW = 1000.0  # also where the process is started, idle, so that it is ready when the load rises
+# Stores the thread holds open move to the process at most this many a hand-off: each costs the process an open
+# (~0.7 ms), and a hundred at once held every other session's commits for a few hundred milliseconds.
+MOVES_PER_HAND_OFF = 8
 _PROJECT_ROOT = str(Path(sessions.__file__).resolve().parent.parent)
 
 
@@ -121,9 +124,15 @@ class SharedWriter:
         self._thread: WriterThread | None = None
         self._close_pending: dict[Path, int] = {}  # closes dispatched and not yet done, by store
         self.mode = "thread"  # where the next hand-off commits: "thread" or "process"
-        self.forced: str | None = None  # a test's choice of mode, whatever the load
+        # A choice of mode whatever the load: a test's, or `COMPOZY_STORE_WRITER=thread|process` (for comparing the
+        # two in `python -m bench --only capacity`).
+        self.forced: str | None = os.environ.get("COMPOZY_STORE_WRITER") or None
+        if self.forced not in (None, "thread", "process"):
+            logger.warning("COMPOZY_STORE_WRITER=%s is neither thread nor process: ignored", self.forced)
+            self.forced = None
         self._window_start = loop.time()
         self._window_batches = 0
+        self.rate = 0.0  # every session's batches a second, over the last full second measured
 
     def submit(self, store: Store, batch: list[PendingOp]) -> None:
         """The batch joins the next hand-off."""
@@ -154,11 +163,14 @@ class SharedWriter:
         jobs: list[WriteJob | CloseJob | SecretsJob] = []
         sent: list[_Sent] = []
         to_thread: list[ThreadWork] = []
+        moved = 0
         for store, batch in work:
             if batch is None:
                 self._dispatch_close(store, jobs, sent, to_thread)
                 continue
-            if mode == "thread":
+            if mode == "process" and store.path not in self._held and store.log is not None:
+                moved += 1  # it moves from the thread: a few a hand-off
+            if mode == "thread" or moved > MOVES_PER_HAND_OFF:
                 to_thread.append((store, batch))
                 continue
             ops = None
@@ -206,22 +218,22 @@ class SharedWriter:
 
     def _choose(self, batches: int) -> str:
         """Thread or process for this hand-off, from every session's batches a second over the last second."""
-        if self.forced is not None:
-            return self.forced
         now = self.loop.time()
         self._window_batches += batches
         elapsed = now - self._window_start
         if elapsed >= 1.0:
-            rate = self._window_batches / elapsed
+            rate = self.rate = self._window_batches / elapsed
             self._window_start, self._window_batches = now, 0
             mode = self.mode
+            if mode == "thread" and rate >= THREAD_BELOW and self.broken is None and self.forced != "thread":
+                self._ensure_process()  # started before it is needed: its start-up is not in any commit's way
             if mode == "thread" and rate >= PROCESS_ABOVE and self.broken is None:
                 self.mode = "process"
             elif mode == "process" and (rate < THREAD_BELOW or self.broken is not None):
                 self.mode = "thread"
-            if self.mode != mode:
+            if self.mode != mode and self.forced is None:
                 logger.info("store writer: %.0f batches a second; commits move to the %s", rate, self.mode)
-        return self.mode
+        return self.forced or self.mode
 
     def _deliver_thread(self, results: list[ThreadResult]) -> None:
         """On the loop: the thread's outcomes, in the order it committed them."""
@@ -418,6 +430,19 @@ class _PipeWriter:
 
 
 _writers: weakref.WeakKeyDictionary[AbstractEventLoop, SharedWriter] = weakref.WeakKeyDictionary()
+
+
+def report() -> dict[str, Any]:
+    """For `compozy status`: where commits run now, and a process that stopped being started again (read from
+    another thread: plain attributes, each read once)."""
+    writers = list(_writers.values())
+    if not writers:
+        return {"mode": "thread", "batches_per_second": 0.0, "process_pid": None, "restarts": 0, "broken": None}
+    writer = writers[0]  # the daemon runs one loop
+    process = writer._process
+    return {"mode": writer.forced or writer.mode, "batches_per_second": round(writer.rate, 1),
+            "process_pid": process.pid if process is not None else None, "restarts": writer.restarts,
+            "broken": writer.broken}
 
 
 def for_loop(loop: AbstractEventLoop) -> SharedWriter:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -135,6 +136,16 @@ def query(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, .
         conn.close()
 
 
+# Every table and index SCHEMA_SQL creates: a store that has them all (and is in WAL mode) opens without running it,
+# which halves an open (1.4 → 0.7 ms here): the store writer process opens a hundred stores when load moves to it.
+_SCHEMA_OBJECTS = frozenset(re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", SCHEMA_SQL))
+
+
+def _schema_ready(conn: sqlite3.Connection) -> bool:
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    return _SCHEMA_OBJECTS.issubset(names) and conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def init_store(path: Path, busy_timeout_ms: int = 5000) -> None:
     """Create events.db with WAL; idempotent."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,11 +262,16 @@ class EventLog:
     session's store writer thread, or a repair command)."""
 
     def __init__(self, path: Path, agent_name: str, *, redact: bool = True, busy_timeout_ms: int = 5000) -> None:
-        init_store(path, busy_timeout_ms)
         self.path = path
         self.agent_name = agent_name
         self.redact = redact
+        if not path.exists():
+            init_store(path, busy_timeout_ms)
         self._conn = connect(path, check_same_thread=False, busy_timeout_ms=busy_timeout_ms)
+        if not _schema_ready(self._conn):  # an older store: its missing tables and indexes, and WAL, first
+            self._conn.close()
+            init_store(path, busy_timeout_ms)
+            self._conn = connect(path, check_same_thread=False, busy_timeout_ms=busy_timeout_ms)
         self.busy_timeout_ms = busy_timeout_ms
         # NORMAL in WAL: a commit survives a process crash; only an OS crash may lose the last ones.
         self._conn.execute("PRAGMA synchronous=NORMAL")

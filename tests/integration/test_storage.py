@@ -7,6 +7,7 @@ import errno
 import io
 import itertools
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -167,8 +168,13 @@ def test_a_store_locked_by_another_process_never_stalls_another_sessions_stream(
     turn = daemon.turn_events(locked, blocked["r"].json()["prompt"]["turn_id"])
     assert turn[0]["type"] == "user_message" and turn[-1]["type"] == "done"
     # The daemon's own measure of its shared loop over the window that held the lock.
-    lag = daemon.http.get("/api/status").json()["event_loop"]["lag"]["windows"][0]
+    status = daemon.http.get("/api/status").json()
+    lag = status["event_loop"]["lag"]["windows"][0]
     assert lag["samples"] > 50 and lag["max_ms"] < 500, lag
+    # Two sessions are far below the load at which commits move to the store writer process.
+    assert status["store_writer"]["mode"] == "thread" and status["store_writer"]["broken"] is None, status
+    assert status["health"]["persistence"]["store_writer"] is None
+    assert re.search(r"store writer +thread \([0-9.]+ batches/s\)", daemon.cli("status").stdout)
 
 
 def test_a_storage_failure_stays_the_cause_when_the_daemon_dies_before_space_returns(
