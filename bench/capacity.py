@@ -68,6 +68,7 @@ class Window:
     machine: float  # the whole machine's busy share
     client: float  # the bench client's CPU, cores
     lag_p99_ms: float
+    writer: str  # where commits ran at the window's end: "thread" or "process", and at what rate
 
 
 def machine_busy() -> tuple[int, int]:
@@ -94,6 +95,7 @@ class Step:
     client: float = 0.0  # the bench client's CPU, cores
     store_p99_ms: float = 0.0  # agent → the row's commit timestamp
     sse_p99_ms: float = 0.0  # the row's commit timestamp → viewer
+    writer: str = ""
 
     @property
     def holds(self) -> bool:
@@ -150,6 +152,8 @@ async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]], ticks: i
         r = await client.get("/api/status")
         r.raise_for_status()
         lag = r.json()["event_loop"]["lag"]["windows"][0]
+        sw = r.json().get("store_writer") or {}
+        writer = f"{sw.get('mode')} at {sw.get('batches_per_second', 0):,.0f} batches/s" if sw else "unknown"
         done, pending = await asyncio.wait(tasks, timeout=ticks * INTERVAL_MS / 1000 + 60)
         for task in pending:
             task.cancel()
@@ -157,7 +161,7 @@ async def run_step(daemon: BenchDaemon, sessions: list[dict[str, Any]], ticks: i
             task.result()
     return Window(viewers, start, end, cpu, kernel=(sys1 - sys0) / max(1e-9, cpu),
                   machine=(machine1[0] - machine0[0]) / max(1e-9, machine1[1] - machine0[1]),
-                  client=(client1 - client0) / (end - start), lag_p99_ms=float(lag.get("p99_ms") or 0.0))
+                  client=(client1 - client0) / (end - start), lag_p99_ms=float(lag.get("p99_ms") or 0.0), writer=writer)
 
 
 def measure_step(daemon: BenchDaemon, sessions: list[dict[str, Any]]) -> Step:
@@ -183,7 +187,7 @@ def measure_step(daemon: BenchDaemon, sessions: list[dict[str, Any]]) -> Step:
                 errors=[f"{v.session_id}: {v.error}" for v in viewers if v.error],
                 gaps=[f"{v.session_id}: {v.checker.describe()}" for v in viewers if v.checker and not v.checker.ok],
                 machine=w.machine, kernel=w.kernel, client=w.client,
-                store_p99_ms=percentile(store_ms, 0.99), sse_p99_ms=percentile(sse_ms, 0.99))
+                store_p99_ms=percentile(store_ms, 0.99), sse_p99_ms=percentile(sse_ms, 0.99), writer=w.writer)
 
 
 # ---- the floor: a bare SDK client reading the same agents --------------------------------------------------------
@@ -276,7 +280,8 @@ def run(root: Path, quick: bool) -> BenchResult:
                            f"{s.cpu_cores:.0%} of a core ({s.kernel:.0%} in the kernel), "
                            f"{s.cpu_per_chunk_us:.0f} µs a chunk; machine "
                            f"{s.machine:.0%} busy, bench client {s.client:.0%} of a core; p99 agent → "
-                           f"stored {s.store_p99_ms:.1f} ms, stored → viewer {s.sse_p99_ms:.1f} ms")
+                           f"stored {s.store_p99_ms:.1f} ms, stored → viewer {s.sse_p99_ms:.1f} ms; commits: "
+                           f"{s.writer}")
         result.check(f"N={s.n}: every viewer reached done, no gap or duplicate", not s.errors and not s.gaps,
                      "; ".join((s.errors + s.gaps)[:3]) or f"{s.n} viewers, {s.samples:,} samples of {s.expected:,}")
         result.check(f"N={s.n}: every tick delivered", s.samples == s.expected,
