@@ -40,7 +40,7 @@ from typing import Any
 
 from sessions.runtime import store_writer
 from sessions.store.clean import scrub
-from sessions.store.events import Drafted, EventLog, draft, row_to_event
+from sessions.store.events import EventLog, row_to_event
 from sessions.store.failures import StoreFailure, classify
 from sessions.store.ops import (
     MERGEABLE_TYPES,
@@ -54,6 +54,7 @@ from sessions.store.ops import (
     op_weight,
 )
 from sessions.store.redact_stream import PrivateKeyCarry, secret_tail
+from sessions.store.rows import Drafted, draft
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from typing import IO, Any, Protocol, cast
 
 import sessions
 from sessions.runtime.writer_thread import SLOW_COMMIT_SECONDS, ThreadResult, ThreadStore, ThreadWork, WriterThread
-from sessions.store.events import Drafted, Values, numbered
 from sessions.store.ops import NewEvent, PendingOp
 from sessions.store.redact import known_secrets
+from sessions.store.rows import Drafted, Values, numbered
 from sessions.store.write_process import HEADER_BYTES, CloseJob, JobResult, SecretsJob, WriteJob, frame
 
 logger = logging.getLogger(__name__)

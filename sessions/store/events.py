@@ -14,15 +14,12 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sessions.store.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
-from sessions.store.ids import new_event_id
 from sessions.store.ops import HookRun, NewEvent, StoreOp, UsageUpdate
-from sessions.store.redact import redact_value
-from sessions.store.timestamps import isoformat, utcnow
+from sessions.store.rows import Statement, Values, draft, finish, numbered, slices
 
-CONTENT_SCHEMA = "compozy.session.event.v1"
 MAX_PAGE = 1000
 DEFAULT_PAGE = 200
 
@@ -65,10 +62,6 @@ CREATE INDEX IF NOT EXISTS hook_runs_event ON hook_runs(event);
 CREATE INDEX IF NOT EXISTS hook_runs_recorded ON hook_runs(recorded_at);
 """
 
-USAGE_COLUMNS = (
-    "input_tokens", "output_tokens", "total_tokens", "thought_tokens", "cache_read_tokens",
-    "cache_write_tokens", "context_used", "context_size", "cost_amount", "cost_currency",
-)
 
 
 def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = False,
@@ -157,105 +150,8 @@ def init_store(path: Path, busy_timeout_ms: int = 5000) -> None:
         conn.close()
 
 
-# Rows per INSERT statement (6 bound values each): well under SQLite's variable limit on any build.
-INSERT_ROWS = 100
 _INSERT_HEAD = "INSERT INTO events(id, turn_id, type, agent_name, content, timestamp) VALUES "
 _INSERT_SQL: dict[int, str] = {}
-
-Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
-# One event before redaction and JSON: id, turn_id, type, agent, the agent's content as recorded, timestamp.
-Draft = tuple[str, str, str, str, dict[str, Any], str]
-Statement = tuple[str, tuple[Any, ...]]  # a usage merge or a hook run, as SQL and its parameters
-
-
-class Drafted(NamedTuple):
-    """A batch on its way to SQLite: the events as drafts, their envelopes (numbered once stored; the content as
-    the agent sent it until `finish` says what redaction changed), and the other ops as statements."""
-
-    drafts: list[Draft]
-    stored: list[dict[str, Any]]
-    statements: list[Statement]
-
-
-def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
-    """The events of `ops` as drafts and envelopes, the other ops as statements: the cheap part of an encoding,
-    done where the batch is handed off (the store writer process does the rest, `finish`)."""
-    now = isoformat(utcnow())
-    drafts: list[Draft] = []
-    stored = []
-    statements: list[Statement] = []
-    for op in ops:
-        if not isinstance(op, NewEvent):
-            statements.append(usage_statement(op.turn_id, op.usage) if isinstance(op, UsageUpdate)
-                              else hook_run_statement(op.row))
-            continue
-        event_id = op.id or new_event_id()
-        turn_id = op.turn_id or "-"
-        drafts.append((event_id, turn_id, op.type, agent, op.content, now))
-        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type, "agent_name": agent,
-                       "content": _content(op.type, now, op.turn_id, op.content), "timestamp": now})
-    return Drafted(drafts, stored, statements)
-
-
-def _content(type_: str, timestamp: str, turn_id: str, agent_content: dict[str, Any]) -> dict[str, Any]:
-    """The stored content: our keys (schema, type, timestamp, turn id), then the agent's."""
-    content = {"schema": CONTENT_SCHEMA, "type": type_, "timestamp": timestamp, **agent_content}
-    if turn_id:
-        content.setdefault("turn_id", turn_id)
-    return content
-
-
-def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], dict[int, dict[str, Any]]]:
-    """The drafts as INSERT values (the agent's part redacted, the content as JSON), and the contents redaction
-    changed, by index (the envelopes must show what is stored, never what the agent sent)."""
-    values: list[Values] = []
-    changed: dict[int, dict[str, Any]] = {}
-    for i, (event_id, turn_id, type_, agent, agent_content, now) in enumerate(drafts):
-        # Only the agent's part is redacted: the keys we add are our own.
-        redacted = redact_value(agent_content) if redact else agent_content
-        content = _content(type_, now, "" if turn_id == "-" else turn_id, redacted)
-        if redacted != agent_content:
-            changed[i] = content
-        values.append((event_id, turn_id, type_, agent, json.dumps(content, separators=(",", ":"),
-                                                                   ensure_ascii=False), now))
-    return values, changed
-
-
-def numbered(stored: list[dict[str, Any]], values: list[Values],
-             lasts: list[int]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-    """The envelopes with their sequences, and the committed rows in `read_rows` form (the live feed takes them
-    without reading them back): within one statement, under the write lock, rows take consecutive numbers, the
-    last one's counted back."""
-    rows = [(last - len(chunk) + 1 + offset, *value, 0)
-            for chunk, last in zip(_slices(values), lasts, strict=True) for offset, value in enumerate(chunk)]
-    for event, row in zip(stored, rows, strict=True):
-        event["sequence"] = row[0]
-    return stored, rows
-
-
-def _slices(values: list[Values]) -> list[list[Values]]:
-    return [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
-
-
-def usage_statement(turn_id: str, usage: dict[str, Any]) -> Statement:
-    """One row per turn; later non-null values overwrite earlier ones."""
-    values = {k: usage.get(k) for k in USAGE_COLUMNS}
-    cols = ", ".join(USAGE_COLUMNS)
-    marks = ", ".join("?" for _ in USAGE_COLUMNS)
-    updates = ", ".join(f"{c}=COALESCE(excluded.{c}, {c})" for c in USAGE_COLUMNS)
-    return (f"INSERT INTO token_usage(turn_id, {cols}, timestamp) VALUES (?, {marks}, ?)"
-            f" ON CONFLICT(turn_id) DO UPDATE SET {updates}, timestamp=excluded.timestamp",
-            (turn_id, *values.values(), isoformat(utcnow())))
-
-
-def hook_run_statement(row: dict[str, Any]) -> Statement:
-    return ("INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
-            " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (row["id"], row["hook_name"], row["event"], row.get("source", "config"), row["mode"],
-             int(row.get("duration_ns", 0)), row["outcome"], int(row.get("dispatch_depth", 1)),
-             row.get("patch_applied"), row.get("error"), 1 if row.get("required") else 0,
-             row.get("recorded_at") or isoformat(utcnow())))
-
 
 class EventLog:
     """The single writer of one session's events.db. Not thread-safe: one thread at a time uses it (the
@@ -325,10 +221,10 @@ class EventLog:
         each INSERT slice's last sequence. The store writer process runs only this half."""
         if self.displaced():
             raise StoreFailure(DISPLACED, f"{self.path.name} was removed or replaced while this writer held it open")
-        slices = _slices(values)
-        if self._rowid_sequence and not statements and len(slices) == 1:
-            return [self._insert(slices[0])]  # autocommit: the statement is the transaction
-        return self._commit_transaction(statements, slices)
+        parts = slices(values)
+        if self._rowid_sequence and not statements and len(parts) == 1:
+            return [self._insert(parts[0])]  # autocommit: the statement is the transaction
+        return self._commit_transaction(statements, parts)
 
     def landed(self, ids: list[str]) -> list[tuple[Any, ...]] | None:
         """The stored rows of events `ids` (read_rows form) when the first of them is in the log, else None: a

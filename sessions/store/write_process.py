@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from sessions.store.events import Draft, EventLog, Statement, finish
+from sessions.store.events import EventLog
 from sessions.store.failures import StoreFailure
 from sessions.store.redact import register_secret
+from sessions.store.rows import Draft, Statement, finish
 
 HEADER_BYTES = 4
 
