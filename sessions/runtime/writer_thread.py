@@ -102,8 +102,11 @@ class WriterThread:
                 results.append(result)
             try:
                 self.loop.call_soon_threadsafe(self._deliver, results)
-            except RuntimeError:  # the loop is closed (daemon exit): nobody is left to tell; close what is open
-                for store in list(self._open):
+            except RuntimeError:  # the loop is closed (daemon exit): nobody is left to tell; close what is open,
+                # including a store this round sent to a thread of its own (slow on a loaded machine): that thread
+                # is never told either
+                stores = {id(s): s for s in [*self._open, *(r.store for r in results if r.store.log is not None)]}
+                for store in stores.values():
                     store.close_log()
                 return
 
