@@ -337,21 +337,24 @@ class Recorder:
     def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """On a writer thread: one commit. The shared writer's thread waits on no lock; the store's own thread waits
         one attempt's worth."""
-        busy = 0 if shared else ATTEMPT_BUSY_TIMEOUT_MS
+        log = self.open_log(0 if shared else ATTEMPT_BUSY_TIMEOUT_MS)
         t0 = time.perf_counter()
-        if self.log is None:
-            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=busy)
-        else:
-            self.log.set_busy_timeout(busy)
-        stored = self.log.commit(ops)
+        stored = log.commit(ops)
         self.observe_commit(time.perf_counter() - t0)
-        return stored, self.log.last_rows
+        return stored, log.last_rows
+
+    def open_log(self, busy_ms: int) -> EventLog:
+        """On a writer thread: the store's connection, opened at its first use, waiting `busy_ms` on a lock. Apart
+        from the commit, so that an open (slow on a loaded machine) never counts as a slow commit."""
+        if self.log is None:
+            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=busy_ms)
+        else:
+            self.log.set_busy_timeout(busy_ms)
+        return self.log
 
     def _landed(self, ops: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]] | None:
         """A batch the store writer process may have committed before it died: its rows if it did."""
-        if self.log is None:
-            self.log = EventLog(self.path, self.agent_name, redact=self.redact, busy_timeout_ms=ATTEMPT_BUSY_TIMEOUT_MS)
-        rows = self.log.landed([op.id for op in ops if type(op) is NewEvent])
+        rows = self.open_log(ATTEMPT_BUSY_TIMEOUT_MS).landed([op.id for op in ops if type(op) is NewEvent])
         if rows is None:
             return None
         logger.warning("store %s: a batch out when the store writer process died had been committed", self.name)

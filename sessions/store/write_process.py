@@ -95,6 +95,7 @@ class Writer:
             log = self.logs.get(job.path)
             if log is None:
                 log = self.logs[job.path] = EventLog(Path(job.path), job.agent, redact=False, busy_timeout_ms=0)
+                started = time.perf_counter()  # an open, slow on a loaded machine, is not timed as a commit
             values, changed = finish(job.drafts, redact=job.redact)
             lasts = log.write(values, job.statements)
         except Exception as exc:  # noqa: BLE001 - every kind goes back to the daemon, which classifies it
