@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sessions.runtime import store_writer
+from sessions.runtime.writer_thread import Outcome
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog, row_to_event
 from sessions.store.failures import StoreFailure, classify
@@ -208,7 +209,7 @@ class Recorder:
             self._detached = True
             logger.warning("store %s: moved to a writer thread of its own (%s)", self.name, why)
 
-    def shared_done(self, batch: list[PendingOp], outcome: store_writer.Outcome) -> None:
+    def shared_done(self, batch: list[PendingOp], outcome: Outcome) -> None:
         """On the loop: what the shared writer did with this store's batch."""
         if outcome.failure is not None:
             logger.error("store %s unwritable (%s): %s", self.name, *outcome.failure)

@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 import sessions
-from sessions.runtime.writer_thread import SLOW_COMMIT_SECONDS, ThreadResult, ThreadStore, ThreadWork, WriterThread
+from sessions.runtime.writer_thread import (
+    SLOW_COMMIT_SECONDS,
+    Outcome,
+    ThreadResult,
+    ThreadStore,
+    ThreadWork,
+    WriterThread,
+)
 from sessions.store.ops import NewEvent, PendingOp
 from sessions.store.redact import known_secrets
 from sessions.store.rows import Drafted, Values, numbered
@@ -63,19 +70,6 @@ THREAD_BELOW = 1000.0  # also where the process is started, idle, so that it is 
 # (~0.7 ms), and a hundred at once held every other session's commits for a few hundred milliseconds.
 MOVES_PER_HAND_OFF = 8
 _PROJECT_ROOT = str(Path(sessions.__file__).resolve().parent.parent)
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What the shared writer did with one batch. `ops` (the batch materialized) is set when the batch goes to its
-    store's own thread: materializing applies the private-key carry, which must not run twice."""
-    stored: list[dict[str, Any]]
-    rows: list[tuple[Any, ...]]
-    detach: str | None = None  # why the store leaves the shared writer (None: it stays)
-    ops: list[Any] | None = None
-    retry: bool = False  # the batch was not committed here: its store's own thread commits it
-    verify: bool = False  # it may have been committed: the own thread looks for it first
-    failure: tuple[str, str] | None = None  # (reason, detail): the store's own verdict, no retry can help
 
 
 class Store(ThreadStore, Protocol):
@@ -242,7 +236,7 @@ class SharedWriter:
             if r.batch is None:
                 self._closed(store.path)
             else:
-                self._report(store, r.batch, Outcome(r.stored, r.rows, detach=r.detach, ops=r.ops, retry=r.retry))
+                self._report(store, r.batch, r.outcome)
 
     def _report(self, store: Store, batch: list[PendingOp], outcome: Outcome) -> None:
         try:

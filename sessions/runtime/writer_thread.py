@@ -18,6 +18,7 @@ import time
 import weakref
 from asyncio import AbstractEventLoop
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from sessions.store.events import EventLog
@@ -42,18 +43,26 @@ class ThreadStore(Protocol):
     def close_log(self) -> None: ...
 
 
-class ThreadResult(NamedTuple):
-    """What the thread did with one batch (`batch` None: it closed the store's connection). `ops` (the batch
-    materialized) is set when it goes to its store's own thread: materializing applies the private-key carry,
+@dataclass(slots=True)
+class Outcome:
+    """What a shared writer (this thread, or the store writer process) did with one batch. `ops` (the batch
+    materialized) is set when the batch goes to its store's own thread: materializing applies the private-key carry,
     which must not run twice."""
-
-    store: ThreadStore
-    batch: list[PendingOp] | None
     stored: list[dict[str, Any]]
     rows: list[tuple[Any, ...]]
     detach: str | None = None  # why the store leaves the shared writer (None: it stays)
     ops: list[Any] | None = None
-    retry: bool = False  # not committed: its store's own thread commits it
+    retry: bool = False  # the batch was not committed here: its store's own thread commits it
+    verify: bool = False  # it may have been committed: the own thread looks for it first
+    failure: tuple[str, str] | None = None  # (reason, detail): the store's own verdict, no retry can help
+
+
+class ThreadResult(NamedTuple):
+    """One batch's outcome (`batch` None: the thread closed the store's connection)."""
+
+    store: ThreadStore
+    batch: list[PendingOp] | None
+    outcome: Outcome
 
 
 ThreadWork = tuple[ThreadStore, list[PendingOp] | None]
@@ -93,10 +102,10 @@ class WriterThread:
                 if batch is None:
                     store.close_log()
                     self._open.discard(store)
-                    results.append(ThreadResult(store, None, [], []))
+                    results.append(ThreadResult(store, None, Outcome([], [])))
                     continue
                 result = self._commit(store, batch)
-                if store.log is not None and not result.detach:
+                if store.log is not None and not result.outcome.detach:
                     self._open.add(store)
                 else:
                     self._open.discard(store)
@@ -120,10 +129,10 @@ class WriterThread:
             stored, rows = store.attempt(ops, shared=True)
             took = time.perf_counter() - started
         except Exception as exc:  # noqa: BLE001 - every kind goes to the store's own thread, which classifies it
-            return ThreadResult(store, batch, [], [], detach=f"{type(exc).__name__}: {exc}", ops=ops, retry=True)
-        if took > SLOW_COMMIT_SECONDS:
-            return ThreadResult(store, batch, stored, rows, detach=f"a commit took {took * 1000:.0f} ms")
-        return ThreadResult(store, batch, stored, rows)
+            return ThreadResult(store, batch, Outcome([], [], detach=f"{type(exc).__name__}: {exc}", ops=ops,
+                                                      retry=True))
+        slow = f"a commit took {took * 1000:.0f} ms" if took > SLOW_COMMIT_SECONDS else None
+        return ThreadResult(store, batch, Outcome(stored, rows, detach=slow))
 
     def stop(self) -> None:
         if self._thread is not None:
