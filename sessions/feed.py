@@ -41,6 +41,9 @@ RING_BYTES = 2 * 1024 * 1024
 PULL_PAGE = 1000
 # Transcript deltas kept for the other viewers at the same place (`shared_frames`): the newest few.
 SHARED_FRAMES = 4
+# Decoded rows kept for the other viewers (transcript and prompt streams read the newest rows): unlike frames they
+# are objects the collector tracks, so only the newest few stay.
+SHARED_EVENTS = 64
 # The fallback poll (events reference §6: rows are pushed, polling every 100 ms is the fallback): one query per
 # watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
 # frames arrive by doorbell rather than by the poll hiding a broken one.
@@ -51,14 +54,18 @@ Raw = tuple[Any, ...]  # (sequence, id, turn_id, type, agent_name, content JSON 
 
 
 class FeedRow:
-    """One stored row; its decoded form and its raw SSE frame are built at most once, for all viewers."""
+    """One stored row as a viewer reads it. A row of a feed's ring has its decoded form and its raw SSE frame built
+    at most once, for all viewers (kept by the feed); a row read from the store builds them for its one reader.
 
-    __slots__ = ("_event", "_frame", "raw")
+    Made per read, never kept: the ring holds the bare row tuples (`SessionFeed.rows`). A kept object per row is
+    one the collector tracks, and 200 streaming sessions' rings then grew the oldest generation by ~6,000 objects
+    a second, whose full collections paused every stream for 40-60 ms (bench `capacity`)."""
 
-    def __init__(self, raw: Raw) -> None:
+    __slots__ = ("_feed", "raw")
+
+    def __init__(self, raw: Raw, feed: SessionFeed | None = None) -> None:
         self.raw = raw
-        self._event: dict[str, Any] | None = None
-        self._frame: bytes | None = None
+        self._feed = feed
 
     @property
     def sequence(self) -> int:
@@ -70,15 +77,25 @@ class FeedRow:
 
     def event(self) -> dict[str, Any]:
         """The row as `read_events` returns it. Shared between viewers: readers must not mutate it."""
-        if self._event is None:
-            self._event = event_store.row_to_event(self.raw)
-        return self._event
+        if self._feed is None:
+            return event_store.row_to_event(self.raw)
+        events = self._feed.events
+        event = events.get(self.raw[0])
+        if event is None:
+            event = events[self.raw[0]] = event_store.row_to_event(self.raw)
+            if len(events) > SHARED_EVENTS:
+                del events[min(events)]
+        return event
 
     def frame(self, build: Callable[[Raw], bytes]) -> bytes:
         """The raw-mode frame; `build` depends only on the session, so every viewer gets the same bytes."""
-        if self._frame is None:
-            self._frame = build(self.raw)
-        return self._frame
+        if self._feed is None:
+            return build(self.raw)
+        frames = self._feed.frames
+        frame = frames.get(self.raw[0])
+        if frame is None:
+            frame = frames[self.raw[0]] = build(self.raw)
+        return frame
 
 
 class SessionFeed:
@@ -91,7 +108,11 @@ class SessionFeed:
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
-        self.rows: deque[FeedRow] = deque()
+        # The ring: bare row tuples of strings and numbers, which the collector stops tracking (FeedRow says why),
+        # and what viewers built from them, by sequence: frames (bytes: untracked too) and decoded rows.
+        self.rows: deque[Raw] = deque()
+        self.frames: dict[int, bytes] = {}
+        self.events: dict[int, dict[str, Any]] = {}
         self.bytes = 0  # content text held by the ring
         # Newest sequence held; None until the first read says where the store ends (viewers read the
         # store themselves meanwhile).
@@ -124,11 +145,11 @@ class SessionFeed:
             return None
         if cursor >= self.cursor:
             return []
-        if not self.rows or cursor < self.rows[0].sequence - 1:
+        if not self.rows or cursor < self.rows[0][0] - 1:
             return None
         # Sequences are gap-free, so the ring is contiguous and the position is arithmetic.
-        start = cursor - self.rows[0].sequence + 1
-        return list(itertools.islice(self.rows, start, None))
+        start = cursor - self.rows[0][0] + 1
+        return [FeedRow(raw, self) for raw in itertools.islice(self.rows, start, None)]
 
     # ---- rows in ---------------------------------------------------------------------------
 
@@ -148,11 +169,14 @@ class SessionFeed:
 
     def _apply(self, raws: list[Raw]) -> None:
         for raw in raws:
-            self.rows.append(FeedRow(raw))
+            self.rows.append(raw)
             self.bytes += len(raw[5])
         # Evict the oldest; the newest row always stays, so a caught-up viewer never falls back to the store.
         while len(self.rows) > 1 and (len(self.rows) > RING_ROWS or self.bytes > RING_BYTES):
-            self.bytes -= len(self.rows.popleft().raw[5])
+            oldest = self.rows.popleft()
+            self.bytes -= len(oldest[5])
+            self.frames.pop(oldest[0], None)
+            self.events.pop(oldest[0], None)
         self.cursor = int(raws[-1][0])
         self._news_at = asyncio.get_running_loop().time()
         for wake in self.viewers:
@@ -265,6 +289,8 @@ class SessionFeed:
                 except sqlite3.Error:  # a read-only handle: nothing is lost with it
                     logger.warning("feed of %s: could not close its store", self.session_id, exc_info=True)
         self.rows.clear()
+        self.frames.clear()
+        self.events.clear()
         self.bytes = 0
         self.shared_frames.clear()
 

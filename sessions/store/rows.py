@@ -52,9 +52,12 @@ def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
             continue
         event_id = op.id or new_event_id()
         turn_id = op.turn_id or "-"
-        drafts.append((event_id, turn_id, op.type, agent, op.content, now))
-        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": op.type, "agent_name": agent,
-                       "content": _content(op.type, now, op.turn_id, op.content), "timestamp": now})
+        # A plain str, not the EventType member: the committed row tuple the live feed keeps must hold only
+        # strings and numbers, or the collector tracks it for as long as it is kept (sessions/feed.py).
+        type_ = str(op.type)
+        drafts.append((event_id, turn_id, type_, agent, op.content, now))
+        stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": type_, "agent_name": agent,
+                       "content": _content(type_, now, op.turn_id, op.content), "timestamp": now})
     return Drafted(drafts, stored, statements)
 
 
