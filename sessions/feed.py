@@ -58,7 +58,7 @@ class FeedRow:
     at most once, for all viewers (kept by the feed); a row read from the store builds them for its one reader.
 
     Made per read, never kept: the ring holds the bare row tuples (`SessionFeed.rows`). A kept object per row is
-    one the collector tracks, and 200 streaming sessions' rings then grew the oldest generation by ~6,000 objects
+    one the collector tracks, and 150 streaming sessions' rings then grew the oldest generation by ~6,000 objects
     a second, whose full collections paused every stream for 40-60 ms (bench `capacity`)."""
 
     __slots__ = ("_feed", "raw")
