@@ -199,14 +199,13 @@ class SessionManager:
             await asyncio.sleep(RESAVE_INTERVAL_SECONDS)
             for session_id, rec in list(self.unsaved_meta.items()):
                 runtime = self.runtimes.get(session_id)
-                if runtime is not None and runtime.fenced:
-                    # Failed over while it waited: another node's meta.json now (SessionRuntime.persist).
-                    self.unsaved_meta.pop(session_id, None)
+                if runtime is not None and not await runtime.lease_allows_write():
+                    # Failed over while it waited: another node's meta.json now.
+                    if self.unsaved_meta.get(session_id) is rec:
+                        del self.unsaved_meta[session_id]
                     logger.error("session %s: unsaved metadata dropped: this node lost the session's lease",
                                  session_id)
                     continue
-                if runtime is not None and not runtime.lease_confirmed():
-                    continue  # next round, once a renewal confirmed the lease or fenced the session
                 try:
                     await db(catalog.save_meta, rec)
                 except Exception as exc:  # noqa: BLE001 - any write failure: logged, retried next round

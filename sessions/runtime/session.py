@@ -120,7 +120,7 @@ class SessionRuntime:
         Both writes run on the runtime's one DB thread: meta.json's two fsyncs on the event loop stalled
         every other session's stream (20-60 ms under load), and one FIFO thread still lands a session's
         snapshots in the order they were taken."""
-        if not await self._lease_allows_write():
+        if not await self.lease_allows_write():
             return
         self.activity.stamp()
         self.rec.updated_at = folder.isoformat(folder.utcnow())
@@ -139,18 +139,15 @@ class SessionRuntime:
             return
         self.announce()
 
-    async def _lease_allows_write(self) -> bool:
-        """Whether this node may write the session's meta.json now. On a shared store the metadata waits, like
-        the commits (`Recorder.may_write`), while this node's lease is unconfirmed: a node woken after a stall
-        past its TTL must not write its stale `active` over the survivor's failover before its renewal learns
-        it was fenced. False once fenced: the session is another node's to record."""
-        while not self.fenced and not self.lease_confirmed():
+    async def lease_allows_write(self) -> bool:
+        """Whether this node may write the session's meta.json now (a save, or the retry of one that failed). On a
+        shared store the metadata waits, like the commits (`Recorder.may_write`), while this node's lease is
+        unconfirmed: a node woken after a stall past its TTL must not write its stale `active` over the survivor's
+        failover before its renewal learns it was fenced. False once fenced: the session is another node's."""
+        may_write = self.recorder.may_write
+        while not self.fenced and may_write is not None and not may_write():
             await asyncio.sleep(LEASE_WAIT_SECONDS)
         return not self.fenced
-
-    def lease_confirmed(self) -> bool:
-        may_write = self.recorder.may_write
-        return may_write is None or may_write()
 
     def announce(self) -> None:
         """Ring the catalog doorbell for a change that is not saved metadata (a turn started, a permission
