@@ -178,10 +178,6 @@ class SharedWriter:
             if self.broken is not None or not self._ensure_process():
                 self._report(store, batch, Outcome([], [], detach=self.broken, ops=ops, retry=True))
                 continue
-            if len(secrets := known_secrets()) != self._secrets_sent:
-                jobs.append(SecretsJob(secrets))
-                sent.append(_Sent(store, None, secrets=True))
-                self._secrets_sent = len(secrets)
             jobs.append(WriteJob(str(store.path), store.agent_name, drafted.drafts, drafted.statements, store.redact))
             sent.append(_Sent(store, batch, ops, drafted))
             self._held.add(store.path)
@@ -191,6 +187,10 @@ class SharedWriter:
             self._thread.put(to_thread)
         if jobs:
             assert self._pipe is not None
+            if len(secrets := known_secrets()) != self._secrets_sent:  # first, so the frame's writes redact them
+                jobs.insert(0, SecretsJob(secrets))
+                sent.insert(0, _Sent(sent[0].store, None, secrets=True))
+                self._secrets_sent = len(secrets)
             self._unanswered.append(sent)
             self._pipe.write(frame(jobs))
 
@@ -392,10 +392,10 @@ class _PipeWriter:
     def write(self, data: bytes) -> None:
         if self._closing:
             return
-        if self._buffer:
-            self._buffer += data
-            return
+        waiting = bool(self._buffer)  # the pipe is full: the writer callback drains it
         self._buffer += data
+        if waiting:
+            return
         self._drain()
         if self._buffer:
             self._loop.add_writer(self._fd, self._drain)
