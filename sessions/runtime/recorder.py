@@ -4,9 +4,9 @@
 chunks merge there as they arrive (events reference §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
 bigger the batches). Commits run on the loop's shared store writer (runtime/store_writer.py: every session's
-batches encoded on the loop and handed in one frame, at most every 5 ms, to the store writer process, which runs
-only their SQLite part), which never waits on a store: a store that is locked, failing or
-slow moves to a thread of its own, where it is retried as below. So a locked store or a slow fsync stalls only its
+batches in one hand-off, at most every 5 ms, committed by its thread, or under load by the store writer process,
+to which the loop sends them drafted), which never waits on a store: a store that is locked, failing or slow moves
+to a thread of its own, where it is retried as below. So a locked store or a slow fsync stalls only its
 own session, never the loop that every session, stream and request shares.
 
 In a cluster a commit first waits until the node's leases are confirmed (`may_write`: a node stalled or cut

@@ -63,7 +63,6 @@ CREATE INDEX IF NOT EXISTS hook_runs_recorded ON hook_runs(recorded_at);
 """
 
 
-
 def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = False,
             busy_timeout_ms: int = 5000) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
@@ -152,6 +151,7 @@ def init_store(path: Path, busy_timeout_ms: int = 5000) -> None:
 
 _INSERT_HEAD = "INSERT INTO events(id, turn_id, type, agent_name, content, timestamp) VALUES "
 _INSERT_SQL: dict[int, str] = {}
+
 
 class EventLog:
     """The single writer of one session's events.db. Not thread-safe: one thread at a time uses it (the

@@ -1,18 +1,18 @@
 """The store writer process: every shared-writer commit's redaction, JSON and SQLite, out of the daemon's process.
 
-The daemon drafts each session's batch where it hands it off (ids, timestamps: `events.draft`), and this process
-does the rest: redaction and JSON (`events.finish`), then `EventLog.write`: the INSERT, the transaction, the WAL's
+The daemon drafts each session's batch where it hands it off (ids, timestamps: `rows.draft`), and this process
+does the rest: redaction and JSON (`rows.finish`), then `EventLog.write`: the INSERT, the transaction, the WAL's
 system calls. It answers with each row's stored content, and which of them redaction changed. In a thread of the
 daemon each SQLite call gave up the GIL and had to win it back from a busy event loop, so at a hundred streaming
 sessions commits queued behind the loop; a process has its own interpreter, and its work leaves the loop's thread.
 
-Its protocol is frames on stdin and stdout, each a 4-byte big-endian length and a pickle (both ends are this
-code, from the same checkout): a request is a list of `WriteJob`/`CloseJob`/`SecretsJob`, answered, in order, by
-one frame of a `JobResult` each. Stores are named by path: one writer per store. It waits on no lock (busy timeout 0): a
-locked, failing or displaced store is answered with its error and its connection closed, and the daemon moves
-that store to a writer thread of its own (runtime/store_writer.py). It ends at end of input, after answering
-everything before it; SIGINT and SIGTERM are the daemon's to act on, not this process's (a Ctrl-C reaches the
-whole process group, and the daemon still flushes its sessions through here as it stops).
+Its protocol is frames on stdin and stdout, each a 4-byte big-endian length and a pickle (both ends are this code,
+from the same checkout): a request is a list of `WriteJob`/`CloseJob`/`SecretsJob`, answered, in order, by one frame
+of a `JobResult` each. Stores are named by path: one writer per store. It waits on no lock (busy timeout 0): a
+locked, failing or displaced store is answered with its error and its connection closed, and the daemon moves that
+store to a writer thread of its own (runtime/store_writer.py). It ends at end of input, after answering everything
+before it; SIGINT and SIGTERM are the daemon's to act on, not this process's (a Ctrl-C reaches the whole process
+group, and the daemon still flushes its sessions through here as it stops).
 """
 
 from __future__ import annotations
