@@ -121,9 +121,18 @@ def test_a_burst_reaches_the_store_thread_already_merged(tmp_path: Path, monkeyp
     assert [r["content"]["text"].count(";") for r in rows[:3]] == [MAX_RUN_CHUNKS, MAX_RUN_CHUNKS, 500]
 
 
-def test_commits_run_in_the_store_writer_process_and_batch_what_one_tick_recorded(tmp_path: Path) -> None:
+def test_light_load_commits_on_the_shared_writer_thread_and_batches_what_one_tick_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "events.db"
     sink = Sink()
+    threads: list[str] = []
+    real = EventLog.commit
+
+    def commit(self: EventLog, ops: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(self, ops)
+
+    monkeypatch.setattr(EventLog, "commit", commit)
 
     async def main() -> None:
         rec = make(path, sink)
@@ -136,6 +145,7 @@ def test_commits_run_in_the_store_writer_process_and_batch_what_one_tick_recorde
         await rec.close()
 
     asyncio.run(main())
+    assert threads == ["store-writer", "store-writer"], "below the process's threshold the shared thread commits"
     assert sink.commits == [[1, 2], [3]], "one tick's events share one transaction; the next tick is the next"
     assert [e["type"] for e in read_events(path, limit=10)] == ["user_message", "tool_call", "done"]
     conn = sqlite3.connect(str(path))
