@@ -12,6 +12,7 @@ store's own thread (`ThreadResult.detach`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -23,6 +24,8 @@ from typing import Any, NamedTuple, Protocol
 
 from sessions.store.events import EventLog
 from sessions.store.ops import PendingOp
+
+logger = logging.getLogger(__name__)
 
 # A commit slower than this (a checkpoint's fsync on a slow disk) sends its store to a thread of its own.
 SLOW_COMMIT_SECONDS = 0.1
@@ -78,6 +81,7 @@ class WriterThread:
         self._thread: threading.Thread | None = None
         # Stores whose connection this thread opened and still holds: closed here if the loop goes away first.
         self._open: weakref.WeakSet[ThreadStore] = weakref.WeakSet()
+        self._released: list[EventLog] = []  # connections to close, appended on the loop
 
     def put(self, work: list[ThreadWork]) -> None:
         if self._thread is None:
@@ -85,11 +89,18 @@ class WriterThread:
             self._thread.start()
         self._queue.put(work)
 
+    def release(self, log: EventLog) -> None:
+        """A store's connection the loop took from it (the store moved to the process): closed on this thread, since
+        closing may checkpoint."""
+        self._released.append(log)
+        self.put([])
+
     def _run(self) -> None:
         while True:
             work = self._queue.get()
             if work is None:
                 return
+            self._close_released()
             with contextlib.suppress(queue.Empty):
                 while True:  # what queued while the last round was committing joins this one
                     more = self._queue.get_nowait()
@@ -110,6 +121,8 @@ class WriterThread:
                 else:
                     self._open.discard(store)
                 results.append(result)
+            if not results:
+                continue
             try:
                 self.loop.call_soon_threadsafe(self._deliver, results)
             except RuntimeError:  # the loop is closed (daemon exit): nobody is left to tell; close what is open,
@@ -119,6 +132,14 @@ class WriterThread:
                 for store in stores.values():
                     store.close_log()
                 return
+
+    def _close_released(self) -> None:
+        while self._released:
+            log = self._released.pop()
+            try:
+                log.close()
+            except Exception as exc:  # noqa: BLE001 - an idle connection that fails to close holds nothing
+                logger.warning("store %s: closing an idle connection failed: %s", log.path.parent.name, exc)
 
     def _commit(self, store: ThreadStore, batch: list[PendingOp]) -> ThreadResult:
         ops = None

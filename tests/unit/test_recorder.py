@@ -366,9 +366,22 @@ def test_a_shared_writer_thread_whose_loop_closed_still_commits_and_closes_its_s
     assert sink.commits == []  # nobody was told
 
 
+async def wait_closed(log: EventLog) -> None:
+    """Until the writer thread has closed `log`'s connection."""
+    for _ in range(500):
+        try:
+            log._conn.execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{log.path} is still open")
+
+
 def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_path: Path) -> None:
     """Below `THREAD_BELOW` batches a second the thread commits, above `PROCESS_ABOVE` the process; a store's
-    batches may commit on either in turn, and its connections are closed on both at the end."""
+    batches may commit on either in turn. The thread's connection is closed when the store moves to the process
+    (left open, it made the process's commits cost the kernel several times as much), and every connection is
+    closed at the end."""
     sink = Sink()
     rec = make(tmp_path / "events.db", sink)
 
@@ -376,12 +389,19 @@ def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_
         loop = asyncio.get_running_loop()
         writer = store_writer.for_loop(loop)
         modes = []
+        thread_log = None
         for rate in (0.0, store_writer.PROCESS_ABOVE * 2, store_writer.PROCESS_ABOVE, store_writer.THREAD_BELOW / 2):
             writer._window_start = loop.time() - 1.0  # one second has passed with this many batches
             writer._window_batches = int(rate)
             rec.record("agent_message", "t1", {"text": f"{len(modes)};"})
             await rec.flush()
             modes.append(writer.mode)
+            if len(modes) == 1:
+                thread_log = rec.log
+                assert thread_log is not None
+            elif len(modes) == 2:  # moved to the process: the thread's connection is let go
+                assert rec.log is None and thread_log is not None
+                await wait_closed(thread_log)
         assert writer._process is not None and rec.path in writer._held and rec.log is not None  # open in both
         await rec.close()
         assert rec.path not in writer._held
