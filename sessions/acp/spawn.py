@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sessions.batch_scheduling import forking_batch
 from sessions.runtime.offload import starting
 
 logger = logging.getLogger(__name__)
@@ -94,8 +95,9 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]
 
 
 def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                            env=env, start_new_session=True, umask=umask)
+    with forking_batch():  # sessions/batch_scheduling.py: an agent waking never preempts the shared loop
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=cwd, env=env, start_new_session=True, umask=umask)
 
 
 async def _joined(popen: subprocess.Popen[bytes], limit: int) -> ChildProcess:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from sessions.batch_scheduling import become_batch
 from sessions.store.events import EventLog
 from sessions.store.failures import StoreFailure
 from sessions.store.redact import register_secret
@@ -141,6 +142,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    become_batch()  # sessions/batch_scheduling.py: woken by the loop's write, it no longer takes the loop's core
     # Answers go on a private copy of stdout; anything else printed (a library's warning) goes to stderr, so it can
     # never be read as a frame.
     answers = os.fdopen(os.dup(1), "wb")
