@@ -366,15 +366,25 @@ def test_a_shared_writer_thread_whose_loop_closed_still_commits_and_closes_its_s
     assert sink.commits == []  # nobody was told
 
 
-async def wait_closed(log: EventLog) -> None:
-    """Until the writer thread has closed `log`'s connection."""
-    for _ in range(500):
+def open_here() -> set[str]:
+    """What this process's file descriptors point at, read from the kernel."""
+    links = set()
+    for fd in os.listdir("/proc/self/fd"):
         try:
-            log._conn.execute("SELECT 1")
-        except sqlite3.ProgrammingError:
+            links.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return links
+
+
+async def wait_closed(path: Path) -> None:
+    """Until no file descriptor of this process points at `path` (its connection is closed on the writer thread,
+    and touching a connection another thread is closing is not safe)."""
+    for _ in range(500):
+        if str(path) not in open_here():
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{log.path} is still open")
+    raise AssertionError(f"{path} is still open")
 
 
 def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_path: Path) -> None:
@@ -389,7 +399,6 @@ def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_
         loop = asyncio.get_running_loop()
         writer = store_writer.for_loop(loop)
         modes = []
-        thread_log = None
         for rate in (0.0, store_writer.PROCESS_ABOVE * 2, store_writer.PROCESS_ABOVE, store_writer.THREAD_BELOW / 2):
             writer._window_start = loop.time() - 1.0  # one second has passed with this many batches
             writer._window_batches = int(rate)
@@ -397,11 +406,10 @@ def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_
             await rec.flush()
             modes.append(writer.mode)
             if len(modes) == 1:
-                thread_log = rec.log
-                assert thread_log is not None
+                assert rec.log is not None and str(rec.path) in open_here()
             elif len(modes) == 2:  # moved to the process: the thread's connection is let go
-                assert rec.log is None and thread_log is not None
-                await wait_closed(thread_log)
+                assert rec.log is None
+                await wait_closed(rec.path)
         assert writer._process is not None and rec.path in writer._held and rec.log is not None  # open in both
         await rec.close()
         assert rec.path not in writer._held
