@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +34,19 @@ if TYPE_CHECKING:
     from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
+
+
+# The first heartbeat of a loop comes up to this share of the interval early. Sessions prompted together (a fan-out,
+# the capacity benchmark's steps) otherwise wrote their heartbeats in the same second every interval: at 150
+# streaming sessions, 150 meta.json writes and catalog updates at once on the runtime's DB thread, whose Python held
+# the GIL against the loop. Early, never late: the sweep judges a heartbeat stale only past the interval.
+HEARTBEAT_SPREAD = 0.5
+
+
+def first_heartbeat_delay(interval: float, draw: float) -> float:
+    """When a heartbeat loop first writes: somewhere in the last `HEARTBEAT_SPREAD` of the interval, by `draw`
+    (uniform in [0, 1)), so that sessions started together spread their writes."""
+    return interval * (1 - HEARTBEAT_SPREAD * draw)
 
 
 def _stamp(at: float) -> str:
@@ -168,8 +182,10 @@ class Supervisor:
         """Metadata-only heartbeats while a turn runs; never events. Waiting on a person counts as activity."""
         session = self._session
         interval = max(0.2, session.config.supervision.activity_heartbeat_interval)
+        wait = first_heartbeat_delay(interval, random.random())
         while self._turns.turn is not None and not session.stopping:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+            wait = interval
             turn = self._turns.turn
             if turn is None or session.stopping:
                 break
