@@ -50,7 +50,11 @@ def become_batch() -> None:
 def forking_batch() -> Iterator[None]:
     """Processes this thread starts inside inherit batch scheduling from the start, before they can fork children of
     their own (npx starts node); the thread is back to normal after."""
-    if not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER or not _set(os.SCHED_BATCH):
+    try:  # a thread already under another policy (the daemon started under one) is left as it is
+        normal = hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
+    except OSError:
+        normal = False
+    if not normal or not _set(os.SCHED_BATCH):
         yield
         return
     try:
