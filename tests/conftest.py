@@ -153,13 +153,15 @@ class Daemon:
             rows += page
 
     def turn_events(self, session_id: str, turn_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """The events of one turn, once it ended (`done` or `error`) or the session stopped."""
+        """The events of one turn, once it ended (`done` or `error`) or the session stopped after it began (a stop
+        earlier in the session's history, before a reactivation, ends nothing)."""
         deadline = time.monotonic() + timeout
         while True:
             rows = self.all_events(session_id)
             mine = [e for e in rows if e["turn_id"] == turn_id]
-            if any(e["type"] in ("done", "error") for e in mine) or any(
-                    e["type"] == "session_stopped" for e in rows):
+            began = mine[0]["sequence"] if mine else None
+            if any(e["type"] in ("done", "error") for e in mine) or (began is not None and any(
+                    e["type"] == "session_stopped" and e["sequence"] > began for e in rows)):
                 return mine
             if time.monotonic() > deadline:
                 raise AssertionError(f"turn {turn_id} of {session_id} did not end: {[e['type'] for e in mine]}")
