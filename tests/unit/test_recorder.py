@@ -377,14 +377,26 @@ def open_here() -> set[str]:
     return links
 
 
-async def wait_closed(path: Path) -> None:
-    """Until no file descriptor of this process points at `path` (its connection is closed on the writer thread,
-    and touching a connection another thread is closing is not safe)."""
-    for _ in range(500):
-        if str(path) not in open_here():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{path} is still open")
+class _Marker:
+    """A close the writer thread carries out after everything queued before it (released connections included)."""
+
+    log = None
+    name = "marker"
+    path = Path("/nonexistent/marker")
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+
+    def close_log(self) -> None:
+        self.reached.set()
+
+
+async def writer_thread_caught_up(writer: store_writer.SharedWriter) -> None:
+    """Until the writer thread has done everything queued so far: it closes released connections first."""
+    assert writer._thread is not None
+    marker = _Marker()
+    writer._thread.put([(marker, None)])  # type: ignore[list-item]
+    assert await asyncio.to_thread(marker.reached.wait, 30)
 
 
 def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_path: Path) -> None:
@@ -409,7 +421,8 @@ def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_
                 assert rec.log is not None and str(rec.path) in open_here()
             elif len(modes) == 2:  # moved to the process: the thread's connection is let go
                 assert rec.log is None
-                await wait_closed(rec.path)
+                await writer_thread_caught_up(writer)
+                assert str(rec.path) not in open_here()
         assert writer._process is not None and rec.path in writer._held and rec.log is not None  # open in both
         await rec.close()
         assert rec.path not in writer._held
