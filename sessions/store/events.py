@@ -138,11 +138,20 @@ def _schema_ready(conn: sqlite3.Connection) -> bool:
     return _SCHEMA_OBJECTS.issubset(names) and conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+# A new store's page size. Each commit of one streamed chunk changes a leaf of the table and of its four indexes,
+# and the WAL takes each changed page whole: 20 KB a chunk at SQLite's default 4 KB, 5 KB at 1 KB. Measured with
+# the store writer process's own work over 200 stores, one chunk a commit, alternating: 57 µs a commit against 72-85
+# (512 bytes: 61). The cost falls on large rows (overflow chains four times as long): reading ten 20 KB events
+# 1.5x as long, a thousand chunks 1.1x. A store keeps the size it was made with (WAL cannot change it).
+PAGE_SIZE = 1024
+
+
 def init_store(path: Path, busy_timeout_ms: int = 5000) -> None:
     """Create events.db with WAL; idempotent."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path, busy_timeout_ms=busy_timeout_ms)
     try:
+        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL and the first table: no effect on an existing store
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(SCHEMA_SQL)
     finally:

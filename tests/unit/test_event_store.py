@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sessions.store.events import (
+    PAGE_SIZE,
     EventLog,
     RowFilter,
     iter_events,
@@ -77,6 +78,22 @@ def test_iter_events_pages_through_everything_in_order(log: EventLog) -> None:
 def test_store_uses_wal_so_readers_never_block_the_writer(log: EventLog) -> None:
     mode = sqlite3.connect(log.path).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_a_new_store_has_small_pages_and_an_older_one_keeps_its_own(tmp_path: Path) -> None:
+    """1 KB pages: a one-chunk commit writes five pages to the WAL (store.events.PAGE_SIZE says why)."""
+    log = EventLog(tmp_path / "new" / "events.db", "a")
+    assert log._conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 1024
+    older = tmp_path / "older.db"
+    with sqlite3.connect(older) as conn:  # a store made before: SQLite's default page size, no WAL yet
+        conn.execute("CREATE TABLE events (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, turn_id TEXT NOT"
+                     " NULL, type TEXT NOT NULL, agent_name TEXT NOT NULL, content TEXT NOT NULL, archived INTEGER"
+                     " NOT NULL DEFAULT 0, timestamp TEXT NOT NULL, transcript_entry_key TEXT NOT NULL DEFAULT '')")
+        default = conn.execute("PRAGMA page_size").fetchone()[0]
+    reopened = EventLog(older, "a")
+    reopened.append([NewEvent("user_message", "t", {"text": "x"})])
+    assert reopened._conn.execute("PRAGMA page_size").fetchone()[0] == default != PAGE_SIZE
+    assert [e["sequence"] for e in read_events(older)] == [1]
 
 
 def test_token_usage_merges_one_row_per_turn(log: EventLog) -> None:
