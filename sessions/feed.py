@@ -19,13 +19,13 @@ import collections
 import logging
 import os
 import sqlite3
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from channels.layers import get_channel_layer
 
+from sessions.feed_ring import Raw, RowRing
 from sessions.runtime.signals import session_group
 from sessions.store import events as event_store
 from sessions.store.failures import classify
@@ -49,16 +49,13 @@ SHARED_EVENTS = 64
 POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.1)
 LOCAL_POLL_SECONDS = max(POLL_SECONDS, 1.0)
 
-Raw = tuple[Any, ...]  # (sequence, id, turn_id, type, agent_name, content JSON text, timestamp, archived)
-
-
 class FeedRow:
     """One stored row as a viewer reads it. A row of a feed's ring has its decoded form and its raw SSE frame built
     at most once, for all viewers (kept by the feed); a row read from the store builds them for its one reader.
 
-    Made per read, never kept: the ring holds the bare row tuples (`SessionFeed.rows`). A kept object per row is
-    one the collector tracks, and 150 streaming sessions' rings then grew the oldest generation by ~6,000 objects
-    a second, whose full collections paused every stream for 40-60 ms (bench `capacity`)."""
+    Made per read, never kept: the ring holds its rows column by column (`feed_ring.RowRing`). A kept object per
+    row is one the collector tracks, and 150 streaming sessions' rings then grew the oldest generation by ~6,000
+    objects a second, whose full collections paused every stream for 40-60 ms (bench `capacity`)."""
 
     __slots__ = ("_feed", "raw")
 
@@ -107,9 +104,9 @@ class SessionFeed:
     def __init__(self, session_id: str, path: Path) -> None:
         self.session_id = session_id
         self.path = path
-        # The ring: bare row tuples of strings and numbers, which the collector stops tracking (FeedRow says why),
-        # and what viewers built from them, by sequence: frames (bytes: untracked too) and decoded rows.
-        self.rows: deque[Raw] = deque()
+        # The ring: columns of strings and numbers, which the collector never tracks (feed_ring says why), and what
+        # viewers built from its rows, by sequence: frames (bytes: untracked too) and decoded rows.
+        self.rows = RowRing()
         self.frames: dict[int, bytes] = {}
         self.events: dict[int, dict[str, Any]] = {}
         self.bytes = 0  # content text held by the ring
@@ -144,13 +141,11 @@ class SessionFeed:
             return None
         if cursor >= self.cursor:
             return []
-        if not self.rows or cursor < self.rows[0][0] - 1:
-            return None
-        # Sequences are gap-free, so the ring is contiguous and the position is arithmetic. Indexed, not sliced: an
-        # islice walks the deque from its left end, the whole ring for a viewer one row behind (4 µs a wake at 1,024
-        # rows, against 0.3).
         rows = self.rows
-        return [FeedRow(rows[i], self) for i in range(cursor - rows[0][0] + 1, len(rows))]
+        if not len(rows) or cursor < rows.first - 1:
+            return None
+        # Sequences are gap-free, so the ring is contiguous and the position is arithmetic.
+        return [FeedRow(rows[i], self) for i in range(cursor - rows.first + 1, len(rows))]
 
     # ---- rows in ---------------------------------------------------------------------------
 
@@ -174,10 +169,10 @@ class SessionFeed:
             self.bytes += len(raw[5])
         # Evict the oldest; the newest row always stays, so a caught-up viewer never falls back to the store.
         while len(self.rows) > 1 and (len(self.rows) > RING_ROWS or self.bytes > RING_BYTES):
-            oldest = self.rows.popleft()
-            self.bytes -= len(oldest[5])
-            self.frames.pop(oldest[0], None)
-            self.events.pop(oldest[0], None)
+            sequence, content = self.rows.popleft()
+            self.bytes -= len(content)
+            self.frames.pop(sequence, None)
+            self.events.pop(sequence, None)
         self.cursor = int(raws[-1][0])
         self._news_at = asyncio.get_running_loop().time()
         for wake in self.viewers:
