@@ -55,7 +55,7 @@ from compozy.api.schemas import (
     WorkspaceIn,
     responses,
 )
-from compozy.diagnostics.status import runtime_status
+from compozy.diagnostics.status import loop_lag, runtime_status
 from health.dtos import status_dto
 from health.services import decorate_list
 from sessions import catalog, services
@@ -275,7 +275,8 @@ async def history(request: HttpRequest, workspace: Workspace, session_id: Sessio
 
 @router.get("/status", tags=["daemon"], response=responses({200: StatusOut}), exclude_unset=True)
 async def status(request: HttpRequest) -> dict[str, Any]:
-    return await sync_to_async(runtime_status)()
+    # The loop's lag read here, on the loop, first: what the loop was like before this request, not with it.
+    return await sync_to_async(runtime_status)(loop_lag())
 
 
 # ---- workspaces ------------------------------------------------------------------------------

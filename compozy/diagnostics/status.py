@@ -20,8 +20,14 @@ from sessions.store import folder
 from tasks.services import totals as task_totals
 
 
-def runtime_status() -> dict[str, Any]:
-    """`compozy status`: the daemon block, session counts and recent failures (surfaces §4.9)."""
+def loop_lag() -> dict[str, Any]:
+    """The shared loop's lag percentiles (`sessions.runtime.loop_lag`): cheap, read on the loop itself."""
+    return MONITOR.report()
+
+
+def runtime_status(lag: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`compozy status`: the daemon block, session counts and recent failures (surfaces §4.9). `lag`: the loop's
+    lag as the caller read it on the loop, before this work (whose queries, on a thread, contend with the loop)."""
     config = get_config()
     record = read_daemon_record() or {}
     by_state = dict(Session.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
@@ -55,7 +61,7 @@ def runtime_status() -> dict[str, Any]:
             "total_sessions": total, "version": "0.1.0", "home": str(home), "config": config.source,
         },
         "sessions": {"active": active, "total": total, "by_status": by_state},
-        "event_loop": {"lag": MONITOR.report()},
+        "event_loop": {"lag": MONITOR.report() if lag is None else lag},
         "store_writer": writer,
         "streams": stream_pressure.report(),
         "cluster": cluster.status(),
