@@ -11,10 +11,16 @@ ensure_django()
 from compozy.api.sse import StreamingConsumer  # noqa: E402 - needs the settings above
 
 
+def new_stream() -> StreamingConsumer:
+    """A stream as `http_request` leaves it for its pump: only the wake matters to a wait."""
+    stream = StreamingConsumer()
+    stream.wake = asyncio.Event()
+    return stream
+
+
 def test_a_ring_answers_true_and_keeps_the_one_timer() -> None:
     async def main() -> None:
-        stream = StreamingConsumer()
-        stream.wake = asyncio.Event()
+        stream = new_stream()
         loop = asyncio.get_running_loop()
         timers = set()
         for _ in range(50):
@@ -30,8 +36,7 @@ def test_a_ring_answers_true_and_keeps_the_one_timer() -> None:
 
 def test_a_quiet_wait_times_out_at_its_own_deadline_even_after_a_longer_one() -> None:
     async def main() -> None:
-        stream = StreamingConsumer()
-        stream.wake = asyncio.Event()
+        stream = new_stream()
         loop = asyncio.get_running_loop()
         loop.call_soon(stream.wake.set)
         assert await stream.wait_for_wake(3600.0) is True  # leaves its timer standing an hour out
@@ -46,8 +51,7 @@ def test_a_quiet_wait_times_out_at_its_own_deadline_even_after_a_longer_one() ->
 
 def test_a_deadline_passing_between_waits_is_no_ring_for_the_next_wait() -> None:
     async def main() -> None:
-        stream = StreamingConsumer()
-        stream.wake = asyncio.Event()
+        stream = new_stream()
         loop = asyncio.get_running_loop()
         loop.call_soon(stream.wake.set)
         assert await stream.wait_for_wake(0.01) is True
