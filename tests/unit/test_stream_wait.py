@@ -18,16 +18,20 @@ def new_stream() -> StreamingConsumer:
     return stream
 
 
+async def rung(stream: StreamingConsumer, timeout: float) -> None:
+    """One wait the stream's doorbell ends (as the feed rings it on new rows)."""
+    asyncio.get_running_loop().call_soon(stream.wake.set)
+    assert await stream.wait_for_wake(timeout) is True
+
+
 def test_a_ring_answers_true_and_keeps_the_one_timer() -> None:
     async def main() -> None:
         stream = new_stream()
-        loop = asyncio.get_running_loop()
-        timers = set()
+        timers = []  # the handles themselves, kept: ids of freed handles could be reused and look like one
         for _ in range(50):
-            loop.call_soon(stream.wake.set)
-            assert await stream.wait_for_wake(30.0) is True
-            timers.add(id(stream._timer))
-        assert len(timers) == 1, "a timer per wait"
+            await rung(stream, 30.0)
+            timers.append(stream._timer)
+        assert timers[0] is not None and all(t is timers[0] for t in timers), "a timer per wait"
         stream.stop_timer()
         assert stream._timer is None
 
@@ -38,8 +42,7 @@ def test_a_quiet_wait_times_out_at_its_own_deadline_even_after_a_longer_one() ->
     async def main() -> None:
         stream = new_stream()
         loop = asyncio.get_running_loop()
-        loop.call_soon(stream.wake.set)
-        assert await stream.wait_for_wake(3600.0) is True  # leaves its timer standing an hour out
+        await rung(stream, 3600.0)  # leaves its timer standing an hour out
         began = loop.time()
         # Bounded: waiting on the hour-long timer would hang here, not fail.
         assert await asyncio.wait_for(stream.wait_for_wake(0.05), 30) is False
@@ -53,8 +56,7 @@ def test_a_deadline_passing_between_waits_is_no_ring_for_the_next_wait() -> None
     async def main() -> None:
         stream = new_stream()
         loop = asyncio.get_running_loop()
-        loop.call_soon(stream.wake.set)
-        assert await stream.wait_for_wake(0.01) is True
+        await rung(stream, 0.01)
         fired = loop.create_future()
         expire = stream._expire
 
