@@ -66,6 +66,9 @@ HOOK_STOP_SUMMARY = "session stopped by hook policy"
 AGENT_STATE_ROWS = frozenset({EventType.SYSTEM, EventType.USAGE, EventType.AVAILABLE_COMMANDS_UPDATE})
 # Protocol violations recorded one by one before only every power of ten is.
 VIOLATIONS_RECORDED = 10
+# Read once: on 3.11 a member read off its enum class costs ~55 ns more than a global, and `on_update` reads them
+# for every streamed chunk.
+_AGENT_MESSAGE, _THOUGHT = EventType.AGENT_MESSAGE, EventType.THOUGHT
 
 
 class SessionRuntime:
@@ -313,13 +316,13 @@ class SessionRuntime:
         if mapped is None:
             return
         type_, content = mapped
-        self.record(type_, content)
-        turn = self.turn
+        turn = self.turns.turn
+        self.record(type_, content, turn.id if turn is not None else "")
         if turn is not None:
             turn.outputs += 1
-        if type_ == EventType.AGENT_MESSAGE or type_ == EventType.THOUGHT:
+        if type_ in (_AGENT_MESSAGE, _THOUGHT):
             # The hot path (a streamed text chunk): no tool, no hook, no usage; activity is only a time and a kind.
-            if type_ == EventType.AGENT_MESSAGE and turn is not None and len(turn.reply) < 600:
+            if type_ == _AGENT_MESSAGE and turn is not None and len(turn.reply) < 600:
                 turn.reply += content.get("text", "")
             self.activity.touch_chunk(str(update.get("sessionUpdate", type_)))
             return
