@@ -95,14 +95,16 @@ def secret_tail(text: str) -> int:
                 or (_IDENTIFIER_KEY_RE.fullmatch(word) and is_secret_key(word))):
             starts.append(start)
         return n - min(starts) if starts else 0
-    token = max(tail.rfind(c) for c in " \t\r\n") + 1  # the token that ends the text
-    provider = _PROVIDER_OPEN_RE.search(tail, token)
+    token = max(tail.rfind(" "), tail.rfind("\t"), tail.rfind("\r"), tail.rfind("\n")) + 1  # the text's last token
+    run = _run_start(rev, n)
+    # A provider token lies inside the run of key characters that ends the text (every prefix is made of them):
+    # searched from there, not from every position of the last token (a chunk of digits and a `;` took 1.8 µs).
+    provider = _PROVIDER_OPEN_RE.search(tail, max(token, run))
     if provider is not None:
         starts.append(provider.start())
     scheme = tail.rfind("://", token)
     if scheme > 0 and not any(c in tail[scheme + 3:] for c in "/?#@"):  # URL credentials under way
         starts.append(_run_start(rev, scheme, _SCHEME_REV_RE))
-    run = _run_start(rev, n)
     letter = _LETTER_RE.search(tail, run) if run < n else None
     if letter is not None:  # a key still being spelled ("passw", "api_k") or waiting for its separator
         word = tail[letter.start():]
