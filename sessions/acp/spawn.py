@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sessions.acp.transport import TappedReader
 from sessions.batch_scheduling import forking_batch
 from sessions.runtime.offload import starting
 
@@ -103,7 +104,7 @@ def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) ->
 async def _joined(popen: subprocess.Popen[bytes], limit: int) -> ChildProcess:
     loop = asyncio.get_running_loop()
     assert popen.stdin and popen.stdout and popen.stderr
-    stdout = asyncio.StreamReader(limit=limit, loop=loop)
+    stdout = TappedReader(limit=limit, loop=loop)  # its transport handles streamed updates as they arrive
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), popen.stdout)
     stderr = asyncio.StreamReader(limit=limit, loop=loop)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stderr, loop=loop), popen.stderr)

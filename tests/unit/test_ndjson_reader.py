@@ -1,7 +1,8 @@
 """The agent-stdout reader (RecordingTransport.receive in sessions/acp/transport.py) over a real StreamReader:
 bulk reads must keep arrival order between updates and requests/responses, join lines (and UTF-8 characters)
 that a read cut in two, skip what is not a JSON-RPC object, keep a last line that lacks its newline, and
-hand the loop back during a long burst of updates."""
+hand the loop back during a long burst of updates. Every test runs over both readers: the plain StreamReader, and
+the `TappedReader` the daemon gives an agent's stdout, which hands a short read's updates over as it arrives."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
 from sessions.acp import transport as transport_mod
-from sessions.acp.transport import RecordingTransport
+from sessions.acp.transport import RecordingTransport, TappedReader
 
 TEST_TIMEOUT = 10.0
 ASKED = range(10)  # the request ids every test's transport has sent
@@ -38,6 +39,18 @@ def request(id_: int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id_, "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/x"}}
 
 
+READERS = {"buffered": asyncio.StreamReader, "tapped": TappedReader}
+reader_class: list[type[asyncio.StreamReader]] = [asyncio.StreamReader]
+
+
+@pytest.fixture(autouse=True, params=sorted(READERS))
+def reader_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Which reader `opened` builds: every behaviour below must hold for both."""
+    reader_class[0] = READERS[request.param]
+    yield request.param
+    reader_class[0] = asyncio.StreamReader
+
+
 def line(message: Any) -> bytes:
     return (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
 
@@ -45,10 +58,11 @@ def line(message: Any) -> bytes:
 @contextlib.asynccontextmanager
 async def opened(on_update: Callable[[dict[str, Any]], None], others_waiting: Callable[[], bool] | None = None,
                  on_violation: Callable[[str], None] | None = None, on_eof: Callable[[], None] | None = None,
+                 reader: asyncio.StreamReader | None = None,
                  ) -> AsyncIterator[tuple[asyncio.StreamReader, RecordingTransport]]:
     """A transport reading a StreamReader the test feeds, writing to a real pipe nobody reads."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = reader if reader is not None else reader_class[0]()
     read_fd, write_fd = os.pipe()
     pipe, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb"))
     writer = asyncio.StreamWriter(pipe, protocol, None, loop)
