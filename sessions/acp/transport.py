@@ -254,6 +254,8 @@ class RecordingTransport(NdjsonTransport):
         return True
 
     async def close(self) -> None:
+        if isinstance(self._reader, TappedReader):
+            self._reader.tap = None  # a closed connection records nothing more, as its stopped receive loop would
         try:
             await super().close()
         finally:

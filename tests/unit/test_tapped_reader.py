@@ -79,3 +79,20 @@ def test_a_burst_and_a_line_cut_by_a_read_go_through_receive() -> None:
             assert await receiving == response(4)
 
     run(main)
+
+
+def test_a_closed_transport_records_nothing_more() -> None:
+    """Once the connection is closed its receive loop stops reading; a late update must not reach the recorder
+    through the tap either."""
+    seen: list[int] = []
+
+    async def main() -> None:
+        reader = TappedReader()
+        async with opened(lambda params: seen.append(params["n"]), reader=reader) as (_, transport):
+            reader.feed_data(line(update(1)))
+            assert seen == [1]
+            await transport.close()
+            reader.feed_data(line(update(2)))
+            assert seen == [1]
+
+    run(main)
