@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from sessions.store.ids import new_event_id
 from sessions.store.ops import NewEvent, StoreOp, UsageUpdate
 from sessions.store.redact import redact_value
-from sessions.store.timestamps import isoformat, utcnow
+from sessions.store.timestamps import isoformat, now_stamp, utcnow
 
 CONTENT_SCHEMA = "compozy.session.event.v1"
 # The token_usage columns of events.SCHEMA_SQL, in the order usage merges write them.
@@ -41,7 +41,7 @@ class Drafted(NamedTuple):
 def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
     """The events of `ops` as drafts and envelopes, the other ops as statements: the cheap part of an encoding,
     done where the batch is handed off (the store writer process does the rest, `finish`)."""
-    now = isoformat(utcnow())
+    now = now_stamp()
     drafts: list[Draft] = []
     stored = []
     statements: list[Statement] = []

@@ -6,8 +6,13 @@ session record's models.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import overload
+
+# (the second, its text up to the fraction's dot): `now_stamp` formats the date and time once a second. One tuple,
+# replaced whole, so a thread never reads one second's text with another's number.
+_second: list[tuple[int, str]] = [(-1, "")]
 
 
 def utcnow() -> datetime:
@@ -25,3 +30,19 @@ def isoformat(moment: datetime | None) -> str | None:
     if moment is None:
         return None
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def now_stamp() -> str:
+    """`isoformat(utcnow())`, from the same clock, for what is stamped per streamed chunk (a batch's rows)."""
+    return stamp_of(time.time_ns())
+
+
+def stamp_of(ns: int) -> str:
+    """The stored text of `ns` nanoseconds after the epoch (floored to the microsecond, as `datetime.now` is).
+    strftime took 1.5 µs a call; the date and time to the second are formatted once for every call in that second."""
+    second, micro = divmod(ns // 1000, 1_000_000)
+    cached, text = _second[0]
+    if second != cached:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second[0] = (second, text)
+    return f"{text}{micro:06d}Z"
