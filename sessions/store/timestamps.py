@@ -13,6 +13,8 @@ from typing import overload
 # (the second, its text up to the fraction's dot): `now_stamp` formats the date and time once a second. One tuple,
 # replaced whole, so a thread never reads one second's text with another's number.
 _second: list[tuple[int, str]] = [(-1, "")]
+_TO_THE_SECOND = "%Y-%m-%dT%H:%M:%S."  # then six digits of microseconds and `Z`
+_FORMAT = f"{_TO_THE_SECOND}%fZ"
 
 
 def utcnow() -> datetime:
@@ -29,7 +31,7 @@ def isoformat(moment: datetime | None) -> str | None:
     """RFC3339 UTC with a Z, microsecond precision, or None."""
     if moment is None:
         return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).strftime(_FORMAT)
 
 
 def now_stamp() -> str:
@@ -43,6 +45,6 @@ def stamp_of(ns: int) -> str:
     second, micro = divmod(ns // 1000, 1_000_000)
     cached, text = _second[0]
     if second != cached:
-        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        text = datetime.fromtimestamp(second, UTC).strftime(_TO_THE_SECOND)
         _second[0] = (second, text)
     return f"{text}{micro:06d}Z"

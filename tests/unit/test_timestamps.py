@@ -1,6 +1,6 @@
 """The stored timestamp text (sessions/store/timestamps.py): `stamp_of`, which formats the second once and the
 microseconds per call, must give exactly what `isoformat` gives for the same moment, whatever order the moments
-come in (a clock stepped back, two seconds interleaved, threads)."""
+come in (a clock stepped back, two seconds interleaved)."""
 
 from __future__ import annotations
 
