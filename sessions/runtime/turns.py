@@ -264,6 +264,12 @@ class Turns:
         metrics.FAILURES.labels(kind=kind.value).inc()
         self._session.rec.failure = Failure.of(failure)
         logger.warning("session %s: turn failed (%s): %s", self._session.rec.id, kind.value, failure["summary"])
+        # Saved before the turn's `error` event is recorded: whoever saw the event (the CLI, which exits on it)
+        # then finds the failure on the session too, not the record of before the turn until the turn's end.
+        try:
+            await self._session.persist()
+        except Exception:  # the error event is still recorded, and the turn's end saves the record again
+            logger.exception("session %s: saving the turn's failure failed", self._session.rec.id)
         return failure
 
     def _clear_turn_failure(self) -> None:
