@@ -7,7 +7,7 @@ class AttentionConfig(AppConfig):
 
     def ready(self) -> None:
         from attention.outbox import on_meta_saved, on_task_noted
-        from sessions import catalog
+        from sessions.catalog import index as catalog
         from tasks import history
 
         # Every saved session record may carry a webhook event (a permission request, a failed stop, a finished

@@ -27,9 +27,9 @@ from django.db.models import Q
 
 from attention.enums import DeliveryStatus
 from attention.models import WebhookDelivery
-from sessions.config_notifications import NotificationsConfig, WebhookConfig
+from compozy_base.config.notifications import NotificationsConfig, WebhookConfig
+from sessions.core.redact import bound_text, redact_text
 from sessions.store.folder import isoformat, utcnow
-from sessions.store.redact import bound_text, redact_text
 
 logger = logging.getLogger(__name__)
 

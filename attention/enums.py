@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from sessions.config_notifications import WebhookEvent
+from compozy_base.config.notifications import WebhookEvent
 
 __all__ = ["AttentionKind", "DeliveryStatus", "WebhookEvent"]
 

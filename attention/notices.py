@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from attention.enums import AttentionKind, WebhookEvent
-from sessions.enums import FailureKind, SessionState
+from sessions.core.enums import FailureKind, SessionState
+from sessions.core.redact import bound_text, redact_text
 from sessions.store.folder import isoformat
-from sessions.store.redact import bound_text, redact_text
 from tasks.enums import TaskEventKind
 from tasks.models import Task, TaskEvent
 

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 
 from attention.models import WebhookDelivery
 from attention.notices import Notice, session_notices, task_notice
-from sessions.config import get_config
-from sessions.config_notifications import NotificationsConfig, WebhookConfig
-from sessions.record import SessionRecord
+from compozy_base.config.loader import get_config
+from compozy_base.config.notifications import NotificationsConfig, WebhookConfig
+from sessions.core.record import SessionRecord
 from sessions.store.folder import parse_time, utcnow
 from tasks.enums import TaskEventKind
 from tasks.models import TaskEvent
@@ -46,7 +46,7 @@ def _workspace_names(workspace_id: str | None) -> tuple[str, ...]:
 
 
 def _base_url() -> str:
-    from sessions import cluster
+    from sessions.catalog import cluster
 
     identity = cluster.identity()
     return identity.address if identity is not None else ""

@@ -18,8 +18,8 @@ from django.db.models import Q
 from attention.enums import AttentionKind
 from attention.models import AttentionAck
 from attention.notices import KIND_OF, Notice, session_notices, task_notice
-from sessions.enums import SessionState, SessionType
-from sessions.errors import NotFound
+from sessions.core.enums import SessionState, SessionType
+from sessions.core.errors import NotFound
 from sessions.models import Session
 from sessions.store.folder import utcnow
 from tasks.enums import TaskEventKind, TaskStatus
@@ -64,8 +64,8 @@ def _item(notice: Notice) -> AttentionItem | None:
 
 
 def _session_meta(row: Session) -> dict[str, Any] | None:
-    from sessions import catalog
-    from sessions.errors import Conflict
+    from sessions.catalog import index as catalog
+    from sessions.core.errors import Conflict
     from sessions.services import read_session_meta
 
     try:

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sessions.stream_pressure import HIGH_WATER_BYTES, PIECE_BYTES
+from sessions.live.pressure import HIGH_WATER_BYTES, PIECE_BYTES
 from tests.conftest import start_daemon, wait_for
 from tests.integration.test_big_frames import (
     MESSAGE_COPIES,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from bench.floors import raw_commit_us
 from bench.report import BenchResult
-from sessions.runtime.recorder import Recorder
 from sessions.store.events import EventLog
 from sessions.store.ops import NewEvent
+from sessions.store.writer.recorder import Recorder
 
 STORES = 20
 GAP_SECONDS = 0.0025  # 400 ticks/s, as the latency phase's 20 sessions x one tick every 50 ms

@@ -62,7 +62,7 @@ async def raw_tick_us(root: Path, sessions: int, interval_ms: float, events: int
 
     Returns (store path, pacing): the first is net of the pacing, the same loop of sleeps run first without
     recording. The pacing stands in for the daemon's wake-up on the agent's line, which is ingest, not store."""
-    from sessions.runtime.recorder import Recorder
+    from sessions.store.writer.recorder import Recorder
 
     root.mkdir(parents=True, exist_ok=True)
     recorders = [Recorder(root / f"s{i}" / "events.db", "ticker", lambda stored, rows: None)

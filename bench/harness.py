@@ -216,7 +216,7 @@ def cpu_times(pid: int) -> tuple[float, float]:
 
 def daemon_cpu_times(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of the daemon and of its store writer process: the SQLite half of its commits runs
-    there (sessions/store/write_process.py), and it is the daemon's cost as much as the loop's own."""
+    there (sessions/store/writer/process.py), and it is the daemon's cost as much as the loop's own."""
     user, system = cpu_times(pid)
     for child in store_writer_pids(pid):
         u, s = cpu_times(child)
@@ -232,7 +232,7 @@ def store_writer_pids(pid: int) -> list[int]:
             with contextlib.suppress(OSError):
                 for child in (task / "children").read_text().split():
                     cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-                    if b"sessions.store.write_process" in cmdline:
+                    if b"sessions.store.writer.process" in cmdline:
                         found.append(int(child))
     return found
 

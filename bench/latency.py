@@ -55,7 +55,7 @@ class Params:
 FULL = Params(sessions=20, viewers=3, ticks=300, interval_ms=50, beside=20_000)
 # 200 ticks: a 10 s phase, so the daemon's 10 s lag window covers the phase alone.
 QUICK = Params(sessions=10, viewers=3, ticks=200, interval_ms=50, beside=5_000)
-# Many viewers on few sessions: what one shared read per session (sessions/feed.py) saves shows here.
+# Many viewers on few sessions: what one shared read per session (sessions/live/feed.py) saves shows here.
 FANOUT_FULL = Params(sessions=4, viewers=25, ticks=200, interval_ms=50)
 FANOUT_QUICK = Params(sessions=2, viewers=25, ticks=40, interval_ms=50)
 

@@ -1,4 +1,4 @@
-"""Redaction cost (sessions/store/redact.py), in-process: it runs on every stored event and on agent output of
+"""Redaction cost (sessions/core/redact.py), in-process: it runs on every stored event and on agent output of
 any size, so ordinary text must stay cheap and adversarial text must cost linear time.
 
 Ordinary text: µs per 200-character call (target ≤ 20 µs), against one `str.lower()` of the same text (the
@@ -13,7 +13,7 @@ import timeit
 from pathlib import Path
 
 from bench.report import BenchResult, Op, Target
-from sessions.store.redact import redact_text
+from sessions.core.redact import redact_text
 
 ORDINARY = ("The daemon stores every event in the session's events.db; run `compozy session events ID` to see "
             "them, or open the dashboard and follow the live tail while the agent works on src/app.py.")[:200]

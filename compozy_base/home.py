@@ -44,7 +44,7 @@ def daemon_record_path(home: Path | None = None) -> Path:
 
 
 def boot_report_path(home: Path | None = None) -> Path:
-    """The last boot repair's verdict (sessions/boot_repair.py writes it; `daemon start` and doctor read it)."""
+    """The last boot repair's verdict (sessions/repair/boot.py writes it; `daemon start` and doctor read it)."""
     return (home or compozy_home()) / "boot-repair.json"
 
 

@@ -2,7 +2,7 @@
 
 Embedded: SQLite catalog in COMPOZY_HOME, huey on SQLite, in-memory channel layer.
 Scale-out: DATABASE_URL (postgres://..., parsed by dj-database-url) for the catalog, REDIS_URL for huey and the
-channel layer, COMPOZY_NODE_ID naming this daemon among the cluster's nodes (sessions/cluster.py).
+channel layer, COMPOZY_NODE_ID naming this daemon among the cluster's nodes (sessions/catalog/cluster.py).
 """
 
 from __future__ import annotations

@@ -34,12 +34,13 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from attention.services import list_items
+from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
-from sessions import services, transcript
-from sessions.config import get_config
-from sessions.enums import Badge, SessionState
-from sessions.errors import CompozyError
+from sessions import services
+from sessions.core.enums import Badge, SessionState
+from sessions.core.errors import CompozyError
+from sessions.live import transcript
 from sessions.store import events as event_store
 from sessions.store import folder
 from tasks.services import list_tasks

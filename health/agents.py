@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from compozy_base.config.loader import get_config
 from health import policy, services, wake
 from health.enums import WakeSource
 from health.models import HeartbeatSnapshot
 from sessions import services as session_services
-from sessions.catalog import find_workspace
-from sessions.claims import owner_id
-from sessions.config import get_config
-from sessions.errors import InvalidRequest, NotFound
+from sessions.catalog.claims import owner_id
+from sessions.catalog.index import find_workspace
+from sessions.core.errors import InvalidRequest, NotFound
 from sessions.models import SweepClaim
 from sessions.store.folder import isoformat, utcnow
 

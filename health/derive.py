@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from health.enums import HealthState, HealthValue, WakeReason
-from sessions.enums import FailureKind, SessionState
-from sessions.record import Failure, SessionRecord
+from sessions.core.enums import FailureKind, SessionState
+from sessions.core.record import Failure, SessionRecord
+from sessions.core.redact import bound_text, redact_text
 from sessions.store.folder import parse_time
-from sessions.store.redact import bound_text, redact_text
 
 LAST_ERROR_BYTES = 2048
 

@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from sessions.config_values import parse_duration as go_duration
-from sessions.errors import ConfigError
-from sessions.heartbeat_config import HeartbeatConfig
-from sessions.nesting import MAX_DEPTH
+from compozy_base.config.errors import ConfigError
+from compozy_base.config.heartbeat import HeartbeatConfig
+from compozy_base.config.values import parse_duration as go_duration
+from compozy_base.nesting import MAX_DEPTH
 
 SCHEMA_VERSION = 1
 TOP_KEYS = frozenset({"version", "enabled", "summary", "preferences", "context"})

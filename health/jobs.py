@@ -10,10 +10,10 @@ import logging
 
 from huey.contrib.djhuey import db_task
 
+from compozy_base.config.loader import get_config
 from health.services import recomputed_at, sweep_stale
 from health.wake import run_cycle
-from sessions.claims import claim_tick, owner_id
-from sessions.config import get_config
+from sessions.catalog.claims import claim_tick, owner_id
 from sessions.jobs import arrive, this_start
 
 logger = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from compozy_base.config.heartbeat import HeartbeatConfig
+from compozy_base.config.loader import get_config
 from compozy_base.home import compozy_home
 from health import heartbeat
 from health.enums import PolicyStatus
 from health.models import HeartbeatSnapshot
-from sessions.config import get_config
-from sessions.heartbeat_config import HeartbeatConfig
 from sessions.models import Workspace
 from sessions.store.folder import isoformat, utcnow
 

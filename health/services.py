@@ -18,17 +18,18 @@ from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
+from compozy_base.config.loader import get_config
 from compozy_base.daemon_record import read_daemon_record
 from health.derive import LiveFacts, derive, eligibility, is_stale
 from health.enums import HealthState, HealthValue, WakeReason
 from health.models import SessionHealth, WakeState
-from sessions import cluster, services
-from sessions.config import get_config
-from sessions.errors import Conflict, NotFound, Unavailable
+from sessions import services
+from sessions.catalog import cluster
+from sessions.catalog.ownership import local_manager
+from sessions.core.errors import Conflict, NotFound, Unavailable
+from sessions.core.offload import spawn
+from sessions.core.record import SessionRecord
 from sessions.models import Session
-from sessions.ownership import local_manager
-from sessions.record import SessionRecord
-from sessions.runtime.offload import spawn
 from sessions.services import ring_catalog_threadsafe
 from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 

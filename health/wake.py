@@ -21,12 +21,12 @@ from typing import Any
 from django.db import IntegrityError
 from django.db.models import F
 
+from compozy_base.config.heartbeat import HeartbeatConfig
+from compozy_base.config.loader import get_config
 from health import heartbeat, policy, services
 from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
-from sessions.config import get_config
-from sessions.errors import Conflict, Unavailable
-from sessions.heartbeat_config import HeartbeatConfig
+from sessions.core.errors import Conflict, Unavailable
 from sessions.runtime.manager import get_manager
 from sessions.store.folder import isoformat, utcnow
 

@@ -8,7 +8,7 @@ How they are scheduled, and why it survives lost messages and extra consumers:
    consumer that gets one for another start (another node's) ignores it. When a job's previous message has not
    reached the daemon by the time the next one is due (lost, or taken by a consumer that cannot run it), the
    ticker also runs the job itself, so no number of lost messages can stop supervision.
-2. Each job first claims its tick in the catalog with a compare-and-set (`sessions/claims.py`): a burst
+2. Each job first claims its tick in the catalog with a compare-and-set (`sessions/catalog/claims.py`): a burst
    of queued duplicates, or two consumer threads taking two messages at once, still runs each tick once.
 3. A job acts only in the process whose SessionManager owns the sessions (the daemon). A consumer without
    one (`manage.py run_huey` on the same queue) returns without claiming, so the owner's next message finds
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 from huey.contrib.djhuey import HUEY, db_task
 
 from compozy_base.home import sessions_dir
-from sessions import cluster
-from sessions.boot_repair import BOOT_REPAIRED, boot_repair_all
-from sessions.claims import claim_tick, owner_id
-from sessions.ownership import local_manager
+from sessions.catalog import cluster
+from sessions.catalog.claims import claim_tick, owner_id
+from sessions.catalog.ownership import local_manager
+from sessions.repair.boot import BOOT_REPAIRED, boot_repair_all
+from sessions.runtime.supervision import decide, sweep_interval
 from sessions.services.create import reap_candidates
 from sessions.store import folder
 from sessions.store.folder import parse_time
-from sessions.supervision import decide, sweep_interval
 
 if TYPE_CHECKING:
     from sessions.runtime.manager import SessionManager

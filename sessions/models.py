@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from sessions.enums import SessionState, SessionType
+from sessions.core.enums import SessionState, SessionType
 
 
 class Workspace(models.Model):
@@ -82,7 +82,8 @@ PENDING_INPUT = (InputEntry.Status.QUEUED, InputEntry.Status.DISPATCHING)
 class SweepClaim(models.Model):
     """One row per periodic job of one daemon (supervision, tombstones, boot repair).
 
-    A tick is claimed by moving `next_run_at` forward with a compare-and-set (`sessions/claims.py`), so any number
+    A tick is claimed by moving `next_run_at` forward with a compare-and-set
+    (`sessions/catalog/claims.py`), so any number
     of huey consumers may receive the job's messages and each tick still runs once."""
 
     name = models.CharField(primary_key=True, max_length=300)
@@ -94,7 +95,7 @@ class SweepClaim(models.Model):
 
 class Node(models.Model):
     """One daemon of a cluster (one per COMPOZY_HOME), heartbeated by its ticker: `compozy status` lists them and
-    work that must touch a session's runtime is routed to `address` (sessions/cluster.py)."""
+    work that must touch a session's runtime is routed to `address` (sessions/catalog/cluster.py)."""
 
     id = models.CharField(primary_key=True, max_length=200)
     address = models.CharField(max_length=300, blank=True, default="")

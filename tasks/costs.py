@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions.config import get_config
-from sessions.errors import Conflict, NotFound
+from compozy_base.config.loader import get_config
+from sessions.core.errors import Conflict, NotFound
 from sessions.services.lookup import read_session_meta
 from tasks.models import Task, TaskRun
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from huey.contrib.djhuey import db_task
 
-from sessions.claims import claim_tick, owner_id
-from sessions.config import get_config
+from compozy_base.config.loader import get_config
+from sessions.catalog.claims import claim_tick, owner_id
 from sessions.jobs import SWEEP_CLAIM_SHARE, arrive
 from tasks.runner import cycle, has_work, tick_seconds
 

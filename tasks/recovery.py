@@ -20,8 +20,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.dispatch import receiver
 
+from sessions.runtime.supervision import SILENCE_DETAIL, verified_stop, verify_orphan_group
 from sessions.store import folder
-from sessions.supervision import SILENCE_DETAIL, verified_stop, verify_orphan_group
 from tasks.enums import EXHAUSTED, RunOutcome, RunStatus, TaskAction, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import new_run_id, note
 from tasks.leases import finish_run, lease_owner

@@ -18,15 +18,15 @@ from typing import Any
 
 from django.db import transaction
 
+from compozy_base.config.loader import Config
 from compozy_base.process import start_ticks
 from sessions import services
-from sessions.config import Config
-from sessions.enums import LIVE_STATES, StopReason
-from sessions.errors import AgentLimitReached, CompozyError, Unavailable
-from sessions.runtime.offload import db
+from sessions.core.enums import LIVE_STATES, StopReason
+from sessions.core.errors import AgentLimitReached, CompozyError, Unavailable
+from sessions.core.offload import db
+from sessions.runtime.supervision import SILENCE_DETAIL
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.supervision import SILENCE_DETAIL
 from tasks.costs import budget_left
 from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note

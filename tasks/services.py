@@ -9,9 +9,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Sum
 
-from sessions import catalog
-from sessions.config import get_config
-from sessions.errors import Conflict, InvalidRequest, NotFound
+from compozy_base.config.loader import get_config
+from sessions.catalog import index as catalog
+from sessions.core.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Workspace
 from sessions.services.control import stop_session
 from sessions.store import folder

@@ -1,10 +1,10 @@
 """Tasks refer to their workspace: one with unfinished tasks cannot be removed, and removing one deletes its
-finished tasks (sessions/workspace_users.py asks)."""
+finished tasks (sessions/catalog/workspace_users.py asks)."""
 
 from __future__ import annotations
 
+from sessions.catalog.workspace_users import WorkspaceUser, register
 from sessions.models import Workspace
-from sessions.workspace_users import WorkspaceUser, register
 from tasks.enums import FINAL
 from tasks.models import Task
 

@@ -221,7 +221,8 @@ class Daemon:
 
 def job_ticks(home: Path, job: str) -> tuple[int, float]:
     """How many ticks of the daemon's periodic `job` (`supervision`, `tasks`, `wake_cycle`, `health_sweep`, …) ran, and
-    when the last one started (epoch seconds; 0.0: never), read from the catalog's claim rows (sessions/claims.py)."""
+    when the last one started (epoch seconds; 0.0: never), read from the catalog's claim rows
+    (sessions/catalog/claims.py)."""
     import sqlite3
     from contextlib import closing
     from datetime import datetime

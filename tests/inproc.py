@@ -85,8 +85,8 @@ class InProcessApp:
     def __init__(self, home: Path) -> None:
         from django.test import AsyncClient
 
-        from sessions import cluster
-        from sessions.config import get_config
+        from compozy_base.config.loader import get_config
+        from sessions.catalog import cluster
         from sessions.runtime.manager import SessionManager, set_manager
         from sessions.store.folder import isoformat, utcnow
 
@@ -171,8 +171,8 @@ class InProcessApp:
     def stopped_session(self, workspace: Path, name: str = "") -> dict[str, Any]:
         """A session as a finished run leaves it, written through the store's own functions: meta.json, an events.db
         with one turn and its stop, the catalog row. Returns its payload as the API reads it."""
-        from sessions import catalog
-        from sessions.record import SessionRecord
+        from sessions.catalog import index as catalog
+        from sessions.core.record import SessionRecord
         from sessions.store import folder
         from sessions.store.events import EventLog
         from sessions.store.ids import new_session_id, new_turn_id
@@ -199,7 +199,7 @@ class InProcessApp:
         return self.session(session_id)
 
     def close(self) -> None:
-        from sessions import cluster
+        from sessions.catalog import cluster
         from sessions.runtime.manager import set_manager
 
         try:
@@ -232,7 +232,7 @@ def inproc_app(home: Path) -> Iterator[InProcessApp]:
     from tests.conftest import daemon_config
 
     ensure_django(migrate=True)
-    from sessions import config as config_module
+    from compozy_base.config import loader as config_module
     from sessions.store.folder import utcnow
 
     home.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from sessions import cluster
+    from sessions.catalog import cluster
     from sessions.models import Session, Workspace
     from sessions.store import folder
 

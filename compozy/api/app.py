@@ -30,8 +30,8 @@ from compozy.api.sessions import workspaces as workspaces_router
 from compozy.api.validation import describe_errors
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
-from sessions.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
-from sessions.store.failures import classify
+from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
+from sessions.core.failures import classify
 
 logger = logging.getLogger(__name__)
 

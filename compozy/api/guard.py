@@ -42,9 +42,9 @@ from compozy_base.auth import (
     is_machine_path,
     same_secret,
 )
+from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body
 from compozy_base.home import compozy_home
-from sessions.config import get_config
 
 logger = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from twisted.internet.address import UNIXAddress
 
 from compozy.api.guard import LOCAL_SOCKET, PEER_UID
 from compozy.api.raw_bodies import keep_request_bodies_raw
+from compozy_base.config.loader import Timeouts
 from compozy_base.errors import error_body
-from sessions.config import Timeouts
-from sessions.stream_pressure import ABORT, BACKLOG
+from sessions.live.pressure import ABORT, BACKLOG
 
 # twisted types `reactor` as its module, not as the IReactorTime/IReactorTCP it installs.
 reactor: Any = _reactor
 
 logger = logging.getLogger(__name__)
 
-# The defaults of `[http] header_timeout`, `idle_timeout` and `body_timeout` (sessions/config.py `Timeouts`).
+# The defaults of `[http] header_timeout`, `idle_timeout` and `body_timeout` (compozy_base/config/loader.py `Timeouts`).
 # The surfaces reference: headers must arrive within 5 s (a slow-header client otherwise holds a connection for
 # hours), and an idle keep-alive connection closes after 60 s. The whole body (at most `max_body_bytes`, 1 MiB by
 # default) must arrive within 30 s of the headers: the idle timeout restarts with every byte, and daphne hands
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 # connection, unauthenticated, for as long as it liked.
 # daphne gives the app no backpressure: eight stalled viewers of one fast turn queued 15 GB before the kernel killed
 # the daemon. Each request's scope carries `BACKLOG` (bytes queued for its connection), which the event streams
-# wait on (sessions/stream_pressure.py `drained`; a large frame goes in `pieces`). Behind that, an event stream with
+# wait on (sessions/live/pressure.py `drained`; a large frame goes in `pieces`). Behind that, an event stream with
 # this much queued is cut (the viewer resumes with Last-Event-ID from the store); other responses (a download) are
 # never cut: they cannot resume.
 STREAM_BACKLOG_BYTES = 64 * 1024 * 1024

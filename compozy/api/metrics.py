@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from compozy_base.metrics import REGISTRY
-from sessions.enums import SessionState
+from sessions.core.enums import SessionState
 from sessions.models import Session
 
 

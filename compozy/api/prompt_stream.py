@@ -1,7 +1,7 @@
 """The prompt stream (events reference §6.2): how `POST …/prompt` answers when the prompt starts a turn.
 
 The stream only reads. The turn runs in the session's runtime; this tails the turn's rows from the store the
-way the session stream does (sessions/feed.py: the shared live feed's ring, else events.db read off the
+way the session stream does (sessions/live/feed.py: the shared live feed's ring, else events.db read off the
 loop), from right after the turn's `user_message` to its `done`/`error` (or a `session_stopped`), skipping
 rows of other turns. A viewer that goes away ends only its own read: the turn goes on.
 
@@ -27,14 +27,14 @@ from typing import Any
 from django.http import StreamingHttpResponse
 
 from compozy_base import metrics
-from sessions import feed as live_feed
-from sessions.enums import EventType
+from sessions.core.enums import EventType
+from sessions.live import feed as live_feed
+from sessions.live.pressure import pieces, room_for
+from sessions.live.transcript import event_data, permission_data
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import envelope
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.stream_pressure import pieces, room_for
-from sessions.transcript import event_data, permission_data
 
 logger = logging.getLogger(__name__)
 

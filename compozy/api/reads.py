@@ -10,7 +10,9 @@ from ninja import Query, Router
 
 from compozy.api.response_schemas import RecapOut, TranscriptPageOut, render
 from compozy.api.schemas import Ident, RecapQuery, Ref, TranscriptQuery, responses
-from sessions import recap, services, transcript
+from sessions import services
+from sessions.live import transcript
+from sessions.services import recap
 from sessions.store import folder
 
 router = Router(tags=["sessions"])

@@ -12,8 +12,8 @@ from compozy.api.response_schemas import RepairOut
 from compozy.api.schemas import Ident, Ref, RepairQuery, responses
 from compozy.api.sessions import truthy
 from sessions import services
-from sessions.errors import Conflict
-from sessions.repair import IssueCode, repair_transcript
+from sessions.core.errors import Conflict
+from sessions.repair.transcript import IssueCode, repair_transcript
 
 router = Router(tags=["sessions"])
 

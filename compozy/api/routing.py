@@ -24,11 +24,11 @@ from asgiref.sync import sync_to_async
 from compozy.api.guard import ASGIApp, Receive, Scope, Send, send_json
 from compozy_base.auth import cluster_token
 from compozy_base.errors import error_body
-from sessions import cluster, ownership
-from sessions.errors import CatalogUnavailable, first_line
+from sessions.catalog import cluster, ownership
+from sessions.core.errors import CatalogUnavailable, first_line
 
 if TYPE_CHECKING:
-    from sessions.cluster import Holder
+    from sessions.catalog.cluster import Holder
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,11 @@ from ninja import Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from sessions import recap, transcript
-from sessions.enums import EventType, PermissionMode, SessionState, SessionType
-from sessions.lineage import MAX_TTL_SECONDS
+from compozy_base.config.modes import PermissionMode
+from sessions.catalog.lineage import MAX_TTL_SECONDS
+from sessions.core.enums import EventType, SessionState, SessionType
+from sessions.live import transcript
+from sessions.services import recap
 from sessions.store.events import MAX_PAGE
 
 # SQLite integers (sequences, offsets) are signed 64-bit: a larger cursor is a bad request, not an overflow.

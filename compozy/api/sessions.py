@@ -58,9 +58,10 @@ from compozy.api.schemas import (
 from compozy.diagnostics.status import loop_lag, runtime_status
 from health.dtos import status_dto
 from health.services import decorate_list
-from sessions import catalog, services
-from sessions.errors import InvalidRequest
-from sessions.stream_pressure import ABORT, BACKLOG
+from sessions import services
+from sessions.catalog import index as catalog
+from sessions.core.errors import InvalidRequest
+from sessions.live.pressure import ABORT, BACKLOG
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])

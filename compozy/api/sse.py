@@ -3,7 +3,7 @@ doorbell (or a poll), never taken from the channel message, so a dropped doorbel
 
 Session stream (events reference §6.1), two contracts:
 - `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
-  `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/transcript.py).
+  `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/live/transcript.py).
 - `frames=raw` (the CLI; `format=raw` is its alias, as on the prompt stream): `id:` = sequence, `event:` = type,
   `data:` = SessionEventPayload; resume from `Last-Event-ID` (or `?after_sequence=` / `?after=` for clients that
   cannot set headers).
@@ -29,24 +29,24 @@ from compozy.api.stream_tails import RawTail, TranscriptTail, frame, terminal_fr
 from compozy.api.validation import describe_errors
 from compozy_base import metrics
 from compozy_base.errors import error_body
-from sessions import feed as live_feed
 from sessions import services
-from sessions.boot_repair import transcript_check_pending, transcript_settled
-from sessions.enums import SessionState
-from sessions.errors import CompozyError, InvalidRequest, StorageError
-from sessions.ownership import runs_here
-from sessions.runtime.signals import CATALOG_GROUP
+from sessions.catalog.ownership import runs_here
+from sessions.core.enums import SessionState
+from sessions.core.errors import CompozyError, InvalidRequest, StorageError
+from sessions.core.failures import StoreReadError, classify
+from sessions.live import feed as live_feed
+from sessions.live.doorbells import CATALOG_GROUP
+from sessions.live.pressure import ABORT, BACKLOG, PIECE_BYTES, pieces, room_for
+from sessions.repair.boot import transcript_check_pending, transcript_settled
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.store.failures import StoreReadError, classify
-from sessions.stream_pressure import ABORT, BACKLOG, PIECE_BYTES, pieces, room_for
 
 logger = logging.getLogger(__name__)
 
 # Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open.
 KEEPALIVE_SECONDS = 20.0
 # A viewer with nothing new wakes this often to ask whether its session stopped (the session's live feed,
-# not the viewer, polls the store for rows whose doorbell was dropped: sessions/feed.py).
+# not the viewer, polls the store for rows whose doorbell was dropped: sessions/live/feed.py).
 QUIET_SECONDS = 0.5
 # A transcript delta upserts each changed entry whole (events reference §6), so a message that grows by a row at a
 # time was resent at every row: a 3.2 MB reply cost a dashboard viewer 1.48 GB and slowed the agent's recording

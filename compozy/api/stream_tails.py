@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sessions import feed as live_feed
-from sessions import services, transcript
-from sessions.enums import EventType
+from sessions import services
+from sessions.core.enums import EventType
+from sessions.live import feed as live_feed
+from sessions.live import transcript
 from sessions.store import events as event_store
 
 PAGE = 1000  # rows read from the store per catch-up page

@@ -88,8 +88,8 @@ def _configured(home: Path) -> tuple[str, int, Path]:
     """`[http] host`, `port` and `[daemon] socket` of this home's config.toml, as the daemon reads them."""
     import tomllib
 
-    from sessions.config_values import port as checked_port
-    from sessions.errors import ConfigError
+    from compozy_base.config.errors import ConfigError
+    from compozy_base.config.values import port as checked_port
 
     try:
         data = tomllib.loads(config_path(home).read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ import rich_click as click
 
 from compozy.cli.app import _fmt, json_flag, output_option, seg, session, session_call
 from compozy.cli.output import EXIT_UNAVAILABLE, EXIT_USAGE, emit, fail, table
-from sessions.elicitation_form import typed_value
+from sessions.core.elicitation_form import typed_value
 
 
 @session.command("elicitations")

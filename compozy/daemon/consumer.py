@@ -176,7 +176,7 @@ class Ticker:
 
 
 class LeaseKeeper:
-    """A daemon thread that keeps this node's session leases (sessions/cluster.py), apart from the huey queue: a
+    """A daemon thread that keeps this node's session leases (sessions/catalog/cluster.py), apart from the huey queue: a
     lost or delayed message must never cost a live session its lease.
 
     Every third of `[cluster] lease_ttl`:
@@ -207,7 +207,8 @@ class LeaseKeeper:
         return []
 
     def tick(self) -> None:
-        from sessions import cluster, failover
+        from sessions.catalog import cluster
+        from sessions.repair import failover
 
         me = cluster.identity()
         if me is None:
@@ -229,7 +230,7 @@ class LeaseKeeper:
     def _loop(self) -> None:
         from django.db import close_old_connections
 
-        from sessions import cluster
+        from sessions.catalog import cluster
 
         me = cluster.identity()
         every = (me.lease_ttl if me else 15.0) / 3

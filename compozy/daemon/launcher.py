@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from compozy.api.http_server import ConnectionLimits
-    from sessions.config import Config
+    from compozy_base.config.loader import Config
 
 logger = logging.getLogger("compozy.daemon")
 
@@ -106,7 +106,7 @@ def check_database_url() -> None:
     except ImportError as exc:
         raise DaemonError("DATABASE_URL is set but the scale-out libraries are missing: pip install -e '.[scale]'",
                           exit_code=78) from exc
-    from sessions.errors import first_line
+    from sessions.core.errors import first_line
 
     try:
         dj_database_url.parse(url)
@@ -123,7 +123,7 @@ def migrate_or_say_why() -> None:
     from django.db import Error as DatabaseError
     from django.db import OperationalError
 
-    from sessions.errors import first_line
+    from sessions.core.errors import first_line
 
     try:
         migrate()
@@ -187,9 +187,9 @@ def run_foreground(port: int | None = None) -> int:
     from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
     from compozy.daemon.webhooks import WebhookDispatcher
     from compozy_base.auth import cluster_token, ensure_token
-    from sessions import cluster
+    from sessions.catalog import cluster
+    from sessions.core.redact import register_secret
     from sessions.runtime.manager import SessionManager, set_manager
-    from sessions.store.redact import register_secret
 
     for unknown in config.unknown_keys:
         logger.warning("config.toml: %s", unknown.message())
@@ -255,7 +255,7 @@ def run_foreground(port: int | None = None) -> int:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         consumer.start()
-        from sessions.supervision import sweep_interval
+        from sessions.runtime.supervision import sweep_interval
 
         state["ticker"] = Ticker(str(record["started_at"]), lambda: sweep_interval(manager.config))
         state["ticker"].start()
@@ -326,7 +326,7 @@ TAIL_DRAIN_SECONDS = 2.0
 async def _drain_live_tails() -> None:
     """Until every session stream of this process has ended (each ends after its `session_stopped` frame), or
     TAIL_DRAIN_SECONDS passed."""
-    from sessions import feed
+    from sessions.live import feed
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TAIL_DRAIN_SECONDS
@@ -343,7 +343,7 @@ def _bound_port(server: Any, asked: int) -> int:
 
 def _accepted_config() -> Any:
     """config.toml loaded, or the start refused with exit 78."""
-    from sessions.config import ConfigError, get_config
+    from compozy_base.config.loader import ConfigError, get_config
 
     try:
         return get_config()

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from sessions.store.redact import redact_text
+from sessions.core.redact import redact_text
 
 
 class RedactFilter(logging.Filter):

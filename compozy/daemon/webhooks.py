@@ -44,7 +44,7 @@ class WebhookDispatcher:
         from django.db import close_old_connections, connection
 
         from attention.delivery import deliver_due, prune, wait_for_work
-        from sessions.config import get_config
+        from compozy_base.config.loader import get_config
         from sessions.store.folder import utcnow
 
         config = get_config().notifications

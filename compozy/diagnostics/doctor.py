@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from compozy_base.config.loader import ConfigError, get_config, load_config
 from compozy_base.home import compozy_home, crash_bundles_dir, sessions_dir
 from health import policy
 from health.agents import service_state
@@ -20,14 +21,13 @@ from health.enums import PolicyStatus
 from health.jobs import wake_every
 from health.models import HeartbeatSnapshot, SessionHealth
 from health.services import current_run
-from sessions import cluster
 from sessions.acp.driver import AgentNotFound, agent_environment
 from sessions.acp.launch import resolve
-from sessions.boot_repair import read_report
-from sessions.config import ConfigError, get_config, load_config
-from sessions.errors import InvalidRequest, first_line
-from sessions.feed import watched
+from sessions.catalog import cluster
+from sessions.core.errors import InvalidRequest, first_line
+from sessions.live.feed import watched
 from sessions.models import Session, Workspace
+from sessions.repair.boot import read_report
 from sessions.store.folder import events_path, isoformat, list_session_dirs, parse_time, read_meta, session_dir, utcnow
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]

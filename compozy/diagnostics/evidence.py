@@ -25,13 +25,14 @@ from typing import IO, Any
 from compozy.diagnostics.doctor import run_doctor
 from compozy.diagnostics.status import runtime_status
 from compozy_base.home import compozy_home, crash_bundles_dir
-from sessions import recap, services
-from sessions.errors import Conflict
+from sessions import services
+from sessions.core.errors import Conflict
+from sessions.core.redact import redact_text, redact_value
 from sessions.models import Session
+from sessions.services import recap
 from sessions.services.lookup import row_meta_unreadable
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.store.redact import redact_text, redact_value
 
 logger = logging.getLogger(__name__)
 

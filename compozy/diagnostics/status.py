@@ -8,15 +8,16 @@ from typing import Any
 
 from django.db.models import Count
 
+from compozy_base.config.loader import get_config
 from compozy_base.daemon_record import read_daemon_record
 from compozy_base.home import compozy_home
-from sessions import cluster, stream_pressure
-from sessions.config import get_config
-from sessions.enums import SessionState
+from sessions.catalog import cluster
+from sessions.core.enums import SessionState
+from sessions.live import pressure as stream_pressure
 from sessions.models import Session
-from sessions.runtime import store_writer
 from sessions.runtime.loop_lag import MONITOR
 from sessions.store import folder
+from sessions.store.writer import shared as store_writer
 from tasks.services import totals as task_totals
 
 

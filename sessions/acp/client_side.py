@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sessions.enums import PermissionMode
+from compozy_base.config.modes import PermissionMode
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
 ALLOW_KINDS = ("allow_once", "allow_always")

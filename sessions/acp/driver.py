@@ -38,8 +38,8 @@ from acp.meta import PROTOCOL_VERSION
 
 from compozy_base.home import user_umask
 from sessions.acp import spawn, stragglers
+from sessions.acp.child_env import inherited_environment
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
-from sessions.child_env import inherited_environment
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class StderrTail:
 
 
 def agent_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The daemon's environment without the daemon's own secrets (`sessions/child_env.py`), plus the provider's:
+    """The daemon's environment without the daemon's own secrets (`sessions/acp/child_env.py`), plus the provider's:
     the agents' API keys live in the environment."""
     env = inherited_environment()
     env.update(extra or {})
@@ -124,7 +124,7 @@ class AgentProcess:
         closed_stdout_grace: float = CLOSED_EXIT_GRACE_SECONDS,
     ) -> None:
         self.command = list(command)
-        # `[session.stop] kill_grace` and `closed_stdout_grace` (sessions/config.py `Timeouts`).
+        # `[session.stop] kill_grace` and `closed_stdout_grace` (compozy_base/config/loader.py `Timeouts`).
         self.kill_grace = kill_grace
         self.closed_stdout_grace = closed_stdout_grace
         self.owner = owner  # a session id: with the start time, the run's straggler mark (stragglers.py)

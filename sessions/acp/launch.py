@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compozy_base.config.loader import NpmPackage
 from sessions.acp.driver import AgentNotFound, AgentProcess, agent_environment
-from sessions.config import NpmPackage
 
 logger = logging.getLogger(__name__)
 

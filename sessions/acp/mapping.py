@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions.enums import EventType
+from sessions.core.enums import EventType
 
 
 def _text_of(content: Any) -> tuple[str, Any]:

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sessions.acp.transport import TappedReader
-from sessions.batch_scheduling import forking_batch
-from sessions.runtime.offload import starting
+from sessions.core.batch_scheduling import forking_batch
+from sessions.core.offload import starting
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]
 
 
 def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
-    with forking_batch():  # sessions/batch_scheduling.py: an agent waking never preempts the shared loop
+    with forking_batch():  # sessions/core/batch_scheduling.py: an agent waking never preempts the shared loop
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=cwd, env=env, start_new_session=True, umask=umask)
 

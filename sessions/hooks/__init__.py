@@ -1,6 +1,18 @@
 """Lifecycle hooks: `spec` says what a hook is (events, declarations, validation), `declarations` reads them
 from config.toml; `runner` dispatches them and `process` runs one hook command."""
 
+from compozy_base.config.hook_spec import (
+    ASYNC_ONLY_EVENTS,
+    MATCHER_FIELDS,
+    PATCH_KEYS,
+    HookDeclaration,
+    HookEvent,
+    HookMode,
+    HookSource,
+    event_family,
+    merge_declarations,
+    validate_declarations,
+)
 from sessions.hooks.process import HOOK_DEPTH_ENV, STDERR_LIMIT, STDOUT_LIMIT, format_duration, hook_env
 from sessions.hooks.runner import (
     ASYNC_QUEUE_SIZE,
@@ -12,18 +24,6 @@ from sessions.hooks.runner import (
     HookRunOutcome,
     current_depth,
     text_vs_authored,
-)
-from sessions.hooks.spec import (
-    ASYNC_ONLY_EVENTS,
-    MATCHER_FIELDS,
-    PATCH_KEYS,
-    HookDeclaration,
-    HookEvent,
-    HookMode,
-    HookSource,
-    event_family,
-    merge_declarations,
-    validate_declarations,
 )
 
 __all__ = [

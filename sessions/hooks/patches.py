@@ -7,11 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sessions.hooks.spec import (
-    _DENY_KEYS,
-    PATCH_KEYS,
-    HookEvent,
-)
+from compozy_base.config.hook_spec import _DENY_KEYS, PATCH_KEYS, HookEvent
 
 _ALLOW_DECISIONS = frozenset({"approved", "approve", "allow", "allowed", "allow_once", "allow_always"})
 _DENY_DECISIONS = frozenset({"denied", "deny", "blocked", "block", "rejected", "reject", "reject_once",

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compozy_base.config.hook_spec import HookDeclaration
 from compozy_base.home import user_umask
+from sessions.acp.child_env import inherited_environment, is_daemon_secret
 from sessions.acp.spawn import ChildProcess, spawn
-from sessions.child_env import inherited_environment, is_daemon_secret
-from sessions.hooks.spec import HookDeclaration
 
 HOOK_DEPTH_ENV = "COMPOZY_HOOK_DEPTH"
 STDOUT_LIMIT = 1024 * 1024

@@ -24,16 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sessions.hooks.patches import PatchError, decode_patch, guard_patch
-from sessions.hooks.process import (
-    STDERR_LIMIT,
-    STDOUT_LIMIT,
-    TRUNCATED,
-    exit_error,
-    hook_env,
-    run_command,
-)
-from sessions.hooks.spec import (
+from compozy_base.config.hook_spec import (
     _DENY_KEYS,
     _SOURCE_ORDER,
     PATCH_KEYS,
@@ -43,8 +34,17 @@ from sessions.hooks.spec import (
     event_family,
     validate_declarations,
 )
+from sessions.core.redact import bound_text, redact_text
+from sessions.hooks.patches import PatchError, decode_patch, guard_patch
+from sessions.hooks.process import (
+    STDERR_LIMIT,
+    STDOUT_LIMIT,
+    TRUNCATED,
+    exit_error,
+    hook_env,
+    run_command,
+)
 from sessions.store.folder import isoformat, utcnow
-from sessions.store.redact import bound_text, redact_text
 
 log = logging.getLogger(__name__)
 

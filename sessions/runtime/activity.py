@@ -2,9 +2,10 @@
 
 `Activity` keeps a session's work signals in memory (touched on every event, so cheap) and stamps them into the
 record's `liveness.activity` when it is written. `Supervisor` writes the metadata-only heartbeats while a turn runs
-(waiting on a person counts as activity) and carries out what the huey sweep decided (`sessions.supervision.decide`),
+(waiting on a person counts as activity) and carries out what the huey sweep decided
+(`sessions.runtime.supervision.decide`),
 behind the decision's fence: the same activation, turn, input generation and activity stamps, or it is refused as
-stale. It never decides again: the thresholds live in `sessions/supervision.py` alone.
+stale. It never decides again: the thresholds live in `sessions/runtime/supervision.py` alone.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sessions import supervision
-from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.record import Activity as ActivityRecord
-from sessions.record import SessionRecord
-from sessions.runtime import lifecycle
-from sessions.runtime.offload import db, spawn
+from sessions.core import lifecycle
+from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.failures import StoreFailure
+from sessions.core.offload import db, spawn
+from sessions.core.record import Activity as ActivityRecord
+from sessions.core.record import SessionRecord
+from sessions.runtime import supervision
+from sessions.runtime.supervision import Action, Decision
 from sessions.store import folder
-from sessions.store.failures import StoreFailure
-from sessions.supervision import Action, Decision
 
 if TYPE_CHECKING:
     from sessions.runtime.elicitations import ElicitationBoard

@@ -14,11 +14,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from compozy_base import metrics
+from compozy_base.config.modes import PermissionMode
 from sessions.acp.driver import AgentRequestError, TransportClosed
-from sessions.enums import EventType, FailureKind, MarkerKind, PermissionMode, StopReason
-from sessions.errors import CompozyError, Conflict, InvalidRequest
-from sessions.record import Cost, Mode, Usage
-from sessions.runtime.offload import spawn
+from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
+from sessions.core.errors import CompozyError, Conflict, InvalidRequest
+from sessions.core.offload import spawn
+from sessions.core.record import Cost, Mode, Usage
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore

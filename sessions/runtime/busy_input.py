@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sessions.enums import MarkerKind
-from sessions.errors import Conflict
-from sessions.runtime.offload import db, spawn
+from sessions.core.enums import MarkerKind
+from sessions.core.errors import Conflict
+from sessions.core.offload import db, spawn
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sessions.enums import EventType
+from sessions.core.enums import EventType
+from sessions.core.offload import spawn
 from sessions.runtime.elicitations import ElicitationBoard
-from sessions.runtime.offload import spawn
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity

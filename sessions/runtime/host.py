@@ -17,11 +17,11 @@ from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 
 if TYPE_CHECKING:
+    from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
-    from sessions.config import Config, ProviderConfig
-    from sessions.enums import FailureKind, MarkerKind, SessionState, StopReason
-    from sessions.record import Failure, SessionRecord
-    from sessions.runtime.recorder import Recorder
+    from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
+    from sessions.core.record import Failure, SessionRecord
+    from sessions.store.writer.recorder import Recorder
 
 
 class RuntimeHost(Protocol):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from sessions.config import BusyInputConfig
-from sessions.errors import InvalidRequest, NotFound, QueueFull
+from compozy_base.config.loader import BusyInputConfig
+from sessions.core.errors import InvalidRequest, NotFound, QueueFull
 from sessions.models import PENDING_INPUT, InputEntry
 from sessions.store.folder import utcnow
 from sessions.store.ids import new_queue_entry_id

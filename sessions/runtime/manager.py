@@ -10,17 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
-from sessions import catalog, cluster, ownership
-from sessions.config import Config
-from sessions.enums import StopReason
-from sessions.errors import AgentLimitReached, Unavailable
+from compozy_base.config.loader import Config
+from sessions.catalog import cluster, ownership
+from sessions.catalog import index as catalog
+from sessions.core.enums import StopReason
+from sessions.core.errors import AgentLimitReached, Unavailable
+from sessions.core.offload import db, spawn
+from sessions.core.record import SessionRecord
 from sessions.hooks import HookRunner
-from sessions.record import SessionRecord
-from sessions.runtime import signals, store_writer
+from sessions.live import doorbells as signals
 from sessions.runtime.inputs import InputQueue
-from sessions.runtime.offload import db, spawn
 from sessions.runtime.session import SessionRuntime
-from sessions.supervision import Decision
+from sessions.runtime.supervision import Decision
+from sessions.store.writer import shared as store_writer
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sessions.acp import client_side, workspace_fs
-from sessions.enums import EventType
-from sessions.runtime.offload import spawn
+from sessions.core.enums import EventType
+from sessions.core.offload import spawn
 from sessions.runtime.permissions import PermissionBoard, option_for, permission_mode
 from sessions.runtime.terminal_gateway import TerminalGateway
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sessions.enums import EventType
+from sessions.core.enums import EventType
 from sessions.store.events import MAX_PAGE, read_events
 
 INSTRUCTION = (

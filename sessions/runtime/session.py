@@ -29,32 +29,34 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
-from sessions import catalog, cluster
+from compozy_base.config.loader import Config, ProviderConfig
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
-from sessions.config import Config, ProviderConfig
-from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.feed import offer_rows
-from sessions.record import AutoTitle, Failure, SessionRecord
-from sessions.runtime import lifecycle, signals
+from sessions.catalog import cluster
+from sessions.catalog import index as catalog
+from sessions.core import lifecycle
+from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.failures import StoreFailure
+from sessions.core.offload import db, spawn
+from sessions.core.record import AutoTitle, Failure, SessionRecord
+from sessions.core.redact import bound_text, redact_text
+from sessions.live import doorbells as signals
+from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
 from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
 from sessions.runtime.elicitation_desk import ElicitationDesk
 from sessions.runtime.elicitations import ElicitationBoard
 from sessions.runtime.host import RuntimeHost
-from sessions.runtime.offload import db, spawn
 from sessions.runtime.permission_gate import PermissionGate
 from sessions.runtime.permissions import PermissionBoard
-from sessions.runtime.recorder import LEASE_WAIT_SECONDS, Recorder
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
 from sessions.runtime.title import TITLE_PASSES, generate_title
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
-from sessions.store.failures import StoreFailure
-from sessions.store.redact import bound_text, redact_text
+from sessions.store.writer.recorder import LEASE_WAIT_SECONDS, Recorder
 
 logger = logging.getLogger(__name__)
 

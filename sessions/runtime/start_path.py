@@ -9,13 +9,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sessions import mcp_servers
+from compozy_base.config import mcp_servers
 from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
-from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.record import AcpCaps
-from sessions.runtime import lifecycle, terminal_gateway
-from sessions.runtime.offload import db, starting
+from sessions.core import lifecycle
+from sessions.core.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.offload import db, starting
+from sessions.core.record import AcpCaps
+from sessions.runtime import terminal_gateway
 from sessions.runtime.options import plan, reported_model
 from sessions.runtime.permissions import permission_mode
 from sessions.runtime.projection import build_projection

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
-from sessions import cluster
 from sessions.acp.driver import AgentRequestError, TransportClosed
-from sessions.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.record import Failure
-from sessions.runtime import lifecycle
-from sessions.runtime.offload import db, spawn
+from sessions.catalog import cluster
+from sessions.core import lifecycle
+from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.offload import db, spawn
+from sessions.core.record import Failure
+from sessions.core.redact import bound_tail, redact_text
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.folder import isoformat, utcnow
-from sessions.store.redact import bound_tail, redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore

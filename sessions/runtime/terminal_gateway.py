@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sessions.enums import EventType
+from sessions.core.enums import EventType
+from sessions.core.redact import bound_tail
 from sessions.runtime.terminals import Terminal, TerminalRefused, Terminals
-from sessions.store.redact import bound_tail
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore

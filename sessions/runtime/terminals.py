@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from sessions.acp import workspace_fs
-from sessions.child_env import inherited_environment
-from sessions.store.redact import redact_text
+from sessions.acp.child_env import inherited_environment
+from sessions.core.redact import redact_text
 
 logger = logging.getLogger(__name__)
 

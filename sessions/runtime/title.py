@@ -12,12 +12,12 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from compozy_base.config.loader import ProviderConfig
 from sessions.acp import client_side
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
-from sessions.config import ProviderConfig
-from sessions.enums import EventType
-from sessions.store.redact import redact_text
+from sessions.core.enums import EventType
+from sessions.core.redact import redact_text
 
 logger = logging.getLogger(__name__)
 

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
-from sessions.enums import EventType, FailureKind, MarkerKind, SessionState
-from sessions.errors import Conflict, HookDenied, StorageError
-from sessions.record import Failure
-from sessions.runtime import lifecycle
+from sessions.core import lifecycle
+from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
+from sessions.core.errors import Conflict, HookDenied, StorageError
+from sessions.core.failures import StoreFailure
+from sessions.core.offload import db, spawn
+from sessions.core.record import Failure
+from sessions.core.redact import redact_text
 from sessions.runtime.busy_input import BusyInput
-from sessions.runtime.offload import db, spawn
 from sessions.runtime.turn import Turn
 from sessions.store import folder
-from sessions.store.failures import StoreFailure
 from sessions.store.ids import new_turn_id
-from sessions.store.redact import redact_text
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity

@@ -10,10 +10,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from sessions import catalog
-from sessions.errors import InvalidRequest, NotFound
-from sessions.record import SessionRecord
-from sessions.runtime import lifecycle, signals
+from sessions.catalog import index as catalog
+from sessions.core import lifecycle
+from sessions.core.errors import InvalidRequest, NotFound
+from sessions.core.record import SessionRecord
+from sessions.live import doorbells as signals
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, get_session
 from sessions.store import folder

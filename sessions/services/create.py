@@ -10,20 +10,22 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions import catalog, cluster, lineage
-from sessions.config import Config, ProviderConfig, get_config
-from sessions.enums import MarkerKind, PermissionMode, SessionState, SessionType
-from sessions.errors import Conflict, HookDenied, InvalidRequest, StorageError, Unavailable
+from compozy_base.config.loader import Config, ProviderConfig, get_config
+from compozy_base.config.modes import PermissionMode
+from sessions.catalog import cluster, lineage
+from sessions.catalog import index as catalog
+from sessions.core.enums import MarkerKind, SessionState, SessionType
+from sessions.core.errors import Conflict, HookDenied, InvalidRequest, StorageError, Unavailable
+from sessions.core.failures import classify, has_free_space
+from sessions.core.offload import db
+from sessions.core.record import SessionRecord
+from sessions.live import doorbells as signals
 from sessions.models import Session
-from sessions.record import SessionRecord
-from sessions.runtime import signals
 from sessions.runtime.manager import get_manager
-from sessions.runtime.offload import db
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
 from sessions.services.payloads import session_payload
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.store.failures import classify, has_free_space
 from sessions.store.ids import is_session_id, new_session_id
 
 logger = logging.getLogger(__name__)

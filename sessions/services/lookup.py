@@ -9,14 +9,15 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from compozy_base.auth import cluster_token_state
-from sessions import catalog, cluster, ownership
-from sessions.config import AgentConfig, Config, ProviderConfig
-from sessions.enums import LIVE_STATES, SessionState
-from sessions.errors import Conflict, InvalidRequest, NotFound
+from compozy_base.config.loader import AgentConfig, Config, ProviderConfig
+from sessions.catalog import cluster, ownership
+from sessions.catalog import index as catalog
+from sessions.core.enums import LIVE_STATES, SessionState
+from sessions.core.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session, Workspace
+from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import _live_runtime, session_payload
-from sessions.stale_repair import repair_row_only, repair_stale_meta, stale_fix
 from sessions.store import folder
 from sessions.store.folder import load_meta
 

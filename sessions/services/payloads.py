@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions import ownership
-from sessions.enums import FailureKind, SessionState
-from sessions.runtime import lifecycle
+from sessions.catalog import ownership
+from sessions.core import lifecycle
+from sessions.core.enums import FailureKind, SessionState
 
 
 def session_payload(meta: dict[str, Any]) -> dict[str, Any]:

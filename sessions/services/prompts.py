@@ -7,16 +7,17 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from compozy_base.config.modes import BusyMode
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
-from sessions.elicitation_form import content_problems
-from sessions.enums import BusyMode, MarkerKind, SessionState
-from sessions.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
+from sessions.core.elicitation_form import content_problems
+from sessions.core.enums import MarkerKind, SessionState
+from sessions.core.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
+from sessions.core.failures import has_free_space
 from sessions.models import PENDING_INPUT, InputEntry
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, not_active, scoped_meta
 from sessions.services.reactivation import reactivate
 from sessions.store import folder
-from sessions.store.failures import has_free_space
 
 
 async def prompt_session(session_id: str, message: str, *, mode: str | None = None,

@@ -8,15 +8,15 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from sessions import cluster, ownership
-from sessions.config import ProviderConfig, get_config
-from sessions.enums import FailureKind, SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest
+from compozy_base.config.loader import ProviderConfig, get_config
+from sessions.catalog import cluster, ownership
+from sessions.core.enums import FailureKind, SessionState, SessionType
+from sessions.core.errors import Conflict, InvalidRequest
+from sessions.core.offload import db
+from sessions.core.record import SessionRecord
 from sessions.models import Session, Workspace
-from sessions.record import SessionRecord
-from sessions.repair import repair_transcript
+from sessions.repair.transcript import repair_transcript
 from sessions.runtime.manager import get_manager
-from sessions.runtime.offload import db
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
 from sessions.store import events as event_store
 from sessions.store import folder

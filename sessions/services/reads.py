@@ -7,9 +7,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from sessions import catalog, transcript_history
-from sessions.enums import SessionState, SessionType
-from sessions.errors import Conflict, InvalidRequest, NotFound
+from sessions.catalog import index as catalog
+from sessions.core.enums import SessionState, SessionType
+from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.live import history as transcript_history
 from sessions.models import Session
 from sessions.services.lookup import read_session_meta, row_meta_unreadable, scoped_meta
 from sessions.services.payloads import envelope, session_payload

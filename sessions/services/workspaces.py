@@ -9,10 +9,11 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions import catalog, workspace_users
-from sessions.config import get_config
-from sessions.enums import LIVE_STATES
-from sessions.errors import Conflict, InvalidRequest, NotFound, StorageError
+from compozy_base.config.loader import get_config
+from sessions.catalog import index as catalog
+from sessions.catalog import workspace_users
+from sessions.core.enums import LIVE_STATES
+from sessions.core.errors import Conflict, InvalidRequest, NotFound, StorageError
 from sessions.models import Session, Workspace
 from sessions.services.control import delete_session_files
 from sessions.services.lookup import _agent, read_session_meta

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sessions.store.redact import bound_tail, bound_text, redact_argv, redact_value
+from sessions.core.redact import bound_tail, bound_text, redact_argv, redact_value
 
 __all__ = [
     "BUNDLE_FAILURE_KINDS",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sessions.store.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
+from sessions.core.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
 from sessions.store.ops import HookRun, NewEvent, StoreOp, UsageUpdate
 from sessions.store.rows import Statement, Values, draft, finish, numbered, slices
 

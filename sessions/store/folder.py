@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, overload
 
 from compozy_base.home import sessions_dir
-from sessions.enums import SessionState
-from sessions.errors import Conflict, NotFound
-from sessions.nesting import MAX_DEPTH, may_nest_deeper, too_deep
-from sessions.record import SessionRecord
+from compozy_base.nesting import MAX_DEPTH, may_nest_deeper, too_deep
+from sessions.core.enums import SessionState
+from sessions.core.errors import Conflict, NotFound
+from sessions.core.record import SessionRecord
 from sessions.store.ids import is_session_id
 
 # The timestamp format lives in its own module (store/timestamps.py); most callers know it from here.
@@ -77,7 +77,7 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> No
 
 
 def write_meta(rec: SessionRecord, home: Path | None = None) -> None:
-    """meta.json of the record: the keys it was read or built with, and those set since (sessions/record.py)."""
+    """meta.json of the record: the keys it was read or built with, and those set since (sessions/core/record.py)."""
     meta = rec.to_meta()
     for key in REQUIRED_META_KEYS:
         if not meta.get(key):

@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from sessions.core.redact import redact_value
 from sessions.store.ids import new_event_id
 from sessions.store.ops import NewEvent, StoreOp, UsageUpdate
-from sessions.store.redact import redact_value
 from sessions.store.timestamps import isoformat, now_stamp, utcnow
 
 CONTENT_SCHEMA = "compozy.session.event.v1"
@@ -53,7 +53,7 @@ def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
         event_id = op.id or new_event_id()
         turn_id = op.turn_id or "-"
         # A plain str, not the EventType member: the committed row tuple the live feed keeps must hold only
-        # strings and numbers, or the collector tracks it for as long as it is kept (sessions/feed.py).
+        # strings and numbers, or the collector tracks it for as long as it is kept (sessions/live/feed.py).
         type_ = str(op.type)
         drafts.append((event_id, turn_id, type_, agent, op.content, now))
         stored.append({"id": event_id, "sequence": 0, "turn_id": turn_id, "type": type_, "agent_name": agent,

@@ -1,6 +1,6 @@
 """The one timestamp format of stored records: RFC3339 UTC with a Z, microsecond precision.
 
-Its own module, importing nothing of ours: the store writer process (store/write_process.py) needs it without the
+Its own module, importing nothing of ours: the store writer process (store/writer/process.py) needs it without the
 session record's models.
 """
 

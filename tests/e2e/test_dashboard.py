@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from sessions.transcript import TRANSCRIPT_GENERATION
+from sessions.live.transcript import TRANSCRIPT_GENERATION
 from tests.conftest import Daemon
 
 STREAM_TIMEOUT_MS = 30_000

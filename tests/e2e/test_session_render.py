@@ -13,7 +13,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from sessions.enums import EventType
+from sessions.core.enums import EventType
 from sessions.store.events import EventLog
 from sessions.store.ops import NewEvent
 from tests.conftest import Daemon

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.stream_pressure import HIGH_WATER_BYTES, PIECE_BYTES
+from sessions.live.pressure import HIGH_WATER_BYTES, PIECE_BYTES
 from tests.conftest import Daemon, start_daemon, wait_for
 from tests.sse import RawStream
 

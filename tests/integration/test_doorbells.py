@@ -114,8 +114,8 @@ def test_the_feed_shares_the_process_receive_loop_on_redis(tmp_path: Path, monke
         pytest.skip("no Redis on loopback, or channels-redis is not installed")
     from channels_redis.core import RedisChannelLayer
 
-    from sessions import feed as live_feed
-    from sessions.runtime.signals import session_group
+    from sessions.live import feed as live_feed
+    from sessions.live.doorbells import session_group
     from sessions.store.events import EventLog
     from sessions.store.ops import NewEvent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.stream_pressure import HIGH_WATER_BYTES
+from sessions.live.pressure import HIGH_WATER_BYTES
 from tests.conftest import Daemon, of_type, start_daemon, wait_for
 from tests.sse import RawStream
 

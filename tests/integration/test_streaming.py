@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sessions.transcript import TRANSCRIPT_GENERATION as GEN
+from sessions.live.transcript import TRANSCRIPT_GENERATION as GEN
 from tests.conftest import ROOT, Daemon, chunk_count, of_type, start_daemon, wait_for
 from tests.sse import Frame, RawStream, frames, open_stream, watch_raw
 

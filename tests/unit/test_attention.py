@@ -24,8 +24,8 @@ from attention.enums import DeliveryStatus, WebhookEvent  # noqa: E402
 from attention.models import WebhookDelivery  # noqa: E402
 from attention.notices import session_notices  # noqa: E402
 from attention.services import session_items  # noqa: E402
-from sessions.config import ConfigError, load_config  # noqa: E402
-from sessions.config_notifications import NotificationsConfig, WebhookConfig, parse_notifications  # noqa: E402
+from compozy_base.config.loader import ConfigError, load_config  # noqa: E402
+from compozy_base.config.notifications import NotificationsConfig, WebhookConfig, parse_notifications  # noqa: E402
 from sessions.store.folder import isoformat, utcnow  # noqa: E402
 
 SECRET = "s3cret-value-0123456789"

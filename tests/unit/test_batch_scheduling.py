@@ -1,4 +1,4 @@
-"""The daemon's children run SCHED_BATCH (sessions/batch_scheduling.py): an agent, what the agent starts in turn,
+"""The daemon's children run SCHED_BATCH (sessions/core/batch_scheduling.py): an agent, what the agent starts in turn,
 and the store writer process; the thread that started them is back to normal after. Real processes, read back
 from the kernel."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from sessions.acp.spawn import spawn
-from sessions.batch_scheduling import forking_batch
-from sessions.runtime import store_writer
-from sessions.runtime.recorder import Recorder
+from sessions.core.batch_scheduling import forking_batch
+from sessions.store.writer import shared as store_writer
+from sessions.store.writer.recorder import Recorder
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 

@@ -1,4 +1,4 @@
-"""Claiming a periodic tick in the catalog (`sessions/claims.py`): a compare-and-set on `next_run_at`, so any
+"""Claiming a periodic tick in the catalog (`sessions/catalog/claims.py`): a compare-and-set on `next_run_at`, so any
 number of workers may race for the same tick and exactly one runs it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ ensure_django(migrate=True)
 
 from django.db import connection  # noqa: E402
 
-from sessions.claims import claim_lease, claim_tick, claimer_id  # noqa: E402
+from sessions.catalog.claims import claim_lease, claim_tick, claimer_id  # noqa: E402
 from sessions.models import SweepClaim  # noqa: E402
 from sessions.store import folder  # noqa: E402
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions.config import ConfigError, load_config
-from sessions.config_checks import MAX_CONFIG_BYTES, deep_value_key, unknown_keys
+from compozy_base.config.checks import MAX_CONFIG_BYTES, deep_value_key, unknown_keys
+from compozy_base.config.loader import ConfigError, load_config
 
 
 @pytest.fixture(autouse=True)
@@ -150,7 +150,7 @@ def test_every_key_the_readme_shows_is_known() -> None:
 
 
 def test_every_timeout_a_test_crosses_is_configurable_and_defaults_to_the_production_value(tmp_path: Path) -> None:
-    from sessions.config import Timeouts
+    from compozy_base.config.loader import Timeouts
 
     assert load_config(config(tmp_path, "")).timeouts == Timeouts()
     loaded = load_config(config(tmp_path, """

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessions.elicitation_form import content_problems, typed_value
+from sessions.core.elicitation_form import content_problems, typed_value
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {
     "name": {"type": "string", "minLength": 2, "maxLength": 5},

@@ -1,4 +1,4 @@
-"""The shared live feed (sessions/feed.py) over a real events.db: what its ring can answer without a gap,
+"""The shared live feed (sessions/live/feed.py) over a real events.db: what its ring can answer without a gap,
 when it must send a viewer back to the store, and that it reads and frames each row once for all viewers."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions import feed as live_feed
-from sessions.enums import EventType
+from sessions.core.enums import EventType
+from sessions.live import feed as live_feed
 from sessions.store.events import EventLog, read_events, read_rows
 from sessions.store.ops import NewEvent
 from tests.django_env import ensure_django
@@ -190,7 +190,7 @@ def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewe
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_django()
     monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)  # only the doorbell can wake it in time
-    from sessions.runtime import signals
+    from sessions.live import doorbells as signals
 
     async def main() -> None:
         wake = asyncio.Event()
@@ -272,7 +272,7 @@ def test_a_doorbell_for_rows_the_feed_already_holds_costs_no_read(
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_django()
     monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)
-    from sessions.runtime import signals
+    from sessions.live import doorbells as signals
 
     async def main() -> None:
         wake = asyncio.Event()

@@ -44,7 +44,7 @@ class Lease:
 def live_runtime(app: InProcessApp, workspace: Path, lease: Lease) -> Any:
     """A runtime of a session whose meta.json reads `stopped` (a survivor's failover), holding the woken node's
     stale `active` record."""
-    from sessions.record import SessionRecord
+    from sessions.core.record import SessionRecord
     from sessions.runtime.session import SessionRuntime
     from sessions.store import folder
 

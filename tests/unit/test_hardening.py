@@ -15,7 +15,11 @@ import pytest
 from acp.exceptions import RequestError
 
 from compozy_base.auth import FailureBudget
+from compozy_base.config.heartbeat import HeartbeatConfig
+from compozy_base.config.hook_spec import HookDeclaration
+from compozy_base.nesting import too_deep
 from health import heartbeat
+from sessions.acp.child_env import inherited_environment
 from sessions.acp.workspace_fs import (
     Confined,
     HardLinked,
@@ -26,13 +30,9 @@ from sessions.acp.workspace_fs import (
     read_text,
     write_text,
 )
-from sessions.child_env import inherited_environment
-from sessions.heartbeat_config import HeartbeatConfig
+from sessions.core.redact import register_secret
 from sessions.hooks.process import hook_env
-from sessions.hooks.spec import HookDeclaration
-from sessions.nesting import too_deep
 from sessions.store import folder
-from sessions.store.redact import register_secret
 
 INVALID_PARAMS = -32602
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from health.derive import LiveFacts, derive
-from sessions.record import SessionRecord
+from sessions.core.record import SessionRecord
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 UP = LiveFacts(runtime=True, process_running=True)

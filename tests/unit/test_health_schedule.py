@@ -17,14 +17,14 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)
 
+from compozy_base.config import loader as config_module  # noqa: E402
+from compozy_base.config.heartbeat import HeartbeatConfig  # noqa: E402
+from compozy_base.config.loader import AgentConfig, Config  # noqa: E402
 from health import services, wake  # noqa: E402
 from health.derive import LiveFacts  # noqa: E402
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState  # noqa: E402
-from sessions import config as config_module  # noqa: E402
-from sessions.config import AgentConfig, Config  # noqa: E402
-from sessions.heartbeat_config import HeartbeatConfig  # noqa: E402
+from sessions.core.record import SessionRecord  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
-from sessions.record import SessionRecord  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compozy_base.config.heartbeat import HeartbeatConfig
 from health.heartbeat import FORBIDDEN, Window, allowed_at, parse
-from sessions.heartbeat_config import HeartbeatConfig
 
 CFG = HeartbeatConfig()
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Sydney", "Asia/Kolkata", "America/Sao_Paulo"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sessions import transcript_history
+from sessions.live import history as transcript_history
 from sessions.store.events import EventLog
 from sessions.store.ops import NewEvent
 

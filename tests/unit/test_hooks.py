@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from sessions.config import ConfigError, HookDeclaration, load_config
+from compozy_base.config.hook_declarations import parse_hook_declarations
+from compozy_base.config.loader import ConfigError, HookDeclaration, load_config
 from sessions.hooks import (
     ASYNC_ONLY_EVENTS,
     PATCH_KEYS,
@@ -26,7 +27,6 @@ from sessions.hooks import (
     text_vs_authored,
     validate_declarations,
 )
-from sessions.hooks.declarations import parse_hook_declarations
 from sessions.store.events import EventLog, read_hook_runs
 from tests.conftest import wait_gone
 

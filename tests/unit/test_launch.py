@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from compozy_base.config.loader import NPM_PACKAGES, NpmPackage, _providers, builtin_providers
 from sessions.acp.driver import AgentNotFound
 from sessions.acp.launch import resolve
-from sessions.config import NPM_PACKAGES, NpmPackage, _providers, builtin_providers
 
 PACKAGE = NpmPackage("@example/agent-acp", "1.2.3", ("--acp",))
 

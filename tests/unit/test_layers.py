@@ -1,6 +1,6 @@
 """The layers import one way (docs/architecture.md §Layers; the contracts are `[tool.importlinter]` in
-pyproject.toml, run by `make lint`). Here the contracts run on a copy of the tree: as it is, and with one upward
-import planted in the domain, which they must refuse by name."""
+pyproject.toml, run by `make lint`), and so do the floors inside `sessions/` (§Floors of the sessions app). Here the
+contracts run on a copy of the tree: as it is, and with one upward import planted, which they must refuse by name."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def test_the_tree_keeps_its_layer_contract(tree: Path) -> None:
     result = lint(tree)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Layers import one way KEPT" in result.stdout
+    assert "The sessions app's floors import one way KEPT" in result.stdout
 
 
 @pytest.mark.parametrize(("module", "planted", "refusal"), [
@@ -53,6 +54,20 @@ def test_the_tree_keeps_its_layer_contract(tree: Path) -> None:
     ("compozy_base/planted.py", "import sessions.models\n", "compozy_base is not allowed to import sessions"),
     # two sibling apps that must stay independent
     ("tasks/planted.py", "from health import services\n", "tasks is not allowed to import health"),
+    # inside sessions/: the store reaching up into the runtime, as the feed once imported runtime.signals
+    ("sessions/store/planted.py", "from sessions.runtime import session\n",
+     "sessions.store is not allowed to import sessions.runtime"),
+    # the agent wire reaching up into the live feed
+    ("sessions/acp/planted.py", "def f():\n    from sessions.live import feed\n",
+     "sessions.acp is not allowed to import sessions.live"),
+    # the vocabulary importing the catalog's models
+    ("sessions/core/planted.py", "from sessions.models import Session\n",
+     "sessions.core is not allowed to import sessions.models"),
+    # two floors side by side that must stay independent
+    ("sessions/live/planted.py", "from sessions.catalog import cluster\n",
+     "sessions.live is not allowed to import sessions.catalog"),
+    ("sessions/runtime/planted.py", "from sessions.repair import stale\n",
+     "sessions.runtime is not allowed to import sessions.repair"),
 ])
 def test_a_planted_upward_import_breaks_the_contract(tree: Path, module: str, planted: str, refusal: str) -> None:
     path = tree / module

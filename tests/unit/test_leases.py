@@ -1,5 +1,5 @@
-"""Session ownership leases (`sessions/cluster.py`) on the embedded catalog: taken with a compare-and-set, renewed
-by the holder, dead once expired or once their node restarted, claimed once by a survivor."""
+"""Session ownership leases (`sessions/catalog/cluster.py`) on the embedded catalog: taken with a compare-and-set,
+renewed by the holder, dead once expired or once their node restarted, claimed once by a survivor."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ensure_django(migrate=True)
 
 from django.db import connection  # noqa: E402
 
-from sessions import cluster  # noqa: E402
+from sessions.catalog import cluster  # noqa: E402
 from sessions.models import Session, SessionLease, Workspace  # noqa: E402
 from sessions.store import folder  # noqa: E402
 

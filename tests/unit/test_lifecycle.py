@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from sessions.enums import Badge, FailureKind, SessionState, StopReason
-from sessions.runtime.lifecycle import (
+from sessions.core.enums import Badge, FailureKind, SessionState, StopReason
+from sessions.core.lifecycle import (
     IllegalTransition,
     badge,
     check_transition,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sessions.enums import SessionType
-from sessions.lineage import child_lineage, effective_permissions, reap_reason
+from sessions.catalog.lineage import child_lineage, effective_permissions, reap_reason
+from sessions.core.enums import SessionType
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

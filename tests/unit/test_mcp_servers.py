@@ -1,12 +1,12 @@
-"""`[agents.NAME] mcp_servers` (sessions/mcp_servers.py): parsed with errors naming the key, handed in ACP's
+"""`[agents.NAME] mcp_servers` (compozy_base/config/mcp_servers.py): parsed with errors naming the key, handed in ACP's
 shape, and a transport the agent does not support left out by name."""
 
 from __future__ import annotations
 
 import pytest
 
-from sessions import mcp_servers
-from sessions.errors import ConfigError
+from compozy_base.config import mcp_servers
+from compozy_base.config.errors import ConfigError
 
 KEY = "agents.a.mcp_servers"
 

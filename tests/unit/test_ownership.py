@@ -1,4 +1,4 @@
-"""Who owns a session (sessions/ownership.py), the one answer the router, the lookups, repair and the jobs ask:
+"""Who owns a session (sessions/catalog/ownership.py), the one answer the router, the lookups, repair and the jobs ask:
 this process, this home's daemon (asked from outside it), another node, or nobody; and within one request the
 lease is read once. On the embedded catalog, with a real SessionManager and, for a running daemon, a real process
 named in daemon.json."""
@@ -20,10 +20,10 @@ ensure_django(migrate=True)
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from sessions import cluster, ownership  # noqa: E402
-from sessions.config import load_config  # noqa: E402
+from compozy_base.config.loader import load_config  # noqa: E402
+from sessions.catalog import cluster, ownership  # noqa: E402
+from sessions.catalog.ownership import Where  # noqa: E402
 from sessions.models import Node, Session, SessionLease, Workspace  # noqa: E402
-from sessions.ownership import Where  # noqa: E402
 from sessions.runtime.manager import SessionManager  # noqa: E402
 from sessions.store import folder  # noqa: E402
 

@@ -13,10 +13,11 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)
 
-from sessions import catalog, recap  # noqa: E402
-from sessions.errors import InvalidRequest  # noqa: E402
+from sessions.catalog import index as catalog  # noqa: E402
+from sessions.core.errors import InvalidRequest  # noqa: E402
+from sessions.core.record import SessionRecord  # noqa: E402
 from sessions.models import InputEntry  # noqa: E402
-from sessions.record import SessionRecord  # noqa: E402
+from sessions.services import recap  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.events import EventLog, read_events  # noqa: E402
 from sessions.store.ids import new_queue_entry_id, new_session_id  # noqa: E402

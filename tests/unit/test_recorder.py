@@ -1,4 +1,4 @@
-"""The store writer (sessions/runtime/recorder.py) over a real events.db: commits leave the event loop,
+"""The store writer (sessions/store/writer/recorder.py) over a real events.db: commits leave the event loop,
 a failing batch is kept and retried, a store that stays unwritable fails visibly, and sequences stay
 gap-free whoever else appends."""
 
@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from sessions.runtime import recorder as recorder_mod
-from sessions.runtime import store_writer
-from sessions.runtime.recorder import Recorder
-from sessions.store import redact
+from sessions.core import redact
+from sessions.core.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
 from sessions.store.events import EventLog, read_events
-from sessions.store.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
 from sessions.store.ops import MAX_RUN_CHUNKS, NewEvent, UsageUpdate, merge_chunks
+from sessions.store.writer import recorder as recorder_mod
+from sessions.store.writer import shared as store_writer
+from sessions.store.writer.recorder import Recorder
 
 
 class Sink:
@@ -240,7 +240,7 @@ def test_a_store_locked_past_the_deadline_fails_visibly_and_records_nothing_afte
         await rec.close()
         return rec
 
-    with caplog.at_level(logging.WARNING, logger="sessions.runtime.recorder"):
+    with caplog.at_level(logging.WARNING, logger="sessions.store.writer.recorder"):
         asyncio.run(main())
     assert [f.reason for f in sink.failures] == [LOCKED], "the runtime hears about it exactly once"
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sessions.store.redact import (
+from sessions.core.redact import (
     REDACTED,
     bound_tail,
     bound_text,

@@ -1,4 +1,4 @@
-"""Redaction across streamed chunks (sessions/store/redact_stream.py and the recorder's hold): a secret streamed
+"""Redaction across streamed chunks (sessions/core/redact_stream.py and the recorder's hold): a secret streamed
 in small, spaced deltas reaches the store whole, in one redacted row, and a private-key block that spans rows
 hides every row up to its END line. Real recorder, real events.db, a real event loop."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sessions.runtime import recorder as recorder_mod
-from sessions.runtime.recorder import Recorder
+from sessions.core.redact import REDACTED
+from sessions.core.redact_stream import PrivateKeyCarry, secret_tail
 from sessions.store.events import read_events
-from sessions.store.redact import REDACTED
-from sessions.store.redact_stream import PrivateKeyCarry, secret_tail
+from sessions.store.writer import recorder as recorder_mod
+from sessions.store.writer.recorder import Recorder
 
 GHP = "ghp_" + "SECPROBE0123456789abcdefghijklmnop"
 SK = "sk-proj-" + "SECPROBESPLITOPENAIabcdefghijklmn"

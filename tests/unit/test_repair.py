@@ -14,9 +14,10 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)  # run alone, this module must find the catalog tables too
 
-from sessions import boot_repair, repair  # noqa: E402
-from sessions.errors import Conflict, NotFound  # noqa: E402
-from sessions.record import SessionRecord  # noqa: E402
+from sessions.core.errors import Conflict, NotFound  # noqa: E402
+from sessions.core.record import SessionRecord  # noqa: E402
+from sessions.repair import boot as boot_repair  # noqa: E402
+from sessions.repair import transcript as repair  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.events import EventLog, max_sequence, read_events  # noqa: E402
 from sessions.store.ids import new_session_id, new_workspace_id  # noqa: E402

@@ -1,4 +1,4 @@
-"""The typed session record (sessions/record.py) reads every meta.json today's code writes and gives the same
+"""The typed session record (sessions/core/record.py) reads every meta.json today's code writes and gives the same
 document back: the file format does not change (tests/fixtures/meta-written-before-the-record)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions.enums import SessionState
-from sessions.record import Activity, SessionRecord, activity_of
+from sessions.core.enums import SessionState
+from sessions.core.record import Activity, SessionRecord, activity_of
 from tests.conftest import ROOT
 
 SAMPLES = sorted((ROOT / "tests" / "fixtures" / "meta-written-before-the-record").glob("*.json"))

@@ -14,10 +14,10 @@ from tests.django_env import ensure_django
 ensure_django()
 
 from compozy.diagnostics.doctor import check_providers  # noqa: E402
+from compozy_base.config import loader as config_module  # noqa: E402
+from compozy_base.config.loader import Config, NpmPackage, ProviderConfig, load_config  # noqa: E402
 from health.derive import last_error  # noqa: E402
-from sessions import config as config_module  # noqa: E402
-from sessions.config import Config, NpmPackage, ProviderConfig, load_config  # noqa: E402
-from sessions.record import Failure  # noqa: E402
+from sessions.core.record import Failure  # noqa: E402
 from sessions.runtime.title import clean_title  # noqa: E402
 
 

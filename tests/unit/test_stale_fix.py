@@ -19,10 +19,10 @@ from tests.django_env import ensure_django
 ensure_django(migrate=True)
 
 from compozy_base.process import started_at as process_started_at  # noqa: E402
-from sessions import catalog  # noqa: E402
+from sessions.catalog import index as catalog  # noqa: E402
+from sessions.core.record import SessionRecord  # noqa: E402
 from sessions.models import Session  # noqa: E402
-from sessions.record import SessionRecord  # noqa: E402
-from sessions.stale_repair import STALL_AGE, stale_fix  # noqa: E402
+from sessions.repair.stale import STALL_AGE, stale_fix  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 from sessions.store.ids import new_session_id, new_workspace_id  # noqa: E402
 

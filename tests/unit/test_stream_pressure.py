@@ -1,4 +1,4 @@
-"""Backpressure for event streams (sessions/stream_pressure.py): a stream waits while more than the high-water
+"""Backpressure for event streams (sessions/live/pressure.py): a stream waits while more than the high-water
 mark is queued for its client, goes on once the client takes it, and ends when the client takes nothing for the
 stall time; `report` shows the streams waiting."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sessions import stream_pressure
-from sessions.stream_pressure import drained
+from sessions.live import pressure as stream_pressure
+from sessions.live.pressure import drained
 
 
 def test_nothing_to_wait_for_under_the_mark_or_without_a_transport() -> None:

@@ -1,4 +1,4 @@
-"""The supervised-silence rules of `sessions/supervision.py`: what `decide` proposes from meta.json's durable
+"""The supervised-silence rules of `sessions/runtime/supervision.py`: what `decide` proposes from meta.json's durable
 activity, what prevents the stop, and the process-tree verification against real processes."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from tests.django_env import ensure_django
 
 ensure_django()
 
-from sessions.config import Config, SupervisionConfig  # noqa: E402
+from compozy_base.config.loader import Config, SupervisionConfig  # noqa: E402
+from sessions.runtime.supervision import decide, verify_group_gone, verify_orphan_group  # noqa: E402
 from sessions.store import folder  # noqa: E402
-from sessions.supervision import decide, verify_group_gone, verify_orphan_group  # noqa: E402
 
 QUIET, GRACE = 30.0, 10.0
 CONFIG = Config(supervision=replace(SupervisionConfig(), inactivity_warning_after=0, inactivity_timeout=60,

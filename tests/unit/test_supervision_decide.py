@@ -17,9 +17,8 @@ from tests.django_env import ensure_django
 
 ensure_django()
 
-from sessions.config import Config, SupervisionConfig  # noqa: E402
-from sessions.store.folder import isoformat  # noqa: E402
-from sessions.supervision import (  # noqa: E402
+from compozy_base.config.loader import Config, SupervisionConfig  # noqa: E402
+from sessions.runtime.supervision import (  # noqa: E402
     MAX_TICK_SECONDS,
     MIN_TICK_SECONDS,
     Action,
@@ -29,6 +28,7 @@ from sessions.supervision import (  # noqa: E402
     refusal,
     sweep_interval,
 )
+from sessions.store.folder import isoformat  # noqa: E402
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WARN, TIMEOUT, PROGRESS, LIMIT = 60.0, 120.0, 30.0, 3600.0

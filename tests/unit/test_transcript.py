@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessions import transcript
+from sessions.live import transcript
 from sessions.store.events import EventLog, read_events
 from sessions.store.ops import NewEvent
 

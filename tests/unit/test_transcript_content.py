@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sessions import transcript
 from sessions.acp.mapping import map_update
+from sessions.live import transcript
 from tests.unit.test_transcript import T1, T2, ev, full, rows, write
 
 DIFF = {"type": "diff", "path": "/w/calc.py", "oldText": "a\n", "newText": "b\n"}

@@ -18,15 +18,15 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)
 
+from compozy_base.config import loader as config_module  # noqa: E402
+from compozy_base.config.heartbeat import HeartbeatConfig  # noqa: E402
+from compozy_base.config.loader import AgentConfig, Config  # noqa: E402
 from health import services, wake  # noqa: E402
 from health.derive import LiveFacts  # noqa: E402
 from health.enums import WakeReason  # noqa: E402
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState  # noqa: E402
-from sessions import config as config_module  # noqa: E402
-from sessions.config import AgentConfig, Config  # noqa: E402
-from sessions.heartbeat_config import HeartbeatConfig  # noqa: E402
+from sessions.core.record import SessionRecord  # noqa: E402
 from sessions.models import Session, Workspace  # noqa: E402
-from sessions.record import SessionRecord  # noqa: E402
 from sessions.store import folder  # noqa: E402
 from sessions.store.folder import isoformat  # noqa: E402
 
@@ -213,7 +213,7 @@ def test_wakes_refuse_to_run_until_this_daemon_starts_health_was_recomputed(home
     import json
 
     from health.agents import manual_wake
-    from sessions.errors import Unavailable
+    from sessions.core.errors import Unavailable
 
     policy_file(home)
     sid = session()

@@ -14,7 +14,7 @@ from tests.django_env import ensure_django
 
 ensure_django(migrate=True)
 
-from sessions.errors import Conflict  # noqa: E402
+from sessions.core.errors import Conflict  # noqa: E402
 from sessions.models import Workspace  # noqa: E402
 from sessions.services.workspaces import remove_workspace  # noqa: E402
 from sessions.store import folder  # noqa: E402

@@ -17,10 +17,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from compozy_base.daemon_record import daemon_running
-from sessions import catalog
+from sessions.catalog import index as catalog
+from sessions.core.record import SessionRecord
 from sessions.management.commands._cli import CliCommand
 from sessions.models import Session, Workspace
-from sessions.record import SessionRecord
 from sessions.store import folder
 
 MAX_LISTED = 50

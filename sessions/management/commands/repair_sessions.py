@@ -19,10 +19,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from sessions.enums import LIVE_STATES
-from sessions.errors import CompozyError
+from sessions.core.enums import LIVE_STATES
+from sessions.core.errors import CompozyError
 from sessions.management.commands._cli import EXIT_NOT_FOUND, EXIT_USAGE, CliCommand
-from sessions.repair import IssueCode, Severity, repair_transcript
+from sessions.repair.transcript import IssueCode, Severity, repair_transcript
 from sessions.store import folder
 from sessions.store.ids import is_session_id
 

@@ -1,4 +1,4 @@
-// Transcript entries → DOM. The server assembles (sessions/transcript.py); this module only renders.
+// Transcript entries → DOM. The server assembles (sessions/live/transcript.py); this module only renders.
 //
 // An entry is {message: {id, role, metadata, parts}, start_sequence, sequence}: a UI message whose parts are
 // `text`, `reasoning`, `dynamic-tool`, `data-compozy-permission` and `data-compozy-event`. Each message is one

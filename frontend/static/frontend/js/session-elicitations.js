@@ -1,6 +1,6 @@
 // The session page's elicitations: the agent's questions to a person (ACP `elicitation/create`, form mode),
 // listed by `GET …/elicitations` and answered with a form built from each one's requested schema (a flat object
-// of string, number, integer, boolean and multi-select fields; sessions/elicitation_form.py says what fits).
+// of string, number, integer, boolean and multi-select fields; sessions/core/elicitation_form.py says what fits).
 //
 // The requests are not transcript entries, so the page refetches them when something says they changed: the
 // start, a transcript delta carrying rows the transcript does not show (the `system` rows that open and close a

@@ -1,7 +1,7 @@
 // The session page's transcript and the feed behind it: the live stream, its catch-up after a drop or a
 // resume, and older history paged in on scroll; also whether the page counts as ready.
 //
-// The transcript is the server's (sessions/transcript.py): the stream's default mode sends a
+// The transcript is the server's (sessions/live/transcript.py): the stream's default mode sends a
 // `transcript_snapshot` of the newest entries, then `transcript_delta` frames carrying each entry that
 // changed, whole; older entries come from `GET …/transcript` pages. The page only renders them
 // (entries.js). The stream URL carries the transcript fences (epoch, generation), so when EventSource

@@ -1,0 +1,90 @@
+"""`session history`: the assembled turn sequence, read bounded from events.db and assembled by the transcript's own
+`Assembler` (sessions/live/transcript.py), so a turn reads the same in history as in the transcript frames."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+from sessions.live.transcript import DEFAULT_LIMIT, NO_TURN, PAGE, USER_TYPES, Assembler, _Entry, _marks, _query, _rows
+from sessions.store import events as event_store
+
+# `session history` reads at most HISTORY_TURN_ROWS rows of one turn (its first row, the user's message, and its
+# newest rows) and HISTORY_ROWS in all, newest turns first: memory stays bounded whatever the turn sizes, and
+# `session events --after` pages through a huge turn in full.
+HISTORY_TURN_ROWS = 1000
+HISTORY_ROWS = 5000
+
+
+def _turn_starts(path: Path, want: int, after: int) -> dict[int, str]:
+    """First sequence → turn id of the newest `want` turns after `after`: a turn begins at its first user row
+    (a steer or a wake is a turn of its own; an agent's echo of the prompt is a later row of the same turn)."""
+    marks, types = _marks(USER_TYPES)
+    found: dict[str, int] = {}
+    before: int | None = None
+    while True:
+        bound = "" if before is None else " AND sequence < ?"
+        rows = _query(path, f"SELECT sequence, turn_id FROM events WHERE sequence > ?{bound} AND type IN ({marks})"
+                            " ORDER BY sequence DESC LIMIT ?",
+                      [after, *([] if before is None else [before]), *types, PAGE])
+        for sequence, turn_id in rows:
+            if turn_id in NO_TURN:
+                continue
+            if turn_id not in found and len(found) >= want:
+                return {seq: turn for turn, seq in found.items()}
+            found[str(turn_id)] = int(sequence)  # descending: the last one seen is the turn's first
+        if len(rows) < PAGE:
+            return {seq: turn for turn, seq in found.items()}
+        before = int(rows[-1][0])
+
+
+def read_history(path: Path, *, last: int = DEFAULT_LIMIT, after: int = 0) -> list[dict[str, Any]]:
+    """The newest `last` turns after `after`, oldest first: each the transcript entries (UI messages, assembled by
+    the same `Assembler` as the transcript frames) of its rows in sequence order, so the user's message, the reply as
+    one message with its thoughts and tool calls, and the markers where they happened. Rows outside any turn stay
+    where they happened: in the turn they fell in, or, before the first turn shown, in a group of their own."""
+    top = event_store.max_sequence(path)
+    if top <= after:
+        return []
+    starts = _turn_starts(path, last, after)
+    bounds = sorted(starts)
+    if len(starts) < last and (not bounds or bounds[0] > after + 1):
+        bounds.insert(0, after + 1)  # rows before the first turn shown: no turn was cut off to make room
+    segments = [(begin, (bounds[i + 1] - 1) if i + 1 < len(bounds) else top) for i, begin in enumerate(bounds)]
+    plan: list[tuple[int, int, int]] = []
+    budget = HISTORY_ROWS
+    for begin, end in reversed(segments):
+        if budget <= 0:
+            break
+        take = min(end - begin + 1, HISTORY_TURN_ROWS, budget)
+        plan.append((begin, end, take))
+        budget -= take
+    return [_history_turn(path, begin, end, take, starts.get(begin)) for begin, end, take in reversed(plan)]
+
+
+def _history_turn(path: Path, begin: int, end: int, take: int, turn_id: str | None) -> dict[str, Any]:
+    assembler = Assembler(track=False)
+    kept: collections.deque[_Entry] = collections.deque()
+    assembler.keep = kept
+    size = end - begin + 1
+    first: dict[str, Any] | None = None
+    count = 0
+    if take < size:
+        # A turn too long to read whole: its first row (the user's message), then its newest rows.
+        head = event_store.read_events(path, after=begin - 1, limit=1)
+        rows: Any = [*head, *_rows(path, end - take + 1, end + 1)]
+    else:
+        rows = _rows(path, begin - 1, end + 1)
+    for row in rows:
+        first = first or row
+        assembler.feed(row)
+        count += 1
+    turn: dict[str, Any] = {
+        "turn_id": turn_id or (first["turn_id"] if first else "-"),
+        "started_at": first["timestamp"] if first else None, "start_sequence": begin,
+        "sequence": assembler.last_row["sequence"] if assembler.last_row else end, "event_count": count,
+        "messages": [e.materialize()["message"] for e in kept]}
+    if take < size:
+        turn.update(truncated=True, omitted_events=size - count)
+    return turn

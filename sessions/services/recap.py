@@ -1,0 +1,153 @@
+"""Session recap (sessions reference §15, surfaces §4.7): a deterministic, bounded, redacted snapshot.
+
+Deterministic: everything derives from persisted state (meta.json, events.db, the input queue), so
+the same store gives byte-identical output; `generated_at` is the store's newest timestamp, not the
+clock. Bounded: reads only the tail of events.db (newest messages within `SCAN_EVENTS` rows, newest
+`MARKER_WINDOW` markers), caps every text, and lists at most `MAX_PENDING_INPUTS` queued inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sessions import services
+from sessions.core.enums import LIVE_STATES, EventType, MarkerKind
+from sessions.core.errors import InvalidRequest
+from sessions.core.redact import bound_text, redact_value
+from sessions.live import transcript
+from sessions.models import InputEntry
+from sessions.store import events as event_store
+from sessions.store import folder
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+RECENT_MARKERS = 5
+MARKER_WINDOW = 200
+SCAN_EVENTS = 20_000
+MAX_PENDING_INPUTS = 100
+TEXT_BYTES = 4096
+VALUE_BYTES = 2048
+
+MARKER_TYPES = [EventType.TRANSCRIPT_MARKER.value, EventType.TRANSCRIPT_MARKER_REDACTED.value]
+# Open until a later `session_recovered`; the always-pending kinds need an operator, not a recovery.
+RECOVERABLE = frozenset({MarkerKind.SESSION_UNHEALTHY.value, MarkerKind.PROMPT_TIMEOUT.value})
+ALWAYS_PENDING = frozenset({MarkerKind.PROVIDER_FAILURE.value, MarkerKind.MCP_AUTH_REQUIRED.value})
+TURN_END = [EventType.DONE.value, EventType.ERROR.value, EventType.SESSION_STOPPED.value]
+
+
+def check_limit(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_LIMIT
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", code="invalid_limit")
+    return limit
+
+
+def _bounded(value: Any) -> Any:
+    """A tool input/output kept whole when small, else as a truncated JSON string."""
+    if isinstance(value, str):
+        return bound_text(value, VALUE_BYTES)
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value if len(text) <= VALUE_BYTES else bound_text(text, VALUE_BYTES)
+
+
+def _bound_message(message: dict[str, Any]) -> dict[str, Any]:
+    parts = []
+    for part in message["parts"]:
+        part = dict(part)
+        if "text" in part:
+            part["text"] = bound_text(part["text"], TEXT_BYTES)
+        for key in ("input", "output", "data", "errorText"):
+            if key in part:
+                part[key] = _bounded(part[key])
+        parts.append(part)
+    return {**message, "parts": parts}
+
+
+def _marker(row: dict[str, Any]) -> dict[str, Any]:
+    content = row["content"] if isinstance(row["content"], dict) else {}
+    raw = content["raw"] if isinstance(content.get("raw"), dict) else {}
+    kind = str(raw.get("kind") or f"transcript_marker.{content.get('title', '')}")
+    marker: dict[str, Any] = {"kind": kind, "occurred_at": raw.get("occurred_at") or row["timestamp"],
+                              "summary": bound_text(str(raw.get("summary") or content.get("text") or ""), 2048),
+                              "sequence": row["sequence"], "turn_id": row["turn_id"]}
+    for key in ("evidence", "diagnostic"):
+        if raw.get(key) is not None:
+            marker[key] = _bounded(raw[key])
+    return marker
+
+
+def _short_kind(marker: dict[str, Any]) -> str:
+    return str(marker["kind"]).removeprefix("transcript_marker.")
+
+
+def pending_markers(markers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Open unhealthy/timeout markers not followed by `session_recovered`, plus provider/auth failures."""
+    pending: list[dict[str, Any]] = []
+    for marker in markers:
+        kind = _short_kind(marker)
+        if kind == MarkerKind.SESSION_RECOVERED:
+            pending = [m for m in pending if _short_kind(m) not in RECOVERABLE]
+        elif kind in RECOVERABLE or kind in ALWAYS_PENDING:
+            pending.append(marker)
+    return pending[-RECENT_MARKERS:]
+
+
+def _active_run(path: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The turn still open in the store (its first user row has no done/error/session_stopped after it)."""
+    if meta["state"] not in LIVE_STATES:
+        return None
+    last = event_store.read_events(path, limit=1, newest=True,
+                                   types=[EventType.USER_MESSAGE.value, EventType.SYNTHETIC_REENTRY.value])
+    if not last:
+        return None
+    turn_id = last[0]["turn_id"]
+    if event_store.read_events(path, after=last[0]["sequence"], limit=1, types=TURN_END):
+        return None
+    first = event_store.read_events(path, limit=1, turn_id=turn_id)[0]
+    newest = event_store.read_events(path, limit=1, newest=True)[0]
+    content = first["content"] if isinstance(first["content"], dict) else {}
+    return {"turn_id": turn_id, "started_at": first["timestamp"], "started_sequence": first["sequence"],
+            "source": content.get("source") or "user", "prompt": bound_text(str(content.get("text") or ""), 512),
+            "last_event_sequence": newest["sequence"], "last_event_type": newest["type"],
+            "last_event_at": newest["timestamp"]}
+
+
+def _pending_inputs(session_id: str) -> list[dict[str, Any]]:
+    rows = InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED).order_by(
+        "created_at", "id")[:MAX_PENDING_INPUTS]
+    return [{"queue_entry_id": e.id, "queue_position": i + 1, "text": bound_text(e.text, VALUE_BYTES),
+             "mode": e.mode, "status": e.status, "queue_generation": e.generation, "source": e.source,
+             "created_at": folder.isoformat(e.created_at)} for i, e in enumerate(rows)]
+
+
+def build_recap(session_id: str, *, workspace_ref: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    limit = check_limit(limit)
+    meta = services.scoped_meta(session_id, workspace_ref)
+    path = folder.events_path(session_id)
+    page = transcript.read_page(path, limit=limit, max_scan=SCAN_EVENTS)
+    marker_rows = event_store.read_events(path, limit=MARKER_WINDOW, newest=True, types=MARKER_TYPES)
+    markers = [_marker(r) for r in marker_rows]
+    last = event_store.read_events(path, limit=1, newest=True)
+    event_cursor = last[0]["sequence"] if last else 0
+    stamps = [s for s in (last[0]["timestamp"] if last else None, meta.get("updated_at")) if s]
+    recap: dict[str, Any] = {
+        "session": services.session_payload(meta),
+        "active_run": _active_run(path, meta),
+        "recent_markers": markers[-RECENT_MARKERS:],
+        "recent_messages": [_bound_message(e["message"]) for e in page.entries],
+        "pending_inputs": _pending_inputs(session_id),
+        "pending_markers": pending_markers(markers),
+        "snapshot": {
+            "generated_at": max(stamps) if stamps else None,
+            "event_cursor": max(event_cursor, page.max_sequence),
+            "transcript_cursor": page.max_sequence,
+            "transcript_epoch": transcript.session_epoch(meta),
+            "transcript_generation": transcript.TRANSCRIPT_GENERATION,
+            "queue_generation": int(meta.get("input_generation") or 0),
+            "consistency": "persisted_reads",
+        },
+    }
+    return redact_value(recap)
