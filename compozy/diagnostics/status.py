@@ -17,7 +17,7 @@ from sessions.live import pressure as stream_pressure
 from sessions.models import Session
 from sessions.runtime.loop_lag import MONITOR
 from sessions.store import folder
-from sessions.store.writer import shared as store_writer
+from sessions.store import writer as store_writer
 from tasks.services import totals as task_totals
 
 

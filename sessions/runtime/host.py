@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
     from sessions.core.record import Failure, SessionRecord
-    from sessions.store.writer.recorder import Recorder
+    from sessions.store.writer import Recorder
 
 
 class RuntimeHost(Protocol):

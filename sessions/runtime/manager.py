@@ -18,11 +18,11 @@ from sessions.core.errors import AgentLimitReached, Unavailable
 from sessions.core.offload import db, spawn
 from sessions.core.record import SessionRecord
 from sessions.hooks import HookRunner
-from sessions.live import doorbells as signals
+from sessions.live import doorbells
 from sessions.runtime.inputs import InputQueue
 from sessions.runtime.session import SessionRuntime
 from sessions.runtime.supervision import Decision
-from sessions.store.writer import shared as store_writer
+from sessions.store import writer as store_writer
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class SessionManager:
                 if self.unsaved_meta.get(session_id) is rec:
                     del self.unsaved_meta[session_id]
                 logger.info("session %s: metadata written after an earlier failure", session_id)
-                signals.ring_catalog("upserted", rec.workspace_id, session_id)
+                doorbells.ring_catalog("upserted", rec.workspace_id, session_id)
 
     async def shutdown(self, timeout: float = 20.0) -> None:
         """Stop every live session with reason `shutdown`, concurrently and bounded in time."""
@@ -227,7 +227,7 @@ class SessionManager:
         if self.hooks is not None:
             await self.hooks.drain()
         # Every store is closed by now: the store writer process ends with its input.
-        await store_writer.for_loop(asyncio.get_running_loop()).shutdown()
+        await store_writer.shutdown(asyncio.get_running_loop())
 
     async def _stop_all(self, runtimes: list[SessionRuntime], timeout: float) -> None:
         logger.info("stopping %d live session(s) for shutdown", len(runtimes))

@@ -15,8 +15,9 @@ uses:
 
 The services, health and the manager call the session through the thin delegations below.
 
-Events go to the store writer (`recorder.py`, commits on the store's own thread); meta.json and the catalog
-row are rewritten on every lifecycle change, on the runtime's DB thread.
+Events go through the session's `Recorder` (the write path, `sessions/store/writer/`: where each batch commits is
+decided there, in `placement.py`); meta.json and the catalog row are rewritten on every lifecycle change, on the
+runtime's DB thread.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sessions.core.failures import StoreFailure
 from sessions.core.offload import db, spawn
 from sessions.core.record import AutoTitle, Failure, SessionRecord
 from sessions.core.redact import bound_text, redact_text
-from sessions.live import doorbells as signals
+from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
@@ -56,7 +57,7 @@ from sessions.runtime.title import TITLE_PASSES, generate_title
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
-from sessions.store.writer.recorder import LEASE_WAIT_SECONDS, Recorder
+from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class SessionRuntime:
     def announce(self) -> None:
         """Ring the catalog doorbell for a change that is not saved metadata (a turn started, a permission
         request opened or closed): list viewers refetch, as after a save."""
-        signals.ring_catalog("upserted", self.rec.workspace_id, self.id)
+        doorbells.ring_catalog("upserted", self.rec.workspace_id, self.id)
 
     async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
                          activated_at: str | None = None, stopped_at: str | None = None) -> None:
@@ -282,7 +283,7 @@ class SessionRuntime:
         doorbell for other processes' feeds (a Redis layer; on the embedded layer every feed is here)."""
         metrics.EVENTS_APPENDED.inc(len(stored))
         offer_rows(self.id, rows)
-        signals.ring_events_elsewhere(self.id, stored[-1]["sequence"])
+        doorbells.ring_events_elsewhere(self.id, stored[-1]["sequence"])
 
     def _on_store_failure(self, failure: StoreFailure) -> None:
         """The store stayed unwritable: stop the session with a visible failure, never keep going as if

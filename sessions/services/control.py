@@ -14,7 +14,7 @@ from sessions.catalog import index as catalog
 from sessions.core import lifecycle
 from sessions.core.errors import InvalidRequest, NotFound
 from sessions.core.record import SessionRecord
-from sessions.live import doorbells as signals
+from sessions.live import doorbells
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, get_session
 from sessions.store import folder
@@ -83,4 +83,4 @@ def ring_catalog_threadsafe(kind: str, workspace_id: str, session_id: str) -> No
     """Ring the catalog doorbell from a worker thread (the doorbell lives on the daemon's loop)."""
     manager = get_manager()
     if manager.loop is not None:
-        manager.loop.call_soon_threadsafe(signals.ring_catalog, kind, workspace_id, session_id)
+        manager.loop.call_soon_threadsafe(doorbells.ring_catalog, kind, workspace_id, session_id)

@@ -19,7 +19,7 @@ from sessions.core.errors import Conflict, HookDenied, InvalidRequest, StorageEr
 from sessions.core.failures import classify, has_free_space
 from sessions.core.offload import db
 from sessions.core.record import SessionRecord
-from sessions.live import doorbells as signals
+from sessions.live import doorbells
 from sessions.models import Session
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
@@ -145,7 +145,7 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
         meta = rec.to_meta()  # taken before the start runs: the answer is the session as created
     if prompt:
         runtime.marker(MarkerKind.PROMPT_QUEUED, "First prompt staged at create.", {"source": "startup"}, turn_id="")
-    signals.ring_catalog("upserted", meta["workspace_id"], meta["id"])
+    doorbells.ring_catalog("upserted", meta["workspace_id"], meta["id"])
     return session_payload(meta)
 
 

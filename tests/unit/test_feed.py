@@ -190,7 +190,7 @@ def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewe
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_django()
     monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)  # only the doorbell can wake it in time
-    from sessions.live import doorbells as signals
+    from sessions.live import doorbells
 
     async def main() -> None:
         wake = asyncio.Event()
@@ -200,7 +200,7 @@ def test_a_doorbell_on_the_embedded_channel_layer_reaches_the_feed_and_its_viewe
         while feed.cursor is None:
             await asyncio.sleep(0.001)
         append(log, 4)
-        signals.ring_events("s-bell", log.last_sequence)
+        doorbells.ring_events("s-bell", log.last_sequence)
         await asyncio.wait_for(wake.wait(), 5)
         assert feed.cursor == 4 and sequences(feed.since(0)) == [1, 2, 3, 4]
         live_feed.unsubscribe(feed, wake)
@@ -272,7 +272,7 @@ def test_a_doorbell_for_rows_the_feed_already_holds_costs_no_read(
         log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_django()
     monkeypatch.setattr(live_feed, "POLL_SECONDS", 60.0)
-    from sessions.live import doorbells as signals
+    from sessions.live import doorbells
 
     async def main() -> None:
         wake = asyncio.Event()
@@ -286,12 +286,12 @@ def test_a_doorbell_for_rows_the_feed_already_holds_costs_no_read(
         monkeypatch.setattr(feed, "_read", lambda after: reads.append(after) or real_read(after))
         append(log, 2)
         feed.offer(log.last_rows)
-        signals.ring_events("s-held", log.last_sequence)
+        doorbells.ring_events("s-held", log.last_sequence)
         for _ in range(20):
             await asyncio.sleep(0.005)
         assert reads == [] and sequences(feed.since(0)) == [1, 2]
         append(log, 1)  # rung by someone else, never offered: now the doorbell means a read
-        signals.ring_events("s-held", log.last_sequence)
+        doorbells.ring_events("s-held", log.last_sequence)
         for _ in range(200):
             if feed.cursor == 3:
                 break

@@ -22,6 +22,7 @@ from sessions.core import redact
 from sessions.core.failures import DISK_FULL, DISPLACED, LOCKED, StoreFailure, classify
 from sessions.store.events import EventLog, read_events
 from sessions.store.ops import MAX_RUN_CHUNKS, NewEvent, UsageUpdate, merge_chunks
+from sessions.store.writer import placement
 from sessions.store.writer import recorder as recorder_mod
 from sessions.store.writer import shared as store_writer
 from sessions.store.writer.recorder import Recorder
@@ -411,9 +412,9 @@ def test_the_shared_writer_moves_commits_to_the_process_under_load_and_back(tmp_
         loop = asyncio.get_running_loop()
         writer = store_writer.for_loop(loop)
         modes = []
-        for rate in (0.0, store_writer.PROCESS_ABOVE * 2, store_writer.PROCESS_ABOVE, store_writer.THREAD_BELOW / 2):
-            writer._window_start = loop.time() - 1.0  # one second has passed with this many batches
-            writer._window_batches = int(rate)
+        for rate in (0.0, placement.PROCESS_ABOVE * 2, placement.PROCESS_ABOVE, placement.THREAD_BELOW / 2):
+            writer.gauge.window_start = loop.time() - 1.0  # one second has passed with this many batches
+            writer.gauge.window_batches = int(rate)
             rec.record("agent_message", "t1", {"text": f"{len(modes)};"})
             await rec.flush()
             modes.append(writer.mode)

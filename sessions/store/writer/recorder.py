@@ -54,7 +54,9 @@ from sessions.store.ops import (
     op_weight,
 )
 from sessions.store.rows import Drafted, draft
+from sessions.store.writer import placement
 from sessions.store.writer import shared as store_writer
+from sessions.store.writer.placement import Home
 from sessions.store.writer.thread import Outcome
 
 logger = logging.getLogger(__name__)
@@ -191,8 +193,7 @@ class Recorder:
         loop = self._loop
         assert loop is not None
         _batches_in_flight[loop] = _batches_in_flight.get(loop, 0) + 1
-        if self._detached or self.may_write is not None:
-            # A cluster's shared store waits for its lease before each commit: on a thread of its own.
+        if placement.entry(detached=self._detached, leased=self.may_write is not None) is Home.OWN:
             self._to_own_thread(batch, None)
         else:
             store_writer.for_loop(loop).submit(self, batch)
@@ -217,7 +218,7 @@ class Recorder:
             return
         if outcome.detach is not None:
             self._detach(outcome.detach)
-        if outcome.retry:  # still in flight: its own thread commits it, with retries
+        if outcome.retry:  # the one move mid-flight (placement.py says why): its own thread commits it, with retries
             self._to_own_thread(batch, outcome.ops, outcome.verify)
             return
         self._committed_batch(batch, outcome.stored, outcome.rows, None)

@@ -2,13 +2,13 @@
 
 Every session's batches go to it in one hand-off (at most one every `HAND_OFF_SECONDS`) and are committed one
 store after another (each its own transaction). Where they commit depends on every session's batches a second:
-- below `PROCESS_ABOVE`, on the writer thread (store/writer/thread.py) in the daemon's process: a lone event
+- below `placement.PROCESS_ABOVE`, on the writer thread (store/writer/thread.py) in the daemon's process: a lone event
   costs a queue put and one callback;
 - above it, in the store writer process (store/writer/process.py): batches are drafted on the loop (ids,
   timestamps) and sent in one frame; the process redacts, encodes and commits them and answers in one frame with
   what it stored. In a thread, every SQLite call of every commit gives up the GIL and has to win it back from the
   busy loop, so at a hundred streaming sessions commits queued behind the loop; a process has its own interpreter.
-  Back to the thread below `THREAD_BELOW`.
+  Back to the thread below `THREAD_BELOW`. Which one, and when a batch goes elsewhere, is decided in `placement.py`.
 
 Isolation stays per store either way: neither waits on a lock (busy timeout 0) and each tries a batch once. A store
 that is locked, failing, or slow (a commit over `SLOW_COMMIT_SECONDS`) is moved to a writer thread of its own
@@ -39,6 +39,8 @@ import sessions
 from sessions.core.redact import known_secrets
 from sessions.store.ops import NewEvent, PendingOp
 from sessions.store.rows import Drafted, Values, numbered
+from sessions.store.writer import placement
+from sessions.store.writer.placement import Home, LoadGauge
 from sessions.store.writer.process import HEADER_BYTES, CloseJob, JobResult, SecretsJob, WriteJob, frame
 from sessions.store.writer.thread import (
     SLOW_COMMIT_SECONDS,
@@ -58,17 +60,6 @@ logger = logging.getLogger(__name__)
 HAND_OFF_SECONDS = 0.005
 # A process that keeps dying (a broken interpreter, memory limits) is not started again past this many times.
 MAX_RESTARTS = 3
-# Batches a second (every session's, over the last second) above which the process commits, and below which the
-# thread takes over again. Measured with `python -m bench --only capacity`: at 50 sessions (1,000 batches a second)
-# both hold; at 100 (2,000) the thread's commits queued behind the GIL in one run of two (agent → stored p99 75-97
-# ms) while the process held 3 runs of 4; at 20 sessions with a big turn beside (the latency benchmark) the process
-# cost p99 13 → 39 ms and loop lag 4 → 15 ms, since each lone event paid a pipe write and two wake-ups and the
-# process competed with the loop for a core.
-PROCESS_ABOVE = 1500.0
-THREAD_BELOW = 1000.0  # also where the process is started, idle, so that it is ready when the load rises
-# Stores the thread holds open move to the process at most this many a hand-off: each costs the process an open
-# (~0.7 ms), and a hundred at once held every other session's commits for a few hundred milliseconds.
-MOVES_PER_HAND_OFF = 8
 _PROJECT_ROOT = str(Path(sessions.__file__).resolve().parent.parent)
 
 
@@ -117,16 +108,13 @@ class SharedWriter:
         self.broken: str | None = None  # why the process is not started again
         self._thread: WriterThread | None = None
         self._close_pending: dict[Path, int] = {}  # closes dispatched and not yet done, by store
-        self.mode = "thread"  # where the next hand-off commits: "thread" or "process"
         # A choice of mode whatever the load: a test's, or `COMPOZY_STORE_WRITER=thread|process` (for comparing the
         # two in `python -m bench --only capacity`).
         self.forced: str | None = os.environ.get("COMPOZY_STORE_WRITER") or None
         if self.forced not in (None, "thread", "process"):
             logger.warning("COMPOZY_STORE_WRITER=%s is neither thread nor process: ignored", self.forced)
             self.forced = None
-        self._window_start = loop.time()
-        self._window_batches = 0
-        self.rate = 0.0  # every session's batches a second, over the last full second measured
+        self.gauge = LoadGauge(loop.time())  # where the next hand-off commits, from the load (placement.py)
 
     def submit(self, store: Store, batch: list[PendingOp]) -> None:
         """The batch joins the next hand-off."""
@@ -153,7 +141,7 @@ class SharedWriter:
     def _send(self) -> None:
         self._sent_at = self.loop.time()
         work, self._gathered = self._gathered, []
-        mode = self._choose(sum(1 for _, batch in work if batch is not None))
+        mode = self._mode(sum(1 for _, batch in work if batch is not None))
         jobs: list[WriteJob | CloseJob | SecretsJob] = []
         sent: list[_Sent] = []
         to_thread: list[ThreadWork] = []
@@ -162,9 +150,11 @@ class SharedWriter:
             if batch is None:
                 self._dispatch_close(store, jobs, sent, to_thread)
                 continue
-            if mode == "process" and store.path not in self._held and store.log is not None:
+            open_on_thread, in_process = store.log is not None, store.path in self._held
+            if mode is Home.PROCESS and open_on_thread and not in_process:
                 moved += 1  # it moves from the thread: a few a hand-off
-            if mode == "thread" or moved > MOVES_PER_HAND_OFF:
+            if placement.shared(mode, open_on_thread=open_on_thread, in_process=in_process,
+                                moved=moved) is Home.THREAD:
                 to_thread.append((store, batch))
                 continue
             ops = None
@@ -210,24 +200,28 @@ class SharedWriter:
         if not pending:
             self._closed(store.path)
 
-    def _choose(self, batches: int) -> str:
-        """Thread or process for this hand-off, from every session's batches a second over the last second."""
-        now = self.loop.time()
-        self._window_batches += batches
-        elapsed = now - self._window_start
-        if elapsed >= 1.0:
-            rate = self.rate = self._window_batches / elapsed
-            self._window_start, self._window_batches = now, 0
-            mode = self.mode
-            if mode == "thread" and rate >= THREAD_BELOW and self.broken is None and self.forced != "thread":
+    def _mode(self, batches: int) -> Home:
+        """Thread or process for this hand-off: `placement.LoadGauge` decides from every session's batches a second
+        over the last second; here only what it asks for is done (the process started before it is needed)."""
+        gauge, forced = self.gauge, self.forced_home
+        if gauge.observe(self.loop.time(), batches):
+            if gauge.warm(broken=self.broken is not None, forced=forced):
                 self._ensure_process()  # started before it is needed: its start-up is not in any commit's way
-            if mode == "thread" and rate >= PROCESS_ABOVE and self.broken is None:
-                self.mode = "process"
-            elif mode == "process" and (rate < THREAD_BELOW or self.broken is not None):
-                self.mode = "thread"
-            if self.mode != mode and self.forced is None:
-                logger.info("store writer: %.0f batches a second; commits move to the %s", rate, self.mode)
-        return self.forced or self.mode
+            if gauge.decide(broken=self.broken is not None) and forced is None:
+                logger.info("store writer: %.0f batches a second; commits move to the %s", gauge.rate, gauge.mode)
+        return forced or gauge.mode
+
+    @property
+    def forced_home(self) -> Home | None:
+        return Home(self.forced) if self.forced else None
+
+    @property
+    def mode(self) -> Home:
+        return self.gauge.mode
+
+    @property
+    def rate(self) -> float:
+        return self.gauge.rate
 
     def _deliver_thread(self, results: list[ThreadResult]) -> None:
         """On the loop: the thread's outcomes, in the order it committed them."""
