@@ -140,7 +140,7 @@ class BenchDaemon:
         return f"/api/workspaces/{session['workspace_id']}/sessions/{session['id']}{suffix}"
 
     def prompt(self, session: dict[str, Any], message: str) -> dict[str, Any]:
-        # The JSON prompt result: a started turn otherwise answers with its stream (events reference §6.2).
+        # The JSON prompt result: a started turn otherwise answers with its stream (docs/reference/events.md §6.2).
         response = self.d.http.post(self.scoped(session, "/prompt"), json={"message": message},
                                     headers={"Accept": "application/json"})
         if response.status_code not in (200, 202):

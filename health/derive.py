@@ -1,4 +1,4 @@
-"""Pure health derivation (health reference §2): from a meta.json snapshot and live runtime facts to the
+"""Pure health derivation (docs/reference/health.md §2): from a meta.json snapshot and live runtime facts to the
 fields of a health row. No I/O, so the rules are testable on their own and identical at boot and at runtime."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def is_stale(state: str, health: str, active: bool, since: datetime | None, pres
 
 
 def eligibility(state: str, health: str, active: bool, attachable_now: bool) -> tuple[bool, str]:
-    """First match wins (health reference §2); health-level reasons collapse to `session_unhealthy`."""
+    """First match wins (docs/reference/health.md §2); health-level reasons collapse to `session_unhealthy`."""
     if health != HealthValue.HEALTHY:
         return False, WakeReason.SESSION_UNHEALTHY.value
     if active or state == HealthState.PROMPTING:

@@ -1,4 +1,4 @@
-"""Closed sets of the health app (health reference §1, §4): a value outside them cannot be written."""
+"""Closed sets of the health app (docs/reference/health.md §1, §4): a value outside them cannot be written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HEARTBEAT.md: parse, validate and evaluate an agent's authored wake policy (health reference §5).
+"""HEARTBEAT.md: parse, validate and evaluate an agent's authored wake policy (docs/reference/health.md §5).
 
 Pure functions (no database, no clock of their own), so the grammar and the time windows are testable with
 property tests. A file is optional; a present file is valid or it pauses wakes for its agent.

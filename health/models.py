@@ -1,4 +1,4 @@
-"""Session health, HEARTBEAT.md snapshots, per-session wake state and the wake audit (health reference §1-§5).
+"""Session health, HEARTBEAT.md snapshots, per-session wake state and the wake audit (docs/reference/health.md §1-§5).
 
 Health is metadata the daemon derives; supervision feeds it through activity updates and never writes it.
 """

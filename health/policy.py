@@ -1,4 +1,4 @@
-"""HEARTBEAT.md snapshots (health reference §5): locate an agent's file, validate it, keep an immutable snapshot
+"""HEARTBEAT.md snapshots (docs/reference/health.md §5): locate an agent's file, validate it, keep an immutable snapshot
 per change of the file or of `[agents.heartbeat]`, and answer `agent heartbeat status`."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def snapshot_summary(snap: HeartbeatSnapshot | None) -> dict[str, Any] | None:
 
 
 def status(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None = None) -> dict[str, Any]:
-    """Heartbeat status DTO (surfaces reference §4.8), re-resolving the file first."""
+    """Heartbeat status DTO (docs/reference/surfaces.md §4.8), re-resolving the file first."""
     cfg = cfg or get_config().heartbeat
     snap = resolve(agent_name, workspace_id, cfg)
     policy = snap.policy or {}

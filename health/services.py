@@ -36,7 +36,7 @@ from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 logger = logging.getLogger(__name__)
 
 HOOK_EVENT = "session.health.update.after"
-# Fields whose change is a transition (hooks reference §7); presence and activity touches alone never fire.
+# Fields whose change is a transition (docs/reference/hooks.md §7); presence and activity touches alone never fire.
 TRANSITION_FIELDS = ("state", "health", "eligible_for_wake", "ineligibility_reason")
 
 _recomputed: dict[str, str] = {}  # daemon start (`started_at`) → when its boot recompute finished
@@ -59,7 +59,7 @@ def live_facts(session_id: str) -> LiveFacts:
 
 
 def row_dict(row: SessionHealth) -> dict[str, Any]:
-    """The health DTO (health reference §1; surfaces §4.8): the same for CLI, HTTP and UDS."""
+    """The health DTO (docs/reference/health.md §1; docs/reference/surfaces.md §4.8): the same for CLI, HTTP and UDS."""
     return {
         "session_id": row.session_id, "workspace_id": row.workspace_id, "agent_name": row.agent_name,
         "state": row.state, "health": row.health, "active_prompt": row.active_prompt, "attachable": row.attachable,
@@ -211,7 +211,7 @@ def _record(session_id: str) -> SessionRecord | None:
 
 
 def boot_recompute(run: str) -> dict[str, int]:
-    """Once per daemon start, after boot repair and before any wake consumer (health reference §3):
+    """Once per daemon start, after boot repair and before any wake consumer (docs/reference/health.md §3):
     1. recompute every stored row this node may judge from its meta.json and the runtime facts of this daemon:
        not a session another live node holds the lease of (its runtime is there: here it would read detached), nor
        one stored on another node's disk (no shared folder: its meta.json is not missing, only not here);

@@ -1,4 +1,4 @@
-"""The wake service (health reference §4): decide whether HEARTBEAT.md policy may re-orient a session, and send
+"""The wake service (docs/reference/health.md §4): decide whether HEARTBEAT.md policy may re-orient a session, and send
 the synthetic prompt when it may. Every decision returns one reason of the closed `WakeReason` set.
 
 The gate is race-safe without locks:
@@ -52,7 +52,7 @@ def _recorded_decision(result: WakeResult, reason: WakeReason, **extra: Any) -> 
 
 
 def require_recomputed() -> str:
-    """Wakes wait until this daemon start's boot recompute finished (health reference §3)."""
+    """Wakes wait until this daemon start's boot recompute finished (docs/reference/health.md §3)."""
     run = services.current_run()
     at = services.recomputed_at(run) if run else None
     if at is None:

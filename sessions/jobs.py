@@ -153,7 +153,7 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
 
 @db_task()
 def remove_tombstones() -> int | None:
-    """Finish removals whose folder deletion failed earlier (sessions reference §15: retried later)."""
+    """Finish removals whose folder deletion failed earlier (docs/reference/sessions.md §15: retried later)."""
     if arrive("tombstones") is None or not claim_tick(f"tombstones:{owner_id()}", TOMBSTONE_EVERY * SWEEP_CLAIM_SHARE):
         return None
     root = sessions_dir()

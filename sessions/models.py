@@ -38,7 +38,7 @@ class Session(models.Model):
     failure = models.JSONField(null=True, blank=True)
     acp_session_id = models.CharField(max_length=200, blank=True, default="")
     last_activity_at = models.DateTimeField(null=True, blank=True)
-    # Holder lease for resume attach (sessions reference §15).
+    # Holder lease for resume attach (docs/reference/sessions.md §15).
     attached_to = models.CharField(max_length=200, blank=True, default="")
     attach_expires_at = models.DateTimeField(null=True, blank=True)
     # The node whose sessions folder holds meta.json and events.db (the last to write them). Without a shared

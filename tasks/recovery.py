@@ -1,4 +1,4 @@
-"""Recovering supervised work (health reference §6): after a verified stop, one linked queued attempt while the
+"""Recovering supervised work (docs/reference/health.md §6): after a verified stop, one linked queued attempt while the
 task's `max_attempts` budget allows, else `needs_attention`.
 
 Two ways in, one set of rules:

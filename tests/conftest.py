@@ -382,7 +382,7 @@ CHUNK = re.compile(r"c\d+ ")
 
 def chunk_count(texts: Any) -> int:
     """How many of the scripted agent's numbered chunks (`c0 c1 …`, from `stream` and `slow`) the texts hold.
-    The store merges adjacent chunks of one write batch into one row (events reference §2), so rows are not
+    The store merges adjacent chunks of one write batch into one row (docs/reference/events.md §2), so rows are not
     chunks: count what they say."""
     return sum(len(CHUNK.findall(t)) for t in texts)
 

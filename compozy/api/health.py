@@ -1,4 +1,5 @@
-"""Health routes: doctor, session health/inspect, and the agent heartbeat status and wake (surfaces reference §3).
+"""Health routes: doctor, session health/inspect, and the agent heartbeat status and wake (docs/reference/surfaces.md
+§3).
 
 Thin: parse with the schemas, call `health.services` / `health.wake`, return the DTO. `…/status` lives on the
 sessions router (it was there first) and returns `health.dtos.status_dto`.

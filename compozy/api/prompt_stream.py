@@ -1,4 +1,4 @@
-"""The prompt stream (events reference §6.2): how `POST …/prompt` answers when the prompt starts a turn.
+"""The prompt stream (docs/reference/events.md §6.2): how `POST …/prompt` answers when the prompt starts a turn.
 
 The stream only reads. The turn runs in the session's runtime; this tails the turn's rows from the store the
 way the session stream does (sessions/live/feed.py: the shared live feed's ring, else events.db read off the
@@ -38,8 +38,9 @@ from sessions.store import folder
 
 logger = logging.getLogger(__name__)
 
-# Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open (events
-# reference §6). The AI SDK's event-stream parser skips comments.
+# Routers and proxies drop idle connections after ~30-60 s; a comment every 20 s keeps them open
+# (docs/reference/events.md
+# §6). The AI SDK's event-stream parser skips comments.
 KEEPALIVE_SECONDS = 20.0
 # A reader with nothing new wakes this often to ask whether the turn ended without a terminal row reaching
 # it (the feed, not the reader, polls the store for rows whose doorbell was dropped).
@@ -48,7 +49,7 @@ PAGE = 1000
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 TURN_END = frozenset({EventType.DONE, EventType.ERROR})
-# The live agent event of the raw form: these content keys, when set (events reference §6.2).
+# The live agent event of the raw form: these content keys, when set (docs/reference/events.md §6.2).
 RAW_KEYS = ("text", "title", "tool_call_id", "stop_reason", "error", "failure", "usage", "runtime", "raw")
 
 

@@ -34,7 +34,7 @@ class FailureOut(Open):
 
 
 class SessionOut(Open):
-    """SessionPayload (surfaces reference §4.1)."""
+    """SessionPayload (docs/reference/surfaces.md §4.1)."""
 
     id: str
     name: str | None = None
@@ -91,7 +91,7 @@ class SessionListOut(Schema):
 
 
 class EventOut(Open):
-    """SessionEventPayload (events reference §3); `content` is the stored JSON object."""
+    """SessionEventPayload (docs/reference/events.md §3); `content` is the stored JSON object."""
 
     id: str
     session_id: str
@@ -127,7 +127,7 @@ class HistoryOut(Schema):
 
 
 class PromptResultOut(Open):
-    """Prompt result (surfaces reference §4.3)."""
+    """Prompt result (docs/reference/surfaces.md §4.3)."""
 
     status: str
     mode: str | None = None
@@ -243,7 +243,7 @@ class HookRunsOut(Schema):
 
 
 class StatusOut(Open):
-    """`compozy status` (surfaces reference §4.9)."""
+    """`compozy status` (docs/reference/surfaces.md §4.9)."""
 
     schema_version: int
     generated_at: str
@@ -262,7 +262,7 @@ class DoctorOut(Open):
 
 
 class TranscriptPageOut(Open):
-    """Backward transcript page (events reference §5)."""
+    """Backward transcript page (docs/reference/events.md §5)."""
 
     entries: list[dict[str, Any]]
     epoch: Any = None
@@ -274,7 +274,7 @@ class TranscriptPageOut(Open):
 
 
 class RecapBodyOut(Open):
-    """Recap (surfaces reference §4.7)."""
+    """Recap (docs/reference/surfaces.md §4.7)."""
 
     session: dict[str, Any]
     active_run: dict[str, Any] | None = None
@@ -288,7 +288,7 @@ class RecapOut(Schema):
 
 
 class RepairReportOut(Open):
-    """Repair report (surfaces reference §4.6)."""
+    """Repair report (docs/reference/surfaces.md §4.6)."""
 
     session_id: str
     issues: list[dict[str, Any]]

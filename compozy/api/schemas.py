@@ -109,7 +109,7 @@ class DiagnosticOut(BaseModel):
 
 
 class ErrorOut(Schema):
-    """Every 4xx/5xx answer: a message, a stable machine code and a diagnostic (surfaces reference §1)."""
+    """Every 4xx/5xx answer: a message, a stable machine code and a diagnostic (docs/reference/surfaces.md §1)."""
 
     error: str
     code: str
@@ -131,7 +131,7 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 
 
 class CreateSessionIn(StrictIn):
-    """sessions reference §3: exactly one of `workspace` and `workspace_path`."""
+    """docs/reference/sessions.md §3: exactly one of `workspace` and `workspace_path`."""
 
     agent_name: Ref | None = None
     name: Name | None = None
@@ -184,7 +184,8 @@ class PromptIn(Schema):
 
 
 class PromptQuery(Schema):
-    """`?frames=raw`: the raw prompt stream for the CLI (events reference §6.2), the parameter the session stream
+    """`?frames=raw`: the raw prompt stream for the CLI (docs/reference/events.md §6.2), the parameter the session
+    stream
     takes for its raw frames; `?format=raw` is kept as its alias. The default is the AI SDK's UI message stream."""
 
     frames: Literal["ui", "raw"] | None = None
@@ -258,7 +259,7 @@ class ListSessionsQuery(Schema):
 
 
 class EventsQuery(Schema):
-    """events reference §5; `Last-Event-ID` is the header form of `after_sequence`."""
+    """docs/reference/events.md §5; `Last-Event-ID` is the header form of `after_sequence`."""
 
     type: list[EventType] | None = Field(None, max_length=MAX_REPEAT)
     agent_name: Ident | None = None
@@ -272,7 +273,8 @@ class EventsQuery(Schema):
 
 
 class StreamQuery(BaseModel):
-    """GET …/stream (events reference §6.1), validated by the stream consumer (compozy/api/sse.py), outside ninja (a
+    """GET …/stream (docs/reference/events.md §6.1), validated by the stream consumer (compozy/api/sse.py), outside
+    ninja (a
     plain model: ninja's Schema hands validators its own wrapper, not the query):
     `frames` (its alias `format`, the prompt stream's older name), `GET …/events`' filters for raw frames, and the
     resume cursor (`Last-Event-ID`, else `after_sequence` or `after`) with a transcript resume's fences."""

@@ -134,7 +134,7 @@ async def stop_session(request: HttpRequest, workspace: Workspace, session_id: S
     return 204, None
 
 
-# The 200 of a prompt that starts a turn is a stream (events reference §6.2); ninja declares only JSON bodies,
+# The 200 of a prompt that starts a turn is a stream (docs/reference/events.md §6.2); ninja declares only JSON bodies,
 # so the stream's media type is added to the same 200 here. Queued and staged prompts answer 202 JSON.
 PROMPT_STREAM_OPENAPI = {"responses": {200: {
     "description": "The turn started: the AI SDK's UI message stream v1 (header x-vercel-ai-ui-message-stream: v1; "

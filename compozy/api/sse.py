@@ -1,7 +1,7 @@
 """SSE over channels consumers. The store is the truth: a frame is read from events.db after a
 doorbell (or a poll), never taken from the channel message, so a dropped doorbell loses nothing.
 
-Session stream (events reference §6.1), two contracts:
+Session stream (docs/reference/events.md §6.1), two contracts:
 - `frames=transcript` (default, browsers): a `transcript_snapshot`, then `transcript_delta` frames whose
   `id:` is the cursor; resume with `Last-Event-ID` plus `?epoch=&generation=` (sessions/live/transcript.py).
 - `frames=raw` (the CLI; `format=raw` is its alias, as on the prompt stream): `id:` = sequence, `event:` = type,
@@ -48,7 +48,8 @@ KEEPALIVE_SECONDS = 20.0
 # A viewer with nothing new wakes this often to ask whether its session stopped (the session's live feed,
 # not the viewer, polls the store for rows whose doorbell was dropped: sessions/live/feed.py).
 QUIET_SECONDS = 0.5
-# A transcript delta upserts each changed entry whole (events reference §6), so a message that grows by a row at a
+# A transcript delta upserts each changed entry whole (docs/reference/events.md §6), so a message that grows by a row
+# at a
 # time was resent at every row: a 3.2 MB reply cost a dashboard viewer 1.48 GB and slowed the agent's recording
 # tenfold. Deltas are sent at most this often: rows that arrive in between join the next one (20 a second is
 # still live to a person; raw frames, for machines, are never held).

@@ -14,7 +14,7 @@ FIELD_CODES = {
     "speed": "invalid_speed", "name": "invalid_name", "format": "invalid_format", "frames": "invalid_frames",
 }
 MISSING_CODES = {"decision": "invalid_decision"}
-# The session stream's other cursor forms (events reference §6.1): the same mistake as `after_sequence`.
+# The session stream's other cursor forms (docs/reference/events.md §6.1): the same mistake as `after_sequence`.
 FIELD_CODES.update(dict.fromkeys(("after", "last_event_id", "epoch", "generation"), "invalid_cursor"))
 
 

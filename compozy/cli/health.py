@@ -1,4 +1,5 @@
-"""Health and wake commands: `session health|inspect`, and `agent heartbeat status|wake` (surfaces reference §2).
+"""Health and wake commands: `session health|inspect`, and `agent heartbeat status|wake` (docs/reference/surfaces.md
+§2).
 
 `session status` (commands.py) shows the same health DTO beside the session record. Human output is a short
 key/value view; `--json`/`-o json` prints the API's DTO unchanged.

@@ -15,7 +15,7 @@ from sessions.store.clean import scrub_text
 
 FORMATS = ("human", "json", "jsonl")
 
-# Exit codes mirror sysexits (surfaces reference §1) so scripts can branch on the class of failure.
+# Exit codes mirror sysexits (docs/reference/surfaces.md §1) so scripts can branch on the class of failure.
 EXIT_USAGE = 65
 EXIT_UNAVAILABLE = 69
 EXIT_FAILED = 70  # the agent's turn, or a session's start, failed

@@ -1,4 +1,4 @@
-"""`compozy doctor`: unhealthy subsystems first, before anyone blames the agent (surfaces reference §4.9).
+"""`compozy doctor`: unhealthy subsystems first, before anyone blames the agent (docs/reference/surfaces.md §4.9).
 
 Every check returns one DiagnosticItem; the report's status is the worst item.
 """

@@ -1,4 +1,4 @@
-"""`compozy status`: the daemon block, session counts, recent failures (surfaces reference §4.9)."""
+"""`compozy status`: the daemon block, session counts, recent failures (docs/reference/surfaces.md §4.9)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def loop_lag() -> dict[str, Any]:
 
 
 def runtime_status(lag: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`compozy status`: the daemon block, session counts and recent failures (surfaces §4.9). `lag`: the loop's
+    """`compozy status`: the daemon block, session counts and recent failures (docs/reference/surfaces.md §4.9).
+    `lag`: the loop's
     lag as the caller read it on the loop, before this work (whose queries, on a thread, contend with the loop)."""
     config = get_config()
     record = read_daemon_record() or {}

@@ -1,4 +1,4 @@
-"""`[agents.heartbeat]` (config reference §5): cadence, rate limits, retention and stale thresholds."""
+"""`[agents.heartbeat]` (docs/reference/config.md §5): cadence, rate limits, retention and stale thresholds."""
 
 from __future__ import annotations
 

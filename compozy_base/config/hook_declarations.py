@@ -1,5 +1,6 @@
 """Hook declarations as written in `config.toml` (`[[hooks.declarations]]`): checked key by key into
-`HookDeclaration`s (hooks reference §2). Raises ConfigError naming the offending key. `source="agent_definition"`
+`HookDeclaration`s (docs/reference/hooks.md §2). Raises ConfigError naming the offending key.
+`source="agent_definition"`
 takes an agent definition's `hooks:` list the same way (nothing reads AGENT.md files yet)."""
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def parse_hook_declarations(
     cwd: Path | None = None,
 ) -> tuple[HookDeclaration, ...]:
     """Hook declarations from config.toml (`source="config"`) or AGENT.md frontmatter (`"agent_definition"`,
-    with `agent_scope`); `enabled = false` entries are dropped. Raises ConfigError (hooks reference §2)."""
+    with `agent_scope`); `enabled = false` entries are dropped. Raises ConfigError (docs/reference/hooks.md §2)."""
 
     if raw is None:
         return ()

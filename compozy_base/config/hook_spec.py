@@ -1,4 +1,4 @@
-"""What a lifecycle hook is (hooks reference §2-§4): events, modes, sources, patch keys, matcher fields, and
+"""What a lifecycle hook is (docs/reference/hooks.md §2-§4): events, modes, sources, patch keys, matcher fields, and
 the declaration itself with its validation. `compozy_base/config/loader.py` parses declarations into these; the runner
 (`sessions/hooks/runner.py`) executes them. Nothing here runs a process."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from compozy_base.config.errors import ConfigError
 
-# Default priority of a hook by where it was declared (hooks reference §2); sources also order hooks.
+# Default priority of a hook by where it was declared (docs/reference/hooks.md §2); sources also order hooks.
 HOOK_SOURCE_PRIORITY = {"native": 1000, "config": 500, "extension": 300, "agent_definition": 100, "skill": 0}
 
 
@@ -76,7 +76,7 @@ class HookMode(StrEnum):
 
 
 class HookSource(StrEnum):
-    """Declared in dispatch order (hooks reference §3)."""
+    """Declared in dispatch order (docs/reference/hooks.md §3)."""
 
     NATIVE = "native"
     CONFIG = "config"

@@ -81,7 +81,7 @@ class SupervisionConfig:
     inactivity_warning_after: float = 900.0
     inactivity_timeout: float = 1800.0
     timeout_cancel_grace: float = 30.0
-    # Supervised silence (health reference §6): warn after `quiet_after` without fresh work evidence, then a
+    # Supervised silence (docs/reference/health.md §6): warn after `quiet_after` without fresh work evidence, then a
     # verified process-tree stop once `stop_grace` more has passed (0 turns the stop off, the warning stays).
     quiet_after: float = 1800.0
     stop_grace: float = 600.0

@@ -1,4 +1,4 @@
-"""ACP `session/update` notifications → Compozy event rows (events reference §4).
+"""ACP `session/update` notifications → Compozy event rows (docs/reference/events.md §4).
 
 Unknown variants are stored as `system` rows with the raw update, never dropped: agents ship new
 update types before SDKs learn them, and operators need the evidence.

@@ -8,9 +8,10 @@ A lease is a `SessionLease` row (node id, the node's daemon start, address, expi
 3. "Is it live?" reads the lease: a session this process runs is live, so is one whose unexpired lease another
    node holds. A lease held under this node's id by an earlier daemon start is dead at once (one daemon per
    home): a restart never waits out its own leases.
-4. When a lease expires, a survivor claims it and applies the stale-state rules to that session (sessions reference
-   §13), so a dead node's sessions end `stopped`, never stuck `active` (`sessions/repair/failover.py`: it builds on the
-   repair rules, which read the leases here). The claim turns the row into a fence (compare-and-set, `run` =
+4. When a lease expires, a survivor claims it and applies the stale-state rules to that session
+   (docs/reference/sessions.md §13), so a dead node's sessions end `stopped`, never stuck `active`
+   (`sessions/repair/failover.py`: it builds on the repair rules, which read the leases here). The claim turns the
+   row into a fence (compare-and-set, `run` =
    `fenced:<the dead run>`, no address) instead of deleting it: any node may take a fenced lease (a reactivation),
    but the run it fenced never gets it back. A node that was only cut off (a stalled process, a lost database
    connection) learns at its next renewal that it was fenced and stops its agent without writing anything more,

@@ -1,4 +1,4 @@
-"""Catalog rows and workspace resolution (workspaces reference §1-3). Synchronous ORM code."""
+"""Catalog rows and workspace resolution (docs/reference/workspaces.md §1-3). Synchronous ORM code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session types and lineage (sessions reference §16): spawned children, their TTL, and reaping."""
+"""Session types and lineage (docs/reference/sessions.md §16): spawned children, their TTL, and reaping."""
 
 from __future__ import annotations
 

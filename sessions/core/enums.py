@@ -109,7 +109,7 @@ class MarkerKind(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
 
 
-# A failed start maps its failure kind onto a stop reason (sessions reference §11).
+# A failed start maps its failure kind onto a stop reason (docs/reference/sessions.md §11).
 START_FAILURE_STOP_REASON = {
     FailureKind.CANCELLATION: StopReason.USER_CANCELED,
     FailureKind.TIMEOUT: StopReason.TIMEOUT,

@@ -15,7 +15,7 @@ ALLOWED_TRANSITIONS = {
     SessionState.STARTING: {SessionState.ACTIVE, SessionState.STOPPING, SessionState.STOPPED},
     SessionState.ACTIVE: {SessionState.STOPPING},
     SessionState.STOPPING: {SessionState.STOPPED},
-    # Reactivation only, and only by the daemon (sessions reference §15).
+    # Reactivation only, and only by the daemon (docs/reference/sessions.md §15).
     SessionState.STOPPED: {SessionState.STARTING},
 }
 
@@ -51,7 +51,8 @@ def describe_exit(returncode: int | None) -> str:
 
 
 def classify_unexpected_exit(returncode: int | None, turn_active: bool) -> tuple[StopReason, FailureKind | None, str]:
-    """An agent exit we did not ask for (reference §10): crash, unexpected clean exit, or completion."""
+    """An agent exit we did not ask for (docs/reference/sessions.md §10): crash, unexpected clean exit, or
+    completion."""
     if returncode == 0 and not turn_active:
         return StopReason.COMPLETED, None, "agent process exited"
     if returncode == 0:
@@ -69,7 +70,7 @@ def user_stop_reason(detail: str) -> StopReason:
 
 
 def badge(state: str, failure: dict[str, Any] | None, stalled: bool = False, prompting: bool = False) -> Badge:
-    """Daemon-computed so clients never re-derive it (sessions reference §1 precedence). A start the provider
+    """Daemon-computed so clients never re-derive it (docs/reference/sessions.md §1 precedence). A start the provider
     refused for authentication stops the session, but it waits on a person's login, not on a fix: `waiting-for-auth`
     (issue 29), and `session resume` after the login continues it."""
     if state == SessionState.STOPPED:
@@ -102,7 +103,8 @@ def is_auth_error(code: int, message: str) -> bool:
 
 
 def hook_payload(rec: SessionRecord, event: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """What every lifecycle hook of a session is handed (hooks.md §3): the session as its record has it now."""
+    """What every lifecycle hook of a session is handed (docs/reference/hooks.md §3): the session as its record has it
+    now."""
     return {
         "event": event, "session_id": rec.id, "session_name": rec.name or "",
         "session_type": rec.session_type or "user", "agent_name": rec.agent_name,

@@ -1,4 +1,4 @@
-"""The session record: meta.json as a typed model (sessions reference §3), the file format unchanged.
+"""The session record: meta.json as a typed model (docs/reference/sessions.md §3), the file format unchanged.
 
 Why pydantic: it is already here (django-ninja's schemas are pydantic models), it validates what it reads (a
 meta.json may be hand-edited or half-restored), and `extra="allow"` keeps every key this version does not name

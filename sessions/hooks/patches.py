@@ -1,4 +1,4 @@
-"""Hook patches (hooks reference §4): what a hook may print back, decoded strictly, and the guards that
+"""Hook patches (docs/reference/hooks.md §4): what a hook may print back, decoded strictly, and the guards that
 refuse a patch (a hook may not approve what policy pins, nor change what it does not own)."""
 
 from __future__ import annotations

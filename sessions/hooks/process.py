@@ -1,4 +1,4 @@
-"""Running one hook command (hooks reference §5): the allowlisted environment, stdin fed and stdout/stderr read
+"""Running one hook command (docs/reference/hooks.md §5): the allowlisted environment, stdin fed and stdout/stderr read
 with bounds, the timeout, and the process group terminated (SIGTERM, a short grace, SIGKILL) so no grandchild
 outlives its hook. `runner.py` decides what to run and what the result means."""
 

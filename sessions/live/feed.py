@@ -43,7 +43,7 @@ SHARED_FRAMES = 4
 # Decoded rows kept for the other viewers (transcript and prompt streams read the newest rows): unlike frames they
 # are objects the collector tracks, so only the newest few stay.
 SHARED_EVENTS = 64
-# The fallback poll (events reference §6: rows are pushed, polling every 100 ms is the fallback): one query per
+# The fallback poll (docs/reference/events.md §6: rows are pushed, polling every 100 ms is the fallback): one query per
 # watched session, so a dropped doorbell delays a frame by at most this. Tests raise it to prove that
 # frames arrive by doorbell rather than by the poll hiding a broken one.
 POLL_SECONDS = float(os.environ.get("COMPOZY_SSE_POLL_SECONDS") or 0.1)

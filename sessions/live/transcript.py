@@ -3,7 +3,7 @@
 An entry is `{message, start_sequence, sequence}`: `message` is a UI message `{id, role, metadata, parts}`,
 `start_sequence` the first event folded into it and `sequence` the last event that changed it.
 
-Rules (events reference §5), applied in sequence order:
+Rules (docs/reference/events.md §5), applied in sequence order:
 
 - `user_message` / `synthetic_reentry` close the open assistant message and make one user message.
 - `agent_message` → `text` part, `thought` → `reasoning` part (consecutive chunks merge; empty ones are

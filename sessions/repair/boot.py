@@ -1,4 +1,4 @@
-"""Boot repair (sessions reference §13): at daemon start, every session's stale live state is repaired and
+"""Boot repair (docs/reference/sessions.md §13): at daemon start, every session's stale live state is repaired and
 the transcript of a session that crashed is checked once per run, each session on its own, so one unreadable
 meta.json never stops the others. The rules themselves are in `sessions/repair/transcript.py`."""
 

@@ -1,5 +1,5 @@
 """Failover (cluster rule 4): a survivor claims each lease whose owner stopped renewing and applies the
-stale-state rules to that session (sessions reference §13), so a dead node's sessions end `stopped`, never stuck
+stale-state rules to that session (docs/reference/sessions.md §13), so a dead node's sessions end `stopped`, never stuck
 `active`, and its last turn, if it was mid-way, gets its interrupted results and terminal error at once.
 
 Apart from `catalog/cluster.py` (nodes and leases) because it builds on the repair rules, and those read the leases.

@@ -1,4 +1,4 @@
-"""Stale metadata after an unclean daemon exit (sessions reference §13): a live state no daemon owns becomes
+"""Stale metadata after an unclean daemon exit (docs/reference/sessions.md §13): a live state no daemon owns becomes
 `stopped`, on read and at boot, and what the dead daemon's agent left running is killed. Transcript repair is
 `repair.py`."""
 

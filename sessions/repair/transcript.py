@@ -1,4 +1,4 @@
-"""Transcript repair after an unclean daemon exit (sessions reference §13): an interrupted last turn gets an
+"""Transcript repair after an unclean daemon exit (docs/reference/sessions.md §13): an interrupted last turn gets an
 interrupted `tool_result` per dangling tool call, then a terminal `error`. It only ever appends through
 `EventLog`; it never updates, deletes or resequences, and never touches wake state. The other kind of repair,
 stale metadata (a live state no daemon owns → `stopped`), is `stale_repair.py`.
@@ -152,7 +152,7 @@ class RepairReport:
         return actions
 
     def payload(self, actions: list[dict[str, Any]], persisted: bool) -> dict[str, Any]:
-        """The repair payload (surfaces reference §4.6)."""
+        """The repair payload (docs/reference/surfaces.md §4.6)."""
         return {"session_id": self.session_id, "issues": [i.as_dict() for i in self.issues],
                 "actions": actions, "persisted": persisted}
 

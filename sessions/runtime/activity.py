@@ -1,4 +1,4 @@
-"""Activity and supervision on the owner's side (sessions reference §7).
+"""Activity and supervision on the owner's side (docs/reference/sessions.md §7).
 
 `Activity` keeps a session's work signals in memory (touched on every event, so cheap) and stamps them into the
 record's `liveness.activity` when it is written. `Supervisor` writes the metadata-only heartbeats while a turn runs
@@ -278,7 +278,7 @@ class Supervisor:
         return "canceled"
 
     def _quiet(self, turn: Turn, decision: Decision) -> str:
-        """Supervised silence (health reference §6): one `runtime_warning` after `quiet_after`."""
+        """Supervised silence (docs/reference/health.md §6): one `runtime_warning` after `quiet_after`."""
         sup = self._session.config.supervision
         then = f"; its process tree is stopped after {int(sup.stop_grace)} s more" if sup.stop_grace > 0 else ""
         self._session.record(EventType.RUNTIME_WARNING, {

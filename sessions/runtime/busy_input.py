@@ -1,4 +1,4 @@
-"""Busy input (sessions reference §6): interrupt and steer, fenced by the input generation.
+"""Busy input (docs/reference/sessions.md §6): interrupt and steer, fenced by the input generation.
 
 An interrupt bumps `input_generation`, drops older queued entries with visible markers, and keeps the
 canceled text as salvage for one steer. A steer waits for the next tool-result boundary (ACP has no
@@ -53,7 +53,8 @@ class BusyInput:
         self.steer: StagedSteer | None = None
 
     def end_salvage(self) -> None:
-        """A turn started: the interrupt's salvage is fenced to the next input (sessions reference §6), so a later
+        """A turn started: the interrupt's salvage is fenced to the next input (docs/reference/sessions.md §6), so a
+        later
         steer cannot compose it with text it was never meant for."""
         self.salvage = None
 

@@ -1,5 +1,5 @@
 """Runtime options fixed at create (model, reasoning effort, speed), applied before the first prompt
-through the agent's advertised ACP config options (sessions reference §3).
+through the agent's advertised ACP config options (docs/reference/sessions.md §3).
 
 Exact value ids only: no aliasing and no silent fallback. `fast` is applied only through one
 unambiguous speed select offering it; anything unsupported is recorded, never blocking.

@@ -1,4 +1,4 @@
-"""Provider context recovery (sessions reference §14): a pruned projection of THIS session's log.
+"""Provider context recovery (docs/reference/sessions.md §14): a pruned projection of THIS session's log.
 
 When the agent cannot `session/load` our saved ACP session, the next prompt it accepts carries this
 projection, so the conversation continues with its history instead of an opaque restart.

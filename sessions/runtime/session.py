@@ -61,7 +61,8 @@ from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
 
 logger = logging.getLogger(__name__)
 
-# Hook events whose required denial (or required failure) stops the session with hook_stopped (hooks.md §5).
+# Hook events whose required denial (or required failure) stops the session with hook_stopped (docs/reference/hooks.md
+# §5).
 GATED_HOOK_EVENTS = frozenset({"input.pre_submit", "prompt.post_assemble", "turn.start", "tool.pre_call",
                                "permission.request"})
 HOOK_STOP_SUMMARY = "session stopped by hook policy"
@@ -193,7 +194,7 @@ class SessionRuntime:
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None:
-        """The cooperative stop path (reference §8). Concurrent callers share one stop."""
+        """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         await self.stop_path.stop(reason, detail, failure=failure, process_gone=process_gone)
 
     async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
@@ -369,7 +370,7 @@ class SessionRuntime:
         is logged with its cause rather than raised into the session's own path."""
         try:
             await self.hook(event, **extra)
-        except Exception:  # tolerated by design (hooks.md §5: observers never block); the cause goes to the log
+        except Exception:  # tolerated by design (docs/reference/hooks.md §5: observers never block): logged
             logger.exception("session %s: hook event %s failed", self.id, event)
 
     async def hook(self, event: str, **extra: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The start path of a session (sessions reference §3): spawn the agent, ACP initialize, session/new or
+"""The start path of a session (docs/reference/sessions.md §3): spawn the agent, ACP initialize, session/new or
 session/load, model and options, then `active` and the queued input; a failed start is classified and kept."""
 
 from __future__ import annotations

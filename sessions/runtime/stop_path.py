@@ -1,4 +1,4 @@
-"""The stop path (sessions reference §8): cooperative first, forceful only when needed, classified, and
+"""The stop path (docs/reference/sessions.md §8): cooperative first, forceful only when needed, classified, and
 recorded before the session reads `stopped`. Concurrent stops share one; a failed stop is retried."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class StopPath:
 
     async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
                    process_gone: bool = False) -> None:
-        """The cooperative stop path (reference §8). Concurrent callers share one stop."""
+        """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         if self._stop_task is None or (self._stop_task.done() and not self._session.stopped.is_set()):
             # A stop that failed (its task ended without the session stopping) is retried, never re-raised.
             self._stop_task = spawn(self._stop(reason, detail, failure, process_gone))

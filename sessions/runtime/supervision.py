@@ -1,4 +1,4 @@
-"""Runtime activity supervision (sessions reference §7): inactivity, not elapsed time, is the failure mode.
+"""Runtime activity supervision (docs/reference/sessions.md §7): inactivity, not elapsed time, is the failure mode.
 
 Supervision decides once, here. The huey sweep (`sessions/jobs.py`) reads durable activity (meta.json
 `liveness.activity`), `decide()`s by the thresholds below and hands the decision to the SessionManager's loop, then

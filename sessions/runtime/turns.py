@@ -95,7 +95,8 @@ class Turns:
             self.turn = turn
             if self._cost is not None:
                 self._cost.turn_started()
-            # The interrupt's salvage is fenced to the next input (sessions reference §6): a turn in between ends it,
+            # The interrupt's salvage is fenced to the next input (docs/reference/sessions.md §6): a turn in between
+            # ends it,
             # so a later steer cannot compose it with text it was never meant for.
             self.input.end_salvage()
             content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
@@ -126,7 +127,8 @@ class Turns:
                 self.turn = None
                 turn.ended.set()
                 raise HookDenied(started.error, data={"hook": started.hook_name, "stops_session": True})
-            # Health follows prompt activity (health reference §3): `prompting` and wake-ineligible once the turn
+            # Health follows prompt activity (docs/reference/health.md §3): `prompting` and wake-ineligible once the
+            # turn
             # is allowed to start, not at its first heartbeat (30 s). Not awaited: the turn never waits on it.
             spawn(self._session.persist())
             turn.task = spawn(self._run_turn(turn))

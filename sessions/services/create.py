@@ -1,4 +1,4 @@
-"""Creating sessions (sessions reference §3): durable admission before 201, and spawned children."""
+"""Creating sessions (docs/reference/sessions.md §3): durable admission before 201, and spawned children."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _check_body(config: Config, body: dict[str, Any]) -> tuple[str, str]:
 def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
                     parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
                     ) -> tuple[SessionRecord, ProviderConfig, list[Path], str]:
-    """Steps 1-5 of creation (reference §3), all durable before we answer 201."""
+    """Steps 1-5 of creation (docs/reference/sessions.md §3), all durable before we answer 201."""
     config = get_config()
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
     effort, speed = _check_body(config, body)

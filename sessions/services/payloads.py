@@ -1,4 +1,5 @@
-"""Session payloads (surfaces reference §4.1): meta.json plus live runtime facts, as every surface shows them."""
+"""Session payloads (docs/reference/surfaces.md §4.1): meta.json plus live runtime facts, as every surface shows
+them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sessions.core.enums import FailureKind, SessionState
 
 
 def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
-    """SessionPayload (surfaces reference §4.1), computed from meta.json plus live runtime facts."""
+    """SessionPayload (docs/reference/surfaces.md §4.1), computed from meta.json plus live runtime facts."""
     runtime = _live_runtime(meta["id"])
     liveness = meta.get("liveness") or {}
     activity_meta = liveness.get("activity") or {}

@@ -1,4 +1,4 @@
-"""Reactivation under the same id and resume attach with holder leases (sessions reference §14-15)."""
+"""Reactivation under the same id and resume attach with holder leases (docs/reference/sessions.md §14-15)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Session recap (sessions reference §15, surfaces §4.7): a deterministic, bounded, redacted snapshot.
+"""Session recap (docs/reference/sessions.md §15, docs/reference/surfaces.md §4.7): a deterministic, bounded, redacted
+snapshot.
 
 Deterministic: everything derives from persisted state (meta.json, events.db, the input queue), so
 the same store gives byte-identical output; `generated_at` is the store's newest timestamp, not the

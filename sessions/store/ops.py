@@ -1,5 +1,5 @@
 """What the store writer commits: events, usage merges and hook runs, and the runs of streamed chunks the recorder
-merges as they arrive (events reference §2), before `EventLog.commit` turns them into rows."""
+merges as they arrive (docs/reference/events.md §2), before `EventLog.commit` turns them into rows."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class HookRun:
 
 StoreOp = NewEvent | UsageUpdate | HookRun
 
-# Streamed text arrives as many small chunks; events reference §2 stores adjacent same-turn chunks of one
+# Streamed text arrives as many small chunks; docs/reference/events.md §2 stores adjacent same-turn chunks of one
 # write batch as one row. Only chunks that differ in nothing but their text merge.
 MERGEABLE_TYPES = frozenset({"agent_message", "thought"})
 # One row holds at most this many chunks, so a long burst reaches viewers and readers as several rows.
@@ -96,7 +96,8 @@ PendingOp = StoreOp | ChunkRun
 
 
 def append_op(ops: list[PendingOp], op: StoreOp) -> None:
-    """Append `op` to `ops`; a chunk that events reference §2 lets merge joins the run before it or starts one."""
+    """Append `op` to `ops`; a chunk that docs/reference/events.md §2 lets merge joins the run before it or starts
+    one."""
     if type(op) is NewEvent and op.type in MERGEABLE_TYPES and not op.id and type(op.content.get("text")) is str:
         prev = ops[-1] if ops else None
         if type(prev) is ChunkRun and prev.takes(op):

@@ -1,4 +1,4 @@
-"""Busy-input modes against the real daemon and the scripted agent (sessions reference §6): the FIFO queue
+"""Busy-input modes against the real daemon and the scripted agent (docs/reference/sessions.md §6): the FIFO queue
 and its cap, interrupt with a generation fence, the dedicated interrupt's salvage for one steer, steer at a
 tool-result boundary and its queue fallback, canceling queued entries, and the transcript marker that every
 transition leaves."""

@@ -175,7 +175,8 @@ def test_a_megabyte_of_stderr_at_start_does_not_hang_the_start(daemon: Daemon, w
 def test_streamed_updates_keep_their_order_with_gap_free_sequences(daemon: Daemon, workspace: Path) -> None:
     session = daemon.create(workspace)
     turn = daemon.run_turn(session["id"], "stream 2000", timeout=60)
-    # Adjacent chunks of one write batch share a row (events §2): the text, in order, is what must hold.
+    # Adjacent chunks of one write batch share a row (docs/reference/events.md §2): the text, in order, is what must
+    # hold.
     assert "".join(texts(turn)) == "".join(f"c{i} " for i in range(2000))
     everything = daemon.all_events(session["id"])
     assert [e["sequence"] for e in everything] == list(range(1, len(everything) + 1))

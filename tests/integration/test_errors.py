@@ -1,5 +1,6 @@
 """Bad input end to end: the guard's refusal in the common error shape, and the CLI printing one line on stderr (JSON
-with `-o json`) and exiting with the sysexits code for that status (surfaces reference §1), against the real daemon.
+with `-o json`) and exiting with the sysexits code for that status (docs/reference/surfaces.md §1), against the real
+daemon.
 The HTTP error bodies themselves are tested in-process in tests/unit/test_api_errors.py."""
 
 from __future__ import annotations

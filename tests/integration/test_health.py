@@ -1,4 +1,4 @@
-"""Session health and wakes against the real daemon and the scripted agent (health reference §1-§4)."""
+"""Session health and wakes against the real daemon and the scripted agent (docs/reference/health.md §1-§4)."""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ def test_markers_stay_where_they_happened(daemon: Daemon, workspace: Path) -> No
 
 def test_history_keeps_the_newest_turns_and_bounds_a_huge_turn(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace)["id"]
-    # 750 tool calls and their results: 1,500 rows that never merge (streamed text chunks do, events §2).
+    # 750 tool calls and their results: 1,500 rows that never merge (streamed text chunks do, docs/reference/events.md
+    # §2).
     for text in ("echo one", "echo two", "tools 750 0"):
         daemon.run_turn(sid, text, timeout=90)
     turns = daemon.cli_json("session", "history", sid)

@@ -1,4 +1,4 @@
-"""The prompt stream (events reference §6.2) against the real daemon and the scripted agent: a prompt that
+"""The prompt stream (docs/reference/events.md §6.2) against the real daemon and the scripted agent: a prompt that
 starts a turn answers with the AI SDK's UI message stream, read here by the real AI SDK (the npm package
 `ai`, tests/aisdk/chat.mjs) and by a plain SSE parser; `?format=raw` answers the CLI's raw frames; queued and
 staged prompts and clients that ask for JSON keep the JSON prompt result; a viewer that leaves never ends

@@ -1,4 +1,4 @@
-"""Reactivation and resume against the real daemon (sessions reference §14-15): a stopped session comes back
+"""Reactivation and resume against the real daemon (docs/reference/sessions.md §14-15): a stopped session comes back
 under the same id, with the log replayed to an agent that cannot `session/load` and no replay to one that
 can; a first prompt staged by a failed start runs once; a session whose workspace is gone is refused; and
 `session resume` takes a holder lease that excludes others."""

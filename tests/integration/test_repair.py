@@ -1,4 +1,4 @@
-"""Crash repair with the real daemon (sessions reference §13): a daemon SIGKILLed mid tool call leaves an
+"""Crash repair with the real daemon (docs/reference/sessions.md §13): a daemon SIGKILLed mid tool call leaves an
 `active` session with a dangling tool call; `manage.py repair_sessions` plans the repair with the daemon
 down; the restarted daemon's boot repair stops the session and terminalizes the turn; a second repair
 appends nothing. Also: live sessions are refused, and `rebuild_catalog` restores a lost catalog."""

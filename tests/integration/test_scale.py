@@ -358,7 +358,7 @@ def test_when_a_node_dies_the_survivor_stops_its_sessions_and_continues_one_unde
         wait_for(lambda sid=sid: meta(cluster, sid)["state"] == "stopped", timeout=60,
                  what=f"{sid} stopped by node B's failover")
     took = time.monotonic() - killed_at
-    # Its interrupted turn is closed once, by the survivor that claimed the lease (sessions reference §13).
+    # Its interrupted turn is closed once, by the survivor that claimed the lease (docs/reference/sessions.md §13).
     wait_for(lambda: len([e for e in b.all_events(hung) if e["sequence"] > crash_sequence]) >= 2, timeout=30,
              what="both repair events")
     appended = [e for e in b.all_events(hung) if e["sequence"] > crash_sequence]

@@ -1,5 +1,6 @@
-"""Every stop reason and failure kind the scripted agent can provoke, against the real daemon (sessions
-reference §7-§11): inactivity timeout with and without a cooperative agent, crash, unexpected clean exit,
+"""Every stop reason and failure kind the scripted agent can provoke, against the real daemon
+(docs/reference/sessions.md
+§7-§11): inactivity timeout with and without a cooperative agent, crash, unexpected clean exit,
 user stop, daemon shutdown, broken handshake, missing executable and the wall-clock limit. Each failure
 object must be the same in `session status`, `session list`, the raw SSE terminal frame and `compozy status`."""
 
@@ -18,7 +19,7 @@ from tests.conftest import Daemon, chunk_count, markers, of_type, start_daemon, 
 from tests.sse import Frame, frames, open_stream
 
 NO_TITLE = '[roles.auto_title]\nenabled = false\n'
-# Shortened supervision (config reference §3); waits stay generous for a loaded machine.
+# Shortened supervision (docs/reference/config.md §3); waits stay generous for a loaded machine.
 SUPERVISION = (
     '[session.supervision]\nactivity_heartbeat_interval = "0.5s"\ninactivity_warning_after = "2s"\n'
     'inactivity_timeout = "4s"\ntimeout_cancel_grace = "1s"\nprogress_notify_interval = "0s"\n'

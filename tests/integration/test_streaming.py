@@ -1,4 +1,4 @@
-"""SSE live tails against the real daemon (events reference §6): gap-free raw resume, transcript snapshots
+"""SSE live tails against the real daemon (docs/reference/events.md §6): gap-free raw resume, transcript snapshots
 and fenced deltas, terminal frames, the catalog stream, `session events --follow`, and the recap."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Auto-title (`roles.auto_title`, sessions reference §3) against the real daemon and the offline demo agent,
+"""Auto-title (`roles.auto_title`, docs/reference/sessions.md §3) against the real daemon and the offline demo agent,
 which answers title requests deterministically: an unnamed session is titled once after its first reply,
 an explicit name is never replaced, and `compozy session rename` wins over the title pass."""
 

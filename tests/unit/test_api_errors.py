@@ -1,4 +1,5 @@
-"""Bad requests get a JSON error body with a stable code and the right HTTP status (surfaces reference §1), and a
+"""Bad requests get a JSON error body with a stable code and the right HTTP status (docs/reference/surfaces.md §1),
+and a
 refused create leaves no session behind. In-process (tests/inproc.py): the real URL conf, middleware, NinjaAPI and
 store, no daemon. The guard, the CLI's one-line errors and exit codes, and what needs a live agent are in
 tests/integration/test_errors.py."""

@@ -1,4 +1,4 @@
-"""The derivation rules of health reference §2, one meta snapshot at a time (pure functions, no database)."""
+"""The derivation rules of docs/reference/health.md §2, one meta snapshot at a time (pure functions, no database)."""
 
 from __future__ import annotations
 

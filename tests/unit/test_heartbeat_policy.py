@@ -1,4 +1,5 @@
-"""HEARTBEAT.md grammar and time windows (health reference §5), by property: the parser never raises and round-trips
+"""HEARTBEAT.md grammar and time windows (docs/reference/health.md §5), by property: the parser never raises and
+round-trips
 what it accepts; quiet windows wrap midnight, are zone-invariant, and follow the wall clock across DST changes."""
 
 from __future__ import annotations

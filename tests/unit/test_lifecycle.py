@@ -1,4 +1,4 @@
-"""The state machine and the stop classification rules (sessions reference §4, §10, §11)."""
+"""The state machine and the stop classification rules (docs/reference/sessions.md §4, §10, §11)."""
 
 from __future__ import annotations
 

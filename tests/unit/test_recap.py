@@ -1,4 +1,5 @@
-"""The recap (sessions reference §15, surfaces §4.7) over real events.db files, meta.json and catalog rows."""
+"""The recap (docs/reference/sessions.md §15, docs/reference/surfaces.md §4.7) over real events.db files, meta.json
+and catalog rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transcript repair (sessions reference §13) over real events.db files in a temporary COMPOZY_HOME."""
+"""Transcript repair (docs/reference/sessions.md §13) over real events.db files in a temporary COMPOZY_HOME."""
 
 from __future__ import annotations
 

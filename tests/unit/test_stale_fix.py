@@ -1,4 +1,5 @@
-"""The stale-state mapping (sessions reference §13, `sessions/stale_repair.stale_fix`) branch by branch, with its
+"""The stale-state mapping (docs/reference/sessions.md §13, `sessions/stale_repair.stale_fix`) branch by branch, with
+its
 clock as a parameter: a live state no daemon owns becomes `stopped` with the rule's reason, failure kind and detail;
 an agent that outlived its daemon (a real process, matched by pid and start time) is named in the detail, and is
 stalled once its last activity is STALL_AGE old; a stop the catalog recorded first stands. The daemon-level wiring

@@ -1,4 +1,5 @@
-"""What the supervision sweep proposes (`sessions/supervision.decide`, sessions reference §7) from meta.json's durable
+"""What the supervision sweep proposes (`sessions/supervision.decide`, docs/reference/sessions.md §7) from meta.json's
+durable
 activity and a given `now`, branch by branch: the wall-clock limit, progress notes, the inactivity warning and
 timeout, and the sessions nothing is proposed for; how often the sweep runs (`sweep_interval`); and the fence the
 owner carries a decision out behind (`refusal`): what a stale read decided is refused, and nothing is decided twice.

@@ -1,4 +1,4 @@
-"""Transcript assembly (events reference §5) over real events.db files written with EventLog."""
+"""Transcript assembly (docs/reference/events.md §5) over real events.db files written with EventLog."""
 
 from __future__ import annotations
 

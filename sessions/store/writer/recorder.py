@@ -1,7 +1,7 @@
 """The session's store writer: group commit off the event loop.
 
 `record` is synchronous and cheap, so the ACP receive loop can call it in arrival order; adjacent streamed
-chunks merge there as they arrive (events reference §2), one list append each. Everything
+chunks merge there as they arrive (docs/reference/events.md §2), one list append each. Everything
 recorded while a commit is in flight becomes the next batch (group commit: the busier the session, the
 bigger the batches). Commits run on the loop's shared store writer (store/writer/shared.py: every session's
 batches in one hand-off, at most every 5 ms, committed by its thread, or under load by the store writer process,

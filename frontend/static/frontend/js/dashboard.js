@@ -138,7 +138,7 @@ function costCell(usage) {
   return el("td", { class: "col-cost", title: context }, cost || el("span", { class: "muted" }, "–"));
 }
 
-// Health and wake eligibility (health reference §1): the pill is the health value, the line under it says whether
+// Health and wake eligibility (docs/reference/health.md §1): the pill is the health value, the line under it says whether
 // the wake service may target the session, or the closed reason it may not.
 function healthCell(s) {
   const h = s.health;
