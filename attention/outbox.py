@@ -1,10 +1,11 @@
 """The webhook outbox: an event that needs a person becomes one row per subscribed webhook, when it is recorded.
 
-Session events are read off every saved record (`catalog.META_SAVED`, on the runtime's DB thread): a permission
+Session events are read off every saved record (the `sessions.catalog.index.meta_saved` signal, on the runtime's
+DB thread): a permission
 request the record lists, a stop with a failure, a provider that wants a login, the turn that ended last. Each event
 has an id derived from what it is about and when it began, and a row's id is that id plus the webhook's, so a
 record saved again (a heartbeat, boot repair, another node's failover) writes nothing new. A task's `needs_attention`
-comes from its history row, in the same transaction (`tasks.history.NOTED`).
+comes from its history row, in the same transaction (the `tasks.history.task_noted` signal).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | 
 
 
 def on_meta_saved(rec: SessionRecord) -> None:
-    """catalog.META_SAVED: the record's events into the outbox. A failure here never fails the save (the record
+    """`meta_saved` (connected in attention/receivers.py): the record's events into the outbox. A failure here
+    never fails the save (the record
     is written already); it is logged with its cause, and the next save of the record writes the rows."""
     try:
         config = get_config().notifications  # loaded once per process (a manage.py command loads it here)
@@ -99,7 +101,8 @@ def on_meta_saved(rec: SessionRecord) -> None:
 
 
 def on_task_noted(row: TaskEvent) -> None:
-    """tasks.history.NOTED: inside the task's transaction, so a failure here rolls the task's change back too (the
+    """`task_noted` (connected in attention/receivers.py): inside the task's transaction, so a failure here rolls
+    the task's change back too (the
     task cycle retries it) rather than lose the event."""
     if row.kind != TaskEventKind.NEEDS_ATTENTION:
         return

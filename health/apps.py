@@ -8,13 +8,11 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         # Register the health jobs with huey for `manage.py run_huey` too (the daemon imports them itself).
         import health.jobs  # noqa: F401
-        from health.services import boot_recompute, on_meta_saved
-        from sessions.catalog import index as catalog
-        from sessions.repair.boot import BOOT_REPAIRED
+        from health import receivers
+        from sessions.catalog.index import meta_saved
+        from sessions.repair.boot import boot_repair_finished
 
-        # Every metadata save derives the session's health row (sessions/catalog/index.py calls what is registered).
-        if on_meta_saved not in catalog.META_SAVED:
-            catalog.META_SAVED.append(on_meta_saved)
-        # Once per daemon start, after boot repair: health from the repaired metadata (sessions/jobs.py calls it).
-        if boot_recompute not in BOOT_REPAIRED:
-            BOOT_REPAIRED.append(boot_recompute)
+        # Every metadata save derives the session's health row (sessions/catalog/index.py sends it).
+        meta_saved.connect(receivers.derive_health, dispatch_uid="health.derive")
+        # Once per daemon start, after boot repair: health from the repaired metadata (sessions/jobs.py sends it).
+        boot_repair_finished.connect(receivers.recompute_after_boot, dispatch_uid="health.boot_recompute")

@@ -28,7 +28,7 @@ from compozy_base.home import sessions_dir
 from sessions.catalog import cluster
 from sessions.catalog.claims import claim_tick, owner_id
 from sessions.catalog.ownership import local_manager
-from sessions.repair.boot import BOOT_REPAIRED, boot_repair_all
+from sessions.repair.boot import boot_repair_all, boot_repair_finished
 from sessions.runtime.supervision import decide, sweep_interval
 from sessions.services.create import reap_candidates
 from sessions.store import folder
@@ -101,8 +101,8 @@ def boot_repair(run: str) -> dict[str, int] | None:
     try:
         return boot_repair_all(run)
     finally:
-        for after_repair in BOOT_REPAIRED:  # health's recompute, before any wake consumer (they wait for it)
-            after_repair(run)
+        # health's recompute, before any wake consumer (they wait for it)
+        boot_repair_finished.send(sender=None, run=run)
 
 
 @db_task()

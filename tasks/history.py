@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+
+from django.dispatch import Signal
 
 from sessions.store import folder
 from tasks.enums import TaskAction, TaskEventKind, TaskReason
@@ -20,10 +21,10 @@ def new_run_id() -> str:
     return f"run_{secrets.token_hex(8)}"
 
 
-# What follows every history row, inside the caller's transaction: the attention app registers its webhook outbox
-# here when Django starts (attention/apps.py), so a task turning `needs_attention` and its outbox row commit together,
-# and tasks never import the app above it (the pattern of catalog.META_SAVED).
-NOTED: list[Callable[[TaskEvent], object]] = []
+# Sent after every history row, with `event` (the TaskEvent), inside the caller's transaction: the attention app
+# connects its webhook outbox in attention/apps.py, so a task turning `needs_attention` and its outbox row commit
+# together, and tasks never import the app above it (the pattern of sessions.catalog.index.meta_saved).
+task_noted = Signal()
 
 
 def note(task_id: str, kind: TaskEventKind, *, run_id: str | None = None, reason: TaskReason = TaskReason.NONE,
@@ -31,8 +32,7 @@ def note(task_id: str, kind: TaskEventKind, *, run_id: str | None = None, reason
          now: datetime | None = None) -> TaskEvent:
     row = TaskEvent.objects.create(task_id=task_id, run_id=run_id, kind=kind.value, reason=reason.value,
                                    action=action.value, detail=detail or {}, created_at=now or folder.utcnow())
-    for follow in NOTED:
-        follow(row)
+    task_noted.send(sender=TaskEvent, event=row)
     return row
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.dispatch import Signal
 
 from sessions.catalog.cluster import node_id
 from sessions.core.enums import SessionState
@@ -138,15 +138,17 @@ def check_root(ws: Workspace) -> None:
                    data={"workspace_id": ws.id, "root_dir": ws.root_dir})
 
 
-# What follows every save of a session's metadata. The health app registers its derivation here when Django
-# starts (health/apps.py): health is derived where every lifecycle change and turn heartbeat lands, off the
-# event loop, and the catalog stays below the apps that build on it (no import of health from here).
-META_SAVED: list[Callable[[SessionRecord], object]] = []
+# Sent after every save of a session's metadata, with `record` (the SessionRecord saved), on the thread that saved
+# it (the runtime's DB thread, off the event loop). Its receivers connect in their AppConfig.ready(): health derives
+# the session's health row (health/apps.py), attention writes the webhook events the record carries to its outbox
+# (attention/apps.py). A signal keeps the catalog below the apps that build on it (no import of them from here), and
+# `send` (not `send_robust`) lets a receiver's failure reach the saver, as a direct call would.
+meta_saved = Signal()
 
 
-def meta_saved(rec: SessionRecord) -> None:
-    for follow in META_SAVED:
-        follow(rec)
+def announce_saved(rec: SessionRecord) -> None:
+    """What follows a save of `rec`: `meta_saved` sent to its receivers."""
+    meta_saved.send(sender=SessionRecord, record=rec)
 
 
 def save_meta(rec: SessionRecord) -> None:
@@ -158,10 +160,10 @@ def save_meta(rec: SessionRecord) -> None:
         write_meta(rec)
     except OSError:
         upsert_session_row(rec)
-        meta_saved(rec)
+        announce_saved(rec)
         raise
     upsert_session_row(rec)
-    meta_saved(rec)
+    announce_saved(rec)
 
 
 def upsert_session_row(rec: SessionRecord) -> None:

@@ -58,6 +58,8 @@ class LocalManager(Protocol):
     def get(self, session_id: str) -> Any: ...
 
 
+# This process's manager: set and read only through the two functions below (`set_local_manager` is called by the
+# runtime's `set_manager` alone), so there is one reference to it in the process, and no reader touches the name.
 _manager: LocalManager | None = None
 # The holders read in this request (session id → holder or None); None outside `one_lease_read()`.
 _read: ContextVar[dict[str, cluster.Holder | None] | None] = ContextVar("compozy_lease_read", default=None)
@@ -74,7 +76,7 @@ def local_manager() -> LocalManager | None:
 
 def runs_here(session_id: str) -> bool:
     """This process runs (or is starting) the session's runtime: no catalog read."""
-    manager = _manager
+    manager = local_manager()
     return manager is not None and manager.owns(session_id)
 
 
@@ -102,7 +104,7 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> cluster.Ho
 def owner(session_id: str, now: datetime | None = None) -> Owner:
     if runs_here(session_id):
         return Owner(Where.HERE)
-    if _manager is None and daemon_running():
+    if local_manager() is None and daemon_running():
         return Owner(Where.THIS_HOME)
     holder = holder_elsewhere(session_id, now)
     return Owner(Where.ELSEWHERE, holder) if holder is not None else Owner(Where.NOBODY)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from django.dispatch import Signal
 
 from compozy_base.daemon_record import read_daemon_record
 from compozy_base.home import boot_report_path
@@ -33,10 +34,10 @@ from sessions.store import folder
 
 logger = logging.getLogger(__name__)
 
-# Called with the daemon start's `run` once its boot repair has run, even one that failed: apps that derive state
-# from session metadata (health registers its recompute, health/apps.py) do it from the repaired metadata, before
-# any of their consumers start (the same pattern as catalog.META_SAVED).
-BOOT_REPAIRED: list[Callable[[str], object]] = []
+# Sent with the daemon start's `run` once its boot repair has run, even one that failed (sessions/jobs.py): apps that
+# derive state from session metadata (health connects its recompute, health/apps.py) do it from the repaired
+# metadata, before any of their consumers start (the pattern of sessions.catalog.index.meta_saved).
+boot_repair_finished = Signal()
 
 
 def _interrupted(path: Path) -> bool:

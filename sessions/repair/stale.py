@@ -114,7 +114,7 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     folder.write_meta(rec)
     try:
         catalog.upsert_session_row(rec)
-        catalog.meta_saved(rec)
+        catalog.announce_saved(rec)
 
         InputEntry.objects.filter(session_id=fixed["id"], status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED)

@@ -30,21 +30,19 @@ logger = logging.getLogger(__name__)
 # an operator frees it, so a few seconds is prompt without spinning.
 RESAVE_INTERVAL_SECONDS = 2.0
 
-_manager: SessionManager | None = None
-
-
 def get_manager() -> SessionManager:
-    """The manager of this daemon process; API calls made outside a daemon get 503 (`ownership.local_manager()`
-    is the way to ask without raising, and without importing the runtime)."""
-    if _manager is None:
+    """The manager of this daemon process, as the runtime knows it; API calls made outside a daemon get 503. The one
+    reference is ownership's (`ownership.local_manager()`, the way to ask without raising and without importing the
+    runtime); this only narrows it to the runtime's type."""
+    manager = ownership.local_manager()
+    if manager is None:
         raise Unavailable("the Compozy daemon is not running in this process", code="daemon_unavailable")
-    return _manager
+    assert isinstance(manager, SessionManager), manager  # only set_manager sets it
+    return manager
 
 
 def set_manager(manager: SessionManager | None) -> None:
-    """The one setter: this module's typed reference and the ownership registry change together."""
-    global _manager
-    _manager = manager
+    """The one setter (the launcher's, at start and at exit)."""
     ownership.set_local_manager(manager)
 
 
