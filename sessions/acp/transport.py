@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, SupportsIndex
 
-from acp._transport import NdjsonTransport
 from acp.task import MessageSender, TaskSupervisor
 
 from sessions.store.clean import may_hold_surrogate, scrub
@@ -68,18 +67,23 @@ class TappedReader(asyncio.StreamReader):
         super().feed_data(data)
 
 
-class RecordingTransport(NdjsonTransport):
+class RecordingTransport:
     """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder.
 
     Lines are read in bulk: one `read` takes what the pipe holds, one decode and one split serve all its lines,
     and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
-    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
+    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk.
+
+    A message transport as the SDK's `Connection(handler, transport)` takes one (send, receive, close), written
+    out rather than inherited from the SDK's own NDJSON transport, which lives in a private module
+    (`acp._transport`); sending goes through the SDK's public `acp.task.MessageSender`, as that one's does."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink,
                  others_waiting: Callable[[], bool] | None = None, on_violation: ViolationSink | None = None,
                  on_eof: Callable[[], None] | None = None) -> None:
         self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
-        super().__init__(reader, MessageSender(writer, self._supervisor))
+        self._reader = reader
+        self._sender = MessageSender(writer, self._supervisor)
         self._on_update = on_update
         self._on_violation = on_violation
         self._on_eof = on_eof
@@ -99,7 +103,7 @@ class RecordingTransport(NdjsonTransport):
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
             self._asked.add(message["id"])  # before the write: the answer cannot come first
-        await super().send(message)
+        await self._sender.send(message)
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0
@@ -257,6 +261,6 @@ class RecordingTransport(NdjsonTransport):
         if isinstance(self._reader, TappedReader):
             self._reader.tap = None  # a closed connection records nothing more, as its stopped receive loop would
         try:
-            await super().close()
+            await self._sender.close()
         finally:
             await self._supervisor.shutdown()
