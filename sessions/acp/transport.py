@@ -53,18 +53,32 @@ class TappedReader(asyncio.StreamReader):
 
     Why: an agent streaming at a model's pace sends one line per read, and through the buffer each one woke the
     receive task and took a buffered read (a future, a task step, a copy). Capacity at 200 sessions, three
-    alternating pairs: 170 → 164 µs of daemon CPU a chunk (bench/README)."""
+    alternating pairs: 170 → 164 µs of daemon CPU a chunk (bench/README).
+
+    "Nothing is buffered" is `unread == 0`: the bytes this reader buffered, less those its one consumer (the
+    transport's `_fill`, through the public `read`) reported with `consumed`. StreamReader's own count of them
+    is its private `_buffer`, which this once read; the count costs an addition per buffered read. A reader
+    read some other way would keep `unread` above 0: it would only stop tapping, never reorder a line."""
 
     tap: Callable[[bytes], bytes] | None = None
+    unread = 0
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        tap = self.tap
-        # The pipe's protocol feeds bytes; `_buffer` is StreamReader's own.
-        if tap is not None and isinstance(data, bytes) and not self._buffer:  # type: ignore[attr-defined]
-            data = tap(data)
-            if not data:
-                return
-        super().feed_data(data)
+        if isinstance(data, bytes):  # what the pipe's protocol feeds
+            tap = self.tap
+            if tap is not None and not self.unread:
+                data = tap(data)
+                if not data:
+                    return
+            chunk = data
+        else:
+            chunk = bytes(data)  # buffered as StreamReader would, and counted
+        super().feed_data(chunk)
+        self.unread += len(chunk)
+
+    def consumed(self, count: int) -> None:
+        """`count` bytes were read out of the buffer."""
+        self.unread -= count
 
 
 class RecordingTransport:
@@ -97,8 +111,9 @@ class RecordingTransport:
         # Ids of our requests not answered yet (one given up on stays: its late answer is no violation). The SDK
         # drops a response it cannot match without a word, and the request the agent meant to answer then waits.
         self._asked: set[int | str] = set()
-        if isinstance(reader, TappedReader):
-            reader.tap = self._tap
+        self._tapped = reader if isinstance(reader, TappedReader) else None
+        if self._tapped is not None:
+            self._tapped.tap = self._tap
 
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
@@ -224,6 +239,8 @@ class RecordingTransport:
     async def _fill(self) -> bool:
         """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
         data = await self._reader.read(READ_BYTES)
+        if self._tapped is not None:
+            self._tapped.consumed(len(data))
         if not data:
             self._eof = True
             if self._on_eof is not None:
@@ -258,8 +275,8 @@ class RecordingTransport:
         return True
 
     async def close(self) -> None:
-        if isinstance(self._reader, TappedReader):
-            self._reader.tap = None  # a closed connection records nothing more, as its stopped receive loop would
+        if self._tapped is not None:
+            self._tapped.tap = None  # a closed connection records nothing more, as its stopped receive loop would
         try:
             await self._sender.close()
         finally:
