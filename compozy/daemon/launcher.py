@@ -210,8 +210,13 @@ def run_foreground(port: int | None = None) -> int:
     sock = config.socket
     _bind_socket_path(sock)
 
-    # daphne installs Twisted on its own new loop without making it current: use the reactor's loop.
-    loop: asyncio.AbstractEventLoop = reactor._asyncioEventloop
+    # daphne installs Twisted's reactor on a new asyncio loop of its own, `daphne.server.twisted_loop` (its module,
+    # imported first by _prepare_django, installs it), without making it current: the sessions run on that loop.
+    # Twisted's reactor keeps the loop in a private attribute (`_asyncioEventloop`), which this once read;
+    # tests/unit/test_private_parts.py checks that the reactor runs on daphne's loop.
+    from daphne.server import twisted_loop
+
+    loop: asyncio.AbstractEventLoop = twisted_loop
     asyncio.set_event_loop(loop)
     manager = SessionManager(config)
     manager.bind_loop(loop)

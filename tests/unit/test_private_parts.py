@@ -2,17 +2,25 @@
 
 Replaced by public APIs, and checked here that they do what the private part did:
 - the agent's stdout reader knows that nothing is buffered from its own count (sessions/acp/transport.py
-  `TappedReader.unread`), not from asyncio StreamReader's private `_buffer`.
+  `TappedReader.unread`), not from asyncio StreamReader's private `_buffer`;
+- the daemon's sessions run on `daphne.server.twisted_loop`, the loop daphne installs Twisted's reactor on
+  (compozy/daemon/launcher.py), not on the loop read from the reactor's private `_asyncioEventloop`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from sessions.acp import transport as transport_mod
 from sessions.acp.transport import TappedReader
 from tests.unit.test_ndjson_reader import line, opened, run, update
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _line_of(size: int, n: int) -> bytes:
@@ -51,3 +59,27 @@ def test_a_short_read_behind_bytes_still_buffered_is_not_tapped_ahead_of_them() 
             assert reader.unread == 0
 
     run(main)
+
+
+def test_the_reactor_runs_on_daphnes_loop_the_daemon_binds_its_sessions_to(tmp_path: Path) -> None:
+    """The launcher binds the SessionManager and the signal handlers to `daphne.server.twisted_loop` before the
+    reactor runs: with daphne.server imported first (the launcher's `_prepare_django`), the reactor runs on it."""
+    code = ("import asyncio\n"
+            "from compozy.daemon.launcher import _prepare_django\n"
+            "_prepare_django()\n"
+            "from daphne.server import twisted_loop\n"
+            "from twisted.internet import reactor\n"
+            "seen = []\n"
+            "def check():\n"
+            "    try:\n"
+            "        seen.append(asyncio.get_running_loop() is twisted_loop)\n"
+            "    finally:\n"
+            "        reactor.stop()\n"
+            "reactor.callLater(0, check)\n"
+            "reactor.run(installSignalHandlers=False)\n"
+            "print(seen)\n")
+    env = {**os.environ, "COMPOZY_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[True]", result.stdout
