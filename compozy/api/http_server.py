@@ -261,7 +261,11 @@ class GuardedHTTPFactory(HTTPFactory):
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = GuardedRequest
-        channel = getattr(protocol, "_channel", protocol)  # Twisted's HTTP/1.1-or-2 wrapper, or the channel
+        # Twisted answers a head it cannot read with a bare 400 through the HTTP/1.1 channel's private
+        # `_respondToBadRequestAndDisconnect` (no public hook), found behind the HTTP/1.1-or-2 wrapper's private
+        # `_channel`; a channel without it keeps Twisted's answer. Twisted is pinned to the releases this was measured
+        # on, and tests/unit/test_private_parts.py fails on any other and when the hook no longer answers.
+        channel = getattr(protocol, "_channel", protocol)
         if hasattr(channel, "_respondToBadRequestAndDisconnect"):
             channel._respondToBadRequestAndDisconnect = lambda: _bad_head(channel)
             channel.lineLengthExceeded = lambda line: _bad_head(channel)  # Twisted would just hang up
@@ -323,8 +327,14 @@ class _Connection:
             self.deadline.next_request()
 
 
-# The parts of Twisted's FileDescriptor this module reads: a transport without them (another Twisted version, another
-# kind of connection) keeps Twisted's own write path and reports no backlog.
+# Twisted's internals, on purpose: Twisted has no public count of the bytes it holds for a connection (the event
+# streams' backpressure waits on it: sessions/live/pressure.py; a registered producer is told only when the queue
+# passes its 64 KiB bufferSize) and no public way to send at once when nothing is queued (`write_through`). Both
+# read FileDescriptor's send queue: `dataBuffer` from `offset` on, then the writes not yet joined to it
+# (`_tempDataBuffer`, `_tempDataLen`); the write path also reads `_writeDisconnected` (write side shut) and replaces
+# the transport's `write`/`writeSequence`. Twisted is pinned in pyproject.toml to the releases this was measured on,
+# and tests/unit/test_private_parts.py fails on any other and on a queue of another shape. A transport without these
+# parts (another kind of connection) keeps Twisted's own write path and reports no backlog.
 _QUEUE_ATTRS = ("dataBuffer", "offset", "_tempDataBuffer", "_tempDataLen")
 
 
@@ -343,7 +353,8 @@ def write_through(transport: Any) -> None:
     Twisted queues every write and sends it on the next writable event: for a live SSE frame that is an
     `epoll_ctl` to watch the socket, a loop iteration and the reactor's logging-context dispatch, the send, and
     another `epoll_ctl` to stop watching, per viewer per event. A send the socket cannot take whole (a slow
-    client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's."""
+    client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's. What it relies
+    on in Twisted, and the test that guards it: the comment above `_QUEUE_ATTRS`."""
     sock = getattr(transport, "socket", None)
     if sock is None or not has_queue(transport) or not hasattr(transport, "_writeDisconnected"):
         return  # not a plain TCP/UNIX connection of the Twisted version this was written against: keep its path
@@ -386,6 +397,8 @@ class GuardedServer(Server):
         self.connection_limits = connection_limits
 
     # daphne's run() builds `HTTPFactory(self)` inline with no hook; assigning it lands here and we build ours.
+    # daphne is pinned to the releases this was measured on; tests/unit/test_private_parts.py fails on any other and
+    # when run() no longer builds its factory by this assignment.
     @property
     def http_factory(self) -> HTTPFactory:
         return self._http_factory

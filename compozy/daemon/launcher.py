@@ -21,9 +21,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compozy_base import process
+from compozy_base.auth import cluster_token, cluster_token_state, ensure_token
+from compozy_base.daemon_record import read_daemon_record, running_record
+from compozy_base.home import (
+    boot_report_path,
+    compozy_home,
+    daemon_record_path,
+    enter_private_umask,
+    make_private,
+    token_path,
+)
+
 if TYPE_CHECKING:
-    from compozy.api.http_server import ConnectionLimits
+    from compozy.api.http_server import ConnectionLimits, GuardedServer
+    from compozy.daemon.consumer import InProcessConsumer
     from compozy_base.config.loader import Config
+    from sessions.runtime.manager import SessionManager
 
 logger = logging.getLogger("compozy.daemon")
 
@@ -83,8 +97,6 @@ def database_label() -> str:
 
     url = os.environ.get("DATABASE_URL", "")
     if not url:
-        from compozy_base.home import compozy_home
-
         return f"the catalog {compozy_home() / 'catalog.sqlite3'}"
     try:
         parts = urlsplit(url)
@@ -154,8 +166,6 @@ def _clear_stale_lock(lock: Path) -> None:
         pid = int(os.readlink(lock))
     except (OSError, ValueError):
         return
-    from compozy_base import process
-
     # A zombie counts as gone; a live pid is a daemon only if it runs compozy.
     ours = pid != os.getpid() and process.alive(pid) and b"compozy" in process.command_line(pid)
     if not ours:
@@ -164,132 +174,226 @@ def _clear_stale_lock(lock: Path) -> None:
             lock.unlink()
 
 
+# Daemon-only imports (Django and what needs it, daphne, Twisted, channels, huey, the session runtime) are made in the
+# step that needs them, not at the top: the CLI imports this module for `daemon start` and `daemon stop`, which must
+# not pay for them (a detached start only spawns `--foreground`; the CLI never imports Django: test_cli_imports.py).
+
+
 def run_foreground(port: int | None = None) -> int:
     """Run the daemon in this process until SIGTERM/SIGINT. Returns the exit code."""
-    from compozy_base.daemon_record import read_daemon_record, running_record
-    from compozy_base.home import compozy_home, daemon_record_path, enter_private_umask, make_private, token_path
+    home = _claim_home()
+    raise_open_file_limit()
+    # config.toml and DATABASE_URL first: a start they refuse says so at once, not after Django's set-up.
+    config = _accepted_config()
+    check_database_url()
+    _prepare_django()
+    for unknown in config.unknown_keys:
+        logger.warning("config.toml: %s", unknown.message())
+    _register_secrets(config, home)
+    _warn_if_cluster_token_refused()
+    migrate_or_say_why()
+    http_port = config.http_port if port is None else port
+    _check_port_free(config.http_host, http_port)
+    sock = config.socket
+    _bind_socket_path(sock)
+    loop, manager = _start_session_manager(config)
+    start = _Start(config, home, http_port, sock, started_at=_take_cluster_identity(config, http_port))
+    state: dict[str, Any] = {"stopping": False}
+    consumer = _huey_consumer()
+    server = _guarded_server(config, _endpoints(config.http_host, http_port, sock),
+                             on_ready=lambda listening: _when_listening(start, listening, state, manager, consumer))
+    _stop_on_signals(loop, state, manager, consumer)
+    _serve(server, start, state)
+    return 0
 
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """What one foreground start settled before it serves, read again once it listens and when it ends."""
+
+    config: Config
+    home: Path
+    http_port: int  # as asked: 0 lets the OS pick
+    sock: Path
+    started_at: str  # this daemon start: the run of its leases and of boot repair
+
+
+def _claim_home() -> Path:
+    """This home, made private, with no daemon running in it."""
     home = compozy_home()
     # Before anything is created: the socket, catalogs, logs and SQLite's -wal/-shm are all born owner-only.
     enter_private_umask()
     if (running := running_record()) is not None:
         raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
     make_private(home)
-    raise_open_file_limit()
+    return home
 
-    # config.toml and DATABASE_URL first: a start they refuse says so at once, not after Django's set-up.
-    config = _accepted_config()
-    check_database_url()
-    _prepare_django()
-    from channels.routing import get_default_application
 
-    from compozy.api.http_server import GuardedServer, reactor
-    from compozy.daemon.consumer import InProcessConsumer, LeaseKeeper, Ticker
-    from compozy.daemon.webhooks import WebhookDispatcher
-    from compozy_base.auth import cluster_token, ensure_token
-    from sessions.catalog import cluster
-    from sessions.core.redact import register_secret
-    from sessions.runtime.manager import SessionManager, set_manager
+def _register_secrets(config: Config, home: Path) -> None:
+    """Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
+    key, from before the first request (the guard's policy, which also reads them, is built lazily then)."""
+    from sessions.core.redact import register_secret  # daemon-only (see above run_foreground)
 
-    for unknown in config.unknown_keys:
-        logger.warning("config.toml: %s", unknown.message())
-    # Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
-    # key, from before the first request (the guard's policy, which also reads them, is built lazily then).
     mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
                    for secret in server.secrets())
     for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
                    *mcp_secrets):
         register_secret(secret)
-    from compozy_base.auth import cluster_token_state
 
+
+def _warn_if_cluster_token_refused() -> None:
     if (token_state := cluster_token_state())["status"] == "refused":
         logger.warning("cluster token refused: %s", token_state["reason"])
-    migrate_or_say_why()
-    http_port = config.http_port if port is None else port
-    _check_port_free(config.http_host, http_port)
-    sock = config.socket
-    _bind_socket_path(sock)
 
-    # daphne installs Twisted on its own new loop without making it current: use the reactor's loop.
-    loop: asyncio.AbstractEventLoop = reactor._asyncioEventloop
+
+def _start_session_manager(config: Config) -> tuple[asyncio.AbstractEventLoop, SessionManager]:
+    """The SessionManager, bound to the loop the reactor will run, and the loop's lag monitor."""
+    # Daemon-only (see above run_foreground).
+    from daphne.server import twisted_loop
+
+    from sessions.runtime.loop_lag import MONITOR
+    from sessions.runtime.manager import SessionManager, set_manager
+
+    # daphne installs Twisted's reactor on a new asyncio loop of its own, `daphne.server.twisted_loop` (its module,
+    # imported first by _prepare_django, installs it), without making it current: the sessions run on that loop.
+    # Twisted's reactor keeps the loop in a private attribute (`_asyncioEventloop`), which this once read;
+    # tests/unit/test_private_parts.py checks that the reactor runs on daphne's loop.
+    loop: asyncio.AbstractEventLoop = twisted_loop
     asyncio.set_event_loop(loop)
     manager = SessionManager(config)
     manager.bind_loop(loop)
-    from sessions.runtime.loop_lag import MONITOR
-
     loop.call_soon(MONITOR.start)  # lag of the loop every session shares: `compozy status`, the benchmarks
     set_manager(manager)
+    return loop, manager
+
+
+def _take_cluster_identity(config: Config, http_port: int) -> str:
+    """This node's identity in the cluster, under this start's time (returned)."""
+    from sessions.catalog import cluster  # daemon-only (see above run_foreground)
     from sessions.store.folder import isoformat, utcnow
 
-    started_at = isoformat(utcnow())  # this daemon start: the run of its leases and of boot repair
-
-    def advertised(actual_port: int) -> str:
-        return config.cluster.advertise_url or f"http://{config.http_host}:{actual_port}"
-
+    started_at = isoformat(utcnow())
     # Set before the first request can arrive: a create takes its session's lease under this identity.
-    cluster.set_identity(cluster.Identity(cluster.node_id(), started_at, advertised(http_port),
+    cluster.set_identity(cluster.Identity(cluster.node_id(), started_at, _advertised(config, http_port),
                                           config.cluster.lease_ttl))
+    return started_at
 
+
+def _advertised(config: Config, port: int) -> str:
+    return config.cluster.advertise_url or f"http://{config.http_host}:{port}"
+
+
+def _huey_consumer() -> InProcessConsumer:
+    from compozy.daemon.consumer import InProcessConsumer  # daemon-only (see above run_foreground)
+
+    return InProcessConsumer.build()
+
+
+def _endpoints(host: str, http_port: int, sock: Path) -> list[str]:
     # Twisted listens with a backlog of 50: a burst of creates or of reconnecting viewers overflowed it into resets.
-    endpoints = [f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}",
-                 f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
-    state: dict[str, Any] = {"stopping": False}
-    consumer = InProcessConsumer.build()
+    return [f"tcp:port={http_port}:interface={_endpoint_escape(host)}:backlog={LISTEN_BACKLOG}",
+            f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
 
-    def ready() -> None:
-        state["ready"] = True
-        with contextlib.suppress(OSError):
-            os.chmod(sock, 0o600)
-        # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
-        actual_port = _bound_port(server, http_port)
-        from sessions.store.folder import write_json_atomic
 
-        identity = cluster.identity()
-        if identity is not None:
-            cluster.set_identity(dataclasses.replace(identity, address=advertised(actual_port)))
-        record = _daemon_record(config, actual_port, sock, started_at, home, cluster.node_id())
-        write_json_atomic(daemon_record_path(home), record, mode=0o600)
-        # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
-        # collector's view keeps full collections short, which otherwise paused every live stream.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
-        consumer.start()
-        from sessions.runtime.supervision import sweep_interval
+def _guarded_server(config: Config, endpoints: list[str], on_ready: Callable[[GuardedServer], None]) -> GuardedServer:
+    """daphne with the limits an ASGI app cannot enforce itself; `on_ready(server)` once it listens."""
+    # Daemon-only (see above run_foreground).
+    from channels.routing import get_default_application
 
-        state["ticker"] = Ticker(str(record["started_at"]), lambda: sweep_interval(manager.config))
-        state["ticker"].start()
-        state["leases"] = LeaseKeeper(manager)
-        state["leases"].start()
-        state["webhooks"] = WebhookDispatcher(f"{cluster.node_id()}#{started_at}")
-        state["webhooks"].start()
-        logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", config.http_host, actual_port,
-                    sock, home)
-        print(f"compozy daemon ready: http://{config.http_host}:{actual_port} socket={sock}\n"  # noqa: T201 - the ready line on stdout
-              f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
-              f"{token_path(home)}", flush=True)
+    from compozy.api.http_server import GuardedServer
 
+    server: GuardedServer  # named in its own ready callback
     # settings.ASGI_APPLICATION (compozy_site.asgi): the site wires the HTTP layer; the daemon only serves it.
-    server = GuardedServer(get_default_application(), endpoints=endpoints, signal_handlers=False, ready_callable=ready,
-                           application_close_timeout=5, http_timeout=None,
+    server = GuardedServer(get_default_application(), endpoints=endpoints, signal_handlers=False,
+                           ready_callable=lambda: on_ready(server), application_close_timeout=5, http_timeout=None,
                            max_body_bytes=config.http_max_body_bytes, timeouts=config.timeouts,
                            connection_limits=connection_limits(config))
+    return server
+
+
+def _when_listening(start: _Start, server: GuardedServer, state: dict[str, Any], manager: SessionManager,
+                    consumer: InProcessConsumer) -> None:
+    """daphne's ready callback: the daemon is announced (daemon.json, the ready line) and its background work runs."""
+    state["ready"] = True
+    with contextlib.suppress(OSError):
+        os.chmod(start.sock, 0o600)
+    # With --port 0 the OS picks the port; daphne records what it bound (listeners are Deferreds).
+    actual_port = _bound_port(server, start.http_port)
+    _publish_address(start, actual_port)
+    _freeze_startup_objects()
+    _start_background_work(start, state, manager, consumer)
+    logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", start.config.http_host, actual_port,
+                start.sock, start.home)
+    print(f"compozy daemon ready: http://{start.config.http_host}:{actual_port} socket={start.sock}\n"  # noqa: T201 - the ready line on stdout
+          f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
+          f"{token_path(start.home)}", flush=True)
+
+
+def _publish_address(start: _Start, actual_port: int) -> None:
+    """The bound port in this node's cluster address and in daemon.json (what `compozy status` and `daemon start`
+    read)."""
+    from sessions.catalog import cluster  # daemon-only (see above run_foreground)
+    from sessions.store.folder import write_json_atomic
+
+    identity = cluster.identity()
+    if identity is not None:
+        cluster.set_identity(dataclasses.replace(identity, address=_advertised(start.config, actual_port)))
+    record = _daemon_record(start.config, actual_port, start.sock, start.started_at, start.home, cluster.node_id())
+    write_json_atomic(daemon_record_path(start.home), record, mode=0o600)
+
+
+def _freeze_startup_objects() -> None:
+    # Start-up objects (Django, daphne, our modules) live as long as the daemon: taking them out of the
+    # collector's view keeps full collections short, which otherwise paused every live stream.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def _start_background_work(start: _Start, state: dict[str, Any], manager: SessionManager,
+                           consumer: InProcessConsumer) -> None:
+    """The huey consumer, the sweep's ticker, the lease keeper and the webhook dispatcher (`_shutdown` stops them)."""
+    # Daemon-only (see above run_foreground).
+    from compozy.daemon.consumer import LeaseKeeper, Ticker
+    from compozy.daemon.webhooks import WebhookDispatcher
+    from sessions.catalog import cluster
+    from sessions.runtime.supervision import sweep_interval
+
+    consumer.start()
+    state["ticker"] = Ticker(start.started_at, lambda: sweep_interval(manager.config))
+    state["ticker"].start()
+    state["leases"] = LeaseKeeper(manager)
+    state["leases"].start()
+    state["webhooks"] = WebhookDispatcher(f"{cluster.node_id()}#{start.started_at}")
+    state["webhooks"].start()
+
+
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, state: dict[str, Any], manager: SessionManager,
+                     consumer: InProcessConsumer) -> None:
+    from compozy.api.http_server import reactor  # daemon-only (see above run_foreground)
 
     def on_signal() -> None:
         state["task"] = loop.create_task(_shutdown(state, manager, consumer, reactor))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+
+
+def _serve(server: GuardedServer, start: _Start, state: dict[str, Any]) -> None:
+    """Until the reactor stops; then the manager, the cluster identity and the run files go."""
+    from sessions.catalog import cluster  # daemon-only (see above run_foreground)
+    from sessions.runtime.manager import set_manager
+
     try:
         server.run()
         if not state.get("ready"):
             # daphne logs the listen failure and stops the reactor; the caller needs a failing exit.
-            raise DaemonError(f"could not listen on {config.http_host}:{http_port} or {sock} (see the log above)")
+            raise DaemonError(f"could not listen on {start.config.http_host}:{start.http_port} or {start.sock} "
+                              f"(see the log above)")
     finally:
         set_manager(None)
         cluster.set_identity(None)
-        _remove_run_files(sock, read_daemon_record, daemon_record_path(home))
-    return 0
+        _remove_run_files(start.sock, read_daemon_record, daemon_record_path(start.home))
 
 
 async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor: Any) -> None:
@@ -445,9 +549,6 @@ def start_detached(port: int | None = None, timeout: float = START_TIMEOUT_SECON
     ready in `timeout` is stopped (its whole process group) before the failure is reported."""
     import subprocess
 
-    from compozy_base.daemon_record import read_daemon_record, running_record
-    from compozy_base.home import compozy_home
-
     if (running := running_record()) is not None:
         raise DaemonAlreadyRunning(f"daemon already running (pid={running['pid']})")
     home = compozy_home()
@@ -492,8 +593,6 @@ def _await_boot_repair(home: Path, record: dict[str, Any], proc: Any, deadline: 
     """Wait, within the start's deadline, for this start's boot repair to finish: a script that reads a session
     right after `daemon start` sees it repaired (it returned ~1 s before the repair rows). A repair still running
     then is said, not waited for: the daemon is up and answers."""
-    from compozy_base.home import boot_report_path
-
     until = min(deadline, time.monotonic() + BOOT_REPAIR_WAIT_SECONDS)
     while True:
         try:
@@ -551,17 +650,14 @@ def _abandon(proc: Any) -> None:
 
 
 def stop_daemon(timeout: float = 15.0) -> dict[str, Any]:
-    from compozy_base.daemon_record import running_record
-    from compozy_base.process import alive as pid_alive
-
     record = running_record()
     if record is None:
         raise DaemonError("daemon is not running")
     pid = record["pid"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid_alive(pid):
+    while time.monotonic() < deadline and process.alive(pid):
         time.sleep(0.1)
-    if pid_alive(pid):
+    if process.alive(pid):
         raise DaemonError(f"daemon (pid={pid}) did not stop within {timeout:.0f}s")
     return {**record, "status": "stopped"}

@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, SupportsIndex
 
-from acp._transport import NdjsonTransport
 from acp.task import MessageSender, TaskSupervisor
 
 from sessions.store.clean import may_hold_surrogate, scrub
@@ -54,32 +53,51 @@ class TappedReader(asyncio.StreamReader):
 
     Why: an agent streaming at a model's pace sends one line per read, and through the buffer each one woke the
     receive task and took a buffered read (a future, a task step, a copy). Capacity at 200 sessions, three
-    alternating pairs: 170 → 164 µs of daemon CPU a chunk (bench/README)."""
+    alternating pairs: 170 → 164 µs of daemon CPU a chunk (bench/README).
+
+    "Nothing is buffered" is `unread == 0`: the bytes this reader buffered, less those its one consumer (the
+    transport's `_fill`, through the public `read`) reported with `consumed`. StreamReader's own count of them
+    is its private `_buffer`, which this once read; the count costs an addition per buffered read. A reader
+    read some other way would keep `unread` above 0: it would only stop tapping, never reorder a line."""
 
     tap: Callable[[bytes], bytes] | None = None
+    unread = 0
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        tap = self.tap
-        # The pipe's protocol feeds bytes; `_buffer` is StreamReader's own.
-        if tap is not None and isinstance(data, bytes) and not self._buffer:  # type: ignore[attr-defined]
-            data = tap(data)
-            if not data:
-                return
-        super().feed_data(data)
+        if isinstance(data, bytes):  # what the pipe's protocol feeds
+            tap = self.tap
+            if tap is not None and not self.unread:
+                data = tap(data)
+                if not data:
+                    return
+            chunk = data
+        else:
+            chunk = bytes(data)  # buffered as StreamReader would, and counted
+        super().feed_data(chunk)
+        self.unread += len(chunk)
+
+    def consumed(self, count: int) -> None:
+        """`count` bytes were read out of the buffer."""
+        self.unread -= count
 
 
-class RecordingTransport(NdjsonTransport):
+class RecordingTransport:
     """The SDK's NDJSON stdio framing, with session/update notifications peeled off for the recorder.
 
     Lines are read in bulk: one `read` takes what the pipe holds, one decode and one split serve all its lines,
     and each line is parsed by the JSON scanner directly. The SDK's per-line path (a `readuntil` and a
-    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk."""
+    `json.loads` of bytes per message) cost more than everything the daemon does with a streamed chunk.
+
+    A message transport as the SDK's `Connection(handler, transport)` takes one (send, receive, close), written
+    out rather than inherited from the SDK's own NDJSON transport, which lives in a private module
+    (`acp._transport`); sending goes through the SDK's public `acp.task.MessageSender`, as that one's does."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_update: UpdateSink,
                  others_waiting: Callable[[], bool] | None = None, on_violation: ViolationSink | None = None,
                  on_eof: Callable[[], None] | None = None) -> None:
         self._supervisor = TaskSupervisor(source="compozy.RecordingTransport")
-        super().__init__(reader, MessageSender(writer, self._supervisor))
+        self._reader = reader
+        self._sender = MessageSender(writer, self._supervisor)
         self._on_update = on_update
         self._on_violation = on_violation
         self._on_eof = on_eof
@@ -93,13 +111,14 @@ class RecordingTransport(NdjsonTransport):
         # Ids of our requests not answered yet (one given up on stays: its late answer is no violation). The SDK
         # drops a response it cannot match without a word, and the request the agent meant to answer then waits.
         self._asked: set[int | str] = set()
-        if isinstance(reader, TappedReader):
-            reader.tap = self._tap
+        self._tapped = reader if isinstance(reader, TappedReader) else None
+        if self._tapped is not None:
+            self._tapped.tap = self._tap
 
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
             self._asked.add(message["id"])  # before the write: the answer cannot come first
-        await super().send(message)
+        await self._sender.send(message)
 
     async def receive(self) -> dict[str, Any] | None:
         handled = 0
@@ -220,6 +239,8 @@ class RecordingTransport(NdjsonTransport):
     async def _fill(self) -> bool:
         """Read what the pipe holds into complete lines; False at end of stream with nothing left."""
         data = await self._reader.read(READ_BYTES)
+        if self._tapped is not None:
+            self._tapped.consumed(len(data))
         if not data:
             self._eof = True
             if self._on_eof is not None:
@@ -254,9 +275,9 @@ class RecordingTransport(NdjsonTransport):
         return True
 
     async def close(self) -> None:
-        if isinstance(self._reader, TappedReader):
-            self._reader.tap = None  # a closed connection records nothing more, as its stopped receive loop would
+        if self._tapped is not None:
+            self._tapped.tap = None  # a closed connection records nothing more, as its stopped receive loop would
         try:
-            await super().close()
+            await self._sender.close()
         finally:
             await self._supervisor.shutdown()
