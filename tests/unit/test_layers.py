@@ -68,6 +68,11 @@ def test_the_tree_keeps_its_layer_contract(tree: Path) -> None:
      "sessions.live is not allowed to import sessions.catalog"),
     ("sessions/runtime/planted.py", "from sessions.repair import stale\n",
      "sessions.runtime is not allowed to import sessions.repair"),
+    # a shipped package leaning on the test suite, as frontend/screenshots.py once did
+    ("frontend/planted.py", "from tests.conftest import ROOT\n", "frontend is not allowed to import tests"),
+    # the runtime reaching into one module of the write path instead of its package
+    ("sessions/runtime/planted.py", "from sessions.store.writer.shared import for_loop\n",
+     "sessions.runtime is not allowed to import sessions.store.writer.shared"),
 ])
 def test_a_planted_upward_import_breaks_the_contract(tree: Path, module: str, planted: str, refusal: str) -> None:
     path = tree / module

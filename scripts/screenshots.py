@@ -1,6 +1,8 @@
 """Real screenshots of the dashboard and of a live session, for docs/ and the README.
 
-Run from the repository root: `.venv/bin/python -m frontend.screenshots [--out docs/screenshots]`.
+Run from the repository root: `.venv/bin/python scripts/screenshots.py [--out docs/screenshots]`. A developer's
+tool beside the tests, whose harness it drives: it lives in scripts/, not in a shipped package (those never
+import `tests`).
 It starts a throwaway daemon (the test suite's harness: the demo agent plus the scripted test agent),
 drives a few sessions into telling states (idle, failed, stopped, one live and waiting for a person),
 and photographs the pages in Debian's Chromium.
