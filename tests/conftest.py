@@ -34,6 +34,11 @@ def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
+# Agents unconfined (`[sandbox] mode = "off"`): for the tests of the weaker mode's process handling, which read an
+# agent's own pids (`os.getpid()`, `echo $$`) on the host. In the sandbox's pid namespace those are the namespace's
+# pids, and the sandbox ends an agent's processes with its own (tests/integration/test_sandbox.py tests that path).
+UNCONFINED = '[sandbox]\nmode = "off"\n'
+
 # The auto-title pass is a second agent run per session: off in the test config (`daemon_config`) unless `extra`
 # has a `[roles.auto_title]` table of its own; the tests about titles turn it on with TITLES.
 NO_TITLE = "[roles.auto_title]\nenabled = false\n"
@@ -67,8 +72,12 @@ def daemon_config(home: Path, extra: str = "", agent: Path = SCRIPTED) -> str:
               "[agents.denier]", 'provider = "scripted"', 'permissions = "deny-all"', ""]
     titles = "" if "[roles.auto_title]" in extra else NO_TITLE
     stop = "" if "[session.stop]" in extra else FAST_STOP
+    # The scripted agents write their logs, flags and state into the test's home (prompts.jsonl, agent-state,
+    # call logs), which the sandbox hides from agents: shown to them again here, so those tests read what the
+    # agent wrote. The sandbox's own tests (tests/integration/test_sandbox.py) run with nothing shown.
+    sandbox = "" if "[sandbox]" in extra else f"[sandbox]\nexpose = {toml_list([str(home.resolve())])}\n"
     return ("\n".join(lines) + "\n" + extra + ("\n" if extra and not extra.endswith("\n") else "") + titles
-            + stop)
+            + stop + sandbox)
 
 
 @dataclass

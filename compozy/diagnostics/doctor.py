@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base.config.loader import ConfigError, get_config, load_config
+from compozy_base.config.sandbox import SandboxMode
 from compozy_base.home import compozy_home, crash_bundles_dir, sessions_dir
 from health import policy
 from health.agents import service_state
@@ -23,6 +24,7 @@ from health.models import HeartbeatSnapshot, SessionHealth
 from health.services import current_run
 from sessions.acp.driver import AgentNotFound, agent_environment
 from sessions.acp.launch import resolve
+from sessions.acp.sandbox import bwrap_path
 from sessions.catalog import cluster
 from sessions.core.errors import InvalidRequest, first_line
 from sessions.live.feed import watched
@@ -86,6 +88,23 @@ def check_socket() -> dict[str, Any]:
         return item("daemon_socket", "security", "error", "Control socket too open",
                     f"{path} has mode {oct(mode)}; it must be owner-only (0600)")
     return item("daemon_socket", "daemon", "ok", "Control socket", f"{path} (mode {oct(mode)})")
+
+
+def check_sandbox() -> dict[str, Any]:
+    """Whether agents run confined (sessions/acp/sandbox.py): without bubblewrap they can read the token."""
+    config = get_config().sandbox
+    if config.mode is SandboxMode.OFF:
+        return item("agent_sandbox", "security", "warn", "Agent sandbox off",
+                    "[sandbox] mode = \"off\": agents can read the daemon's token and reach its socket "
+                    "(approvals from their process tree are still refused)", "set [sandbox] mode = \"auto\"")
+    if bwrap_path() is None:
+        level = "error" if config.mode is SandboxMode.REQUIRED else "warn"
+        return item("agent_sandbox", "security", level, "Agent sandbox unavailable",
+                    "bubblewrap (bwrap) is not installed: agents run unconfined and can read the daemon's token"
+                    + (", and none can start ([sandbox] mode = \"required\")" if level == "error" else ""),
+                    "apt-get install bubblewrap")
+    return item("agent_sandbox", "security", "ok", "Agent sandbox", f"bubblewrap ({bwrap_path()}): the agents "
+                "and their terminals cannot see $COMPOZY_HOME")
 
 
 def check_crash_bundles() -> dict[str, Any]:
@@ -437,8 +456,9 @@ def check_webhooks() -> dict[str, Any]:
 
 
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
-    check_config, check_catalog, check_event_storage, check_socket, check_crash_bundles, check_file_modes, check_queue,
-    check_failures, check_live_streams, check_providers, check_health_rows, check_session_metadata,
+    check_config, check_catalog, check_event_storage, check_socket, check_sandbox, check_crash_bundles,
+    check_file_modes, check_queue, check_failures, check_live_streams, check_providers, check_health_rows,
+    check_session_metadata,
     check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots, check_webhooks,
 ]
 

@@ -23,6 +23,7 @@ from compozy_base.config.hook_spec import HookDeclaration
 from compozy_base.config.mcp_servers import McpServer
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
+from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
 from compozy_base.config.values import boolean, integer, money, parse_duration, port, string, string_table
 from compozy_base.home import compozy_home
 
@@ -72,6 +73,7 @@ class AgentConfig:
     # Handed to the agent at session/new, load and resume (compozy_base/config/mcp_servers.py).
     mcp_servers: tuple[McpServer, ...] = ()
     max_cost_usd: float = 0.0  # this agent's sessions' cost cap (0: `[limits] max_cost_usd`)
+    network: bool | None = None  # its sandbox's network (`[agents.NAME] network`); None: `[sandbox] network`
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,12 @@ def _timeouts(data: dict[str, Any]) -> Timeouts:
     return Timeouts(**values)
 
 
+# A session's client terminals open at once (`[limits] max_terminals_per_session`): each is a process group and a 1 MiB
+# output buffer in the daemon; an agent that opened hundreds stalled its host, and none we know of runs more than a
+# handful (a build, a test run, a server) at a time.
+DEFAULT_MAX_TERMINALS = 16
+MAX_TERMINALS_CEILING = 1024
+
 # Every viewer of a live session holds one connection, and on loopback they all come from one address.
 DEFAULT_MAX_CONNECTIONS = 2048
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
@@ -226,6 +234,8 @@ class Config:
     http_max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
     # `[notifications]`: signed webhooks for what needs a person (compozy_base/config/notifications.py).
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    max_terminals_per_session: int = DEFAULT_MAX_TERMINALS
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -416,6 +426,7 @@ def _agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
             prompt=str(body.get("prompt", "")),
             mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
             max_cost_usd=money(body.get("max_cost_usd"), f"agents.{name}.max_cost_usd"),
+            network=boolean(body["network"], f"agents.{name}.network") if "network" in body else None,
         )
     return agents
 
@@ -522,6 +533,9 @@ def load_config(home: Path | None = None) -> Config:
         http_max_connections=max_connections,
         http_max_connections_per_peer=max_connections_per_peer,
         notifications=parse_notifications(_table(data, "notifications")),
+        sandbox=parse_sandbox(_table(data, "sandbox")),
+        max_terminals_per_session=integer(limits.get("max_terminals_per_session", DEFAULT_MAX_TERMINALS),
+                                          "limits.max_terminals_per_session", 1, MAX_TERMINALS_CEILING),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,16 +31,12 @@ POLL_EXIT_SECONDS = 0.1
 _reaping: set[asyncio.Future[int]] = set()  # processes killed after a failed start, until reaped
 
 
-class ChildProcess:
-    """The part of `asyncio.subprocess.Process` the driver uses: pid, returncode, the three pipes, wait()."""
+class Exiting:
+    """A child's pid, returncode and wait(), its exit learnt from a pidfd."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader,
-                 stderr: asyncio.StreamReader) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = stderr
         self._exited: asyncio.Future[int] | None = None
         self._watcher: asyncio.Future[None] | None = None
 
@@ -77,6 +74,25 @@ class ChildProcess:
             exited.set_result(self._popen.returncode if self._popen.returncode is not None else -1)
 
 
+class ChildProcess(Exiting):
+    """The part of `asyncio.subprocess.Process` the driver uses: pid, returncode, the three pipes, wait()."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader,
+                 stderr: asyncio.StreamReader) -> None:
+        super().__init__(popen)
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class OutputProcess(Exiting):
+    """A command with no input and one output pipe (stdout and stderr together): a client terminal's."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdout: asyncio.StreamReader) -> None:
+        super().__init__(popen)
+        self.stdout = stdout
+
+
 async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str], umask: int,
                 limit: int) -> ChildProcess:
     """Start `argv` in a new session (its own process group) with three pipes; raises what Popen raises
@@ -95,10 +111,70 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]
         raise
 
 
-def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
-    with forking_batch():  # sessions/core/batch_scheduling.py: an agent waking never preempts the shared loop
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+async def spawn_output(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], umask: int) -> OutputProcess:
+    """Start `argv` as `spawn` does (its own session, off the loop), stdin from /dev/null and stderr into stdout."""
+    spawned = asyncio.ensure_future(starting(_popen_output, list(argv), str(cwd), dict(env), umask))
+    try:
+        popen = await asyncio.shield(spawned)
+    except asyncio.CancelledError:
+        spawned.add_done_callback(_kill_orphan)
+        raise
+    try:
+        loop = asyncio.get_running_loop()
+        assert popen.stdout is not None
+        stdout = asyncio.StreamReader(loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), popen.stdout)
+        return OutputProcess(popen, stdout)
+    except BaseException:
+        _kill(popen)
+        raise
+
+
+def _popen_output(argv: list[str], cwd: str, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+    with forking_batch():
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=cwd, env=env, start_new_session=True, umask=umask)
+
+
+# Inside a sandbox, the command's stdin and stdout are handed to it as two extra descriptors and moved into place by
+# this shim, run by the daemon's own interpreter (read-only in the sandbox) just before it execs the command.
+# bubblewrap's own processes keep whatever stdio they are given, so an agent that closed its stdout, or exited while
+# a child of its own held it, never showed end of file; extra descriptors they pass on and do not keep.
+STDIO_SHIM = ("import os,sys;i,o=int(sys.argv[1]),int(sys.argv[2]);os.dup2(i,0);os.dup2(o,1);os.close(i);"
+              "os.close(o);os.execvp(sys.argv[3],sys.argv[3:])")
+
+
+def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+    split = sandbox_split(argv)
+    with forking_batch():  # sessions/core/batch_scheduling.py: an agent waking never preempts the shared loop
+        if split is None:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=cwd, env=env, start_new_session=True, umask=umask)
+        prefix, command = split
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                [*prefix, sys.executable, "-I", "-S", "-c", STDIO_SHIM, str(in_r), str(out_w), *command],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(in_r, out_w),
+                cwd=cwd, env=env, start_new_session=True, umask=umask)
+        except BaseException:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        popen.stdin, popen.stdout = os.fdopen(in_w, "wb", buffering=0), os.fdopen(out_r, "rb", buffering=0)
+        return popen
+
+
+def sandbox_split(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """(bubblewrap and its options up to `--`, the command) for an argv the sandbox wrapped, else None."""
+    if argv and Path(argv[0]).name == "bwrap" and "--" in argv:
+        at = argv.index("--")
+        return argv[:at + 1], argv[at + 1:]
+    return None
 
 
 async def _joined(popen: subprocess.Popen[bytes], limit: int) -> ChildProcess:

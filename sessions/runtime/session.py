@@ -45,6 +45,7 @@ from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
+from sessions.runtime.confinement import confiner
 from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
 from sessions.runtime.elicitation_desk import ElicitationDesk
 from sessions.runtime.elicitations import ElicitationBoard
@@ -95,6 +96,7 @@ class SessionRuntime:
         self.agent: AgentProcess | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}
+        self.tool_inputs: dict[str, Any] = {}
         self.stopped = asyncio.Event()
         self.active = asyncio.Event()
         self.violations = 0  # protocol violations by this session's agents
@@ -106,7 +108,8 @@ class SessionRuntime:
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
                            after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
-                                   tool_titles=self.tool_titles, tool_kinds=self.tool_kinds)
+                                   tool_titles=self.tool_titles, tool_kinds=self.tool_kinds,
+                                   tool_inputs=self.tool_inputs)
         self.desk = ElicitationDesk(self, self.activity, self.turns, elicitations)
         self.stop_path = StopPath(self, self.turns, active=self.active, boot_task=lambda: self.boot_task,
                                   halt_heartbeat=lambda: self.supervisor.halt(), terminals=self.gate.terminals)
@@ -339,6 +342,10 @@ class SessionRuntime:
                             tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
         if type_ == EventType.TOOL_RESULT:
             self._after_tool_result(content)
+        elif type_ == EventType.TOOL_CALL and "tool_input" in content:
+            # What the call asks to run: a person's approval of it covers exactly that command (approvals.py),
+            # and the permission request that follows may name only the call's id.
+            self.tool_inputs[str(content["tool_call_id"])] = content["tool_input"]
 
     def _after_tool_result(self, content: dict[str, Any]) -> None:
         """A tool's result: its post-call hook, and a staged steer may go now."""
@@ -404,7 +411,7 @@ class SessionRuntime:
         async with TITLE_PASSES:
             if self.stopped.is_set():
                 return  # stopped while waiting for a slot
-            title = await generate_title(provider, self.cwd, turn.text, turn.reply)
+            title = await generate_title(provider, self.cwd, turn.text, turn.reply, confine=confiner(self))
         if self.stopped.is_set():
             return  # the final meta is written; a late title must not reopen it
         if self.rec.name:

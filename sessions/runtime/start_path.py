@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compozy_base.config import mcp_servers
-from sessions.acp import auth, launch, workspace_fs
+from sessions.acp import auth, launch, sandbox, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.core import lifecycle
 from sessions.core.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.offload import db, starting
 from sessions.core.record import AcpCaps
 from sessions.runtime import terminal_gateway
+from sessions.runtime.confinement import confiner
 from sessions.runtime.options import plan, reported_model
 from sessions.runtime.permissions import permission_mode
 from sessions.runtime.projection import build_projection
@@ -119,10 +120,11 @@ class StartPath:
                                  on_request=self._on_request, others_waiting=session.recorder.others_waiting,
                                  on_violation=session.protocol_violation, owner=session.rec.id,
                                  kill_grace=session.config.timeouts.stop_kill_grace,
-                                 closed_stdout_grace=session.config.timeouts.closed_stdout_grace)
+                                 closed_stdout_grace=session.config.timeouts.closed_stdout_grace,
+                                 confine=confiner(session))
             session.agent = agent
             await agent.start()
-        except AgentNotFound as exc:
+        except (AgentNotFound, sandbox.SandboxUnavailable) as exc:
             raise StartFailed(FailureKind.STARTUP_FAILURE, str(exc)) from exc
         liveness = session.rec.liveness_to_write()
         liveness.subprocess_pid, liveness.subprocess_started_at = agent.pid, agent.started_at

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def clean_title(text: str, request: str = "") -> str | None:
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1].rstrip() + "…"
 
 
-async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, reply_text: str) -> str | None:
+async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, reply_text: str, *,
+                         confine: Callable[[Sequence[str]], list[str]] = list) -> str | None:
     chunks: list[str] = []
 
     def on_update(params: dict[str, Any]) -> None:
@@ -98,7 +100,8 @@ async def generate_title(provider: ProviderConfig, cwd: Path, user_text: str, re
             return client_side.permission_response(None)
         raise RequestError.method_not_found(method)
 
-    agent = AgentProcess(provider.command, cwd=cwd, env=provider.env, on_update=on_update, on_request=refuse)
+    agent = AgentProcess(provider.command, cwd=cwd, env=provider.env, on_update=on_update, on_request=refuse,
+                         confine=confine)  # the session's own sandbox: it is the same agent, asked for a title
     try:
         async with asyncio.timeout(TITLE_TIMEOUT_SECONDS):
             await agent.start()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SDK_AGENT, Daemon, pid_alive, start_daemon, wait_gone
+from tests.conftest import SDK_AGENT, UNCONFINED, Daemon, pid_alive, start_daemon, wait_gone
 
 CUSTOM_VAR = "COMPOZY_TEST_DAEMON_ONLY"
 CUSTOM_VALUE = "from-the-daemon-env"
@@ -23,7 +23,9 @@ CUSTOM_VALUE = "from-the-daemon-env"
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """This module's daemon carries an extra variable the agents must inherit; its providers run the SDK agent."""
-    d = start_daemon(tmp_path_factory.mktemp("home"), env_extra={CUSTOM_VAR: CUSTOM_VALUE}, agent=SDK_AGENT)
+    # Unconfined: these tests read the agent's own pids on the host (tests/conftest.py UNCONFINED).
+    d = start_daemon(tmp_path_factory.mktemp("home"), UNCONFINED, env_extra={CUSTOM_VAR: CUSTOM_VALUE},
+                     agent=SDK_AGENT)
     yield d
     d.stop()
 

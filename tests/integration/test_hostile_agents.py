@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, of_type
+from tests.conftest import UNCONFINED, Daemon, of_type, start_daemon
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """Unconfined: the grandchild tests read the agent's own pids on the host (tests/conftest.py UNCONFINED)."""
+    d = start_daemon(tmp_path_factory.mktemp("home"), UNCONFINED)
+    yield d
+    d.stop()
 
 
 def violations(daemon: Daemon, sid: str) -> list[str]:

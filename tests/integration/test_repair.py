@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sessions.store.events import max_sequence
-from tests.conftest import ROOT, start_daemon, wait_for, wait_gone
+from tests.conftest import ROOT, UNCONFINED, start_daemon, wait_for, wait_gone
 
 INTERRUPTED_TOOL = "Tool call interrupted before a result was persisted."
 INTERRUPTED_TURN = "Session interrupted before a terminal prompt event was persisted."
@@ -188,8 +188,9 @@ def test_what_a_crashed_daemons_agent_started_does_not_outlive_boot_repair(tmp_p
     # The agent exits with its stdin when the daemon dies, but a tool it started (here `sleep 300`, in the agent's
     # process group) ran on, changing the workspace with nobody watching: repair only killed a leader still alive.
     # One in a session of its own (setsid) escaped the group kill too: it is found by the run's environment mark.
+    # Unconfined: the mark's path (under the sandbox its pid namespace ends them with the daemon: test_sandbox.py).
     home = tmp_path / "home"
-    first = start_daemon(home, timeout=START_TIMEOUT)
+    first = start_daemon(home, UNCONFINED, timeout=START_TIMEOUT)
     try:
         session_id = first.create(workspace)["id"]
         assert first.prompt(session_id, "spawnchild setsid" if setsid else "spawnchild").status_code == 200

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.conftest import UNCONFINED, Daemon, of_type, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("home"), timeout=120)
+    # Unconfined: the stop test reads the terminal's pid on the host (tests/conftest.py UNCONFINED).
+    d = start_daemon(tmp_path_factory.mktemp("home"), UNCONFINED, timeout=120)
     yield d
     d.stop()
 
