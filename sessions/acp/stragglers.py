@@ -1,4 +1,4 @@
-"""What an agent started outside its process group. The group kill (driver.py, stale_repair.py) misses a child in
+"""What an agent started outside its process group. The group kill (driver.py, repair/stale.py) misses a child in
 a session of its own (`setsid`, a daemonizing tool), which then ran on after the agent, changing the workspace
 with nobody watching. Every agent runs with a mark in its environment, which its children inherit; when the agent
 is gone, whatever still carries the mark is killed. Best effort: a child that clears its environment escapes,
@@ -14,6 +14,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 MARK_ENV = "COMPOZY_AGENT_RUN"
+# One client terminal of a run (sessions/runtime/terminals.py): what it started outside its group goes at release.
+# Its commands carry the run's mark too, so the agent's exit, a stop and boot repair find them as the agent's.
+TERMINAL_MARK_ENV = "COMPOZY_TERMINAL_RUN"
 PROC = Path("/proc")
 
 
@@ -23,11 +26,12 @@ def mark(owner: str, started_at: str) -> str:
     return f"{owner}@{started_at}"
 
 
-def kill_marked(run_mark: str, *, proc: Path = PROC) -> int:
-    """SIGKILL every process (of ours: others' environments are unreadable) that carries `run_mark`; the count.
-    Blocking (/proc reads): call it off the loop. A match is read again once a pidfd holds the process, so a pid
-    reused in between is never signalled."""
-    entry = f"{MARK_ENV}={run_mark}".encode()
+def kill_marked(run_mark: str, *, proc: Path = PROC, name: str = MARK_ENV) -> int:
+    """SIGKILL every process (of ours: others' environments are unreadable) that carries `run_mark` in the
+    variable `name` (an agent run's, or one terminal's: `TERMINAL_MARK_ENV`); the count. Blocking (/proc reads):
+    call it off the loop. A match is read again once a pidfd holds the process, so a pid reused in between is never
+    signalled."""
+    entry = f"{name}={run_mark}".encode()
     me = os.getpid()
     killed = 0
     try:
@@ -49,8 +53,8 @@ def kill_marked(run_mark: str, *, proc: Path = PROC) -> int:
             finally:
                 os.close(pidfd)
     if killed:
-        logger.warning("killed %d process(es) an agent (%s) left running outside its process group", killed,
-                       run_mark)
+        logger.warning("killed %d process(es) %s (%s) left running outside its process group", killed,
+                       "an agent" if name == MARK_ENV else "a terminal", run_mark)
     return killed
 
 

@@ -4,12 +4,15 @@ terminals themselves live in terminals.py, and what ran is recorded (`system` ro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions.core.enums import EventType
 from sessions.core.redact import bound_tail
+from sessions.core.visible import visible
+from sessions.runtime.confinement import confiner
 from sessions.runtime.terminals import Terminal, TerminalRefused, Terminals
 
 if TYPE_CHECKING:
@@ -25,7 +28,7 @@ class ExecuteApproval(Protocol):
     @property
     def mode(self) -> str: ...
 
-    async def approve_execute(self, tool_call_id: str, title: str) -> bool: ...
+    async def approve_execute(self, tool_call_id: str, argv: list[str]) -> bool: ...
 
 
 def offered(mode: str) -> bool:
@@ -39,12 +42,19 @@ class TerminalGateway:
         self._approval = approval
         self._terminals: Terminals | None = None
         self._recorded_exit: set[str] = set()
+        # One `terminal/output` answer at a time: each carries up to a megabyte, encoded and written on the loop
+        # as its handler returns. 200 polls sent at once were all answered in one loop iteration (2.2 s with no
+        # timer run); one at a time, each answer is its own iteration and the loop's other work runs between them.
+        self._answering = asyncio.Lock()
 
     @property
     def terminals(self) -> Terminals:
         if self._terminals is None:  # built at first use: the session's cwd and roots are settled by then
             session = self._session
-            self._terminals = Terminals(session.roots, Path(session.rec.cwd), session.provider.env)
+            self._terminals = Terminals(
+                session.roots, Path(session.rec.cwd), session.provider.env,
+                run_mark=lambda: session.agent.mark if session.agent is not None else None,
+                confine=confiner(session), most=session.config.max_terminals_per_session)
         return self._terminals
 
     async def serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -55,19 +65,22 @@ class TerminalGateway:
                 return await self._create(params)
             terminal = self.terminals.get(params)
             if method == "terminal/output":
+                async with self._answering:
+                    text = await terminal.text()
+                    await asyncio.sleep(0)  # the answer before this one is written before this one is built
                 status = terminal.exit_status()
-                return {"output": terminal.text(), "truncated": terminal.truncated,
+                return {"output": text, "truncated": terminal.truncated,
                         **({"exitStatus": status} if status else {})}
             if method == "terminal/wait_for_exit":
                 status = await self.terminals.wait_for_exit(terminal)
-                self._record_exit(terminal)
+                await self._record_exit(terminal)
                 return status
             if method == "terminal/kill":
                 await self.terminals.kill(terminal)
                 return {}
             if method == "terminal/release":
                 await self.terminals.release(terminal)
-                self._record_exit(terminal)
+                await self._record_exit(terminal)
                 return {}
         except TerminalRefused as exc:
             raise RequestError.invalid_params({"reason": str(exc)}) from exc
@@ -76,12 +89,14 @@ class TerminalGateway:
     async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
         from acp.exceptions import RequestError
 
-        command = " ".join(str(part) for part in [params.get("command") or "", *(params.get("args") or [])])
+        raw_args = params.get("args")
+        argv = [str(params.get("command") or ""), *(map(str, raw_args) if isinstance(raw_args, list) else ())]
+        command = " ".join(argv)
         call_id = f"terminal-{len(self.terminals) + 1}"
-        if not offered(self._approval.mode) or not await self._approval.approve_execute(call_id, f"Run: {command}"):
+        if not offered(self._approval.mode) or not await self._approval.approve_execute(call_id, argv):
             self._session.record(EventType.PERMISSION, {
-                "action": "terminal/create", "resource": command, "decision": "denied",
-                "title": f"Run: {command}", "decision_source": f"policy:{self._approval.mode}"})
+                "action": "terminal/create", "resource": visible(command), "decision": "denied",
+                "title": visible(f"Run: {command}"), "decision_source": f"policy:{self._approval.mode}"})
             raise RequestError.invalid_params({"reason": f"running {command!r} is not allowed by the permission "
                                                          f"policy ({self._approval.mode})"})
         terminal = await self.terminals.create(params)
@@ -89,17 +104,18 @@ class TerminalGateway:
             "terminal_id": terminal.id, "command": terminal.command, "cwd": str(params.get("cwd") or "")}})
         return {"terminalId": terminal.id}
 
-    def _record_exit(self, terminal: Terminal) -> None:
+    async def _record_exit(self, terminal: Terminal) -> None:
         if terminal.id in self._recorded_exit:
             return
         self._recorded_exit.add(terminal.id)
+        text = await terminal.text()
         status = terminal.exit_status() or {"exitCode": None, "signal": None}
         ended = f"exit {status['exitCode']}" if status["exitCode"] is not None else f"signal {status['signal']}"
         self._session.record(EventType.SYSTEM, {"title": "terminal_exited", "text": f"{' '.join(terminal.command)}: "
                                                 f"{ended}", "raw": {
             "terminal_id": terminal.id, "command": terminal.command, "exit_code": status["exitCode"],
             "signal": status["signal"], "truncated": terminal.truncated,
-            "output": bound_tail(terminal.text(), RECORDED_OUTPUT_BYTES)}})
+            "output": bound_tail(text, RECORDED_OUTPUT_BYTES)}})
 
     async def close_all(self) -> None:
         """At stop (and so at daemon shutdown): every terminal's group killed, what it ran recorded."""
@@ -108,4 +124,4 @@ class TerminalGateway:
         still_open = self._terminals.open_terminals()
         await self._terminals.close_all()
         for terminal in still_open:
-            self._record_exit(terminal)
+            await self._record_exit(terminal)

@@ -1,10 +1,15 @@
 """The client's terminals (ACP `terminal/*`): commands an agent runs through us rather than by itself.
 
-Each terminal is a process group of its own, started in a workspace root (its cwd is confined like a file path),
-with the agent's environment (the daemon's own secrets left out) plus what the request sets. Its output is kept
-in a bounded buffer (the request's `outputByteLimit`, at most OUTPUT_LIMIT_BYTES), truncated from the start at a
-character boundary as ACP asks, and redacted before the agent reads it. Every terminal's group is killed when the
-agent releases it, when the session stops and when the daemon shuts down (through the stop path).
+Each terminal is a process group of its own, started off the loop in a workspace root (its cwd is confined like a
+file path), under the session's sandbox (sessions/acp/sandbox.py), with the agent's environment (the daemon's own
+secrets left out) plus what the request sets, and two marks the request cannot set: the agent run's (so the agent's
+exit, a stop and boot repair after a daemon crash find it as the agent's) and its own (so its release finds what it
+started in a session of its own). Its output is kept in a bounded buffer (the request's `outputByteLimit`, at most
+OUTPUT_LIMIT_BYTES), truncated from the start at a character boundary as ACP asks, and redacted before the agent
+reads it: off the loop, once per change of the buffer, so an agent polling `terminal/output` is served the redacted
+text it already has (200 pipelined polls of a 1 MiB buffer redacted it 200 times on the loop, 7 s of lag for every
+session). A session has at most `[limits] max_terminals_per_session` open at once. Every terminal's group is killed
+when the agent releases it, when the session stops and when the daemon shuts down (through the stop path).
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ import itertools
 import logging
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessions.acp import workspace_fs
+from compozy_base.home import user_umask
+from sessions.acp import sandbox, spawn, stragglers, workspace_fs
 from sessions.acp.child_env import inherited_environment
 from sessions.core.redact import redact_text
 
@@ -34,21 +40,27 @@ KILL_GRACE_SECONDS = 2.0
 
 
 class TerminalRefused(Exception):
-    """A terminal request that cannot be served (unknown id, cwd outside the workspace, bad params)."""
+    """A terminal request that cannot be served (unknown id, cwd outside the workspace, bad params, too many)."""
 
 
 @dataclass
 class Terminal:
     id: str
     command: list[str]
-    process: asyncio.subprocess.Process
+    process: spawn.OutputProcess
     limit: int
+    mark: str  # its own mark (stragglers.TERMINAL_MARK_ENV)
+    confined: bool = False  # run under the sandbox: its exit by signal reads 128+N (sandbox.confined_exit)
     output: bytearray = field(default_factory=bytearray)
     truncated: bool = False
     reader: asyncio.Task[None] | None = None
+    version: int = 0  # bumped by every change of `output`
+    _redacted: tuple[int, str] = (-1, "")  # (the version it was made from, the redacted text)
+    _redacting: asyncio.Future[str] | None = None
 
     def feed(self, chunk: bytes) -> None:
         self.output += chunk
+        self.version += 1
         excess = len(self.output) - self.limit
         if excess > 0:
             # Drop from the start, then past any UTF-8 continuation bytes so the text still decodes cleanly.
@@ -58,24 +70,46 @@ class Terminal:
             self.truncated = True
 
     def exit_status(self) -> dict[str, Any] | None:
-        code = self.process.returncode
+        code = sandbox.confined_exit(self.process.returncode) if self.confined else self.process.returncode
         if code is None:
             return None
         if code < 0:
             return {"exitCode": None, "signal": signal.Signals(-code).name}
         return {"exitCode": code, "signal": None}
 
-    def text(self) -> str:
-        return redact_text(self.output.decode("utf-8", errors="replace"))
+    async def text(self) -> str:
+        """The output as the agent may read it, redacted. Redacted off the loop, at most once per version, and by
+        one redaction at a time: polls that come meanwhile wait for it rather than start their own."""
+        while self._redacted[0] != self.version:
+            if self._redacting is None or self._redacting.done():
+                self._redacting = asyncio.ensure_future(self._redact(self.version, bytes(self.output)))
+            await asyncio.shield(self._redacting)
+            if self.process.returncode is None:
+                break  # still running: what was redacted is current enough; the next poll sees more
+        return self._redacted[1]
+
+    async def _redact(self, version: int, raw: bytes) -> str:
+        text = await asyncio.to_thread(_redacted, raw)
+        self._redacted = (version, text)  # set as the task completes: a waiter never sees it done and stale
+        return text
+
+
+def _redacted(raw: bytes) -> str:
+    return redact_text(raw.decode("utf-8", errors="replace"))
 
 
 class Terminals:
     """A session's terminals, by id."""
 
-    def __init__(self, roots: Sequence[Path], default_cwd: Path, env: Mapping[str, str] | None) -> None:
+    def __init__(self, roots: Sequence[Path], default_cwd: Path, env: Mapping[str, str] | None, *,
+                 run_mark: Callable[[], str | None] = lambda: None,
+                 confine: Callable[[Sequence[str]], list[str]] = list, most: int = 16) -> None:
         self._roots = list(roots)
         self._default_cwd = default_cwd
         self._env = {**inherited_environment(), **(env or {})}
+        self._run_mark = run_mark  # the agent run's mark, read at each create: a reactivation starts a new run
+        self._confine = confine
+        self._most = most
         self._ids = itertools.count(1)
         self._terminals: dict[str, Terminal] = {}
 
@@ -97,19 +131,31 @@ class Terminals:
                 cwd = workspace_fs.confine(str(params["cwd"]), self._roots).path
             except workspace_fs.OutsideWorkspace as exc:
                 raise TerminalRefused(f"cwd outside the workspace: {exc}") from exc
+        if len(self._terminals) >= self._most:
+            raise TerminalRefused(f"this session has {len(self._terminals)} terminals open, the most it may "
+                                  f"([limits] max_terminals_per_session): release one first")
         env = dict(self._env)
         for item in params.get("env") or []:
             if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str):
                 env[item["name"]] = item["value"]
+        terminal_id = f"term-{next(self._ids)}"
+        run_mark = self._run_mark()
+        mark = f"{run_mark or 'no-run'}#{terminal_id}"
+        # Set after the request's own variables: an agent cannot name a terminal out of its run.
+        env[stragglers.TERMINAL_MARK_ENV] = mark
+        if run_mark is not None:
+            env[stragglers.MARK_ENV] = run_mark
         limit = params.get("outputByteLimit")
         limit = min(limit, OUTPUT_LIMIT_BYTES) if isinstance(limit, int) and limit >= 0 else OUTPUT_LIMIT_BYTES
+        argv = self._confine([command, *args])
+        confined = sandbox.wrapped(argv)
         try:
-            process = await asyncio.create_subprocess_exec(
-                command, *args, cwd=str(cwd), env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            if confined:  # a missing command is refused as it is unconfined, not run as bubblewrap's exit 1
+                await asyncio.to_thread(sandbox.require_executable, command, env.get("PATH"))
+            process = await spawn.spawn_output(argv, cwd=cwd, env=env, umask=user_umask())
         except OSError as exc:
             raise TerminalRefused(f"cannot run {command!r}: {exc.strerror or exc}") from exc
-        terminal = Terminal(f"term-{next(self._ids)}", [command, *args], process, limit)
+        terminal = Terminal(terminal_id, [command, *args], process, limit, mark, confined)
         terminal.reader = asyncio.create_task(self._read(terminal))
         self._terminals[terminal.id] = terminal
         return terminal
@@ -146,8 +192,10 @@ class Terminals:
 
     async def release(self, terminal: Terminal) -> None:
         await self.kill(terminal)
-        # Whatever the command left in its group (a backgrounded child) goes with it.
+        # Whatever the command left in its group (a backgrounded child) goes with it, and what it started in a
+        # session of its own (`setsid`), found by the terminal's mark (off the loop: /proc reads).
         _signal_group(terminal.process.pid, signal.SIGKILL)
+        await asyncio.to_thread(stragglers.kill_marked, terminal.mark, name=stragglers.TERMINAL_MARK_ENV)
         self._terminals.pop(terminal.id, None)
         if terminal.reader is not None:
             terminal.reader.cancel()
