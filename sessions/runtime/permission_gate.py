@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from sessions.acp import client_side, workspace_fs
 from sessions.core.enums import EventType
 from sessions.core.offload import spawn
+from sessions.core.visible import visible
+from sessions.runtime.approvals import Approvals
 from sessions.runtime.permissions import PermissionBoard, option_for, permission_mode
 from sessions.runtime.terminal_gateway import TerminalGateway
 
@@ -27,7 +29,7 @@ class PermissionGate:
     turns cancel them when a turn ends, supervision counts them as activity)."""
 
     def __init__(self, session: SessionCore, activity: Activity, turns: Turns, permissions: PermissionBoard, *,
-                 tool_titles: dict[str, str], tool_kinds: dict[str, str]) -> None:
+                 tool_titles: dict[str, str], tool_kinds: dict[str, str], tool_inputs: dict[str, Any]) -> None:
         self._session = session
         self._activity = activity
         self._turns = turns
@@ -35,8 +37,9 @@ class PermissionGate:
         # call's id is judged by that call's kind and title.
         self._tool_titles = tool_titles
         self._tool_kinds = tool_kinds
+        self._tool_inputs = tool_inputs
         self.permissions = permissions
-        self._approved_executes: list[str] = []  # turn ids: a person's approvals of execute tool calls, unused
+        self.approvals = Approvals()  # what a person's approvals of execute tool calls let run (approvals.py)
         self.terminals = TerminalGateway(session, self)
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
@@ -55,24 +58,37 @@ class PermissionGate:
         """The permission policy in force: the session's own (a child's may be narrower), else the agent's."""
         return permission_mode(self._session.rec.effective_permissions, self._session.config.permissions_mode)
 
-    async def approve_execute(self, tool_call_id: str, title: str) -> bool:
+    async def approve_execute(self, tool_call_id: str, argv: list[str]) -> bool:
         """Whether a command the agent runs through a client terminal may run: by policy, else by a person
         (approve-reads), through the same path as the agent's own permission requests (hooks, events, the board).
-        A person who just approved this turn's execute tool call is not asked twice for its command."""
+        A person is not asked twice for the command they just approved (this turn's execute tool call naming
+        exactly it) or chose to allow always; any other command is asked about, shown exactly as it runs."""
         if self.mode == "approve-all":
             return True
         if self.mode != "approve-reads":
             return False
         turn_id = self._turns.turn.id if self._turns.turn else ""
-        if turn_id in self._approved_executes:
-            self._approved_executes.remove(turn_id)
+        command = " ".join(argv)
+        covered = self.approvals.covers(turn_id, argv)
+        if covered is not None:
+            self._session.record(EventType.PERMISSION, {
+                "request_id": tool_call_id, "action": "terminal/create", "resource": visible(command),
+                "title": visible(f"Run: {command}"), "tool_call_id": tool_call_id, "decision": "approved",
+                "decision_source": f"person:{'allow_always' if covered == 'always' else 'allow_once'}"},
+                turn_id=turn_id)
             return True
         answer = await self._answer_permission({
-            "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "execute"},
+            "toolCall": {"toolCallId": tool_call_id, "title": f"Run: {command}", "kind": "execute",
+                         "rawInput": {"command": argv}},
             "options": [{"optionId": "allow", "name": "Run", "kind": "allow_once"},
+                        {"optionId": "allow_always", "name": "Always run this command", "kind": "allow_always"},
                         {"optionId": "reject", "name": "Do not run", "kind": "reject_once"}]})
-        self._approved_executes.clear()  # that answer was for this command, whatever was approved before it
-        return answer.get("outcome", {}).get("optionId") == "allow"
+        # A person's answer was recorded as an approval of this command (once, or always: `_answer_permission`);
+        # a once is spent by this very run.
+        chosen = answer.get("outcome", {}).get("optionId")
+        if chosen == "allow":
+            self.approvals.covers(turn_id, argv)
+        return chosen in ("allow", "allow_always")
 
     async def _serve_fs(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A read or write inside the workspace roots, on the agents' own fs pool; a refused path is recorded."""
@@ -113,12 +129,15 @@ class PermissionGate:
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
-        known = {"title": self._tool_titles.get(call_id), "kind": self._tool_kinds.get(call_id)}
+        known = {"title": self._tool_titles.get(call_id), "kind": self._tool_kinds.get(call_id),
+                 "rawInput": self._tool_inputs.get(call_id)}
         tool_call = {**{k: v for k, v in known.items() if v}, **{k: v for k, v in sent.items() if v not in (None, "")}}
+        # What a person reads is what runs: control and bidi characters shown as escapes (core/visible.py).
+        title = tool_call.get("title")
         base = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
-            "resource": self._tool_titles.get(call_id) or str(tool_call.get("title") or ""),
-            "title": tool_call.get("title"), "tool_call_id": call_id,
+            "resource": visible(self._tool_titles.get(call_id) or str(title or "")),
+            "title": visible(title) if isinstance(title, str) else title, "tool_call_id": call_id,
         }
         turn = self._turns.turn
         turn_id = turn.id if turn else ""
@@ -159,7 +178,9 @@ class PermissionGate:
                     turn_id=turn_id)
         self._activity.touch("permission", decision)
         if decision == "approved" and source == "person" and tool_call.get("kind") == "execute":
-            self._approved_executes.append(turn_id)  # its command may come through a client terminal next
+            # Its command (and only it) may come through a client terminal next without asking again.
+            always = any(o.get("optionId") == option_id and o.get("kind") == "allow_always" for o in options)
+            self.approvals.approved(turn_id, tool_call, always=always)
         await self._session.observe("permission.denied" if decision != "approved" else "permission.resolved", **{
             **base, "decision": decision, "decision_class": decision, "tool_name": base["resource"],
             "tool_call": tool_call})
