@@ -57,6 +57,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # Set by `compozy.api.http_server` on requests that came over the UDS; absent means TCP (fail closed).
 LOCAL_SOCKET = "compozy.local_socket"
 PEER_UID = "compozy.peer_uid"
+PEER_PID = "compozy.peer_pid"  # the UDS peer's pid: decisions from an agent's process tree are refused
 HOME_HEADER = b"x-compozy-home"
 TICKET_PATH = "/api/auth/ticket"
 LOGIN_PATH = "/login"

@@ -21,7 +21,7 @@ from daphne.server import Server
 from twisted.internet import reactor as _reactor
 from twisted.internet.address import UNIXAddress
 
-from compozy.api.guard import LOCAL_SOCKET, PEER_UID
+from compozy.api.guard import LOCAL_SOCKET, PEER_PID, PEER_UID
 from compozy.api.raw_bodies import keep_request_bodies_raw
 from compozy_base.config.loader import Timeouts
 from compozy_base.errors import error_body
@@ -412,7 +412,7 @@ class GuardedServer(Server):
         transport = getattr(protocol, "transport", None)
         if transport is not None and isinstance(transport.getHost(), UNIXAddress):
             scope[LOCAL_SOCKET] = True
-            scope[PEER_UID] = peer_uid(transport.getHandle())
+            scope[PEER_PID], scope[PEER_UID] = peer_credentials(transport.getHandle())
         if transport is not None and has_queue(transport):
             scope[BACKLOG] = lambda: queued_bytes(transport)
             # A stalled viewer's connection is closed, not only its response ended: what is queued for it goes too.
@@ -420,10 +420,11 @@ class GuardedServer(Server):
         return super().create_application(protocol, scope)
 
 
-def peer_uid(sock: socket.socket) -> int | None:
-    """The uid of the process at the other end of a unix socket (SO_PEERCRED: pid, uid, gid)."""
+def peer_credentials(sock: socket.socket) -> tuple[int | None, int | None]:
+    """The pid and uid of the process at the other end of a unix socket (SO_PEERCRED: pid, uid, gid)."""
     try:
-        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
     except (OSError, AttributeError):
-        return None
-    return int(uid)
+        return None, None
+    return int(pid), int(uid)

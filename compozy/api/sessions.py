@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Header, Query, Router
 
 from compozy.api import prompt_stream
+from compozy.api.guard import PEER_PID
 from compozy.api.health_schemas import StatusDTO
 from compozy.api.response_schemas import (
     AttachOut,
@@ -195,7 +196,8 @@ async def permissions(request: HttpRequest, workspace: Workspace, session_id: Se
              exclude_unset=True)
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                             payload: PermissionDecisionIn) -> dict[str, Any]:
-    return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace)
+    return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace,
+                                            peer_pid=socket_peer(request))
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
@@ -207,7 +209,8 @@ async def elicitations(request: HttpRequest, workspace: Workspace, session_id: S
              exclude_unset=True)
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                              payload: ElicitationAnswerIn) -> dict[str, Any]:
-    return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace)
+    return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace,
+                                             peer_pid=socket_peer(request))
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)
@@ -316,3 +319,11 @@ async def hook_runs(request: HttpRequest, ref: Ref, filters: Query[HookRunsQuery
 async def remove_workspace(request: HttpRequest, ref: Ref) -> tuple[int, None]:
     await sync_to_async(services.remove_workspace)(ref)
     return 204, None
+
+
+def socket_peer(request: HttpRequest) -> int | None:
+    """The pid of the process at the other end of the control socket (SO_PEERCRED), None over TCP: a decision asked
+    from inside an agent's process tree is refused (sessions/services/prompts.py `refuse_agents`)."""
+    scope = getattr(request, "scope", None) or {}
+    pid = scope.get(PEER_PID)
+    return pid if isinstance(pid, int) else None

@@ -52,6 +52,13 @@ class Unavailable(CompozyError):
     status, code = 503, "daemon_unavailable"
 
 
+class AgentCannotDecide(CompozyError):
+    """A decision (a permission, a question's answer) asked for from inside an agent's process tree: it is the
+    agent's, never a person's (docs/security.md)."""
+
+    status, code = 403, "agent_cannot_decide"
+
+
 class HookDenied(CompozyError):
     """A lifecycle hook denied the operation (a required one also stops the session: hook_stopped)."""
 

@@ -8,10 +8,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from compozy_base.config.modes import BusyMode
+from sessions.acp import peers
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
 from sessions.core.elicitation_form import content_problems
-from sessions.core.enums import MarkerKind, SessionState
-from sessions.core.errors import Conflict, InvalidRequest, NotFound, QueueFull, StorageError
+from sessions.core.enums import EventType, MarkerKind, SessionState
+from sessions.core.errors import AgentCannotDecide, Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.core.failures import has_free_space
 from sessions.models import PENDING_INPUT, InputEntry
 from sessions.runtime.manager import get_manager
@@ -105,11 +106,32 @@ async def list_permissions(session_id: str, workspace_ref: str | None = None) ->
     return {"permissions": items}
 
 
+async def refuse_agents(runtime: Any, peer_pid: int | None, what: str, request_id: str) -> None:
+    """A decision asked over the control socket by a process of an agent's tree is refused (403
+    agent_cannot_decide) and recorded in the session it was meant for as the agent's (a `system` row titled
+    `decision_refused`). `peer_pid`: the socket peer's (SO_PEERCRED), None over TCP."""
+    if peer_pid is None:
+        return
+    manager = get_manager()
+    agents = {r.agent.pid: sid for sid, r in manager.runtimes.items() if r.agent is not None and r.agent.pid}
+    agent = await asyncio.to_thread(peers.agent_of, peer_pid, agents)
+    if agent is None:
+        return
+    if runtime is not None:
+        runtime.record(EventType.SYSTEM, {"title": "decision_refused", "text": (
+            f"{what} {request_id} refused: asked from inside session {agent}'s agent (pid {peer_pid})"), "raw": {
+            "request_id": request_id, "what": what, "source": f"agent:{agent}", "peer_pid": peer_pid}})
+    raise AgentCannotDecide(f"{what} decisions come from a person, not from an agent's process "
+                            f"(pid {peer_pid} belongs to session {agent}'s agent)",
+                            data={"source": f"agent:{agent}", "peer_pid": peer_pid})
+
+
 async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
-                            workspace_ref: str | None = None) -> dict[str, Any]:
+                            workspace_ref: str | None = None, *, peer_pid: int | None = None) -> dict[str, Any]:
     if decision not in ("approve", "deny"):
         raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
     runtime, _ = await _runtime_for(session_id, workspace_ref)
+    await refuse_agents(runtime, peer_pid, "permission", request_id)
     pending = runtime.permissions.pending.get(request_id) if runtime else None
     if pending is None or pending.answer.done():
         raise NotFound("no pending permission request with that id", code="permission_not_found",
@@ -135,11 +157,12 @@ async def list_elicitations(session_id: str, workspace_ref: str | None = None) -
 
 
 async def answer_elicitation(session_id: str, request_id: str, action: str, content: dict[str, Any] | None = None,
-                             workspace_ref: str | None = None) -> dict[str, Any]:
+                             workspace_ref: str | None = None, *, peer_pid: int | None = None) -> dict[str, Any]:
     """accept (with content that fits the requested schema), decline or cancel; the agent's request returns."""
     if action not in ("accept", "decline", "cancel"):
         raise InvalidRequest("action must be accept, decline or cancel", code="invalid_action")
     runtime, _ = await _runtime_for(session_id, workspace_ref)
+    await refuse_agents(runtime, peer_pid, "elicitation", request_id)
     pending = runtime.elicitations.pending.get(request_id) if runtime else None
     if runtime is None or pending is None or pending.answer.done():
         raise NotFound("no pending elicitation with that id", code="elicitation_not_found",
