@@ -1,7 +1,7 @@
 """The health service layer: keep each session's health row, serve the health DTO to every surface.
 
 Rows are written from three places only, all off the event loop:
-1. `on_meta_saved`, which `catalog.save_meta` calls (registered when the app starts: health/apps.py) on the
+1. `on_meta_saved`, run after every `catalog.save_meta` (the `meta_saved` signal's receiver: health/receivers.py) on the
    runtime's DB thread after every lifecycle change, turn end and turn heartbeat (so supervision feeds health
    through activity and never writes it);
 2. `sweep_stale`, the claimed periodic job that ages idle sessions into `stale`;

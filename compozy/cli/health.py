@@ -1,7 +1,7 @@
 """Health and wake commands: `session health|inspect`, and `agent heartbeat status|wake` (docs/reference/surfaces.md
 §2).
 
-`session status` (commands.py) shows the same health DTO beside the session record. Human output is a short
+`session status` (sessions.py) shows the same health DTO beside the session record. Human output is a short
 key/value view; `--json`/`-o json` prints the API's DTO unchanged.
 """
 

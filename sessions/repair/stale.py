@@ -1,6 +1,6 @@
 """Stale metadata after an unclean daemon exit (docs/reference/sessions.md §13): a live state no daemon owns becomes
 `stopped`, on read and at boot, and what the dead daemon's agent left running is killed. Transcript repair is
-`repair.py`."""
+`repair/transcript.py`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Transcript repair after an unclean daemon exit (docs/reference/sessions.md §13): an interrupted last turn gets an
 interrupted `tool_result` per dangling tool call, then a terminal `error`. It only ever appends through
 `EventLog`; it never updates, deletes or resequences, and never touches wake state. The other kind of repair,
-stale metadata (a live state no daemon owns → `stopped`), is `stale_repair.py`.
+stale metadata (a live state no daemon owns → `stopped`), is `repair/stale.py`.
 """
 
 from __future__ import annotations

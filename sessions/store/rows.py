@@ -1,6 +1,6 @@
 """A batch's rows on their way to events.db: drafted where the batch is handed off, finished (redacted, encoded as
 JSON) by whichever writer holds the store, numbered once SQLite has stored them. EventLog (events.py) runs all three
-in one place; under load the store writer process (write_process.py) finishes and writes what the loop drafted."""
+in one place; under load the store writer process (writer/process.py) finishes and writes what the loop drafted."""
 
 from __future__ import annotations
 

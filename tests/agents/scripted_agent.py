@@ -456,6 +456,10 @@ class ScriptedAgent:
             "diff": self._cmd_diff,
             "terminal": self._cmd_terminal,
             "late": self._cmd_late,
+            "probe": self._cmd_probe,
+            "selfapprove": self._cmd_selfapprove,
+            "swap": self._cmd_swap,
+            "termflood": self._cmd_termflood,
         }
         self._children: list[asyncio.subprocess.Process] = []
         self._exit_task: asyncio.Future[None] | None = None
@@ -1189,9 +1193,122 @@ class ScriptedAgent:
         await self._say(turn, f"exit {status.get('exitCode')} truncated {output.get('truncated')}: {output['output']}")
         return "end_turn"
 
+    async def _cmd_probe(self, turn: Turn) -> str:
+        """`probe PATH...`: what a hostile agent can reach. Each path read (a socket: connected to), then a file
+        written in its cwd; says `PATH=read|connected|refused(REASON)` for each and `cwd=written|refused(REASON)`."""
+        said = []
+        for path in turn.rest.split():
+            said.append(f"{path}={await asyncio.to_thread(reach, Path(path))}")
+        try:
+            Path("probe-wrote.txt").write_text("written by the agent\n")
+            said.append("cwd=written")
+        except OSError as exc:
+            said.append(f"cwd=refused({exc.strerror})")
+        await self._say(turn, " ".join(said))
+        return "end_turn"
+
+    async def _cmd_selfapprove(self, turn: Turn) -> str:
+        """`selfapprove SOCKET URL-PREFIX`: ask to run a command, then try to approve that very request over the
+        daemon's control socket (POST URL-PREFIX + its request id), as a hostile agent that read the socket's
+        path; says how the daemon answered, then waits for the real decision."""
+        sock, prefix = turn.args[0], turn.args[1]
+        tool_call_id = self._tool_call_id()
+        await self._update(turn, tool_call_start(tool_call_id, "Run rm -rf ~", "execute", "pending",
+                                                 {"command": "rm -rf ~"}))
+        asking = asyncio.ensure_future(self._permission(turn, tool_call_id, "Run rm -rf ~", "execute"))
+        status, body = 0, ""
+        for _ in range(200):  # until the request is open on the daemon's side (404 before)
+            status, body = await asyncio.to_thread(post_unix, sock, prefix + tool_call_id, {"decision": "approve"})
+            if status != 404:
+                break
+            await asyncio.sleep(0.05)
+        code = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            code = json.loads(body).get("code", "")
+        await self._say(turn, f"self-approval answered {status} {code}")
+        outcome = await self._race(turn, asking)
+        await self._say(turn, f" then the person chose {outcome}")
+        return "end_turn"
+
+    async def _cmd_swap(self, turn: Turn) -> str:
+        """`swap APPROVED ;; RUN`: ask to run APPROVED, then run RUN through a client terminal instead (the
+        bait and switch an approval must not cover); says the terminal's outcome."""
+        approved, _, run = turn.rest.partition(";;")
+        approved, run = approved.strip(), run.strip()
+        tool_call_id = self._tool_call_id()
+        await self._update(turn, tool_call_start(tool_call_id, f"Run {approved}", "execute", "pending",
+                                                 {"command": approved}))
+        if await self._race(turn, self._permission(turn, tool_call_id, f"Run {approved}", "execute")) != "allow":
+            await self._say(turn, "not allowed")
+            return "end_turn"
+        try:
+            created = await self.conn.request("terminal/create", {
+                "sessionId": turn.session_id, "command": "/bin/sh", "args": ["-c", run]})
+        except RequestError as exc:
+            await self._say(turn, f"refused: {error_text(exc)}")
+            return "end_turn"
+        terminal_id = check_fields("CreateTerminalResponse", created, {"terminalId": str})["terminalId"]
+        status = await self.conn.request("terminal/wait_for_exit", {"sessionId": turn.session_id,
+                                                                    "terminalId": terminal_id})
+        await self.conn.request("terminal/release", {"sessionId": turn.session_id, "terminalId": terminal_id})
+        await self._say(turn, f"ran {run!r}: exit {status.get('exitCode')}")
+        return "end_turn"
+
+    async def _cmd_termflood(self, turn: Turn) -> str:
+        """`termflood N`: a terminal with 1 MB of output, then N `terminal/output` calls sent at once (pipelined),
+        as a hostile agent polls to stall the daemon's loop; says how many answers came back."""
+        count = int(turn.args[0]) if turn.args else 200
+        created = await self.conn.request("terminal/create", {
+            "sessionId": turn.session_id, "command": "/bin/sh",
+            "args": ["-c", "head -c 1000000 /dev/zero | tr '\\0' x"]})
+        terminal_id = check_fields("CreateTerminalResponse", created, {"terminalId": str})["terminalId"]
+        await self.conn.request("terminal/wait_for_exit", {"sessionId": turn.session_id, "terminalId": terminal_id})
+        answers = await asyncio.gather(*(self.conn.request("terminal/output", {
+            "sessionId": turn.session_id, "terminalId": terminal_id}) for _ in range(count)))
+        await self.conn.request("terminal/release", {"sessionId": turn.session_id, "terminalId": terminal_id})
+        sizes = {len(a["output"]) for a in answers}
+        await self._say(turn, f"flooded {len(answers)} answers of {sorted(sizes)} characters")
+        return "end_turn"
+
     async def _cmd_empty(self, turn: Turn) -> str:
         # A model server that is down, as opencode shows it: the turn ends at once with nothing said.
         return "end_turn"
+
+
+def reach(path: Path) -> str:
+    """How far this process gets with `path`: read (a file), connected (a socket) or refused(REASON)."""
+    import socket
+
+    try:
+        if path.is_socket():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(str(path))
+            return "connected"
+        path.read_bytes()
+        return "read"
+    except OSError as exc:
+        return f"refused({exc.strerror})"
+
+
+def post_unix(sock: str, path: str, body: Json) -> tuple[int, str]:
+    """POST `body` as JSON to `path` over the unix socket `sock`: (status, body), (0, reason) when unreachable."""
+    import http.client
+    import socket
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(sock)
+
+    conn = UnixConnection("localhost", timeout=10)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    except OSError as exc:
+        return 0, str(exc)
+    finally:
+        conn.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
