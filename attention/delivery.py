@@ -7,14 +7,16 @@
 2. The body is POSTed as stored, signed `X-Compozy-Signature: sha256=<hex HMAC-SHA256 of the body>` with the
    webhook's current secret; redirects are not followed (the receiver is named in config.toml).
 3. 2xx: delivered. A refused connection, a timeout, 5xx, 408 or 429: retried after `backoff(attempts)`, given up
-   (`failed`) at `max_attempts`. Any other answer (a 4xx: the receiver refuses this body for good) fails at once.
-   Settling is a compare-and-set on our claim too: a claim that lapsed meanwhile settles nothing.
+   (`failed`) at `max_attempts`. Any other answer (a 4xx: the receiver refuses this body for good) fails at once,
+   as does a URL no attempt can send (config load refuses those). Settling is a compare-and-set on our claim too: a
+   claim that lapsed meanwhile settles nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import logging
 import threading
 import urllib.error
@@ -22,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.db.models import Q
 
@@ -74,29 +77,43 @@ _opener = urllib.request.build_opener(_NoRedirect)
 def post(hook: WebhookConfig, row: WebhookDelivery, timeout: float) -> Outcome:
     """One attempt. Errors name the target (scheme, host, port), never the URL's path or the secret."""
     body = row.body.encode()
-    request = urllib.request.Request(hook.url, data=body, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "compozy-webhooks/1",
-        SIGNATURE_HEADER: signature(hook.secret, body), "X-Compozy-Event": row.event,
-        "X-Compozy-Delivery": row.event_id})
     try:
+        request = urllib.request.Request(hook.url, data=body, method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": "compozy-webhooks/1",
+            SIGNATURE_HEADER: signature(hook.secret, body), "X-Compozy-Event": row.event,
+            "X-Compozy-Delivery": row.event_id})
         with _opener.open(request, timeout=timeout) as response:
             response.read(64 * 1024)
             status = response.status
     except urllib.error.HTTPError as exc:
+        exc.close()
         status = exc.code
-    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, TLS: the receiver is not there yet
-        reason = getattr(exc, "reason", exc)
-        return Outcome(False, True, _clean(f"{hook.target}: {type(exc).__name__}: {reason}", hook))
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return _failed(exc, hook)
     if 200 <= status < 300:
         return Outcome(True, False)
     error = _clean(f"{hook.target} answered HTTP {status}", hook)
     return Outcome(False, status >= 500 or status in RETRIED_STATUSES, error)
 
 
+def _failed(exc: Exception, hook: WebhookConfig) -> Outcome:
+    if isinstance(exc, ValueError | http.client.InvalidURL):
+        # No attempt can send it (config load refuses such a URL): given up at once, its message (the path) unsaid.
+        return Outcome(False, False, f"{hook.target}: the URL cannot be sent ({type(exc).__name__})")
+    # Refused, unreachable, timed out, TLS, a garbled answer: the receiver is not there yet.
+    reason = getattr(exc, "reason", exc)
+    return Outcome(False, True, _clean(f"{hook.target}: {type(exc).__name__}: {reason}", hook))
+
+
 def _clean(text: str, hook: WebhookConfig) -> str:
-    """An error as stored and logged: the secret and the full URL cut out, whatever the library put in it."""
-    for secret in (hook.secret, hook.url):
-        text = text.replace(secret, "[REDACTED]")
+    """An error as stored and logged: the secret, the URL, and its credentials, path and query cut out, whatever the
+    library put in it (http.client quotes a request's path, where a chat tool's URL carries its token)."""
+    parts = urlsplit(hook.url)
+    selector = parts.path + (f"?{parts.query}" if parts.query else "")
+    for secret in (hook.secret, hook.url, selector, parts.path if len(parts.path) > 1 else "", parts.query,
+                   parts.netloc.rpartition("@")[0]):
+        if secret:
+            text = text.replace(secret, "[REDACTED]")
     return bound_text(redact_text(text), ERROR_BYTES)
 
 
@@ -145,7 +162,11 @@ def deliver_due(owner: str, config: NotificationsConfig, now: datetime | None = 
         if hook is None:
             outcome = Outcome(False, False, "its webhook is no longer in config.toml")
         else:
-            outcome = post(hook, row, config.timeout)
+            try:
+                outcome = post(hook, row, config.timeout)
+            except Exception as exc:  # noqa: BLE001 - this row's failure, settled and retried, never the outbox's
+                outcome = Outcome(False, True, _clean(f"{hook.target}: the attempt failed: {type(exc).__name__}: "
+                                                      f"{exc}", hook))
         made += 1
         status = settle(row, owner, outcome, config, utcnow())
         if status == DeliveryStatus.FAILED:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -67,6 +68,41 @@ def test_a_bad_notifications_table_is_refused_naming_the_key_and_never_the_secre
         parse_notifications(table)
     assert key in str(caught.value)
     assert SECRET not in str(caught.value) and "tokenpath" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", [
+    "https://hooks.example.com/services/tokenpath with a space",
+    "https://hooks.example.com/services/tokenpath?q=a b",
+    "http://hooks example.com/tokenpath",
+    "http://hooks.example.com/tokenpath\t",
+    "http://hooks.example.com/tokenpath\x7f",
+    "http://hooks.example.com/tokenpath/\u00e9",
+    "http://h\u00f3oks.example.com/tokenpath",
+    "ftp://hooks.example.com/tokenpath",
+    "hooks.example.com/tokenpath",
+    "http:///tokenpath",
+    "http://user:tokenpath@hooks.example.com/x",
+    "http://tokenpath@hooks.example.com/x",
+    "http://hooks.example.com:0/tokenpath",
+    "http://hooks.example.com:99999/tokenpath",
+    "http://hooks.example.com:8o/tokenpath",
+    "http://[::1/tokenpath",
+])
+def test_a_url_that_cannot_be_sent_is_refused_naming_the_webhook_never_its_path(url: str) -> None:
+    """A space in it used to pass: every attempt then raised in the sender, a traceback with the path every ~33 s,
+    the row never settled nor given up."""
+    with pytest.raises(ConfigError) as caught:
+        parse_notifications({"webhooks": [hook(), hook(url=url)]})
+    message = str(caught.value)
+    assert message.startswith("notifications.webhooks[1].url: ") and "\n" not in message, message
+    assert "tokenpath" not in message and SECRET not in message
+
+
+@pytest.mark.parametrize("url", ["https://ntfy.sh/my-topic?tpl=1&t={{.event}}&m={{.text}}", "http://[::1]:8080/x",
+                                 "https://hooks.example.com:8443/a%20b?x=%C3%A9#frag", "http://127.0.0.1/"])
+def test_a_url_that_can_be_sent_is_taken_as_written(url: str) -> None:
+    [w] = parse_notifications({"webhooks": [hook(url=url)]}).webhooks
+    assert w.url == url
 
 
 def test_the_backoff_doubles_from_retry_min_up_to_retry_max() -> None:
@@ -267,3 +303,20 @@ def test_a_receiver_that_never_answers_or_is_not_there_is_retried() -> None:
     for outcome in (hung, refused):
         assert not outcome.delivered and outcome.retry and "private-path-token" not in outcome.error
         assert outcome.error.startswith("http://127.0.0.1:")
+
+
+def test_a_url_the_sender_refuses_is_given_up_at_once_and_never_logged_with_its_path(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Config load refuses such a URL; should one get past it, the attempt is a failure of the row (visible state),
+    given up at once (no attempt can succeed), and neither the row nor the log carries its path or query."""
+    bad = WebhookConfig("http://127.0.0.1:1/hook/private-path-token with space?key=private-query", SECRET, ALL)
+    notifications = config(bad)
+    outbox.enqueue(session_notices(FAILED), notifications)
+    with caplog.at_level(logging.DEBUG):
+        assert delivery.deliver_due("me", notifications) == 1
+    [row] = WebhookDelivery.objects.all()
+    assert row.status == DeliveryStatus.FAILED and row.attempts == 1 and row.claimed_by == ""
+    assert row.last_error.startswith("http://127.0.0.1:1: ") and "cannot be sent" in row.last_error
+    shown = row.last_error + caplog.text
+    assert "private-path-token" not in shown and "private-query" not in shown and SECRET not in shown
+
