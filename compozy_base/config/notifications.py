@@ -35,7 +35,9 @@ class WebhookEvent(StrEnum):
 DEFAULT_RETRY_MIN = 10.0
 DEFAULT_RETRY_MAX = 600.0
 DEFAULT_MAX_ATTEMPTS = 12
-# One POST: a receiver that neither answers nor refuses within this is retried like one that is down.
+# One attempt in all, from connecting to the end of the answer (not each socket read: a receiver trickling a byte at a
+# time is cut here), retried like a receiver that is down. 10 s is ample for a chat tool or ntfy, and short enough
+# that a stuck receiver's backlog moves; each webhook has its own worker, so it holds up only its own deliveries.
 DEFAULT_TIMEOUT = 10.0
 WEBHOOK_KEYS = frozenset({"url", "secret", "events", "agents", "workspaces"})
 MAX_WEBHOOKS = 32

@@ -1,7 +1,8 @@
 """The attention rules without a daemon (issue 31): `[notifications]` validation, the backoff, which events a saved
 session record carries and their stable ids, the signature, and the outbox on a real SQLite catalog (rows per
-webhook and filter, written once, claimed by one of two racing nodes, retried, given up), and one POST to a real
-receiver on loopback for each kind of answer."""
+webhook and filter, written once, claimed by one of two racing nodes, retried, given up), one POST to a real
+receiver on loopback for each kind of answer, and a receiver trickling its answer (issue 44): cut at the deadline,
+and holding no other receiver's deliveries."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import hashlib
 import hmac
 import logging
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -320,3 +323,65 @@ def test_a_url_the_sender_refuses_is_given_up_at_once_and_never_logged_with_its_
     shown = row.last_error + caplog.text
     assert "private-path-token" not in shown and "private-query" not in shown and SECRET not in shown
 
+
+def test_an_answer_trickled_a_byte_at_a_time_is_cut_at_the_deadline() -> None:
+    """The timeout bounds the whole attempt, not each read: a byte every 0.4 s kept every 1 s read alive, and the
+    attempt lasted as long as the receiver liked."""
+    from tests.webhook_receiver import Trickler
+
+    trickler = Trickler(every=0.4, limit=10).start()
+    try:
+        started = time.monotonic()
+        outcome = delivery.post(WebhookConfig(trickler.url, SECRET, ALL), _row(), timeout=1.0)
+        took = time.monotonic() - started
+    finally:
+        trickler.stop()
+    assert not outcome.delivered and outcome.retry, outcome
+    assert "deadline" in outcome.error and "private-path-token" not in outcome.error
+    assert took < 1.5, f"the attempt lasted {took:.2f}s against a 1s deadline"
+
+
+def failed_at(n: int) -> dict[str, Any]:
+    return meta(id=f"sess_{n:016x}", state="stopped", stopped_at=isoformat(utcnow()),
+                failure={"kind": "timeout", "summary": f"silent {n}"})
+
+
+def test_a_receiver_trickling_its_answer_does_not_hold_a_healthy_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: one receiver sending a byte every 2 s held the single delivery thread for good (a healthy receiver
+    got 1 of 4 events). Now each receiver has its own worker and each attempt its deadline: the healthy receiver
+    gets all 4 events within the trickler's own deadline, and the trickler's attempt ends at it."""
+    from compozy.daemon.webhooks import WebhookDispatcher
+    from compozy_base.config import loader
+    from tests.webhook_receiver import Receiver, Trickler
+
+    deadline = 3.0
+    trickler, healthy = Trickler(every=2.0).start(), Receiver().start()
+    slow = WebhookConfig(trickler.url, SECRET, ALL)
+    fast = WebhookConfig(healthy.url, SECRET, ALL)
+    notifications = NotificationsConfig(webhooks=(slow, fast), retry_min=60, retry_max=60, max_attempts=3,
+                                        timeout=deadline)
+    for n in range(4):
+        assert outbox.enqueue(session_notices(failed_at(n)), notifications) == 2
+    monkeypatch.setattr(loader, "get_config", lambda: SimpleNamespace(notifications=notifications))
+    dispatcher = WebhookDispatcher("node#trickle")
+    started = time.monotonic()
+    dispatcher.start()
+    try:
+        while len(healthy.received()) < 4 and time.monotonic() - started < deadline + 10:
+            time.sleep(0.02)
+        got = len(healthy.received())
+        all_in = time.monotonic() - started
+        while not trickler.held and time.monotonic() - started < deadline + 10:
+            time.sleep(0.02)
+        held = trickler.held[0] if trickler.held else None
+    finally:
+        dispatcher.stop()
+        trickler.stop()
+        healthy.stop()
+    figures = f"the healthy receiver got {got} of 4 in {all_in:.2f}s; the trickler's first attempt held {held}s"
+    assert got == 4 and all_in < deadline, figures
+    assert held is not None and held < deadline + 1, figures
+    assert {r.status for r in WebhookDelivery.objects.filter(webhook=fast.key)} == {DeliveryStatus.DELIVERED}
+    # The trickler's failure is the row's visible state: an attempt made, its reason, a retry to come.
+    assert any(r.attempts == 1 and r.status == DeliveryStatus.PENDING and "3s deadline" in r.last_error
+               for r in WebhookDelivery.objects.filter(webhook=slow.key))
