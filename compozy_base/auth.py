@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from compozy_base.home import read_token, token_path
@@ -94,14 +96,49 @@ PROOF_PATH = "/api/auth/proof"
 PROOF_NONCE_CHARS = 32
 
 
-def daemon_proof(token: str, home: str, nonce: str, client_port: int | None) -> str:
-    """HMAC-SHA256 of the token over a nonce, the home and (on loopback) the client's port.
+def daemon_proof(token: str, home: str, nonce: str, pair: str | None) -> str:
+    """HMAC-SHA256 of the token over a nonce, the home and (on loopback) the connection's address pair
+    (`connection_pair`).
 
     The message starts with its own label, so no proof can equal a dashboard cookie's MAC (`cookie_value`): the
     route answers anyone who reaches it, and must not sign what another check accepts."""
-    bound = "" if client_port is None else str(client_port)
-    message = f"compozy daemon proof\n{home}\n{nonce}\n{bound}"
+    message = f"compozy daemon proof\n{home}\n{nonce}\n{pair or ''}"
     return hmac.new(token.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def connection_pair(client: Sequence[object] | None, server: Sequence[object] | None) -> str | None:
+    """A TCP connection's two ends, `client-address client-port server-address server-port`, from either end's view:
+    the daemon's peer and own address, or the CLI's own address and its peer. None unless both are (address, port).
+
+    A relay cannot make its connection to the daemon look like the CLI's connection to it: two connections with one
+    address pair cannot exist, and binding the client's port alone let a relay connecting from 127.0.0.2 with the
+    CLI's port number pass (issue 44). An IPv4-mapped IPv6 address (a dual-stack listener's view) is its IPv4."""
+    ends = []
+    for end in (client, server):
+        if end is None or len(end) < 2 or not isinstance(end[1], int) or isinstance(end[1], bool):
+            return None
+        ends += [_address(end[0]), str(end[1])]
+    return " ".join(ends)
+
+
+def on_loopback(host: object) -> bool:
+    """An address on loopback (127.0.0.0/8, ::1, an IPv4-mapped one of them); a name is not an address."""
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
+
+
+def _address(host: object) -> str:
+    ip = _ip(host)
+    return str(host) if ip is None else str(ip)
+
+
+def _ip(host: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(str(host).partition("%")[0])  # an IPv6 scope: one end may name it, the other not
+    except ValueError:
+        return None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return mapped or ip
 
 
 def same_secret(given: str, expected: str) -> bool:

@@ -35,6 +35,7 @@ from compozy_base.auth import (
     FailureBudget,
     Tickets,
     cluster_token,
+    connection_pair,
     cookie_valid,
     cookie_value,
     daemon_proof,
@@ -267,10 +268,11 @@ class Guard:
         nonce = (query.get("nonce") or [""])[0]
         if len(nonce) != PROOF_NONCE_CHARS or any(c not in "0123456789abcdef" for c in nonce):
             raise Refusal(400, "invalid_nonce", f"nonce must be {PROOF_NONCE_CHARS} lower-case hex digits")
-        client = scope.get("client") or ("", None)
-        port = client[1] if isinstance(client[1], int) else None
+        # Bound to this connection's address pair as daphne saw it (the peer and our end): the CLI computes it from
+        # its own end and its peer, which match only on a connection it made to this daemon itself.
+        pair = connection_pair(scope.get("client"), scope.get("server"))
         body = {"proof": daemon_proof(policy.token, policy.home, nonce, None),
-                "proof_bound": daemon_proof(policy.token, policy.home, nonce, port) if port is not None else None}
+                "proof_bound": daemon_proof(policy.token, policy.home, nonce, pair) if pair is not None else None}
         await send_json(send, 200, body)
 
     async def _mint_ticket(self, send: Send, policy: GuardPolicy) -> None:

@@ -8,7 +8,9 @@ never a guessed one:
   configured port is free, and a local user listening on it used to receive the token of the next command.
 - **TCP only when `COMPOZY_URL` names it**, and the token goes out only after the listener proved it holds this
   home's token: it answers a fresh nonce with an HMAC keyed by the token (`/api/auth/proof`), bound on loopback to
-  this very connection's client port, so a relay in front of the real daemon cannot pass the proof on.
+  this very connection's address pair (our address and port, the listener's address and port), so a relay in front
+  of the real daemon cannot pass the proof on: its own connection to the daemon has another pair, whatever port it
+  connects from.
 Each request also names this home in `X-Compozy-Home` and each answer must carry it back (another home's daemon
 refuses or fails it). Anything else is `daemon_unavailable`.
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from compozy_base.auth import PROOF_PATH, daemon_proof
+from compozy_base.auth import PROOF_PATH, connection_pair, daemon_proof, on_loopback
 from compozy_base.daemon_record import running_record
 from compozy_base.home import compozy_home, config_path, daemon_record_path, read_token, socket_path
 
@@ -162,8 +164,10 @@ class Client:
     def _prove(self, conn: http.client.HTTPConnection, host: str) -> None:
         """Ask the listener for the proof of a fresh nonce on this connection, which stays open for the request.
 
-        On loopback the proof is bound to our client port as the daemon saw it: a relay (another user's listener
-        forwarding to the real daemon) connects from a port of its own, so its proof cannot match ours."""
+        On loopback the proof is bound to the connection's address pair as the daemon saw it: a relay (another
+        user's listener forwarding to the real daemon) has a connection of its own to the daemon, whose pair is not
+        ours even from our port number (127.0.0.2 is loopback too), so its proof cannot match ours. Bound to our port
+        alone, such a relay passed."""
         nonce = secrets.token_hex(16)
         conn.request("GET", f"{PROOF_PATH}?nonce={nonce}", headers={"Host": "localhost", HOME_HEADER:
                                                                     quote(str(self.home))})
@@ -173,9 +177,14 @@ class Client:
         if not isinstance(data, dict):
             raise Untrusted("an answer of the wrong shape")
         assert conn.sock is not None
-        port = conn.sock.getsockname()[1] if _loopback(host) else None
-        expected = daemon_proof(self.token or "", str(self.home), nonce, port)
-        given = data.get("proof_bound" if port is not None else "proof")
+        # Loopback by the URL's host or by where it led (a name in /etc/hosts for 127.0.1.1 is loopback too).
+        peer = conn.sock.getpeername()
+        loopback = _loopback(host) or on_loopback(peer[0])
+        pair = connection_pair(conn.sock.getsockname(), peer) if loopback else None
+        if loopback and pair is None:
+            raise Untrusted("a loopback connection without an address pair to bind the proof to")
+        expected = daemon_proof(self.token or "", str(self.home), nonce, pair)
+        given = data.get("proof_bound" if pair is not None else "proof")
         if not isinstance(given, str) or not secrets.compare_digest(given, expected):
             raise Untrusted(f"no valid proof (HTTP {resp.status})")
         if resp.will_close:

@@ -8,6 +8,7 @@ settings so a test (or an impatient user) does not wait on the clock.
 from __future__ import annotations
 
 import hashlib
+import http.client
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -34,7 +35,9 @@ class WebhookEvent(StrEnum):
 DEFAULT_RETRY_MIN = 10.0
 DEFAULT_RETRY_MAX = 600.0
 DEFAULT_MAX_ATTEMPTS = 12
-# One POST: a receiver that neither answers nor refuses within this is retried like one that is down.
+# One attempt in all, from connecting to the end of the answer (not each socket read: a receiver trickling a byte at a
+# time is cut here), retried like a receiver that is down. 10 s is ample for a chat tool or ntfy, and short enough
+# that a stuck receiver's backlog moves; each webhook has its own worker, so it holds up only its own deliveries.
 DEFAULT_TIMEOUT = 10.0
 WEBHOOK_KEYS = frozenset({"url", "secret", "events", "agents", "workspaces"})
 MAX_WEBHOOKS = 32
@@ -95,16 +98,41 @@ def _names(value: object, key: str) -> frozenset[str]:
 
 
 def _url(value: object, key: str) -> str:
+    """An http(s) URL the sender can send, else ConfigError naming `key` and why, never the URL (a chat tool's
+    incoming-webhook URL carries its token in the path). What the sender would refuse at every attempt (a space, a
+    control or non-ASCII character, credentials, a port that is none) is refused once, here: such a URL used to
+    raise in the sender at every attempt, its path in the log, and its deliveries were never given up."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: must be an http or https URL")
+    if not value.isascii() or any(c <= " " or c == "\x7f" for c in value):
+        raise ConfigError(f"{key}: must not contain spaces, control or non-ASCII characters (percent-encode them; "
+                          "an international host in its xn-- form)")
     try:
         parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises on a port that is not one
-    except ValueError as exc:
-        raise ConfigError(f"{key}: {exc}") from exc
+        port = parts.port
+    except ValueError:  # its message may quote the host and credentials: not repeated
+        raise ConfigError(f"{key}: its host or port cannot be read (a port is a number in 1..65535)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{key}: must be an http or https URL with a host")
+    if port == 0:
+        raise ConfigError(f"{key}: its port must be a number in 1..65535")
+    if "@" in parts.netloc:
+        raise ConfigError(f"{key}: must not carry credentials (the sender cannot send user:password@); a "
+                          "receiver that needs a token takes it in the path, or checks the signature")
+    try:
+        _sendable(value)
+    except (ValueError, http.client.HTTPException) as exc:  # its message quotes the path: only its kind is said
+        raise ConfigError(f"{key}: cannot be sent ({type(exc).__name__})") from None
     return value
+
+
+def _sendable(url: str) -> None:
+    """The request line and Host header of a POST to `url`, built as the sender builds them (urllib, then
+    http.client), sending nothing: raises what an attempt would."""
+    import urllib.request
+
+    request = urllib.request.Request(url, method="POST")
+    http.client.HTTPConnection(request.host).putrequest("POST", request.selector)
 
 
 def _events(value: object, key: str) -> frozenset[WebhookEvent]:

@@ -1,20 +1,25 @@
 """What waits on a person reaches them (issue 31), against the real daemon, the scripted agent and a real HTTP
 receiver on loopback: the attention list (API and CLI) and its acknowledgements; signed webhooks delivered through
 the outbox, retried while the receiver is down, kept across a SIGKILL, given up (and shown by doctor) on a refusal;
-the secret nowhere it must not be."""
+the secret nowhere it must not be; a receiver trickling its answer delays no other, and a URL that cannot be sent
+stops the start (issue 44)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import NO_TITLE, Daemon, start_daemon, wait_for
-from tests.webhook_receiver import Receiver, webhook_config
+from tests.conftest import NO_TITLE, ROOT, Daemon, daemon_config, start_daemon, wait_for
+from tests.webhook_receiver import Receiver, Trickler, webhook_config
 
 SECRET = "whsec-test-0123456789abcdef"
 EVENTS = ["permission_requested", "elicitation_requested", "auth_required", "session_failed", "turn_finished"]
@@ -249,3 +254,50 @@ def test_a_permission_left_open_by_a_killed_daemon_is_not_listed_after_the_sessi
         assert not items_for(second, sid, "permission")
     finally:
         second.stop()
+
+
+def test_a_receiver_trickling_its_answer_does_not_delay_a_healthy_one(tmp_path: Path, workspace: Path) -> None:
+    """Issue 44: a receiver sending a byte every 2 s held the one delivery thread for good, and a healthy receiver
+    got 1 of 4 events. Now each of 4 turns reaches the healthy receiver within the trickler's own deadline
+    (`timeout = "3s"`) of the turn's end, while the trickler's attempts go on being cut and retried."""
+    trickler, healthy = Trickler(every=2.0).start(), Receiver().start()
+    config = webhook_config(healthy.url, SECRET, ["turn_finished"]) + (
+        f'\n[[notifications.webhooks]]\nurl = "{trickler.url}"\nsecret = "{SECRET}-trickler"\n'
+        'events = ["turn_finished"]\n')
+    d = start_daemon(tmp_path / "home", extra_config=config + NO_TITLE, timeout=START_TIMEOUT)
+    try:
+        sid = d.create(workspace)["id"]
+        for n in range(4):
+            d.run_turn(sid, f"say {n}")
+
+        def four() -> dict[str, float] | None:
+            arrived = {r.payload["id"]: r.at - datetime.fromisoformat(r.payload["occurred_at"]).timestamp()
+                       for r in healthy.received("turn_finished", session_id=sid)}
+            return arrived if len(arrived) == 4 else None
+
+        lags = wait_for(four, 30, "the 4 turns' events at the healthy receiver")
+        assert max(lags.values()) < 3.0, f"seconds from each turn's end to the healthy receiver: {lags}"
+        wait_for(lambda: len(trickler.held) >= 2, 30, "the trickler's attempts cut and retried")
+        assert max(trickler.held) < 4.0, trickler.held
+    finally:
+        d.stop()
+        trickler.stop()
+        healthy.stop()
+
+
+def test_a_webhook_url_that_cannot_be_sent_stops_the_start_in_one_line_without_its_path(tmp_path: Path) -> None:
+    """It used to start, then trace back every ~33 s with the URL's path in the log, never giving the rows up."""
+    home = tmp_path / "home"
+    home.mkdir()
+    bad = "https://hooks.example.com/services/private-path-token with space?key=private-query"
+    (home / "config.toml").write_text(daemon_config(home, webhook_config(bad, SECRET, ["turn_finished"])))
+    env = {**os.environ, "COMPOZY_HOME": str(home)}
+    env.pop("COMPOZY_URL", None)
+    result = subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "start", "--port", "0"], env=env,
+                            cwd=str(ROOT), capture_output=True, text=True, timeout=120)
+    if result.returncode == 0:  # it started after all: stopped, not left behind
+        subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "stop"], env=env, cwd=str(ROOT),
+                       capture_output=True, timeout=120)
+    assert result.returncode == 78, result.stderr
+    assert result.stderr.count("\n") == 1 and "notifications.webhooks[0].url: must not contain spaces" in result.stderr
+    assert "private-path-token" not in result.stderr + result.stdout and "private-query" not in result.stderr

@@ -140,8 +140,8 @@ def test_compozy_url_naming_a_squatter_gets_no_token_and_no_login_link(victim_ho
 
 
 def test_a_relay_in_front_of_the_real_daemon_cannot_pass_its_proof_on(daemon: Daemon) -> None:
-    """Another user's listener forwarding every byte to the real daemon: the daemon's proof is bound to the port it
-    saw (the relay's), so the CLI, which knows its own port, refuses it and never sends the token."""
+    """Another user's listener forwarding every byte to the real daemon: the daemon's proof is bound to the
+    connection it saw (the relay's), so the CLI, which knows its own, refuses it and never sends the token."""
     answers: list[bytes] = []
 
     def relay(request: bytes) -> bytes:
@@ -164,6 +164,77 @@ def test_a_relay_in_front_of_the_real_daemon_cannot_pass_its_proof_on(daemon: Da
         assert daemon.token.encode() not in middle.received
     finally:
         middle.close()
+
+
+class AddressRelay:
+    """Another user's listener that forwards every byte both ways to the real daemon, connecting from another
+    loopback address (127.0.0.2, which Linux routes to lo) with the CLI's own source-port number: the daemon then
+    sees the CLI's port, which is all a proof bound to the port alone covered (issue 44, finding 9)."""
+
+    def __init__(self, daemon_port: int) -> None:
+        self.daemon_port = daemon_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.received = b""  # what the CLI sent
+        self.relayed_from: list[tuple[str, int, int]] = []  # (our address, our port, the CLI's port) per connection
+        self._lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, (_, client_port) = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket()
+            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                upstream.bind(("127.0.0.2", client_port))
+                upstream.connect(("127.0.0.1", self.daemon_port))
+            except OSError:
+                conn.close()
+                upstream.close()
+                continue
+            host, port = upstream.getsockname()[:2]
+            with self._lock:
+                self.relayed_from.append((host, port, client_port))
+            threading.Thread(target=self._pump, args=(conn, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, conn, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if record:
+                    with self._lock:
+                        self.received += data
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_relay_from_another_loopback_address_with_the_clis_port_cannot_pass_its_proof_on(daemon: Daemon) -> None:
+    """The proof is bound to the connection's whole address pair as each end sees it: the relay's connection to the
+    daemon has another client address (127.0.0.2) and another daemon end than the CLI's connection to the relay,
+    so the CLI refuses it and never sends the token. Bound to the client port alone, it passed (2 of 2)."""
+    relay = AddressRelay(daemon.port)
+    try:
+        result = cli(daemon.home, "status", url=f"http://127.0.0.1:{relay.port}")
+        with relay._lock:
+            relayed = list(relay.relayed_from)
+        assert relayed and all(host == "127.0.0.2" and port == client for host, port, client in relayed), relayed
+        assert "did not prove" in assert_unavailable(result)
+        assert daemon.token.encode() not in relay.received and b"authorization" not in relay.received.lower()
+    finally:
+        relay.close()
 
 
 def _length(reply: bytes) -> int:

@@ -1,15 +1,19 @@
 """The attention rules without a daemon (issue 31): `[notifications]` validation, the backoff, which events a saved
 session record carries and their stable ids, the signature, and the outbox on a real SQLite catalog (rows per
-webhook and filter, written once, claimed by one of two racing nodes, retried, given up), and one POST to a real
-receiver on loopback for each kind of answer."""
+webhook and filter, written once, claimed by one of two racing nodes, retried, given up), one POST to a real
+receiver on loopback for each kind of answer, and a receiver trickling its answer (issue 44): cut at the deadline,
+and holding no other receiver's deliveries."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,6 +71,41 @@ def test_a_bad_notifications_table_is_refused_naming_the_key_and_never_the_secre
         parse_notifications(table)
     assert key in str(caught.value)
     assert SECRET not in str(caught.value) and "tokenpath" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", [
+    "https://hooks.example.com/services/tokenpath with a space",
+    "https://hooks.example.com/services/tokenpath?q=a b",
+    "http://hooks example.com/tokenpath",
+    "http://hooks.example.com/tokenpath\t",
+    "http://hooks.example.com/tokenpath\x7f",
+    "http://hooks.example.com/tokenpath/\u00e9",
+    "http://h\u00f3oks.example.com/tokenpath",
+    "ftp://hooks.example.com/tokenpath",
+    "hooks.example.com/tokenpath",
+    "http:///tokenpath",
+    "http://user:tokenpath@hooks.example.com/x",
+    "http://tokenpath@hooks.example.com/x",
+    "http://hooks.example.com:0/tokenpath",
+    "http://hooks.example.com:99999/tokenpath",
+    "http://hooks.example.com:8o/tokenpath",
+    "http://[::1/tokenpath",
+])
+def test_a_url_that_cannot_be_sent_is_refused_naming_the_webhook_never_its_path(url: str) -> None:
+    """A space in it used to pass: every attempt then raised in the sender, a traceback with the path every ~33 s,
+    the row never settled nor given up."""
+    with pytest.raises(ConfigError) as caught:
+        parse_notifications({"webhooks": [hook(), hook(url=url)]})
+    message = str(caught.value)
+    assert message.startswith("notifications.webhooks[1].url: ") and "\n" not in message, message
+    assert "tokenpath" not in message and SECRET not in message
+
+
+@pytest.mark.parametrize("url", ["https://ntfy.sh/my-topic?tpl=1&t={{.event}}&m={{.text}}", "http://[::1]:8080/x",
+                                 "https://hooks.example.com:8443/a%20b?x=%C3%A9#frag", "http://127.0.0.1/"])
+def test_a_url_that_can_be_sent_is_taken_as_written(url: str) -> None:
+    [w] = parse_notifications({"webhooks": [hook(url=url)]}).webhooks
+    assert w.url == url
 
 
 def test_the_backoff_doubles_from_retry_min_up_to_retry_max() -> None:
@@ -267,3 +306,82 @@ def test_a_receiver_that_never_answers_or_is_not_there_is_retried() -> None:
     for outcome in (hung, refused):
         assert not outcome.delivered and outcome.retry and "private-path-token" not in outcome.error
         assert outcome.error.startswith("http://127.0.0.1:")
+
+
+def test_a_url_the_sender_refuses_is_given_up_at_once_and_never_logged_with_its_path(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Config load refuses such a URL; should one get past it, the attempt is a failure of the row (visible state),
+    given up at once (no attempt can succeed), and neither the row nor the log carries its path or query."""
+    bad = WebhookConfig("http://127.0.0.1:1/hook/private-path-token with space?key=private-query", SECRET, ALL)
+    notifications = config(bad)
+    outbox.enqueue(session_notices(FAILED), notifications)
+    with caplog.at_level(logging.DEBUG):
+        assert delivery.deliver_due("me", notifications) == 1
+    [row] = WebhookDelivery.objects.all()
+    assert row.status == DeliveryStatus.FAILED and row.attempts == 1 and row.claimed_by == ""
+    assert row.last_error.startswith("http://127.0.0.1:1: ") and "cannot be sent" in row.last_error
+    shown = row.last_error + caplog.text
+    assert "private-path-token" not in shown and "private-query" not in shown and SECRET not in shown
+
+
+def test_an_answer_trickled_a_byte_at_a_time_is_cut_at_the_deadline() -> None:
+    """The timeout bounds the whole attempt, not each read: a byte every 0.4 s kept every 1 s read alive, and the
+    attempt lasted as long as the receiver liked."""
+    from tests.webhook_receiver import Trickler
+
+    trickler = Trickler(every=0.4, limit=10).start()
+    try:
+        started = time.monotonic()
+        outcome = delivery.post(WebhookConfig(trickler.url, SECRET, ALL), _row(), timeout=1.0)
+        took = time.monotonic() - started
+    finally:
+        trickler.stop()
+    assert not outcome.delivered and outcome.retry, outcome
+    assert "deadline" in outcome.error and "private-path-token" not in outcome.error
+    assert took < 1.5, f"the attempt lasted {took:.2f}s against a 1s deadline"
+
+
+def failed_at(n: int) -> dict[str, Any]:
+    return meta(id=f"sess_{n:016x}", state="stopped", stopped_at=isoformat(utcnow()),
+                failure={"kind": "timeout", "summary": f"silent {n}"})
+
+
+def test_a_receiver_trickling_its_answer_does_not_hold_a_healthy_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: one receiver sending a byte every 2 s held the single delivery thread for good (a healthy receiver
+    got 1 of 4 events). Now each receiver has its own worker and each attempt its deadline: the healthy receiver
+    gets all 4 events within the trickler's own deadline, and the trickler's attempt ends at it."""
+    from compozy.daemon.webhooks import WebhookDispatcher
+    from compozy_base.config import loader
+    from tests.webhook_receiver import Receiver, Trickler
+
+    deadline = 3.0
+    trickler, healthy = Trickler(every=2.0).start(), Receiver().start()
+    slow = WebhookConfig(trickler.url, SECRET, ALL)
+    fast = WebhookConfig(healthy.url, SECRET, ALL)
+    notifications = NotificationsConfig(webhooks=(slow, fast), retry_min=60, retry_max=60, max_attempts=3,
+                                        timeout=deadline)
+    for n in range(4):
+        assert outbox.enqueue(session_notices(failed_at(n)), notifications) == 2
+    monkeypatch.setattr(loader, "get_config", lambda: SimpleNamespace(notifications=notifications))
+    dispatcher = WebhookDispatcher("node#trickle")
+    started = time.monotonic()
+    dispatcher.start()
+    try:
+        while len(healthy.received()) < 4 and time.monotonic() - started < deadline + 10:
+            time.sleep(0.02)
+        got = len(healthy.received())
+        all_in = time.monotonic() - started
+        while not trickler.held and time.monotonic() - started < deadline + 10:
+            time.sleep(0.02)
+        held = trickler.held[0] if trickler.held else None
+    finally:
+        dispatcher.stop()
+        trickler.stop()
+        healthy.stop()
+    figures = f"the healthy receiver got {got} of 4 in {all_in:.2f}s; the trickler's first attempt held {held}s"
+    assert got == 4 and all_in < deadline, figures
+    assert held is not None and held < deadline + 1, figures
+    assert {r.status for r in WebhookDelivery.objects.filter(webhook=fast.key)} == {DeliveryStatus.DELIVERED}
+    # The trickler's failure is the row's visible state: an attempt made, its reason, a retry to come.
+    assert any(r.attempts == 1 and r.status == DeliveryStatus.PENDING and "3s deadline" in r.last_error
+               for r in WebhookDelivery.objects.filter(webhook=slow.key))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from compozy.api.guard import Guard, GuardPolicy, host_name, origin_allowed
+from compozy_base.auth import connection_pair, daemon_proof, on_loopback
 from tests.django_env import ensure_django
 
 TOKEN = "t" * 43
@@ -104,3 +105,28 @@ def test_only_the_same_origin_is_allowed() -> None:
     assert origin_allowed("http://127.0.0.1:2123", "127.0.0.1:2123")
     for origin in ("null", "http://127.0.0.1:2124", "http://evil.example", "file://", "http://127.0.0.1:2123.evil"):
         assert not origin_allowed(origin, "127.0.0.1:2123")
+
+
+def test_the_proof_is_bound_to_the_connections_whole_address_pair() -> None:
+    """Issue 44: bound to the client's port alone, the daemon's answer to a relay connecting from 127.0.0.2 with the
+    CLI's port number was the proof the CLI expected on its own connection to the relay."""
+    nonce = "0" * 32
+    relayed = http_scope("GET", "/api/auth/proof", query_string=f"nonce={nonce}".encode(),
+                         client=["127.0.0.2", 40000], server=["127.0.0.1", 2123])
+    status, _, body = answer(run(relayed, [b""])[1])
+    assert status == 200
+    assert body["proof_bound"] == daemon_proof(TOKEN, POLICY.home, nonce, "127.0.0.2 40000 127.0.0.1 2123")
+    cli_to_relay = connection_pair(("127.0.0.1", 40000), ("127.0.0.1", 41000))
+    assert body["proof_bound"] != daemon_proof(TOKEN, POLICY.home, nonce, cli_to_relay)
+    same_port_elsewhere = connection_pair(("127.0.0.1", 40000), ("127.0.0.1", 2123))
+    assert body["proof_bound"] != daemon_proof(TOKEN, POLICY.home, nonce, same_port_elsewhere)
+
+
+def test_a_connection_pair_reads_alike_from_both_ends() -> None:
+    # A dual-stack listener sees an IPv4 client as IPv4-mapped IPv6; the CLI's socket says IPv4.
+    assert connection_pair(["::ffff:127.0.0.1", 5], ["::ffff:127.0.0.1", 2123]) == "127.0.0.1 5 127.0.0.1 2123"
+    assert connection_pair(("::1", 5, 0, 0), ("::1", 2123, 0, 0)) == "::1 5 ::1 2123"
+    assert connection_pair(["/run/compozy.sock", None], ["127.0.0.1", 2123]) is None
+    assert connection_pair(None, ("127.0.0.1", 2123)) is None
+    assert on_loopback("127.0.1.1") and on_loopback("::ffff:127.0.0.2") and on_loopback("::1")
+    assert not on_loopback("10.0.0.1") and not on_loopback("localhost")
