@@ -241,9 +241,11 @@ async def _start(manager: Any, session_id: str, text: str, synthetic: dict[str, 
     runtime = manager.get(session_id)
     if runtime is None or runtime.stopping or runtime.state != "active":
         raise Conflict("session is not active", code="session_not_active")
-    if runtime.busy or runtime.handover:
-        raise Conflict("a prompt is already in progress", code="prompt_in_progress")  # skip if busy: never queue
-    turn = await runtime.start_turn(text, source="synthetic", extra={"synthetic": synthetic})
+    # Skip if busy, never queue; input queued earlier and still waiting for its turn counts as busy (it runs next).
+    async with runtime.admission:
+        if runtime.busy or runtime.handover or await runtime.queue_waiting():
+            raise Conflict("a prompt is already in progress", code="prompt_in_progress")
+        turn = await runtime.start_turn(text, source="synthetic", extra={"synthetic": synthetic})
     return str(turn.id)
 
 

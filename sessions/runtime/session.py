@@ -224,6 +224,13 @@ class SessionRuntime:
     async def dispatch_next(self) -> None:
         await self.turns.dispatch_next()
 
+    @property
+    def admission(self) -> asyncio.Lock:
+        return self.turns.admission
+
+    async def queue_waiting(self) -> bool:
+        return await self.turns.queue_waiting()
+
     async def cancel_turn(self) -> bool:
         return await self.turns.cancel_turn()
 

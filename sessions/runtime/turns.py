@@ -59,6 +59,9 @@ class Turns:
         self._after_reply = after_reply  # a turn the agent answered: the auto-title may name the session
         self.turn: Turn | None = None
         self.prompt_lock = asyncio.Lock()
+        # Admission: deciding whether input starts a turn now or waits in the queue, and acting on it, is one step
+        # per session (prompts, queued dispatch, wakes), so input runs in the order it was acknowledged in.
+        self.admission = asyncio.Lock()
         # Provider context recovery: a projection of this session's log, prepended to the next prompt.
         self.projection: str | None = None
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
@@ -229,16 +232,28 @@ class Turns:
         except TimeoutError:
             return False
 
+    async def queue_waiting(self) -> bool:
+        """Whether queued input (a staged first prompt or a queued prompt) waits for its turn."""
+        return await db(self._session.manager.inputs.waiting, self._session.rec.id)
+
     async def dispatch_next(self) -> None:
-        """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
+        """Run the oldest queued input (a staged first prompt or a queued prompt), if idle. One dispatch at a time,
+        under the admission lock: two concurrent ones (a turn's end and a prompt queued just then) would claim two
+        entries, and the younger could start first."""
+        async with self.admission:
+            while await self._dispatch_one():
+                pass
+
+    async def _dispatch_one(self) -> bool:
+        """Start the oldest queued entry; True when a hook refused it and the next one should be tried."""
         if self.busy or self.handover or self._session.rec.state != SessionState.ACTIVE or self._session.stopping:
-            return
+            return False
         entry = await db(self._session.manager.inputs.claim_next, self._session.rec.id)
         if entry is not None and (self.busy or self.handover):
             await db(self._session.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
-            return
+            return False
         if entry is None:
-            return
+            return False
         self._session.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
         try:
@@ -249,13 +264,12 @@ class Turns:
                         {"queue_entry_id": entry.id, "reason": "hook_denied"})
             with contextlib.suppress(StoreFailure):
                 await self._session.recorder.flush()
-            if not self._session.stopping:
-                await self.dispatch_next()
-            return
+            return not self._session.stopping
         except Exception:
             await db(self._session.manager.inputs.mark, entry.id, "failed")
             raise
         await db(self._session.manager.inputs.mark, entry.id, "sent")
+        return False
 
     async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session
