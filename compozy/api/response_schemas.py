@@ -10,7 +10,7 @@ from typing import Any
 from django.http import HttpResponse
 from ninja import Schema
 from ninja.responses import NinjaJSONEncoder
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def render(schema: type[BaseModel], data: Any, status: int = 200) -> HttpResponse:
@@ -31,6 +31,8 @@ class FailureOut(Open):
     kind: str
     summary: str | None = None
     crash_bundle_path: str | None = None
+    cause: str | None = Field(default=None, description="the finer cause of the kind, when one is known "
+                              "(`handshake`: a startup_failure whose agent never completed the ACP handshake)")
 
 
 class SessionOut(Open):

@@ -32,12 +32,19 @@ INITIALIZE_TIMEOUT = 30.0
 NEW_SESSION_TIMEOUT = 60.0
 
 
+# The finer cause of a `startup_failure` whose agent process started but never completed the ACP handshake
+# (`initialize`, `authenticate`): the kind is the seed's ("a failed background start persists
+# failure.kind=startup_failure"), the cause says which step of the start failed.
+HANDSHAKE_CAUSE = "handshake"
+
+
 class StartFailed(Exception):
-    def __init__(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
+    def __init__(self, kind: FailureKind, summary: str, code: str | None = None, cause: str | None = None) -> None:
         super().__init__(summary)
         self.kind = kind
         self.summary = summary
         self.code = code
+        self.cause = cause
 
 
 class StartPath:
@@ -71,7 +78,7 @@ class StartPath:
                 await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
-            await self._fail_start(exc.kind, exc.summary, exc.code)
+            await self._fail_start(exc.kind, exc.summary, exc.code, exc.cause)
             return
         except asyncio.CancelledError:
             await self._fail_start(FailureKind.CANCELLATION, "start canceled")
@@ -140,7 +147,8 @@ class StartPath:
                                                   session.config.permissions_mode)))
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
             await asyncio.sleep(0.05)
-            raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
+            raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP initialize failed: {exc}"),
+                              cause=HANDSHAKE_CAUSE) from exc
         advertised = init.get("agentCapabilities")
         caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
         offers = caps.get("sessionCapabilities")
@@ -181,8 +189,8 @@ class StartPath:
             raise StartFailed(FailureKind.PROVIDER_AUTH_FAILURE, self._auth_refusal(
                 f"authenticate with {method.id!r} failed: {exc}")) from exc
         except (TransportClosed, TimeoutError) as exc:
-            raise StartFailed(FailureKind.HANDSHAKE_FAILURE,
-                              self._with_exit(f"ACP authenticate failed: {exc}")) from exc
+            raise StartFailed(FailureKind.STARTUP_FAILURE,
+                              self._with_exit(f"ACP authenticate failed: {exc}"), cause=HANDSHAKE_CAUSE) from exc
         if self._session.rec.acp_caps is not None:
             self._session.rec.acp_caps.authenticated_with = method.id
 
@@ -306,7 +314,8 @@ class StartPath:
             message += f"; stderr: {tail[-500:]}"
         return message
 
-    async def _fail_start(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
+    async def _fail_start(self, kind: FailureKind, summary: str, code: str | None = None,
+                          cause: str | None = None) -> None:
         session = self._session
         if self._stop.stopping or session.stopped.is_set():
             return  # a stop raced the start; the stop path finishes the session
@@ -316,6 +325,8 @@ class StartPath:
         failure = await self._stop.failure(kind, summary)
         if code:
             failure["code"] = code  # e.g. speed_rejected: which runtime option the provider refused
+        if cause:
+            failure["cause"] = cause  # e.g. handshake: which step of the start failed
         session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
                                       "text": self._stop.stderr_excerpt()}, turn_id="")
         await self._stop.finish(reason, summary, failure)

@@ -78,10 +78,12 @@ def test_status_json_reports_the_daemon_and_recent_failures(daemon: Daemon, work
     assert status["sessions"]["by_status"]["active"] == status["sessions"]["active"]
     assert status["sessions"]["total"] == sum(status["sessions"]["by_status"].values())
     recent = {f["session_id"]: f for f in status["health"]["failures"]["recent"]}
-    assert recent[failed["id"]]["failure_kind"] == "handshake_failure"
+    assert recent[failed["id"]]["failure_kind"] == "startup_failure"
+    assert recent[failed["id"]]["failure"]["cause"] == "handshake"
     assert recent[failed["id"]]["failure"] == daemon.session(failed["id"])["failure"]
     assert live["id"] not in recent
-    assert status["health"]["failures"]["by_kind"]["handshake_failure"] >= 1
+    assert status["health"]["failures"]["by_kind"]["startup_failure"] >= 1
+    assert "handshake_failure" not in status["health"]["failures"]["by_kind"]
 
     human = daemon.cli("status")
     assert human.returncode == 0 and "Recent session failures" in human.stdout

@@ -287,16 +287,17 @@ def test_a_prompt_failure_keeps_the_reason_the_agent_gave(daemon: Daemon, worksp
     assert "scripted prompt failure" in error["content"]["failure"]["summary"]
 
 
-@pytest.mark.parametrize(("agent", "kind", "needle"), [
-    ("broken", "handshake_failure", "initialize"),
-    ("missing", "startup_failure", "/nonexistent/bin/agent-acp"),
+@pytest.mark.parametrize(("agent", "cause", "needle"), [
+    ("broken", "handshake", "initialize"),
+    ("missing", None, "/nonexistent/bin/agent-acp"),
 ])
-def test_a_failed_start_is_error_with_its_failure_kind(daemon: Daemon, workspace: Path, agent: str, kind: str,
-                                                       needle: str) -> None:
+def test_a_failed_start_is_error_with_its_failure_kind(daemon: Daemon, workspace: Path, agent: str,
+                                                       cause: str | None, needle: str) -> None:
     stopped = daemon.create(workspace, agent=agent)
     assert stopped["state"] == "stopped"
     assert stopped["stop_reason"] == "error"
-    assert stopped["failure"]["kind"] == kind
+    assert stopped["failure"]["kind"] == "startup_failure"  # the seed's kind for every failed start
+    assert stopped["failure"].get("cause") == cause
     assert needle in stopped["failure"]["summary"]
     assert Path(stopped["failure"]["crash_bundle_path"]).is_file()
     assert assert_failure_everywhere(daemon, stopped["id"]) == stopped["failure"]
