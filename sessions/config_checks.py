@@ -40,7 +40,9 @@ SCHEMA: dict[str, Any] = {
         "store": {"write_deadline": None},
     },
     "limits": {"max_concurrent_agents": None, "max_cost_usd": None},
-    "roles": {"auto_title": dict.fromkeys(("enabled", "provider"))},
+    # `fallback_chain` is an array of tables, each checked key by key by its reader (sessions/config.py).
+    "roles": {"auto_title": dict.fromkeys(("enabled", "agent", "provider", "model", "reasoning_effort",
+                                           "fallback_chain"))},
     "redact": {"enabled": None},
     "tasks": {"lease_ttl": None},
     "workspaces": {"allow_hard_links": None},
