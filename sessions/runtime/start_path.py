@@ -16,7 +16,7 @@ from sessions.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, Ma
 from sessions.record import AcpCaps
 from sessions.runtime import lifecycle, terminal_gateway
 from sessions.runtime.offload import db, starting
-from sessions.runtime.options import plan, reported_model
+from sessions.runtime.options import plan, reported_model, with_current
 from sessions.runtime.permissions import permission_mode
 from sessions.runtime.projection import build_projection
 from sessions.store import folder
@@ -231,7 +231,8 @@ class StartPath:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
         assert session.agent
-        config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
+        offered = opened.get("configOptions")
+        config_options: list[dict[str, Any]] = offered if isinstance(offered, list) else []
         models = opened.get("models")
         rec = session.rec
         steps = plan(config_options, model=rec.model or "", model_explicit=bool(rec.model_explicit),
@@ -249,8 +250,14 @@ class StartPath:
                 continue
             if isinstance(answer, dict) and isinstance(answer.get("configOptions"), list):
                 config_options = answer["configOptions"]  # the agent's state after the change
-            elif not config_id and isinstance(models, dict):
+            elif config_id:
+                config_options = with_current(config_options, config_id, value)  # accepted, state not repeated
+            elif isinstance(models, dict):
                 models = {**models, "currentModelId": value}
+        if sets:
+            # The record's options follow what was applied (status, and the dashboard's switcher, read them), as
+            # they follow a `config_option_update` the agent sends.
+            self._on_opened({"configOptions": config_options})
         rec.agent_model = reported_model(config_options, models)
         rec.speed_resolution = steps.resolutions.get("speed")
         rec.option_resolutions = steps.resolutions
