@@ -339,6 +339,8 @@ class SessionRuntime:
         if type_ == EventType.USAGE and self.turn:
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
+        if turn is not None and type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT):
+            turn.track_tool(type_, content)
         self.activity.touch(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
         if type_ == EventType.TOOL_RESULT:

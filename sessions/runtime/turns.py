@@ -163,6 +163,7 @@ class Turns:
                 cost = self._cost.turn_cost() if self._cost is not None else None
                 if cost is not None:
                     content["cost"] = cost  # this turn's share of the session's cost (history, recap)
+                self._cancel_open_tools(turn, stop)
                 self._session.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
                 outcome = "done"
@@ -174,6 +175,7 @@ class Turns:
             kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
                 else FailureKind.PROMPT_FAILURE
             failure = await self._turn_failure(kind, str(exc))
+            self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
@@ -184,6 +186,7 @@ class Turns:
             raise
         except Exception as exc:  # whatever broke the turn is recorded on it and logged with its traceback
             logger.exception("turn %s failed", turn.id)
+            self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
@@ -208,6 +211,22 @@ class Turns:
             await self.input.fall_back()
             await self._session.persist()
             await self.dispatch_next()
+
+    def _cancel_open_tools(self, turn: Turn, stop: str) -> None:
+        """The agent answered the prompt: a cancelled turn's tool calls still open are cancelled with it."""
+        if turn.cancel_requested or stop == "cancelled":
+            self.close_open_tools(turn, "cancelled", "Tool call cancelled with its turn.")
+
+    def close_open_tools(self, turn: Turn, status: str, why: str) -> None:
+        """The tool calls `turn` left open, settled as it ends (cancelled, failed, or cut by a stop): a `tool_result`
+        each (`status` `cancelled` or `failed`), recorded before the turn's terminal row so the call closes in the
+        same message. ACP: a client marks a cancelled turn's unfinished tool calls cancelled; without this a stop
+        during a tool call left it `in_progress` for good."""
+        for call_id, name in turn.open_tools.items():
+            self._session.record(EventType.TOOL_RESULT, {
+                "tool_call_id": call_id, "tool_name": name, "status": status, "tool_result": {"error": why},
+                "tool_error": why}, turn_id=turn.id)
+        turn.open_tools.clear()
 
     async def cancel_turn(self) -> bool:
         """ACP session/cancel for the running turn; the agent answers the prompt with `cancelled`."""
