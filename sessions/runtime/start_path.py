@@ -309,6 +309,8 @@ class StartPath:
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
         text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
         self._turns.projection = text
+        if text is None:
+            return  # no conversation to rebuild (a session that never started): nothing recovered, no marker
         self._session.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")
 

@@ -192,7 +192,7 @@ def test_the_title_after_a_recovery_comes_from_what_the_user_typed(demo_titles: 
     sid = d.create(workspace, agent="flaky", prompt="plan the rollout")["id"]
     assert d.session(sid)["failure"]["kind"] == "startup_failure"
     flag.touch()
-    # Reactivation rebuilds context from the log (the failed start), then runs the staged prompt.
+    # Reactivation runs the staged prompt (as typed: a start that failed left no conversation to rebuild).
     assert d.http.post(d.scoped(sid, "/reactivate")).status_code == 200
     d.wait_event(sid, "done")
     titled = wait_for(lambda: d.session(sid)["name"] and d.session(sid), what="an auto title")
