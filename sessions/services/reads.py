@@ -13,6 +13,7 @@ from sessions.errors import Conflict, InvalidRequest, NotFound
 from sessions.models import Session
 from sessions.services.lookup import read_session_meta, row_meta_unreadable, scoped_meta
 from sessions.services.payloads import envelope, session_payload
+from sessions.services.reactivation import reactivatable
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.events import MAX_PAGE
@@ -23,8 +24,10 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
                   limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
-    qs = _session_rows(workspace=workspace, state=state, active_only=resumable or not all_states, agent=agent,
+    qs = _session_rows(workspace=workspace, state=state, active_only=not resumable and not all_states, agent=agent,
                        query=query, session_type=session_type)
+    if resumable and not state:
+        qs = qs.filter(state__in=(SessionState.ACTIVE, SessionState.STOPPED))
     offset = 0
     if cursor:
         try:
@@ -38,8 +41,7 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
         payload = _listed(row)
         if payload is None:
             continue
-        lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
-        if resumable and (not payload["attachable"] or lease_held):
+        if resumable and not _resumable(row, payload):
             continue
         sessions.append(payload)
     has_more = offset + limit < total
@@ -47,6 +49,15 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     if has_more:
         page["next_cursor"] = str(offset + limit)
     return {"sessions": sessions, "page": page}
+
+
+def _resumable(row: Session, payload: dict[str, Any]) -> bool:
+    """What `session resume` takes (issue 50: the list and the command agree): a live session it can attach to (no
+    other holder's lease), or a stopped one it reactivates first."""
+    if payload["state"] == SessionState.STOPPED:
+        return reactivatable(payload)
+    lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
+    return bool(payload["attachable"]) and not lease_held
 
 
 def _session_rows(*, workspace: str | None, state: str | None, active_only: bool, agent: str | None,

@@ -362,6 +362,7 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     sid = daemon.create(workspace, agent="scripted")["id"]
     daemon.run_turn(sid, "before the stop")
     stop(daemon, sid)
+    assert resumable_ids(daemon, workspace) == [sid]  # what resume takes: it reactivates it
 
     result = daemon.cli_json("session", "resume", sid)
     assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"].startswith("cli:")
@@ -370,6 +371,30 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     assert resumable_ids(daemon, workspace) == []  # active, but leased
     turn = daemon.run_turn(sid, "after the resume")
     assert of_type(turn, "done")[0]["content"]["prompt_stop_reason"] == "end_turn"
+
+
+def test_the_resumable_list_is_what_session_resume_takes(daemon: Daemon, tmp_path: Path) -> None:
+    """Issue 50, row 8: `session list --resumable` omitted the stopped sessions `session resume` reactivates."""
+    kept, doomed_root = tmp_path / "kept", tmp_path / "doomed"
+    kept.mkdir()
+    doomed_root.mkdir()
+    live = daemon.create(kept, agent="scripted")["id"]
+    stopped = daemon.create(kept, agent="scripted")["id"]
+    stop(daemon, stopped)
+    leased = daemon.create(kept, agent="scripted")["id"]
+    daemon.cli_json("session", "resume", leased, "--holder", "someone-else")
+    doomed = daemon.create(doomed_root, agent="scripted")["id"]
+    stop(daemon, doomed)
+    shutil.rmtree(doomed_root)
+
+    listing = daemon.cli_json("session", "list", "--resumable", "--limit", "100")["sessions"]
+    mine = {s["id"]: s["state"] for s in listing if s["id"] in {live, stopped, leased, doomed}}
+    assert mine == {live: "active", stopped: "stopped"}
+    for sid in mine:  # each one listed, resume takes
+        assert daemon.cli_json("session", "resume", sid, "--holder", "me")["attach"]["session_id"] == sid
+    # Each one left out, resume refuses, saying why.
+    assert cli_error_code(daemon.cli("session", "resume", leased, "-o", "json")) == "session_attach_locked"
+    assert cli_error_code(daemon.cli("session", "resume", doomed, "-o", "json")) == "workspace_root_missing"
 
 
 def test_prompts_racing_to_a_stopped_session_all_land_on_one_reactivation(daemon: Daemon, workspace: Path) -> None:
