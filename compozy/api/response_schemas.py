@@ -107,8 +107,22 @@ class EventOut(Open):
     archived: bool | None = None
 
 
+class EventsPageOut(Schema):
+    """What a `GET …/events` page is a page of: the newest `limit` matches (`order: newest`; `has_more`: older ones
+    were left out) or the oldest after `after_sequence` (`order: after`; `has_more`: newer ones follow, from
+    `next_after`)."""
+
+    limit: int
+    order: str
+    has_more: bool
+    first_sequence: int | None = None
+    last_sequence: int | None = None
+    next_after: int | None = None
+
+
 class EventsOut(Schema):
     events: list[EventOut]
+    page: EventsPageOut | None = None
 
 
 class TurnOut(Schema):

@@ -109,14 +109,35 @@ def _limit(value: int | None, default: int = 200) -> int:
 def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
                 limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
                 agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    return list(events_page(session_id, workspace_ref=workspace_ref, after=after, limit=limit, types=types,
+                            turn_id=turn_id, agent_name=agent_name, since=since)["events"])
+
+
+def events_page(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
+                limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
+                agent_name: str | None = None, since: str | None = None) -> dict[str, Any]:
+    """`{events, page}`: one page of matching rows, ascending, and what it is a page of (issue 50: a read without a
+    limit silently showed only the newest 200). Without `after` the page is the newest `limit` matches and
+    `has_more` says older ones were left out; with `after`, the oldest after it and `has_more` says newer ones
+    follow (`next_after` continues). `first_sequence`/`last_sequence`: the sequences shown (null when none)."""
     meta = scoped_meta(session_id, workspace_ref)
     if after is not None and after < 0:
         raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
+    size = _limit(limit)
+    newest = after is None
     rows = event_store.read_events(
-        folder.events_path(session_id), after=after or 0, limit=_limit(limit),
-        newest=after is None, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
+        folder.events_path(session_id), after=after or 0, limit=size + 1,
+        newest=newest, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
     )
-    return [envelope(meta, r) for r in rows]
+    has_more = len(rows) > size
+    if has_more:
+        rows = rows[1:] if newest else rows[:size]
+    page: dict[str, Any] = {"limit": size, "order": "newest" if newest else "after", "has_more": has_more,
+                            "first_sequence": rows[0]["sequence"] if rows else None,
+                            "last_sequence": rows[-1]["sequence"] if rows else None}
+    if has_more and not newest:
+        page["next_after"] = rows[-1]["sequence"]
+    return {"events": [envelope(meta, r) for r in rows], "page": page}
 
 
 def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,

@@ -30,7 +30,7 @@ def test_cli_session_new_converses_and_stops_user_canceled(daemon: Daemon, works
 
     # The staged first prompt runs as the first turn; wait for its `done`.
     daemon.wait_event(sid, "done")
-    events = daemon.cli_json("session", "events", sid)
+    events = daemon.cli_json("session", "events", sid)["events"]
     types = [e["type"] for e in events]
     assert [e["sequence"] for e in events] == sorted(e["sequence"] for e in events)
     first_user = types.index("user_message")
@@ -46,7 +46,7 @@ def test_cli_session_new_converses_and_stops_user_canceled(daemon: Daemon, works
     assert stopped["state"] == "stopped"
     assert stopped["stop_reason"] == "user_canceled"
     assert stopped["failure"] is None
-    final = daemon.cli_json("session", "events", sid, "--type", "session_stopped")
+    final = daemon.cli_json("session", "events", sid, "--type", "session_stopped")["events"]
     assert len(final) == 1 and final[0]["content"]["stop_reason"] == "user_canceled"
 
 
