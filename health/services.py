@@ -106,9 +106,12 @@ def _upsert(rec: SessionRecord, live: LiveFacts, now: datetime | None = None,
         if fire:
             row.hook_fired_at = now
         try:
-            row.save()
+            with transaction.atomic():
+                row.save()
         except IntegrityError:
-            return None  # the session row was deleted between our check and the insert
+            # Another writer stored the row first (a metadata save and a read deriving a missing row, at once): that
+            # row stands. None when the session row was deleted between our check and the insert.
+            return SessionHealth.objects.filter(session_id=rec.id).first()
     if fire:
         _fire_hook(row, rec)
     return row
@@ -291,6 +294,20 @@ def health_row(session_id: str, workspace_ref: str | None = None, *, touch: bool
     if row is None:
         raise Unavailable("session health is unavailable", code="health_unavailable")
     return row
+
+
+def present_row(session_id: str) -> SessionHealth | None:
+    """The health row of a session as every health surface reads it: stored, or derived now from its metadata when
+    none is stored yet (the row follows each metadata save, after meta.json: a read between the two, or a derivation
+    that failed, finds none). None when no session has that id. What the wake service decides by (issue 50: a wake
+    right after a create answered `session_not_found` for a session every other surface showed)."""
+    row = SessionHealth.objects.filter(session_id=session_id).first()
+    if row is not None:
+        return row
+    try:
+        return health_row(session_id, touch=False)
+    except NotFound:
+        return None
 
 
 def _derived(rec: SessionRecord, live: LiveFacts) -> SessionHealth:

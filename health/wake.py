@@ -6,7 +6,8 @@ The gate is race-safe without locks:
   others are `wake_coalesced` (a wake in flight or cooling down), or `cooldown_active` for a manual wake;
 - the synthetic prompt is sent with "skip if busy" under the runtime's prompt lock: a prompt that started
   after health was read makes it `session_prompt_active_race`, never a second turn.
-Wake never touches task runs, claims or leases, and never writes health.
+Wake never touches task runs, claims or leases, and never writes health (a session with no health row stored yet
+has it derived from its metadata, as every health read does: `services.present_row`).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MA
     now = now or utcnow()
     dry_run = dry_run or peek
     cfg = get_config().heartbeat
-    row = SessionHealth.objects.filter(session_id=session_id).first()
+    row = services.present_row(session_id)
     workspace_id = row.workspace_id if row else ""
     ctx = _Ctx(agent_name, session_id, workspace_id, source, now, cfg, dry_run, audit_repeats)
     # 1. config
@@ -193,6 +194,8 @@ def session_decisions(agent_name: str, *, workspace_id: str = "", session_id: st
     """What a wake of each of the agent's sessions would decide now (`peek`: no wake recorded): its live sessions,
     newest first, or only `session_id` (whatever its state or agent); within `workspace_id` when given."""
     now = now or utcnow()
+    if session_id:
+        services.present_row(session_id)  # a session whose row is not stored yet is listed all the same
     rows = SessionHealth.objects.filter(session_id=session_id) if session_id else \
         SessionHealth.objects.filter(agent_name=agent_name).exclude(state=HealthState.STOPPED)
     if workspace_id:
@@ -241,9 +244,11 @@ async def _start(manager: Any, session_id: str, text: str, synthetic: dict[str, 
     runtime = manager.get(session_id)
     if runtime is None or runtime.stopping or runtime.state != "active":
         raise Conflict("session is not active", code="session_not_active")
-    if runtime.busy or runtime.handover:
-        raise Conflict("a prompt is already in progress", code="prompt_in_progress")  # skip if busy: never queue
-    turn = await runtime.start_turn(text, source="synthetic", extra={"synthetic": synthetic})
+    # Skip if busy, never queue; input queued earlier and still waiting for its turn counts as busy (it runs next).
+    async with runtime.admission:
+        if runtime.busy or runtime.handover or await runtime.queue_waiting():
+            raise Conflict("a prompt is already in progress", code="prompt_in_progress")
+        turn = await runtime.start_turn(text, source="synthetic", extra={"synthetic": synthetic})
     return str(turn.id)
 
 

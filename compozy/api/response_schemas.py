@@ -10,7 +10,7 @@ from typing import Any
 from django.http import HttpResponse
 from ninja import Schema
 from ninja.responses import NinjaJSONEncoder
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def render(schema: type[BaseModel], data: Any, status: int = 200) -> HttpResponse:
@@ -31,6 +31,8 @@ class FailureOut(Open):
     kind: str
     summary: str | None = None
     crash_bundle_path: str | None = None
+    cause: str | None = Field(default=None, description="the finer cause of the kind, when one is known "
+                              "(`handshake`: a startup_failure whose agent never completed the ACP handshake)")
 
 
 class SessionOut(Open):
@@ -105,8 +107,22 @@ class EventOut(Open):
     archived: bool | None = None
 
 
+class EventsPageOut(Schema):
+    """What a `GET …/events` page is a page of: the newest `limit` matches (`order: newest`; `has_more`: older ones
+    were left out) or the oldest after `after_sequence` (`order: after`; `has_more`: newer ones follow, from
+    `next_after`)."""
+
+    limit: int
+    order: str
+    has_more: bool
+    first_sequence: int | None = None
+    last_sequence: int | None = None
+    next_after: int | None = None
+
+
 class EventsOut(Schema):
     events: list[EventOut]
+    page: EventsPageOut | None = None
 
 
 class TurnOut(Schema):

@@ -258,10 +258,9 @@ async def events(request: HttpRequest, workspace: Workspace, session_id: Session
     after = filters.after_sequence if filters.after_sequence is not None else last_event_id
 
     def page() -> HttpResponse:
-        rows = services.list_events(session_id, workspace_ref=workspace, after=after, limit=filters.limit,
-                                    types=filters.type, turn_id=filters.turn_id, agent_name=filters.agent_name,
-                                    since=filters.since)
-        return render(EventsOut, {"events": rows})
+        return render(EventsOut, services.events_page(
+            session_id, workspace_ref=workspace, after=after, limit=filters.limit, types=filters.type,
+            turn_id=filters.turn_id, agent_name=filters.agent_name, since=filters.since))
 
     return await sync_to_async(page)()
 

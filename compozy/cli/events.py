@@ -40,7 +40,8 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
 
 @session.command("events")
 @click.argument("session_id")
-@click.option("--last", type=click.IntRange(1, 1000), default=None, help="Only the newest N events.")
+@click.option("--last", type=click.IntRange(1, 1000), default=None,
+              help="The newest N events (default 200; without it only the newest 200 are shown).")
 @click.option("--after", type=click.IntRange(0), default=None,
               help="Only events after this sequence number (the first column).")
 @click.option("--type", "types", multiple=True,
@@ -53,7 +54,10 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
                    follow: bool, fmt: str, as_json: bool) -> None:
     """Read the append-only event store: the best evidence of what happened.
 
-    One line per event: sequence, age, type and what it says. `-o json`/`-o jsonl` print whole rows.
+    One page: the newest 200 events (`--last N`: the newest N, up to 1000), or with `--after SEQ` the first
+    200 after it, oldest first either way. A page that leaves events out says so, and how to see them.
+    One line per event: sequence, age, type and what it says. `-o json` prints `{"events": [...], "page":
+    {"limit", "order", "has_more", "first_sequence", "last_sequence", "next_after"}}`, `-o jsonl` the page's rows.
     `--follow` reads raw persisted events over SSE (one JSON row a line under `-o json`), reconnects with
     `Last-Event-ID` after a drop, ends when the session stops, and exits 69 if the daemon stays away
     (about 2 minutes).
@@ -77,11 +81,31 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
         if follow:
             _follow(client, base, after, last, list(types), "jsonl" if fmt == "json" else fmt, since)
             return
-        rows = client.request("GET", base + "/events", query={
-            "limit": last, "after_sequence": after, "type": list(types) or None, "since": since})["events"]
+        data = client.request("GET", base + "/events", query={
+            "limit": last, "after_sequence": after, "type": list(types) or None, "since": since})
     except ApiError as exc:
         fail_api(exc, fmt)
-    emit(rows, fmt, lambda: click.echo("\n".join(event_lines(rows)) if rows else "no events"))
+    rows = data["events"]
+    page = data.get("page") or {}
+
+    def human() -> None:
+        click.echo("\n".join(event_lines(rows)) if rows else "no events")
+        note = page_note(session_id, page)
+        if note:
+            click.echo(note)
+
+    emit({"events": rows, "page": page}, fmt, human, rows=rows)
+
+
+def page_note(session_id: str, page: dict[str, Any]) -> str:
+    """The line under a page of events that left some out: which ones, and the command that shows them."""
+    if not page.get("has_more"):
+        return ""
+    if page.get("order") == "after":
+        return (f"first {page['limit']} events after the cursor shown; more follow: "
+                f"compozy session events {session_id} --after {page.get('next_after')}")
+    return (f"newest {page['limit']} events shown (from sequence {page.get('first_sequence')}); older ones: "
+            f"compozy session events {session_id} --after 0 (oldest first), or --last up to 1000")
 
 
 # Reconnects of `events --follow` in a row before it gives up: about 2 minutes of backoff, so a daemon restart

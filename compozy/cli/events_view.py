@@ -207,12 +207,20 @@ def _event_part(data: dict[str, Any]) -> tuple[str, str]:
                                        if p)
 
 
+def _shown_requests(parts: Sequence[dict[str, Any]]) -> set[str]:
+    """The ids of the permission requests a message shows (`data-compozy-permission`): the transcript updates each
+    with the decision that settled it, so the decision's own event part is not a line of its own (it was: every
+    decision printed twice)."""
+    return {str(p.get("id")) for p in parts if p.get("type") == "data-compozy-permission"}
+
+
 def message_lines(message: dict[str, Any], width: int) -> list[str]:
     """One message of a turn: the user's text, the agent's reply (text and thoughts whole), one line per tool call
-    with its status, and each marker or event where it happened."""
+    with its status, and each marker or event where it happened; a permission request once, with its decision."""
     role = message.get("role")
     meta = message.get("metadata") or {}
     lines: list[str] = []
+    requests = _shown_requests(message.get("parts") or [])
     for part in message.get("parts") or []:
         kind = part.get("type")
         if kind == "text":
@@ -228,8 +236,14 @@ def message_lines(message: dict[str, Any], width: int) -> list[str]:
             kind_ = f" ({part['toolKind']})" if part.get("toolKind") else ""
             error = f": {part['errorText']}" if part.get("errorText") else ""
             lines += _labelled("tool", f"{name}{kind_} {status}{error}", width, False)
-        elif kind in ("data-compozy-event", "data-compozy-permission"):
+        elif kind == "data-compozy-permission":
             label, text = _event_part(part.get("data") or {})
+            lines += _labelled(label, text, width, False)
+        elif kind == "data-compozy-event":
+            data = part.get("data") or {}
+            if data.get("event_type") == "permission" and str(data.get("request_id") or "") in requests:
+                continue  # the request's own line says it
+            label, text = _event_part(data)
             lines += _labelled(label, text, width, False)
     stop = meta.get("stop_reason")
     if role == "assistant" and stop and stop != "end_turn":

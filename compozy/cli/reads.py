@@ -25,11 +25,25 @@ def _message_line(message: dict[str, Any]) -> str:
                 kinds.append(f"tool {part.get('toolName')} ({part.get('state')})")
             elif str(part.get("type", "")).startswith("data-"):
                 data = part.get("data") or {}
+                if data.get("event_type") == "session_stopped":
+                    # Its failure's text is the error row's just before it (and the recap's Failure): said once.
+                    kinds.append(f"session stopped ({data.get('stop_reason') or 'unknown'})")
+                    continue
                 label = (data.get("marker") or {}).get("kind") or data.get("event_type") or part["type"]
                 kinds.append(str(data.get("error") or data.get("text") or data.get("decision") or label))
         text = "; ".join(kinds)
     text = " ".join(text.split())
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def marker_rows(recap: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Each marker once, pending ones first: a pending marker is often a recent one too (a `provider_failure` is
+    both), and it was listed twice."""
+    pending = recap["pending_markers"]
+    shown = {m.get("sequence") for m in pending}
+    return ([("yes", m["kind"], m["occurred_at"], m["summary"]) for m in pending]
+            + [("", m["kind"], m["occurred_at"], m["summary"]) for m in recap["recent_markers"]
+               if m.get("sequence") is None or m.get("sequence") not in shown])
 
 
 def _render(recap: dict[str, Any]) -> None:
@@ -49,9 +63,7 @@ def _render(recap: dict[str, Any]) -> None:
         ("Snapshot", f"events ≤ {snap['event_cursor']} as of {snap['generated_at']} ({snap['consistency']})"),
     ])
     if recap["pending_markers"] or recap["recent_markers"]:
-        table("Markers (pending first)", ["Pending", "Kind", "When", "Summary"],
-              [("yes", m["kind"], m["occurred_at"], m["summary"]) for m in recap["pending_markers"]]
-              + [("", m["kind"], m["occurred_at"], m["summary"]) for m in recap["recent_markers"]])
+        table("Markers (pending first)", ["Pending", "Kind", "When", "Summary"], marker_rows(recap))
     if recap["pending_inputs"]:
         table("Queued inputs", ["#", "Entry", "Mode", "Text"],
               [(i["queue_position"], i["queue_entry_id"], i["mode"], i["text"][:80]) for i in recap["pending_inputs"]])

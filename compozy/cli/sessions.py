@@ -171,7 +171,9 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 @click.option("--all", "all_states", is_flag=True, help="Every state, not only active sessions.")
 @click.option("--state", type=click.Choice(["starting", "active", "stopping", "stopped"]),
               help="Only sessions in this state (replaces the active-only default).")
-@click.option("--resumable", is_flag=True, help="Only sessions you can attach to now.")
+@click.option("--resumable", is_flag=True, help="Only sessions `session resume` takes now: live ones no one else "
+              "holds, and stopped ones it reactivates first (not daemon-managed ones, nor those whose workspace, agent "
+              "or provider is gone).")
 @click.option("--workspace", default=None, help="Only this workspace (id, name or absolute path).")
 @click.option("--agent", default=None, help="Only sessions of this agent name.")
 @click.option("--query", default=None, help="Only sessions whose name or id contains this text.")

@@ -41,7 +41,9 @@ SCHEMA: dict[str, Any] = {
     },
     "limits": {"max_concurrent_agents": None, "max_cost_usd": None, "max_terminals_per_session": None},
     "sandbox": dict.fromkeys(("mode", "network", "writable", "hidden", "expose")),
-    "roles": {"auto_title": dict.fromkeys(("enabled", "provider"))},
+    # `fallback_chain` is an array of tables, each checked key by key by its reader (compozy_base/config/loader.py).
+    "roles": {"auto_title": dict.fromkeys(("enabled", "agent", "provider", "model", "reasoning_effort",
+                                           "fallback_chain"))},
     "redact": {"enabled": None},
     "tasks": {"lease_ttl": None},
     "workspaces": {"allow_hard_links": None},

@@ -76,6 +76,34 @@ class AgentConfig:
     network: bool | None = None  # its sandbox's network (`[agents.NAME] network`); None: `[sandbox] network`
 
 
+# The reasoning efforts a session (and a role's route) may ask for (sessions reference §3).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+@dataclass(frozen=True)
+class TitleRoute:
+    """One `[[roles.auto_title.fallback_chain]]` route: a provider, and the model and reasoning effort applied
+    through its config options ("": the provider's own)."""
+
+    provider: str
+    model: str = ""
+    reasoning_effort: str = ""
+
+
+@dataclass(frozen=True)
+class AutoTitleConfig:
+    """`[roles.auto_title]` (config reference §6): the title pass's agent ("": the invoking session's), the
+    provider, model and reasoning effort applied after the agent's resolution, and the routes tried in order when
+    the one before could not open the title session."""
+
+    enabled: bool = True
+    agent: str = ""
+    provider: str = ""
+    model: str = ""
+    reasoning_effort: str = ""
+    fallback_chain: tuple[TitleRoute, ...] = ()
+
+
 @dataclass(frozen=True)
 class SupervisionConfig:
     activity_heartbeat_interval: float = 30.0
@@ -187,6 +215,47 @@ DEFAULT_MAX_CONNECTIONS_PER_PEER = 1024
 MAX_CONNECTIONS_CEILING = 1 << 20
 
 
+def _effort(value: object, key: str) -> str:
+    effort = string(value, key)
+    if effort and effort not in REASONING_EFFORTS:
+        raise ConfigError(f"{key}: must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r:.60}")
+    return effort
+
+
+ROUTE_KEYS = ("provider", "model", "reasoning_effort")
+
+
+def _auto_title(table: dict[str, Any], agents: dict[str, AgentConfig],
+                providers: dict[str, ProviderConfig]) -> AutoTitleConfig:
+    """`[roles.auto_title]`, every key checked: an agent or provider that names nothing is refused, as is an effort
+    outside the closed set and a fallback route with a key it does not know."""
+    key = "roles.auto_title"
+    agent, provider = string(table.get("agent"), f"{key}.agent"), string(table.get("provider"), f"{key}.provider")
+    _known(agent, agents, f"{key}.agent", "agent")
+    _known(provider, providers, f"{key}.provider", "provider")
+    chain = table.get("fallback_chain", [])
+    if not isinstance(chain, list):
+        raise ConfigError(f"{key}.fallback_chain: must be an array of tables ([[{key}.fallback_chain]])")
+    routes = []
+    for index, entry in enumerate(chain):
+        where = f"{key}.fallback_chain[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be a table with provider, model and reasoning_effort")
+        unknown = [k for k in entry if k not in ROUTE_KEYS]
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r:.60} (known: {', '.join(ROUTE_KEYS)})")
+        name = string(entry.get("provider"), f"{where}.provider")
+        if not name:
+            raise ConfigError(f"{where}.provider is required")
+        _known(name, providers, f"{where}.provider", "provider")
+        routes.append(TitleRoute(name, string(entry.get("model"), f"{where}.model"),
+                                 _effort(entry.get("reasoning_effort"), f"{where}.reasoning_effort")))
+    return AutoTitleConfig(enabled=boolean(table.get("enabled", True), f"{key}.enabled"), agent=agent,
+                           provider=provider, model=string(table.get("model"), f"{key}.model"),
+                           reasoning_effort=_effort(table.get("reasoning_effort"), f"{key}.reasoning_effort"),
+                           fallback_chain=tuple(routes))
+
+
 def _connection_limits(data: dict[str, Any]) -> tuple[int, int]:
     http = _table(data, "http", "")
     total = integer(http.get("max_connections", DEFAULT_MAX_CONNECTIONS), "http.max_connections", 16,
@@ -220,8 +289,7 @@ class Config:
     # died lets it lapse, and the run is recovered. A minute outlasts any loop stall we measured by far.
     task_lease_ttl: float = 60.0
     redact_enabled: bool = True
-    auto_title_enabled: bool = True
-    auto_title_provider: str = ""
+    auto_title: AutoTitleConfig = field(default_factory=AutoTitleConfig)
     hooks: tuple[HookDeclaration, ...] = ()
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -502,8 +570,7 @@ def load_config(home: Path | None = None) -> Config:
 
     cluster = _table(data, "cluster")
     lease_ttl = _lease_ttl(cluster)
-    auto_title = _table(roles, "auto_title", "roles.")
-    _known(str(auto_title.get("provider") or ""), providers, "roles.auto_title.provider", "provider")
+    auto_title = _auto_title(_table(roles, "auto_title", "roles."), agents, providers)
     advertise_url = _advertise_url(cluster)
     hooks_table = _table(data, "hooks")
     max_connections, max_connections_per_peer = _connection_limits(data)
@@ -521,8 +588,7 @@ def load_config(home: Path | None = None) -> Config:
         max_cost_usd=money(limits.get("max_cost_usd"), "limits.max_cost_usd"),
         task_lease_ttl=task_lease_ttl,
         redact_enabled=boolean(redact.get("enabled", True), "redact.enabled"),
-        auto_title_enabled=boolean(auto_title.get("enabled", True), "roles.auto_title.enabled"),
-        auto_title_provider=str(auto_title.get("provider") or ""),
+        auto_title=auto_title,
         hooks=_hooks(hooks_table.get("declarations")),
         heartbeat=heartbeat,
         cluster=ClusterConfig(node_id=str(os.environ.get("COMPOZY_NODE_ID") or cluster.get("node_id") or ""),

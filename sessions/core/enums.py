@@ -29,8 +29,9 @@ class StopReason(StrEnum):
 
 
 class FailureKind(StrEnum):
+    # Every failed start of the agent (launch, ACP handshake, session/new, options), as the seed names it; a
+    # handshake that never completed is `failure.cause = "handshake"` (written as its own kind before issue 50).
     STARTUP_FAILURE = "startup_failure"
-    HANDSHAKE_FAILURE = "handshake_failure"
     LOAD_SESSION_FAILURE = "load_session_failure"
     PROTOCOL_FAILURE = "protocol_failure"
     PROMPT_FAILURE = "prompt_failure"

@@ -73,6 +73,7 @@ class AutoTitle(_Part):
 
     status: str
     reason: str | None = None
+    route: dict[str, str] | None = None  # the route that opened the title session: provider, model, reasoning_effort
 
 
 class AcpCaps(_Part):

@@ -21,6 +21,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+START = "start"
+
+
+def route(*, busy: bool, handover: bool, queue_waiting: bool, mode: str | None, default_mode: str) -> str:
+    """Where a prompt goes (sessions reference §6): `start` (a turn now) or its busy-input mode (`queue`,
+    `interrupt`, `steer`). Decided under the session's admission lock (`Turns.admission`), so the order prompts are
+    acknowledged in is the order they run in.
+
+    A session runs a prompt at once only when it is idle and nothing waits in its queue: between two turns, input
+    queued earlier runs first, and a prompt that arrives then (no mode, or `queue`) goes behind it. A steer with no
+    turn to steer takes its own fallback, the queue."""
+    if not busy and not handover and not queue_waiting:
+        return START
+    chosen = mode or default_mode
+    if chosen == "steer" and not busy:
+        return "queue"
+    return chosen
+
+
 @dataclass
 class StagedSteer:
     entry_id: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import transaction
 
 from compozy_base.config.loader import BusyInputConfig
@@ -9,6 +11,17 @@ from sessions.core.errors import InvalidRequest, NotFound, QueueFull
 from sessions.models import PENDING_INPUT, InputEntry
 from sessions.store.folder import utcnow
 from sessions.store.ids import new_queue_entry_id
+
+# The entries a turn's end dispatches, oldest first (a staged steer waits for a tool result instead).
+DISPATCHED_MODES = ("queue", "startup")
+TICK = timedelta(microseconds=1)
+
+
+def queue_stamp(now: datetime, newest: datetime | None) -> datetime:
+    """The creation time of a session's next queue entry: `now`, or just after its newest entry when the clock
+    reads no later (a step back, or two entries in one tick). The queue runs oldest first, so its order is the
+    order entries were admitted in whatever the clock does."""
+    return now if newest is None or now > newest else newest + TICK
 
 
 class InputQueue:
@@ -39,17 +52,25 @@ class InputQueue:
                     f"session input queue is full ({pending}/{self.limits.queue_cap})",
                     data={"queue_cap": self.limits.queue_cap},
                 )
-            now = utcnow()
+            newest = InputEntry.objects.filter(session_id=session_id).order_by("-created_at").values_list(
+                "created_at", flat=True).first()
+            now = queue_stamp(utcnow(), newest)
             entry = InputEntry.objects.create(
                 id=new_queue_entry_id(), session_id=session_id, text=text, mode=mode, source=source,
                 generation=generation, created_at=now, updated_at=now,
             )
         return entry, pending + 1
 
+    def waiting(self, session_id: str) -> bool:
+        """Whether input waits for the session's next turn (what `claim_next` takes, or one it took and is
+        starting): a prompt arriving between two turns goes behind it."""
+        return InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT,
+                                         mode__in=DISPATCHED_MODES).exists()
+
     def claim_next(self, session_id: str) -> InputEntry | None:
         """Compare-and-set the oldest queued entry to dispatching, so it runs exactly once."""
         for entry in InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED,
-                                               mode__in=("queue", "startup")).order_by("created_at", "id")[:5]:
+                                               mode__in=DISPATCHED_MODES).order_by("created_at", "id")[:5]:
             changed = InputEntry.objects.filter(id=entry.id, status=InputEntry.Status.QUEUED).update(
                 status=InputEntry.Status.DISPATCHING, updated_at=utcnow())
             if changed == 1:

@@ -109,6 +109,13 @@ def plan(config_options: list[dict[str, Any]] | None, *, model: str, model_expli
     return result
 
 
+def with_current(config_options: list[dict[str, Any]], config_id: str, value: str) -> list[dict[str, Any]]:
+    """The options after the agent accepted `value` for `config_id` without repeating its state (an answer without
+    `configOptions`): the same options, that one's current value changed."""
+    return [{**o, "currentValue": value} if isinstance(o, dict) and o.get("id") == config_id else o
+            for o in config_options]
+
+
 def reported_model(config_options: list[dict[str, Any]] | None, models: Any = None) -> dict[str, str] | None:
     """The model the agent says it runs, `{id, name, source}`: the current value of its one model select,
     else the `models` state's current id; None when it reports neither."""

@@ -94,9 +94,10 @@ def prune(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_projection(events_path: Path) -> tuple[str | None, int]:
-    """(text to prepend to the next prompt, message count); None when the log holds no conversation."""
+    """(text to prepend to the next prompt, message count); None when the log holds no conversation: nothing
+    anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover."""
     messages = prune(collect_messages(events_path))
-    if not messages:
+    if all(m["role"] == "system" for m in messages):
         return None, 0
     payload = json.dumps({"messages": messages}, ensure_ascii=False, separators=(",", ":"))
     return f"{INSTRUCTION}\n<compozy_context_replay>{payload}</compozy_context_replay>", len(messages)

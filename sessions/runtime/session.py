@@ -54,7 +54,8 @@ from sessions.runtime.permission_gate import PermissionGate
 from sessions.runtime.permissions import PermissionBoard
 from sessions.runtime.start_path import StartPath
 from sessions.runtime.stop_path import StopPath
-from sessions.runtime.title import TITLE_PASSES, generate_title
+from sessions.runtime.title import TITLE_PASSES, generate_title, title_routes
+from sessions.runtime.title import Route as TitleRoute
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
@@ -231,6 +232,13 @@ class SessionRuntime:
     async def dispatch_next(self) -> None:
         await self.turns.dispatch_next()
 
+    @property
+    def admission(self) -> asyncio.Lock:
+        return self.turns.admission
+
+    async def queue_waiting(self) -> bool:
+        return await self.turns.queue_waiting()
+
     async def cancel_turn(self) -> bool:
         return await self.turns.cancel_turn()
 
@@ -333,11 +341,18 @@ class SessionRuntime:
                 turn.reply += content.get("text", "")
             self.activity.touch_chunk(str(update.get("sessionUpdate", type_)))
             return
+        self._on_other_update(type_, content, update, turn)
+
+    def _on_other_update(self, type_: str, content: dict[str, Any], update: dict[str, Any],
+                         turn: Turn | None) -> None:
+        """What an update that is not a streamed chunk means beyond its row: agent state, usage, a tool."""
         if type_ in AGENT_STATE_ROWS:
             self._fold_agent_state(type_, update)
         if type_ == EventType.USAGE and self.turn:
             self.recorder.merge_usage(self.turn.id, content.get("usage", {}))
         tool = content.get("tool_name") if type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT) else None
+        if turn is not None and type_ in (EventType.TOOL_CALL, EventType.TOOL_RESULT):
+            turn.track_tool(type_, content)
         self.activity.touch(str(update.get("sessionUpdate", type_)), tool=tool,
                             tool_call_id=content.get("tool_call_id"), tool_done=type_ == EventType.TOOL_RESULT)
         if type_ == EventType.TOOL_RESULT:
@@ -398,7 +413,7 @@ class SessionRuntime:
     # ---- auto-title (roles.auto_title) -----------------------------------------------------------
 
     def _title_eligible(self) -> bool:
-        return (self.config.auto_title_enabled and not self.rec.name and self.rec.auto_title is None
+        return (self.config.auto_title.enabled and not self.rec.name and self.rec.auto_title is None
                 and (self.rec.session_type or "user") == "user")
 
     def _offer_title(self, turn: Turn) -> None:
@@ -407,24 +422,43 @@ class SessionRuntime:
             spawn(self._auto_title(turn))
 
     async def _auto_title(self, turn: Turn) -> None:
-        provider = self.config.providers.get(self.config.auto_title_provider) or self.provider
+        routes = title_routes(self.config, agent=self.rec.agent_name, provider=self.provider.name,
+                              model=self.rec.model or "", reasoning_effort=self.rec.reasoning_effort or "",
+                              model_explicit=bool(self.rec.model_explicit))
         async with TITLE_PASSES:
             if self.stopped.is_set():
                 return  # stopped while waiting for a slot
-            title = await generate_title(provider, self.cwd, turn.text, turn.reply, confine=confiner(self))
+            outcome = await generate_title(routes, self.cwd, turn.text, turn.reply, on_fallback=self._title_fallback,
+                                           confine=confiner(self))
         if self.stopped.is_set():
             return  # the final meta is written; a late title must not reopen it
+        # Which route opened the title session (none: every route failed to), on the record whatever the outcome.
+        route: dict[str, Any] = {} if outcome.route is None else {"route": routes[outcome.route].public()}
         if self.rec.name:
-            self.rec.auto_title = AutoTitle(status="skipped", reason="explicit name wins")
+            self.rec.auto_title = AutoTitle(status="skipped", reason="explicit name wins", **route)
             await self.persist()
             return
+        title = outcome.title
         if title is None:
-            self.rec.auto_title = AutoTitle(status="failed")
+            why: dict[str, Any] = {} if route else {"reason": "no route opened the title session"}
+            self.rec.auto_title = AutoTitle(status="failed", **route, **why)
             await self.persist()
             return
-        self.rec.name, self.rec.name_source, self.rec.auto_title = title, "auto_title", AutoTitle(status="applied")
+        self.rec.name, self.rec.name_source = title, "auto_title"
+        self.rec.auto_title = AutoTitle(status="applied", **route)
         self.record(EventType.SYSTEM, {"title": "auto_title", "text": title}, turn_id="")
         await self.persist()
+
+    def _title_fallback(self, index: int, route: TitleRoute, reason: str) -> None:
+        """`role.fallback.used`: the title pass tries its next route, the one before having failed to open the title
+        session (config reference §6)."""
+        logger.info("session %s: auto-title falls back to route %d (%s): %s", self.id, index, route.provider.name,
+                    reason)
+        self.record(EventType.SYSTEM, {
+            "title": "role.fallback.used",
+            "text": f"auto_title: route {index} ({route.provider.name}) tried; the one before failed: {reason}",
+            "raw": {"role": "auto_title", "attempt": index, **route.public(), "reason": redact_text(reason)}},
+            turn_id="")
 
     async def rename(self, name: str) -> None:
         """An explicit name always wins, including over a title pass still running."""

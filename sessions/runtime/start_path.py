@@ -18,7 +18,7 @@ from sessions.core.offload import db, starting
 from sessions.core.record import AcpCaps
 from sessions.runtime import terminal_gateway
 from sessions.runtime.confinement import confiner
-from sessions.runtime.options import plan, reported_model
+from sessions.runtime.options import plan, reported_model, with_current
 from sessions.runtime.permissions import permission_mode
 from sessions.runtime.projection import build_projection
 from sessions.store import folder
@@ -34,12 +34,19 @@ INITIALIZE_TIMEOUT = 30.0
 NEW_SESSION_TIMEOUT = 60.0
 
 
+# The finer cause of a `startup_failure` whose agent process started but never completed the ACP handshake
+# (`initialize`, `authenticate`): the kind is the seed's ("a failed background start persists
+# failure.kind=startup_failure"), the cause says which step of the start failed.
+HANDSHAKE_CAUSE = "handshake"
+
+
 class StartFailed(Exception):
-    def __init__(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
+    def __init__(self, kind: FailureKind, summary: str, code: str | None = None, cause: str | None = None) -> None:
         super().__init__(summary)
         self.kind = kind
         self.summary = summary
         self.code = code
+        self.cause = cause
 
 
 class StartPath:
@@ -73,7 +80,7 @@ class StartPath:
                 await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
         except StartFailed as exc:
-            await self._fail_start(exc.kind, exc.summary, exc.code)
+            await self._fail_start(exc.kind, exc.summary, exc.code, exc.cause)
             return
         except asyncio.CancelledError:
             await self._fail_start(FailureKind.CANCELLATION, "start canceled")
@@ -143,7 +150,8 @@ class StartPath:
                                                   session.config.permissions_mode)))
         except (TransportClosed, AgentRequestError, TimeoutError) as exc:
             await asyncio.sleep(0.05)
-            raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
+            raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP initialize failed: {exc}"),
+                              cause=HANDSHAKE_CAUSE) from exc
         advertised = init.get("agentCapabilities")
         caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
         offers = caps.get("sessionCapabilities")
@@ -184,8 +192,8 @@ class StartPath:
             raise StartFailed(FailureKind.PROVIDER_AUTH_FAILURE, self._auth_refusal(
                 f"authenticate with {method.id!r} failed: {exc}")) from exc
         except (TransportClosed, TimeoutError) as exc:
-            raise StartFailed(FailureKind.HANDSHAKE_FAILURE,
-                              self._with_exit(f"ACP authenticate failed: {exc}")) from exc
+            raise StartFailed(FailureKind.STARTUP_FAILURE,
+                              self._with_exit(f"ACP authenticate failed: {exc}"), cause=HANDSHAKE_CAUSE) from exc
         if self._session.rec.acp_caps is not None:
             self._session.rec.acp_caps.authenticated_with = method.id
 
@@ -226,7 +234,8 @@ class StartPath:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
         assert session.agent
-        config_options = opened.get("configOptions") if isinstance(opened.get("configOptions"), list) else []
+        offered = opened.get("configOptions")
+        config_options: list[dict[str, Any]] = offered if isinstance(offered, list) else []
         models = opened.get("models")
         rec = session.rec
         steps = plan(config_options, model=rec.model or "", model_explicit=bool(rec.model_explicit),
@@ -244,8 +253,14 @@ class StartPath:
                 continue
             if isinstance(answer, dict) and isinstance(answer.get("configOptions"), list):
                 config_options = answer["configOptions"]  # the agent's state after the change
-            elif not config_id and isinstance(models, dict):
+            elif config_id:
+                config_options = with_current(config_options, config_id, value)  # accepted, state not repeated
+            elif isinstance(models, dict):
                 models = {**models, "currentModelId": value}
+        if sets:
+            # The record's options follow what was applied (status, and the dashboard's switcher, read them), as
+            # they follow a `config_option_update` the agent sends.
+            self._on_opened({"configOptions": config_options})
         rec.agent_model = reported_model(config_options, models)
         rec.speed_resolution = steps.resolutions.get("speed")
         rec.option_resolutions = steps.resolutions
@@ -297,6 +312,8 @@ class StartPath:
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
         text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
         self._turns.projection = text
+        if text is None:
+            return  # no conversation to rebuild (a session that never started): nothing recovered, no marker
         self._session.marker(MarkerKind.SESSION_RECOVERED, "Context rebuilt from log",
                     {"source": "events.db", "message_count": count, "fallback_reason": reason}, turn_id="")
 
@@ -309,7 +326,8 @@ class StartPath:
             message += f"; stderr: {tail[-500:]}"
         return message
 
-    async def _fail_start(self, kind: FailureKind, summary: str, code: str | None = None) -> None:
+    async def _fail_start(self, kind: FailureKind, summary: str, code: str | None = None,
+                          cause: str | None = None) -> None:
         session = self._session
         if self._stop.stopping or session.stopped.is_set():
             return  # a stop raced the start; the stop path finishes the session
@@ -319,6 +337,8 @@ class StartPath:
         failure = await self._stop.failure(kind, summary)
         if code:
             failure["code"] = code  # e.g. speed_rejected: which runtime option the provider refused
+        if cause:
+            failure["cause"] = cause  # e.g. handshake: which step of the start failed
         session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
                                       "text": self._stop.stderr_excerpt()}, turn_id="")
         await self._stop.finish(reason, summary, failure)

@@ -43,6 +43,8 @@ class TurnsToStop(Protocol):
 
     async def cancel_turn(self) -> bool: ...
 
+    def close_open_tools(self, turn: Turn, status: str, why: str) -> None: ...
+
 
 class StopPath:
     """A session's stop path and failure objects (with crash bundles). Owns whether a stop is under way, the one
@@ -135,10 +137,20 @@ class StopPath:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await turn.task
         if turn is not None and not turn.terminal:
+            # The stop closes the turn: its open tool calls first (cancelled when the stop cancelled the turn, failed
+            # when the agent died under it), then its terminal row: the failure's error, else the cancelled end.
+            cancelled = turn.cancel_requested and failure is None
+            self._turns.close_open_tools(turn, "cancelled" if cancelled else "failed",
+                                         f"Tool call {'cancelled' if cancelled else 'cut off'} by the session stop "
+                                         f"({reason.value}).")
             if failure is not None:
                 session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure,
                                               "stop_reason": reason.value, "text": self.stderr_excerpt()},
                             turn_id=turn.id)
+            else:
+                session.record(EventType.DONE, {"stop_reason": "cancelled", "prompt_stop_reason": "cancelled",
+                                                "session_stop_reason": reason.value}, turn_id=turn.id)
+            turn.terminal = True
             marker = {StopReason.USER_CANCELED: MarkerKind.PROMPT_INTERRUPTED,
                       StopReason.SHUTDOWN: MarkerKind.PROMPT_INTERRUPTED,
                       StopReason.TIMEOUT: MarkerKind.PROMPT_TIMEOUT}.get(reason, MarkerKind.PROVIDER_FAILURE)

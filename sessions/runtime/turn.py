@@ -22,3 +22,16 @@ class Turn:
     cancel_requested: bool = False
     reply: str = ""
     outputs: int = 0  # session/update notifications the agent sent during this turn
+    # Tool calls the agent started in this turn and has not settled (completed or failed): tool_call_id → name. A
+    # turn that ends cancelled, failed or cut by a stop closes them (`Turns.close_open_tools`).
+    open_tools: dict[str, str] = field(default_factory=dict)
+
+    def track_tool(self, type_: str, content: dict[str, object]) -> None:
+        """A tool_call or tool_result row of this turn: which calls are still running."""
+        call_id = str(content.get("tool_call_id") or "")
+        if not call_id:
+            return
+        if type_ == "tool_call" and content.get("status") not in ("completed", "failed"):
+            self.open_tools.setdefault(call_id, str(content.get("tool_name") or ""))
+        else:
+            self.open_tools.pop(call_id, None)

@@ -59,6 +59,9 @@ class Turns:
         self._after_reply = after_reply  # a turn the agent answered: the auto-title may name the session
         self.turn: Turn | None = None
         self.prompt_lock = asyncio.Lock()
+        # Admission: deciding whether input starts a turn now or waits in the queue, and acting on it, is one step
+        # per session (prompts, queued dispatch, wakes), so input runs in the order it was acknowledged in.
+        self.admission = asyncio.Lock()
         # Provider context recovery: a projection of this session's log, prepended to the next prompt.
         self.projection: str | None = None
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
@@ -162,6 +165,7 @@ class Turns:
                 cost = self._cost.turn_cost() if self._cost is not None else None
                 if cost is not None:
                     content["cost"] = cost  # this turn's share of the session's cost (history, recap)
+                self._cancel_open_tools(turn, stop)
                 self._session.record(EventType.DONE, content, turn_id=turn.id)
                 self._clear_turn_failure()
                 outcome = "done"
@@ -173,6 +177,7 @@ class Turns:
             kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
                 else FailureKind.PROMPT_FAILURE
             failure = await self._turn_failure(kind, str(exc))
+            self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
         except TransportClosed:
@@ -183,6 +188,7 @@ class Turns:
             raise
         except Exception as exc:  # whatever broke the turn is recorded on it and logged with its traceback
             logger.exception("turn %s failed", turn.id)
+            self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": redact_text(str(exc))}, turn_id=turn.id)
             turn.terminal = True
         finally:
@@ -208,6 +214,22 @@ class Turns:
             await self._session.persist()
             await self.dispatch_next()
 
+    def _cancel_open_tools(self, turn: Turn, stop: str) -> None:
+        """The agent answered the prompt: a cancelled turn's tool calls still open are cancelled with it."""
+        if turn.cancel_requested or stop == "cancelled":
+            self.close_open_tools(turn, "cancelled", "Tool call cancelled with its turn.")
+
+    def close_open_tools(self, turn: Turn, status: str, why: str) -> None:
+        """The tool calls `turn` left open, settled as it ends (cancelled, failed, or cut by a stop): a `tool_result`
+        each (`status` `cancelled` or `failed`), recorded before the turn's terminal row so the call closes in the
+        same message. ACP: a client marks a cancelled turn's unfinished tool calls cancelled; without this a stop
+        during a tool call left it `in_progress` for good."""
+        for call_id, name in turn.open_tools.items():
+            self._session.record(EventType.TOOL_RESULT, {
+                "tool_call_id": call_id, "tool_name": name, "status": status, "tool_result": {"error": why},
+                "tool_error": why}, turn_id=turn.id)
+        turn.open_tools.clear()
+
     async def cancel_turn(self) -> bool:
         """ACP session/cancel for the running turn; the agent answers the prompt with `cancelled`."""
         turn = self.turn
@@ -231,16 +253,28 @@ class Turns:
         except TimeoutError:
             return False
 
+    async def queue_waiting(self) -> bool:
+        """Whether queued input (a staged first prompt or a queued prompt) waits for its turn."""
+        return await db(self._session.manager.inputs.waiting, self._session.rec.id)
+
     async def dispatch_next(self) -> None:
-        """Run the oldest queued input (a staged first prompt or a queued prompt), if idle."""
+        """Run the oldest queued input (a staged first prompt or a queued prompt), if idle. One dispatch at a time,
+        under the admission lock: two concurrent ones (a turn's end and a prompt queued just then) would claim two
+        entries, and the younger could start first."""
+        async with self.admission:
+            while await self._dispatch_one():
+                pass
+
+    async def _dispatch_one(self) -> bool:
+        """Start the oldest queued entry; True when a hook refused it and the next one should be tried."""
         if self.busy or self.handover or self._session.rec.state != SessionState.ACTIVE or self._session.stopping:
-            return
+            return False
         entry = await db(self._session.manager.inputs.claim_next, self._session.rec.id)
         if entry is not None and (self.busy or self.handover):
             await db(self._session.manager.inputs.mark, entry.id, "queued")  # someone else took the turn meanwhile
-            return
+            return False
         if entry is None:
-            return
+            return False
         self._session.marker(MarkerKind.PROMPT_ACCEPTED, "Queued prompt handed to the agent.",
                     {"queue_entry_id": entry.id, "queue_generation": entry.generation, "source": entry.source})
         try:
@@ -251,13 +285,12 @@ class Turns:
                         {"queue_entry_id": entry.id, "reason": "hook_denied"})
             with contextlib.suppress(StoreFailure):
                 await self._session.recorder.flush()
-            if not self._session.stopping:
-                await self.dispatch_next()
-            return
+            return not self._session.stopping
         except Exception:
             await db(self._session.manager.inputs.mark, entry.id, "failed")
             raise
         await db(self._session.manager.inputs.mark, entry.id, "sent")
+        return False
 
     async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session

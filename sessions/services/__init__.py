@@ -37,7 +37,7 @@ from sessions.services.prompts import (
     steer_session,
 )
 from sessions.services.reactivation import attach, detach, reactivate
-from sessions.services.reads import history, hook_runs, list_events, list_sessions
+from sessions.services.reads import events_page, history, hook_runs, list_events, list_sessions
 from sessions.services.workspaces import add_workspace, list_workspaces, remove_workspace, workspace_info
 from sessions.store.folder import load_meta
 
@@ -56,6 +56,7 @@ __all__ = [
     "delete_session_files",
     "detach",
     "envelope",
+    "events_page",
     "get_session",
     "history",
     "hook_runs",

@@ -15,6 +15,7 @@ from sessions.core.enums import EventType, MarkerKind, SessionState
 from sessions.core.errors import AgentCannotDecide, Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.core.failures import has_free_space
 from sessions.models import PENDING_INPUT, InputEntry
+from sessions.runtime import busy_input
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, not_active, scoped_meta
 from sessions.services.reactivation import reactivate
@@ -48,21 +49,42 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     if mode == BusyMode.STEER and runtime.salvage is not None and not runtime.busy and not runtime.handover:
         # Right after a dedicated interrupt a steer composes the interrupted prompt with it, as `POST …/steer` does.
         return 200, {"prompt": await runtime.stage_steer(text)}
-    if not runtime.busy and not runtime.handover:
-        try:
-            turn = await runtime.start_turn(text)
-            return 200, {"prompt": {"status": "accepted", "turn_id": turn.id, "session_id": session_id}}
-        except Conflict as exc:
-            if exc.code != "prompt_in_progress":
-                raise
-            # Another turn started in the meantime: the prompt takes the busy-input path instead.
-    mode = mode or manager.config.busy_input.default_mode.value
+    mode, admitted = await _admit(manager, runtime, session_id, text, mode)
+    if mode == busy_input.START:
+        return 200, {"prompt": admitted}
     if mode == BusyMode.QUEUE:
-        return 202, {"prompt": await _queue(manager, runtime, session_id, text)}
+        if not runtime.busy:
+            await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
+        return 202, {"prompt": admitted}
     if mode == BusyMode.INTERRUPT:
         return 200, {"prompt": await runtime.interrupt(replacement=text, expected_turn_id=expected_turn_id)}
     result = await runtime.stage_steer(text)
     return (202 if result["status"] == "staged" else 200), {"prompt": result}
+
+
+async def _admit(manager: Any, runtime: Any, session_id: str, text: str,
+                 requested: str | None) -> tuple[str, dict[str, Any]]:
+    """Admission (sessions reference §6, FIFO): whether the prompt starts now or waits, and the start or the enqueue,
+    as one step under the session's admission lock, so prompts run in the order they were acknowledged in. Returns
+    the route and, for a start or an enqueue, the prompt result; the other modes are the caller's to run."""
+    default_mode = manager.config.busy_input.default_mode.value
+    async with runtime.admission:
+        idle = not runtime.busy and not runtime.handover
+        mode = busy_input.route(busy=runtime.busy, handover=runtime.handover, mode=requested,
+                                default_mode=default_mode, queue_waiting=idle and await runtime.queue_waiting())
+        if mode == busy_input.START:
+            try:
+                turn = await runtime.start_turn(text)
+                return mode, {"status": "accepted", "turn_id": turn.id, "session_id": session_id}
+            except Conflict as exc:
+                if exc.code != "prompt_in_progress":
+                    raise
+                # Another turn started in the meantime: the prompt takes the busy-input path instead.
+                mode = busy_input.route(busy=True, handover=runtime.handover, queue_waiting=True, mode=requested,
+                                        default_mode=default_mode)
+        if mode == BusyMode.QUEUE:
+            return mode, await _queue(manager, runtime, session_id, text)
+    return mode, {}
 
 
 async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict[str, Any]:
@@ -80,8 +102,6 @@ async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict
                    {"queue_entry_id": entry.id, "queue_position": position,
                     "queue_generation": entry.generation})
     await runtime.recorder.flush()
-    if not runtime.busy:
-        await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
     return {"status": "queued", "mode": "queue", "queued": True, "queue_entry_id": entry.id,
             "queue_position": position, "queue_generation": entry.generation}
 

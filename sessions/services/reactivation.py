@@ -34,6 +34,43 @@ def _unreadable_store_hint(session_id: str) -> str:
             f"`compozy session remove {session_id}` deletes it and its history")
 
 
+class NotReactivatable(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _reactivatable(meta: dict[str, Any]) -> tuple[Workspace, ProviderConfig]:
+    """A stopped session's workspace and provider, when a reactivation may start it; NotReactivatable with the
+    reason otherwise. The checks that read no store: `session list --resumable` lists what passes them (the
+    event store is read by the reactivation itself)."""
+    if (meta.get("session_type") or "user") != SessionType.USER:
+        raise NotReactivatable("session_not_reactivatable",
+                               "daemon-managed sessions are reactivated only by the daemon")
+    ws = Workspace.objects.filter(id=meta["workspace_id"]).first()
+    if ws is None:
+        raise NotReactivatable("workspace_not_found", "its workspace is no longer registered")
+    if not Path(ws.root_dir).is_dir():
+        raise NotReactivatable("workspace_root_missing", f"the workspace root {ws.root_dir} no longer exists")
+    config = get_config()
+    agent = config.agents.get(meta["agent_name"])
+    if agent is None:
+        raise NotReactivatable("agent_not_found", f"agent {meta['agent_name']!r} is no longer defined")
+    provider = config.providers.get(meta.get("provider") or agent.provider or config.default_provider)
+    if provider is None:
+        raise NotReactivatable("provider_not_found", f"provider {meta.get('provider')!r} is no longer defined")
+    return ws, provider
+
+
+def reactivatable(meta: dict[str, Any]) -> bool:
+    """Whether `session resume` (or a prompt) would reactivate this stopped session."""
+    try:
+        _reactivatable(meta)
+    except NotReactivatable:
+        return False
+    return True
+
+
 def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, list[Path]]:
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
     meta = read_session_meta(session_id)
@@ -50,20 +87,10 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
         return Conflict(f"session cannot be reactivated: {message}; {hint}", code=code,
                         data={"session_id": session_id, "reason": code})
 
-    if (meta.get("session_type") or "user") != SessionType.USER:
-        raise refuse("daemon-managed sessions are reactivated only by the daemon", "session_not_reactivatable")
-    ws = Workspace.objects.filter(id=meta["workspace_id"]).first()
-    if ws is None:
-        raise refuse("its workspace is no longer registered", "workspace_not_found")
-    if not Path(ws.root_dir).is_dir():
-        raise refuse(f"the workspace root {ws.root_dir} no longer exists", "workspace_root_missing")
-    config = get_config()
-    agent = config.agents.get(meta["agent_name"])
-    if agent is None:
-        raise refuse(f"agent {meta['agent_name']!r} is no longer defined", "agent_not_found")
-    provider = config.providers.get(meta.get("provider") or agent.provider or config.default_provider)
-    if provider is None:
-        raise refuse(f"provider {meta.get('provider')!r} is no longer defined", "provider_not_found")
+    try:
+        ws, provider = _reactivatable(meta)
+    except NotReactivatable as exc:
+        raise refuse(exc.message, exc.code) from None
     path = folder.events_path(session_id)
     try:
         event_store.max_sequence(path)

@@ -14,6 +14,7 @@ from sessions.live import history as transcript_history
 from sessions.models import Session
 from sessions.services.lookup import read_session_meta, row_meta_unreadable, scoped_meta
 from sessions.services.payloads import envelope, session_payload
+from sessions.services.reactivation import reactivatable
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.events import MAX_PAGE
@@ -24,8 +25,10 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
                   limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
-    qs = _session_rows(workspace=workspace, state=state, active_only=resumable or not all_states, agent=agent,
+    qs = _session_rows(workspace=workspace, state=state, active_only=not resumable and not all_states, agent=agent,
                        query=query, session_type=session_type)
+    if resumable and not state:
+        qs = qs.filter(state__in=(SessionState.ACTIVE, SessionState.STOPPED))
     offset = 0
     if cursor:
         try:
@@ -39,8 +42,7 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
         payload = _listed(row)
         if payload is None:
             continue
-        lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
-        if resumable and (not payload["attachable"] or lease_held):
+        if resumable and not _resumable(row, payload):
             continue
         sessions.append(payload)
     has_more = offset + limit < total
@@ -48,6 +50,15 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
     if has_more:
         page["next_cursor"] = str(offset + limit)
     return {"sessions": sessions, "page": page}
+
+
+def _resumable(row: Session, payload: dict[str, Any]) -> bool:
+    """What `session resume` takes (issue 50: the list and the command agree): a live session it can attach to (no
+    other holder's lease), or a stopped one it reactivates first."""
+    if payload["state"] == SessionState.STOPPED:
+        return reactivatable(payload)
+    lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
+    return bool(payload["attachable"]) and not lease_held
 
 
 def _session_rows(*, workspace: str | None, state: str | None, active_only: bool, agent: str | None,
@@ -99,14 +110,35 @@ def _limit(value: int | None, default: int = 200) -> int:
 def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
                 limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
                 agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    return list(events_page(session_id, workspace_ref=workspace_ref, after=after, limit=limit, types=types,
+                            turn_id=turn_id, agent_name=agent_name, since=since)["events"])
+
+
+def events_page(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
+                limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
+                agent_name: str | None = None, since: str | None = None) -> dict[str, Any]:
+    """`{events, page}`: one page of matching rows, ascending, and what it is a page of (issue 50: a read without a
+    limit silently showed only the newest 200). Without `after` the page is the newest `limit` matches and
+    `has_more` says older ones were left out; with `after`, the oldest after it and `has_more` says newer ones
+    follow (`next_after` continues). `first_sequence`/`last_sequence`: the sequences shown (null when none)."""
     meta = scoped_meta(session_id, workspace_ref)
     if after is not None and after < 0:
         raise InvalidRequest("after_sequence must be a non-negative integer", code="invalid_cursor")
+    size = _limit(limit)
+    newest = after is None
     rows = event_store.read_events(
-        folder.events_path(session_id), after=after or 0, limit=_limit(limit),
-        newest=after is None, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
+        folder.events_path(session_id), after=after or 0, limit=size + 1,
+        newest=newest, types=types, turn_id=turn_id, agent_name=agent_name, since=since,
     )
-    return [envelope(meta, r) for r in rows]
+    has_more = len(rows) > size
+    if has_more:
+        rows = rows[1:] if newest else rows[:size]
+    page: dict[str, Any] = {"limit": size, "order": "newest" if newest else "after", "has_more": has_more,
+                            "first_sequence": rows[0]["sequence"] if rows else None,
+                            "last_sequence": rows[-1]["sequence"] if rows else None}
+    if has_more and not newest:
+        page["next_after"] = rows[-1]["sequence"]
+    return {"events": [envelope(meta, r) for r in rows], "page": page}
 
 
 def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,

@@ -32,7 +32,6 @@ SCHEMA = "compozy.session_crash_bundle.v1"
 BUNDLE_FAILURE_KINDS: frozenset[str] = frozenset(
     {
         "startup_failure",
-        "handshake_failure",
         "load_session_failure",
         "protocol_failure",
         "prompt_failure",

@@ -65,7 +65,7 @@ def test_session_events_since_keeps_only_newer_events(daemon: Daemon, workspace:
 def test_session_events_json_is_the_api_rows_unchanged(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace, agent="scripted")["id"]
     daemon.run_turn(sid, "tool read README.md")
-    assert json.loads(narrow(daemon, "session", "events", sid, "-o", "json").stdout) == daemon.events(sid)
+    assert json.loads(narrow(daemon, "session", "events", sid, "-o", "json").stdout)["events"] == daemon.events(sid)
     jsonl = narrow(daemon, "session", "events", sid, "-o", "jsonl").stdout.splitlines()
     assert [json.loads(line) for line in jsonl] == daemon.events(sid)
 

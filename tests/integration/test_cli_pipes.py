@@ -99,7 +99,7 @@ def test_events_and_history_print_stored_text_without_terminal_escapes(daemon: D
         assert_no_escapes(result.stdout)
         assert "PWNED" in result.stdout
     # Scripts still get the text as stored, escaped by JSON.
-    rows = json.loads(daemon.cli("session", "events", sid, "-o", "json", timeout=CLI_TIMEOUT).stdout)
+    rows = json.loads(daemon.cli("session", "events", sid, "-o", "json", timeout=CLI_TIMEOUT).stdout)["events"]
     assert any("\x1b]0;PWNED\x07" in (row["content"].get("text") or "") for row in rows)
 
 

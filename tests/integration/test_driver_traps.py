@@ -200,15 +200,17 @@ def test_unknown_update_variants_are_stored_raw(daemon: Daemon, workspace: Path)
 
 # ---- failed starts ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("agent", "kind", "evidence"), [
-    ("missing", "startup_failure", "/nonexistent/bin/agent-acp"),
-    ("broken", "handshake_failure", "exited with code 2"),
+# Every failed start is `startup_failure`, as the seed names it (issue 50, row 2); a handshake that never completed
+# keeps its finer cause.
+@pytest.mark.parametrize(("agent", "cause", "evidence"), [
+    ("missing", None, "/nonexistent/bin/agent-acp"),
+    ("broken", "handshake", "exited with code 2"),
     # Exits before answering initialize: the process was up, the handshake never completed.
-    ("dies", "handshake_failure", "boom at start"),
-    ("failnew", "startup_failure", "session/new"),
+    ("dies", "handshake", "boom at start"),
+    ("failnew", None, "session/new"),
 ])
-def test_failed_start_stops_with_error_and_its_failure_kind(daemon: Daemon, workspace: Path, agent: str, kind: str,
-                                                            evidence: str) -> None:
+def test_failed_start_stops_with_error_and_its_failure_kind(daemon: Daemon, workspace: Path, agent: str,
+                                                            cause: str | None, evidence: str) -> None:
     result = daemon.cli("session", "new", "--agent", agent, "--cwd", str(workspace))
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
@@ -220,7 +222,8 @@ def test_failed_start_stops_with_error_and_its_failure_kind(daemon: Daemon, work
     session = next(s for s in listing if s["id"] in lines[0])
     assert session["state"] == "stopped"
     assert session["stop_reason"] == "error"
-    assert session["failure"]["kind"] == kind
+    assert session["failure"]["kind"] == "startup_failure"
+    assert session["failure"].get("cause") == cause
     assert evidence in session["failure"]["summary"]
     assert Path(session["failure"]["crash_bundle_path"]).is_file()
     events = daemon.all_events(session["id"])

@@ -30,7 +30,7 @@ def test_cli_session_new_converses_and_stops_user_canceled(daemon: Daemon, works
 
     # The staged first prompt runs as the first turn; wait for its `done`.
     daemon.wait_event(sid, "done")
-    events = daemon.cli_json("session", "events", sid)
+    events = daemon.cli_json("session", "events", sid)["events"]
     types = [e["type"] for e in events]
     assert [e["sequence"] for e in events] == sorted(e["sequence"] for e in events)
     first_user = types.index("user_message")
@@ -46,7 +46,7 @@ def test_cli_session_new_converses_and_stops_user_canceled(daemon: Daemon, works
     assert stopped["state"] == "stopped"
     assert stopped["stop_reason"] == "user_canceled"
     assert stopped["failure"] is None
-    final = daemon.cli_json("session", "events", sid, "--type", "session_stopped")
+    final = daemon.cli_json("session", "events", sid, "--type", "session_stopped")["events"]
     assert len(final) == 1 and final[0]["content"]["stop_reason"] == "user_canceled"
 
 
@@ -78,10 +78,12 @@ def test_status_json_reports_the_daemon_and_recent_failures(daemon: Daemon, work
     assert status["sessions"]["by_status"]["active"] == status["sessions"]["active"]
     assert status["sessions"]["total"] == sum(status["sessions"]["by_status"].values())
     recent = {f["session_id"]: f for f in status["health"]["failures"]["recent"]}
-    assert recent[failed["id"]]["failure_kind"] == "handshake_failure"
+    assert recent[failed["id"]]["failure_kind"] == "startup_failure"
+    assert recent[failed["id"]]["failure"]["cause"] == "handshake"
     assert recent[failed["id"]]["failure"] == daemon.session(failed["id"])["failure"]
     assert live["id"] not in recent
-    assert status["health"]["failures"]["by_kind"]["handshake_failure"] >= 1
+    assert status["health"]["failures"]["by_kind"]["startup_failure"] >= 1
+    assert "handshake_failure" not in status["health"]["failures"]["by_kind"]
 
     human = daemon.cli("status")
     assert human.returncode == 0 and "Recent session failures" in human.stdout

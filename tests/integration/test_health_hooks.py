@@ -6,10 +6,12 @@ never a second turn."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +93,34 @@ def test_the_health_hook_fires_on_transitions_only_and_at_most_once_per_interval
     assert len(fired(hk, s["id"])) == 2
 
 
+def eligible(d: Daemon, session_id: str) -> dict[str, Any]:
+    """The session's health once it reads idle and eligible for a wake: the condition a wake decides by (`active`
+    in the record comes first: health follows each metadata save)."""
+    return wait_for(lambda: (lambda h: h if h["eligible_for_wake"] else None)(
+        d.http.get(d.scoped(session_id, "/health")).json()["health"]), timeout=30, what="health eligible for a wake")
+
+
 def test_a_synthetic_prompt_refused_by_a_hook_is_synthetic_prompt_failed(hk: Daemon, workspace: Path) -> None:
     s = hk.create(workspace)
+    eligible(hk, s["id"])
     decision = hk.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": s["id"]}).json()["decision"]
     assert (decision["result"], decision["reason"]) == ("failed", "synthetic_prompt_failed")
     assert of_type(hk.all_events(s["id"]), "synthetic_reentry") == []
     health = hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]
     assert health["state"] == "idle"  # a refused wake leaves the session as it was
+
+
+def test_a_wake_finds_a_session_whose_health_row_is_not_stored(hk: Daemon, workspace: Path) -> None:
+    """Issue 50, row 10: health follows each metadata save, after meta.json; a wake between the two (a loaded machine
+    widens it to seconds), or after a health write that failed, found no row and answered `session_not_found` for a
+    session the create acknowledged and every other surface showed. The row a failed write leaves missing, here."""
+    s = hk.create(workspace)
+    eligible(hk, s["id"])
+    with closing(sqlite3.connect(hk.home / "catalog.sqlite3", timeout=30)) as conn, conn:
+        assert conn.execute("DELETE FROM session_health WHERE session_id = ?", (s["id"],)).rowcount == 1
+    decision = hk.http.post("/api/agents/scripted/heartbeat/wake", json={"session_id": s["id"]}).json()["decision"]
+    assert (decision["result"], decision["reason"]) == ("failed", "synthetic_prompt_failed")
+    assert hk.http.get(hk.scoped(s["id"], "/health")).json()["health"]["state"] == "idle"
 
 
 def test_a_prompt_that_starts_after_health_was_read_makes_the_wake_a_race(hk: Daemon) -> None:

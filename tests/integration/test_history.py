@@ -111,6 +111,42 @@ def test_history_keeps_the_newest_turns_and_bounds_a_huge_turn(daemon: Daemon, w
 def test_session_events_keeps_the_rows(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace)["id"]
     daemon.run_turn(sid, "slow 5 0")
-    rows = daemon.cli_json("session", "events", sid)
+    rows = daemon.cli_json("session", "events", sid)["events"]
     assert len(of_type(rows, "agent_message")) >= 1 and rows[0]["type"] in ("user_message", "transcript_marker.created")
     assert all("sequence" in r and "content" in r for r in rows)
+
+
+# ---- a page of events says what it left out (issue 50, row 9) ---------------------------------------------------
+
+def test_session_events_without_last_says_it_shows_only_the_newest_200(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    daemon.run_turn(sid, "tools 120 0")  # a tool_call and a tool_result per step: over 240 rows
+    stored = daemon.all_events(sid)
+    assert len(stored) > 200
+    newest = stored[-200:]
+
+    page = daemon.cli_json("session", "events", sid)
+    assert [e["sequence"] for e in page["events"]] == [e["sequence"] for e in newest]
+    assert page["page"] == {"limit": 200, "order": "newest", "has_more": True,
+                            "first_sequence": newest[0]["sequence"], "last_sequence": newest[-1]["sequence"]}
+    human = daemon.cli("session", "events", sid)
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.splitlines()[-1] == (
+        f"newest 200 events shown (from sequence {newest[0]['sequence']}); older ones: "
+        f"compozy session events {sid} --after 0 (oldest first), or --last up to 1000")
+    helped = daemon.cli("session", "events", "--help")
+    assert "newest 200" in " ".join(helped.stdout.split())
+
+    # A page that holds everything says nothing more; one after a cursor says where the next one starts.
+    whole = daemon.cli_json("session", "events", sid, "--last", "1000")
+    assert len(whole["events"]) == len(stored) and whole["page"]["has_more"] is False
+    assert "older ones" not in daemon.cli("session", "events", sid, "--last", "1000").stdout
+    first = daemon.cli_json("session", "events", sid, "--after", "0")
+    assert first["page"]["order"] == "after" and first["page"]["has_more"] is True
+    assert first["page"]["next_after"] == stored[199]["sequence"]
+    rest = daemon.cli_json("session", "events", sid, "--after", str(first["page"]["next_after"]))
+    assert [e["sequence"] for e in first["events"] + rest["events"]] == [e["sequence"] for e in stored]
+    assert rest["page"]["has_more"] is False
+    # Rows for a script: the page's rows, one a line.
+    jsonl = daemon.cli("session", "events", sid, "-o", "jsonl").stdout.splitlines()
+    assert len(jsonl) == 200

@@ -121,3 +121,28 @@ def test_a_model_the_agent_offers_is_applied_and_status_shows_the_one_it_reports
     assert session["model_resolution"] == {"requested": "opus", "status": "applied"}
     assert session["agent_model"]["id"] == "opus"
     assert daemon.cli_json("session", "status", session["id"])["session"]["agent_model"]["id"] == "opus"
+
+
+def current_options(d: Daemon, session_id: str) -> dict[str, object]:
+    status = d.cli_json("session", "status", session_id)["session"]
+    return {o["id"]: o["current"] for o in status["config_options"]}
+
+
+def test_the_config_options_on_the_record_show_the_values_applied_at_start(daemon: Daemon, workspace: Path) -> None:
+    """Issue 50, row 4: the dashboard's switcher reads `config_options[].current`; after a model was applied it
+    still read the value the agent opened the session with."""
+    session = daemon.create(workspace, agent="offered", model="opus")
+    assert session["model_resolution"]["status"] == "applied"
+    assert current_options(daemon, session["id"]) == {"model": "opus"}
+
+
+def test_the_demo_agent_started_with_a_model_and_fast_speed_shows_them_as_current(daemon: Daemon,
+                                                                                 workspace: Path) -> None:
+    """The audit's command: `session new --model demo-large --speed fast`, then `session status -o json`."""
+    result = daemon.cli("session", "new", "--agent", "general", "--cwd", str(workspace), "--model", "demo-large",
+                        "--speed", "fast", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    status = daemon.cli_json("session", "status", created["id"])["session"]
+    assert status["model_resolution"]["status"] == "applied" and status["speed_resolution"]["status"] == "applied"
+    assert current_options(daemon, created["id"]) == {"model": "demo-large", "speed": "fast"}

@@ -224,6 +224,11 @@ def test_a_first_prompt_staged_by_a_failed_start_runs_once_after_reactivation(da
         assert response.json()["session"]["state"] == "active"
         wait_for(lambda: of_type(daemon.all_events(sid), "done"), what="the staged prompt's turn")
         assert daemon.http.get(daemon.scoped(sid, "/prompt/queue")).json()["queue"] == []
+        # It never started: nothing to recover, so the prompt goes as it was typed (issue 50, row 7).
+        events = daemon.all_events(sid)
+        assert markers(events, "session_recovered") == []
+        assert "context_replay" not in of_type(events, "user_message")[0]["content"]
+        assert prompts_received(daemon, daemon.session(sid)["acp_session_id"]) == ["staged first prompt"]
 
         # Another stop and reactivation must not run it again: the next prompt is the only new turn.
         stop(daemon, sid)
@@ -232,6 +237,32 @@ def test_a_first_prompt_staged_by_a_failed_start_runs_once_after_reactivation(da
         daemon.turn_events(sid, response.json()["prompt"]["turn_id"])
         users = of_type(daemon.all_events(sid), "user_message")
         assert [u["content"]["text"] for u in users] == ["staged first prompt", "ping"]
+    finally:
+        flag.unlink(missing_ok=True)
+
+
+def test_resume_of_a_session_that_never_started_sends_its_first_prompt_as_it_is(daemon: Daemon,
+                                                                               workspace: Path) -> None:
+    """The audit's command: `session resume` of a session whose start failed, with a staged first prompt."""
+    flag = daemon.home / FLAKY_OK
+    flag.unlink(missing_ok=True)
+    failed = daemon.create(workspace, agent="flaky", prompt="echo first words")
+    sid = failed["id"]
+    assert failed["state"] == "stopped" and failed["failure"]["kind"] == "startup_failure"
+    flag.touch()
+    try:
+        resumed = daemon.cli_json("session", "resume", sid, "--holder", "audit")
+        assert resumed["session"]["state"] == "active"
+        [done] = wait_for(lambda: of_type(daemon.all_events(sid), "done"), what="the staged prompt's turn")
+        events = daemon.all_events(sid)
+        assert markers(events, "session_recovered") == []
+        [user] = of_type(events, "user_message")
+        assert user["content"]["text"] == "echo first words" and "context_replay" not in user["content"]
+        [sent] = prompts_received(daemon, daemon.session(sid)["acp_session_id"])
+        assert sent == "echo first words"  # no "This conversation was restored…", no startup error as context
+        reply = "".join(e["content"]["text"] for e in of_type(events, "agent_message")
+                        if e["turn_id"] == done["turn_id"])
+        assert reply == "echo: echo first words"
     finally:
         flag.unlink(missing_ok=True)
 
@@ -331,6 +362,7 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     sid = daemon.create(workspace, agent="scripted")["id"]
     daemon.run_turn(sid, "before the stop")
     stop(daemon, sid)
+    assert resumable_ids(daemon, workspace) == [sid]  # what resume takes: it reactivates it
 
     result = daemon.cli_json("session", "resume", sid)
     assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"].startswith("cli:")
@@ -339,6 +371,30 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     assert resumable_ids(daemon, workspace) == []  # active, but leased
     turn = daemon.run_turn(sid, "after the resume")
     assert of_type(turn, "done")[0]["content"]["prompt_stop_reason"] == "end_turn"
+
+
+def test_the_resumable_list_is_what_session_resume_takes(daemon: Daemon, tmp_path: Path) -> None:
+    """Issue 50, row 8: `session list --resumable` omitted the stopped sessions `session resume` reactivates."""
+    kept, doomed_root = tmp_path / "kept", tmp_path / "doomed"
+    kept.mkdir()
+    doomed_root.mkdir()
+    live = daemon.create(kept, agent="scripted")["id"]
+    stopped = daemon.create(kept, agent="scripted")["id"]
+    stop(daemon, stopped)
+    leased = daemon.create(kept, agent="scripted")["id"]
+    daemon.cli_json("session", "resume", leased, "--holder", "someone-else")
+    doomed = daemon.create(doomed_root, agent="scripted")["id"]
+    stop(daemon, doomed)
+    shutil.rmtree(doomed_root)
+
+    listing = daemon.cli_json("session", "list", "--resumable", "--limit", "100")["sessions"]
+    mine = {s["id"]: s["state"] for s in listing if s["id"] in {live, stopped, leased, doomed}}
+    assert mine == {live: "active", stopped: "stopped"}
+    for sid in mine:  # each one listed, resume takes
+        assert daemon.cli_json("session", "resume", sid, "--holder", "me")["attach"]["session_id"] == sid
+    # Each one left out, resume refuses, saying why.
+    assert cli_error_code(daemon.cli("session", "resume", leased, "-o", "json")) == "session_attach_locked"
+    assert cli_error_code(daemon.cli("session", "resume", doomed, "-o", "json")) == "workspace_root_missing"
 
 
 def test_prompts_racing_to_a_stopped_session_all_land_on_one_reactivation(daemon: Daemon, workspace: Path) -> None:

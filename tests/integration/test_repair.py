@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions.store.events import max_sequence
+from sessions.store.events import EventLog, max_sequence
+from sessions.store.ops import NewEvent
 from tests.conftest import ROOT, UNCONFINED, start_daemon, wait_for, wait_gone
 
 INTERRUPTED_TOOL = "Tool call interrupted before a result was persisted."
@@ -105,12 +106,18 @@ def test_live_sessions_are_refused_and_rebuild_catalog_restores_the_list(tmp_pat
     home = tmp_path / "home"
     d = start_daemon(home, timeout=START_TIMEOUT)
     try:
-        # A user stop of a turn the agent will not cancel leaves that turn without done/error.
+        # A user stop of a turn the agent will not cancel closes that turn (issue 50): nothing to repair.
         stopped = d.create(workspace, agent="stubborn")["id"]
         assert d.prompt(stopped, "hang").status_code == 200
         d.wait_event(stopped, "agent_message", text="working")
         assert d.http.post(d.scoped(stopped, "/stop")).status_code == 204
         assert d.session(stopped)["stop_reason"] == "user_canceled"
+        clean = d.http.post(d.scoped(stopped, "/repair"), params={"dry_run": "1"}).json()["repair"]
+        assert [i["code"] for i in clean["issues"]] == ["terminal_event_already_exists"] and clean["actions"] == []
+        # A daemon before that left such a turn open: its store, as it left it, for the rest of this test.
+        log = EventLog(home / "sessions" / stopped / "events.db", "stubborn")
+        log.append([NewEvent("user_message", "turn_00000000000000f1", {"text": "hang"})])
+        log.close()
         live = d.create(workspace)["id"]
         workspace_id = d.session(live)["workspace_id"]
 

@@ -95,7 +95,7 @@ def test_the_cli_of_the_other_node_stops_reads_and_continues_a_session_stored_on
     record = json.loads(stopped.stdout)
     assert record["state"] == "stopped" and record["stop_reason"] == "user_canceled"
     assert b.cli_json("session", "status", sid)["session"]["state"] == "stopped"
-    events = b.cli_json("session", "events", sid)
+    events = b.cli_json("session", "events", sid)["events"]
     assert events and events[-1]["type"] == "session_stopped"
     assert b.cli("session", "history", sid).returncode == 0
     read = b.http.get(f"/api/sessions/{sid}")

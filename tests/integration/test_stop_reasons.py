@@ -201,10 +201,45 @@ def test_a_user_stop_of_an_agent_deaf_to_cancel_marks_the_turn_interrupted(daemo
     stopped = daemon.session(sid)
     assert stopped["stop_reason"] == "user_canceled" and stopped["failure"] is None
     events = daemon.all_events(sid)
-    # The agent never answered, so the stop path terminalized the turn: a marker, no failure, no error.
+    # The agent never answered, so the stop path closed the turn: ended cancelled by the stop, a marker, no failure.
     assert [m["turn_id"] for m in markers(events, "prompt_interrupted")] == [turn_id]
-    assert [e for e in events if e["turn_id"] == turn_id and e["type"] in ("done", "error")] == []
+    ends = [e for e in events if e["turn_id"] == turn_id and e["type"] in ("done", "error")]
+    assert [(e["type"], e["content"]["prompt_stop_reason"], e["content"]["session_stop_reason"]) for e in ends] == [
+        ("done", "cancelled", "user_canceled")]
     assert assert_failure_everywhere(daemon, sid) is None
+
+
+def tool_parts(d: Daemon, session_id: str) -> list[dict[str, Any]]:
+    """Every tool call part of `session history -o json`, in order."""
+    turns = d.cli_json("session", "history", session_id)
+    return [part for turn in turns for message in turn["messages"] for part in message["parts"]
+            if part["type"] == "dynamic-tool"]
+
+
+@pytest.mark.parametrize("agent", ["scripted", "stubborn"], ids=["cooperative", "deaf-to-cancel"])
+def test_a_stop_during_a_tool_call_closes_the_tool_call_with_the_turn(daemon: Daemon, workspace: Path,
+                                                                      agent: str) -> None:
+    """Issue 50, row 5: the tool call a stop cut is closed (`cancelled`) before the turn's end, once; history shows
+    it once, and `session repair` finds nothing to repair (no `--force` asked)."""
+    sid = daemon.create(workspace, agent=agent)["id"]
+    turn_id = accepted_turn(daemon, sid, "toolhang")
+    call_id = daemon.wait_event(sid, "tool_call")["content"]["tool_call_id"]
+    assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
+    turn = [e for e in daemon.all_events(sid) if e["turn_id"] == turn_id]
+    results = of_type(turn, "tool_result")
+    assert [(r["content"]["tool_call_id"], r["content"]["status"]) for r in results] == [(call_id, "cancelled")]
+    [end] = [e for e in turn if e["type"] in ("done", "error")]
+    assert end["type"] == "done" and end["content"]["prompt_stop_reason"] == "cancelled"
+    assert results[0]["sequence"] < end["sequence"]
+
+    [part] = tool_parts(daemon, sid)
+    assert (part["toolCallId"], part["status"], part["state"]) == (call_id, "cancelled", "output-error")
+    human = daemon.cli("session", "history", sid)
+    assert human.returncode == 0 and "in_progress" not in human.stdout, human.stdout
+
+    repair = daemon.cli_json("session", "repair", sid)
+    assert [i["code"] for i in repair["issues"] if i["severity"] == "error"] == [], repair
+    assert repair["actions"] == [] and repair["persisted"] is False
 
 
 def test_an_agent_killed_while_idle_is_agent_crashed_process_exit(daemon: Daemon, workspace: Path) -> None:
@@ -288,16 +323,17 @@ def test_a_prompt_failure_keeps_the_reason_the_agent_gave(daemon: Daemon, worksp
     assert "scripted prompt failure" in error["content"]["failure"]["summary"]
 
 
-@pytest.mark.parametrize(("agent", "kind", "needle"), [
-    ("broken", "handshake_failure", "initialize"),
-    ("missing", "startup_failure", "/nonexistent/bin/agent-acp"),
+@pytest.mark.parametrize(("agent", "cause", "needle"), [
+    ("broken", "handshake", "initialize"),
+    ("missing", None, "/nonexistent/bin/agent-acp"),
 ])
-def test_a_failed_start_is_error_with_its_failure_kind(daemon: Daemon, workspace: Path, agent: str, kind: str,
-                                                       needle: str) -> None:
+def test_a_failed_start_is_error_with_its_failure_kind(daemon: Daemon, workspace: Path, agent: str,
+                                                       cause: str | None, needle: str) -> None:
     stopped = daemon.create(workspace, agent=agent)
     assert stopped["state"] == "stopped"
     assert stopped["stop_reason"] == "error"
-    assert stopped["failure"]["kind"] == kind
+    assert stopped["failure"]["kind"] == "startup_failure"  # the seed's kind for every failed start
+    assert stopped["failure"].get("cause") == cause
     assert needle in stopped["failure"]["summary"]
     assert Path(stopped["failure"]["crash_bundle_path"]).is_file()
     assert assert_failure_everywhere(daemon, stopped["id"]) == stopped["failure"]

@@ -260,7 +260,7 @@ def test_a_stopped_sessions_store_stays_readable_on_a_full_disk_and_an_unreadabl
 
         listed = d.cli("session", "events", sid, "-o", "json")
         assert listed.returncode == 0, listed.stderr
-        assert [e["id"] for e in json.loads(listed.stdout)] == stored
+        assert [e["id"] for e in json.loads(listed.stdout)["events"]] == stored
         history = d.cli("session", "history", sid, "-o", "json")
         assert history.returncode == 0, history.stderr
         assert sum(t["event_count"] for t in json.loads(history.stdout)) == len(stored)

@@ -43,7 +43,8 @@ def test_the_first_reply_gives_an_unnamed_session_an_auto_title_once(daemon: Dae
     titled = wait_for(lambda: daemon.session(sid)["name"] and daemon.session(sid), what="an auto title")
     assert titled["name"] == "Fix the flaky login test please"
     assert titled["name_source"] == "auto_title"
-    assert title_pass_over(daemon, sid) == {"status": "applied"}
+    assert title_pass_over(daemon, sid) == {"status": "applied", "route": {
+        "provider": "demo", "model": "demo-small", "reasoning_effort": ""}}
     assert [e["content"]["text"] for e in title_events(daemon, sid)] == [titled["name"]]
     # Stored in the catalog too: the list finds it by name.
     listing = daemon.cli_json("session", "list", "--query", "flaky login")["sessions"]
@@ -191,7 +192,7 @@ def test_the_title_after_a_recovery_comes_from_what_the_user_typed(demo_titles: 
     sid = d.create(workspace, agent="flaky", prompt="plan the rollout")["id"]
     assert d.session(sid)["failure"]["kind"] == "startup_failure"
     flag.touch()
-    # Reactivation rebuilds context from the log (the failed start), then runs the staged prompt.
+    # Reactivation runs the staged prompt (as typed: a start that failed left no conversation to rebuild).
     assert d.http.post(d.scoped(sid, "/reactivate")).status_code == 200
     d.wait_event(sid, "done")
     titled = wait_for(lambda: d.session(sid)["name"] and d.session(sid), what="an auto title")
@@ -220,5 +221,70 @@ def test_at_most_two_title_passes_run_at_once(tmp_path_factory: pytest.TempPathF
         assert len(starts) == 5
         # A third pass can only start once one of the two before it has finished (each takes >= 1.5 s).
         assert all(starts[i + 2] - starts[i] >= 1.4 for i in range(len(starts) - 2)), starts
+    finally:
+        d.stop()
+
+
+# ---- every key of [roles.auto_title]: the agent, its overrides, the fallback routes (issue 50, row 3) ------------
+
+ROUTES = """
+[agents.titler]
+provider = "demo"
+
+[roles.auto_title]
+enabled = true
+agent = "titler"
+model = "demo-huge"  # not offered by the demo agent: this route cannot open the title session
+
+[[roles.auto_title.fallback_chain]]
+provider = "broken"  # its agent never completes the handshake
+
+[[roles.auto_title.fallback_chain]]
+provider = "demo"
+model = "demo-large"
+
+[[roles.auto_title.fallback_chain]]
+provider = "scripted"  # never reached: the route before opened the title session
+"""
+
+
+def fallbacks(d: Daemon, sid: str) -> list[dict[str, Any]]:
+    return [e["content"]["raw"] for e in d.all_events(sid, type="system")
+            if e["content"].get("title") == "role.fallback.used"]
+
+
+def test_the_title_agent_model_and_fallback_routes_come_from_the_role(tmp_path_factory: pytest.TempPathFactory,
+                                                                      workspace: Path) -> None:
+    d = start_daemon(tmp_path_factory.mktemp("routes-home"), extra_config=ROUTES, timeout=START_TIMEOUT)
+    try:
+        assert "unknown key roles.auto_title" not in d.log()  # every key of the table is read
+        sid = d.create(workspace)["id"]  # a scripted session: its own agent would only echo the request
+        d.run_turn(sid, "rotate the signing keys")
+        assert title_pass_over(d, sid) == {"status": "applied", "route": {
+            "provider": "demo", "model": "demo-large", "reasoning_effort": ""}}
+        assert d.session(sid)["name"] == "Rotate the signing keys"
+        used = fallbacks(d, sid)
+        assert [(u["role"], u["attempt"], u["provider"], u["model"]) for u in used] == [
+            ("auto_title", 1, "broken", ""), ("auto_title", 2, "demo", "demo-large")]
+        assert "'demo-huge' rejected" in used[0]["reason"]  # the role's model, applied through the agent's options
+        assert "initialize" in used[1]["reason"] or "Transport" in used[1]["reason"], used[1]["reason"]
+    finally:
+        d.stop()
+
+
+def test_a_title_session_once_opened_is_never_rerouted(tmp_path_factory: pytest.TempPathFactory,
+                                                       workspace: Path) -> None:
+    """The first route opens the title session, then answers with an echo of the request (no title): the pass fails
+    there, and the fallback route is not tried."""
+    config = echo_providers().replace('provider = "parrot"', 'provider = "quoter"') + (
+        '\n[[roles.auto_title.fallback_chain]]\nprovider = "demo"\n')
+    d = start_daemon(tmp_path_factory.mktemp("no-reroute-home"), extra_config=config, timeout=START_TIMEOUT)
+    try:
+        sid = d.create(workspace, agent="general")["id"]
+        d.run_turn(sid, "refactor the billing module")
+        outcome = title_pass_over(d, sid)
+        assert outcome["status"] == "failed" and outcome["route"]["provider"] == "quoter"
+        assert fallbacks(d, sid) == []
+        assert d.session(sid)["name"] is None
     finally:
         d.stop()

@@ -86,7 +86,7 @@ def test_cursors_and_sequences_beyond_2_63_are_refused(api: InProcessApp, sessio
           "invalid_cursor")
     error(api.http.get(stream, params={"frames": "raw", "after_sequence": TOO_BIG}), 400, "invalid_cursor")
     # The largest SQLite integer is still a valid cursor: nothing after it.
-    assert api.http.get(events, params={"after_sequence": str(2**63 - 1)}).json() == {"events": []}
+    assert api.http.get(events, params={"after_sequence": str(2**63 - 1)}).json()["events"] == []
 
 
 def test_a_lone_surrogate_is_refused_and_the_list_still_reads(api: InProcessApp, session: dict[str, Any],
@@ -144,7 +144,7 @@ def test_unknown_filter_values_and_limit_zero_are_refused(api: InProcessApp, ses
     error(api.http.get("/api/sessions", params={"all": "maybe"}), 400, "invalid_parameter")
     # A valid `since` with an offset compares as a time: everything is after 2000, nothing after 2999.
     assert api.http.get(events, params={"since": "2000-01-01T01:00:00+01:00"}).json()["events"]
-    assert api.http.get(events, params={"since": "2999-01-01T00:00:00.123456789Z"}).json() == {"events": []}
+    assert api.http.get(events, params={"since": "2999-01-01T00:00:00.123456789Z"}).json()["events"] == []
 
 
 def test_a_corrupt_event_store_is_a_clear_error_and_the_page_still_renders(api: InProcessApp, ws: Path) -> None:

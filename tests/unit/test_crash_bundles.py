@@ -58,7 +58,7 @@ def _mode(path: Path) -> int:
 
 
 def test_bundle_kinds() -> None:
-    assert {"startup_failure", "handshake_failure", "load_session_failure", "protocol_failure",
+    assert {"startup_failure", "load_session_failure", "protocol_failure",
             "prompt_failure", "process_exit", "transport_failure",
             "storage_failure"} == BUNDLE_FAILURE_KINDS  # fmt: skip
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from compozy.cli.events_view import ago, fit_table, since_timestamp
+from compozy.cli.events_view import ago, fit_table, history_lines, since_timestamp
+from sessions.live import transcript
+from sessions.store.events import EventLog, read_events
+from sessions.store.ops import NewEvent
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -32,3 +37,47 @@ def test_flexible_columns_shrink_and_fixed_ones_stay_whole() -> None:
     sid = "sess_0123456789abcdef"
     lines = fit_table(["ID", "NAME"], [(sid, "x" * 100)], {"NAME"}, 40)
     assert lines[1].startswith(sid + "  ") and lines[1].endswith("…") and len(lines[1]) == 40
+
+
+# ---- `session history`: each thing said once (issue 50, row 6) -------------------------------------------------
+
+T1 = "turn_00000000000000c1"
+CALL = "tool-1-0123abcd"
+WRITE = {"request_id": CALL, "action": "edit", "resource": "Write out.txt", "title": "Write out.txt",
+         "tool_call_id": CALL}
+
+
+def history_of(tmp_path: Path, events: list[NewEvent]) -> list[str]:
+    """`session history`'s lines for one turn, assembled from a real events.db as the daemon assembles it."""
+    log = EventLog(tmp_path / "events.db", "reader")
+    log.append(events)
+    log.close()
+    entries = transcript.assemble(read_events(tmp_path / "events.db", limit=1000))
+    turns: list[dict[str, Any]] = [{"turn_id": T1, "started_at": None, "messages": [e["message"] for e in entries]}]
+    return history_lines(turns, "sess_0123456789abcdef", width=100, now=NOW)[1:]
+
+
+def turn_with(*middle: NewEvent) -> list[NewEvent]:
+    return [NewEvent("user_message", T1, {"text": "tool write out.txt hello"}),
+            NewEvent("tool_call", T1, {"tool_call_id": CALL, "title": "Write out.txt", "tool_name": "Write out.txt",
+                                       "tool_kind": "edit", "status": "in_progress"}),
+            *middle,
+            NewEvent("tool_result", T1, {"tool_call_id": CALL, "tool_name": "Write out.txt", "status": "completed",
+                                         "tool_result": {"content": "ok"}}),
+            NewEvent("agent_message", T1, {"text": "written"}),
+            NewEvent("done", T1, {"stop_reason": "end_turn", "prompt_stop_reason": "end_turn"})]
+
+
+def test_a_permission_a_person_decided_is_one_history_line_with_its_decision(tmp_path: Path) -> None:
+    lines = history_of(tmp_path, turn_with(
+        NewEvent("permission", T1, {**WRITE, "decision": "pending", "decision_source": "person"}),
+        NewEvent("permission", T1, {**WRITE, "decision": "approved", "decision_source": "person",
+                                    "option_id": "allow"})))
+    assert [line for line in lines if "permission" in line] == ["  permission edit Write out.txt → approved"]
+    assert lines[0] == "  user       tool write out.txt hello"
+
+
+def test_a_decision_the_policy_made_without_a_request_shown_is_still_a_line(tmp_path: Path) -> None:
+    lines = history_of(tmp_path, turn_with(
+        NewEvent("permission", T1, {**WRITE, "decision": "approved", "decision_source": "policy:approve-all"})))
+    assert [line for line in lines if "permission" in line] == ["  permission edit Write out.txt → approved"]

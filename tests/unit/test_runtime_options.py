@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessions.runtime.options import plan, reported_model
+from sessions.runtime.options import plan, reported_model, with_current
 
 SPEED = {"id": "speed", "type": "select", "currentValue": "normal",
          "options": [{"value": "normal", "name": "Normal"}, {"value": "fast", "name": "Fast"}]}
@@ -70,3 +70,11 @@ def test_the_reported_model_is_the_model_selects_current_value_else_the_models_s
     assert reported_model([MODEL]) == {"id": "demo-small", "name": "Small", "source": "config_option"}
     assert reported_model(None, MODELS_STATE) == {"id": "default", "name": "Default", "source": "models"}
     assert reported_model([SPEED]) is None
+
+
+def test_an_applied_value_the_agent_did_not_repeat_becomes_the_options_current_value() -> None:
+    """Issue 50, row 4: an agent that accepts a set without answering its options still runs the value set."""
+    options = with_current([SPEED, MODEL], "model", "demo-large")
+    assert [o["currentValue"] for o in options] == ["normal", "demo-large"]
+    assert MODEL["currentValue"] == "demo-small"  # a copy: the agent's answer is not changed under its reader
+    assert reported_model(options) == {"id": "demo-large", "name": "Large", "source": "config_option"}

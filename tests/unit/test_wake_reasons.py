@@ -86,6 +86,22 @@ def test_session_not_found(home: Path) -> None:
     assert decide("sess_00000000000000ff") == ("skipped", WakeReason.SESSION_NOT_FOUND)
 
 
+def test_a_session_whose_health_row_is_not_stored_yet_is_found_and_judged_by_its_metadata(home: Path) -> None:
+    """Issue 50, row 10: the health row follows each metadata save, after meta.json; a wake between the two (or after
+    a health write that failed) answered `session_not_found` for a session every other surface showed."""
+    policy_file(home)
+    sid = session()
+    rec = SessionRecord.from_meta({"id": sid, "workspace_id": "ws_00000000000000a1", "agent_name": "general",
+                                   "state": "stopped", "stop_reason": "user_canceled",
+                                   "created_at": isoformat(NOW - timedelta(hours=1)), "updated_at": isoformat(NOW)})
+    folder.write_meta(rec)
+    SessionHealth.objects.filter(session_id=sid).delete()
+    assert decide(sid) == ("skipped", WakeReason.SESSION_UNHEALTHY)  # found: its metadata says stopped
+    assert SessionHealth.objects.get(session_id=sid).state == "stopped"  # derived as a health read derives it
+    listed = wake.session_decisions("general", session_id=sid, now=NOW)
+    assert [(d["session_id"], d["state"]) for d in listed] == [(sid, "stopped")]
+
+
 def test_session_unhealthy_for_a_stale_session(home: Path) -> None:
     policy_file(home)
     sid = session(activity_at=NOW - timedelta(minutes=10))  # idle beyond session_health_stale_after (2m)
