@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
 
+from compozy_base import strict_json
 from compozy_base.home import sessions_dir
 from compozy_base.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.core.enums import SessionState
@@ -27,6 +28,7 @@ REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
 STATES = frozenset(state.value for state in SessionState)
 # meta.json is a few KiB; a file far past that was not written by us, and every session list reads it.
 MAX_META_BYTES = 4 * 1024 * 1024
+_dumps = strict_json.dumper(indent=2, sort_keys=True)
 
 
 @overload
@@ -58,7 +60,7 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> No
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write(_dumps(data))  # strict: no NaN or Infinity (strict_json.py)
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
