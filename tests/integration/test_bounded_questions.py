@@ -5,6 +5,7 @@ readable and repairable after a kill -9 of its daemon."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,5 +104,33 @@ def test_a_5_mib_question_is_refused_and_the_session_stays_readable_after_kill_9
         assert repaired.status_code == 200, repaired.text
         assert (home / "sessions" / sid / "meta.json").stat().st_size < MIB
         assert "ask error: -32602" in text and "too long" in text, text[:300]
+    finally:
+        second.stop()
+
+
+def test_a_meta_json_an_earlier_version_wrote_past_its_cap_is_readable_and_repairable(tmp_path: Path,
+                                                                                      workspace: Path) -> None:
+    # What the probe left behind: a record with a 5 MiB question in it, which every read and `repair` refused.
+    home = tmp_path / "home"
+    first = start_daemon(home)
+    try:
+        sid = first.create(workspace)["id"]
+        first.run_turn(sid, "hello")
+    finally:
+        first.stop(signal.SIGKILL)
+    path = home / "sessions" / sid / "meta.json"
+    meta = json.loads(path.read_text())
+    meta["liveness"]["elicitation_requests"] = [{"request_id": "elicit-1", "message": "x" * 5 * MIB}]
+    path.write_text(json.dumps(meta, indent=2))
+    second = start_daemon(home)
+    try:
+        session = second.session(sid)
+        assert session["state"] == "stopped", session  # boot repair read it, and stopped what no daemon runs
+        assert sid in [s["id"] for s in second.http.get("/api/sessions", params={"state": "stopped"}).json()[
+            "sessions"]]
+        repaired = second.http.post(second.scoped(sid, "/repair"))
+        assert repaired.status_code == 200, repaired.text
+        assert path.stat().st_size < 64 * 1024, path.stat().st_size
+        assert second.meta(sid)["id"] == sid
     finally:
         second.stop()
