@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.conftest import ROOT, Daemon, of_type, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -223,3 +226,21 @@ def test_a_request_body_with_nan_or_a_duplicate_key_is_refused(daemon: Daemon, w
                                   headers={"content-type": "application/json"})
         assert answer.status_code == 400, (body, answer.text)
         assert strict(answer.content)["code"] == code, (body, answer.text)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_budget_of_nan_or_inf_stops_the_daemon_from_starting(tmp_path: Path, value: str) -> None:
+    # Both were accepted: a NaN cap is reached by no cost, and an infinite one is no cap that says so.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(f"[limits]\nmax_cost_usd = {value}\n")
+    env = {**os.environ, "COMPOZY_HOME": str(home)}
+    env.pop("COMPOZY_URL", None)
+    started = subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "start", "--port", "0"], env=env,
+                             cwd=str(ROOT), capture_output=True, text=True, timeout=120)
+    if started.returncode == 0:  # it started after all: not left running
+        subprocess.run([sys.executable, "-m", "compozy.cli", "daemon", "stop"], env=env, cwd=str(ROOT),
+                       capture_output=True, timeout=120)
+    assert started.returncode == 78, started.stderr
+    [line] = started.stderr.strip().splitlines()
+    assert "limits.max_cost_usd: must be a finite, non-negative number" in line, line
