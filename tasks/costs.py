@@ -1,32 +1,34 @@
 """What a task's attempts cost, and what its budget leaves: the agents' reported cost on each attempt's session
-record (sessions/runtime/agent_state.py), summed over the attempts."""
+record (sessions/runtime/agent_state.py), summed over the attempts. Only costs a budget can count are summed
+(sessions/core/money.py); one it cannot (a record an earlier version wrote with NaN or -1e9) leaves no budget."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from compozy_base.config.loader import get_config
+from sessions.core import money
 from sessions.core.errors import Conflict, NotFound
 from sessions.services.lookup import read_session_meta
 from tasks.models import Task, TaskRun
 
 
-def session_cost(session_id: str) -> dict[str, Any] | None:
-    """A session's cumulative cost ({amount, currency}) as its record says; None when unknown or gone."""
+def session_cost(session_id: str) -> Any:
+    """A session's cumulative cost as its record says it (`{amount, currency}`, unchecked); None when it reported
+    none, or is gone."""
     try:
         usage = read_session_meta(session_id).get("usage") or {}
     except (NotFound, Conflict):  # removed, or its meta.json unreadable: it adds nothing it can prove
         return None
-    cost = usage.get("cost") if isinstance(usage, dict) else None
-    return cost if isinstance(cost, dict) and isinstance(cost.get("amount"), int | float) else None
+    return usage.get("cost") if isinstance(usage, dict) else None
 
 
 def task_cost(runs: list[TaskRun]) -> dict[str, Any] | None:
-    """What a task's attempts cost together (the agents' reports, in their currency; USD when they mix)."""
-    costs = [c for r in runs if r.session_id and (c := session_cost(r.session_id)) is not None]
+    """What a task's attempts cost together, in USD: the costs a budget can count (others are left out)."""
+    costs = [c for r in runs if r.session_id and (c := money.cost(session_cost(r.session_id))[0]) is not None]
     if not costs:
         return None
-    return {"amount": round(sum(float(c["amount"]) for c in costs), 6), "currency": costs[0].get("currency") or "USD"}
+    return {"amount": round(sum(c["amount"] for c in costs), 6), "currency": money.BUDGET_CURRENCY}
 
 
 def budget_left(task: Task) -> float | None:
@@ -37,5 +39,4 @@ def budget_left(task: Task) -> float | None:
     cap = (agent.max_cost_usd if agent is not None and agent.max_cost_usd else 0.0) or config.max_cost_usd
     if not cap:
         return None
-    spent = task_cost(list(task.runs.exclude(session_id="")))
-    return round(cap - (float(spent["amount"]) if spent else 0.0), 6)
+    return money.remainder(cap, [session_cost(r.session_id) for r in task.runs.exclude(session_id="")])

@@ -9,7 +9,6 @@ Domain errors carry their own code; a request that fails its schema gets the cod
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -22,12 +21,14 @@ from django.utils.decorators import sync_and_async_middleware
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from ninja.renderers import JSONRenderer
 
 from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
 from compozy.api.sessions import workspaces as workspaces_router
 from compozy.api.validation import describe_errors
+from compozy_base import strict_json
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
 from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
@@ -38,11 +39,15 @@ logger = logging.getLogger(__name__)
 
 class StrictJsonParser(Parser):
     """Bodies must be one JSON object (or `null`, read as no body). Deep nesting (RecursionError) and integers
-    past Python's digit limit (ValueError) are malformed JSON too, not server errors."""
+    past Python's digit limit (ValueError) are malformed JSON too, not server errors; so are NaN and Infinity,
+    which JSON does not have (an answer of NaN passed a form's `minimum` and `maximum`). A key that repeats is
+    `duplicate_key`: Python keeps the last, other parsers the first (compozy_base/strict_json.py)."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
         try:
-            body = json.loads(request.body)
+            body = strict_json.loads(request.body)
+        except strict_json.DuplicateKey as exc:
+            raise InvalidRequest(f"malformed JSON body: {exc}", code="duplicate_key") from exc
         except (ValueError, RecursionError) as exc:
             raise InvalidRequest(f"malformed JSON body: {str(exc)[:200]}", code="malformed_json") from exc
         if body is None:
@@ -50,6 +55,13 @@ class StrictJsonParser(Parser):
         if not isinstance(body, dict):
             raise InvalidRequest("the JSON body must be an object", code="malformed_json")
         return body
+
+
+class StrictJsonRenderer(JSONRenderer):
+    """Every answer is JSON a browser can read: never NaN or Infinity (written as null; strict_json.py)."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> Any:
+        return strict_json.dumps(data, cls=self.encoder_class, **self.json_dumps_params)
 
 
 # OpenAPI links: an answer that names a session or workspace feeds the requests that take it (clients and
@@ -111,6 +123,7 @@ class CompozyAPI(NinjaAPI):
 
 
 api = CompozyAPI(title="Compozy", version="0.1.0", urls_namespace="api", parser=StrictJsonParser(), docs=LocalSwagger(),
+                 renderer=StrictJsonRenderer(),
                  description="Durable, diagnosable ACP agent sessions. Every error answers "
                              "`{error, code, diagnostic}`; `code` is stable.")
 api.add_router("/", sessions_router)

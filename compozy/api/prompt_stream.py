@@ -18,7 +18,6 @@ Two forms:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
-from compozy_base import metrics
+from compozy_base import metrics, strict_json
 from sessions.core.enums import EventType
 from sessions.live import feed as live_feed
 from sessions.live.pressure import pieces, room_for
@@ -48,6 +47,7 @@ QUIET_SECONDS = 0.5
 PAGE = 1000
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"
+_dumps = strict_json.dumper(separators=(",", ":"), ensure_ascii=False)  # frames are strict JSON (no NaN)
 TURN_END = frozenset({EventType.DONE, EventType.ERROR})
 # The live agent event of the raw form: these content keys, when set (docs/reference/events.md §6.2).
 RAW_KEYS = ("text", "title", "tool_call_id", "stop_reason", "error", "failure", "usage", "runtime", "raw")
@@ -212,7 +212,7 @@ class UIMessageChunks:
 
 
 def _data_frames(chunks: list[dict[str, Any]]) -> bytes:
-    return b"".join(b"data: " + json.dumps(c, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return b"".join(b"data: " + _dumps(c).encode() + b"\n\n"
                     for c in chunks)
 
 
@@ -222,7 +222,7 @@ def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
     data = {"type": event["type"], "session_id": session_id, "turn_id": event["turn_id"],
             "timestamp": event["timestamp"]}
     data.update({k: content[k] for k in RAW_KEYS if content.get(k) not in (None, "")})
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    body = _dumps(data)
     return f"id: {event['sequence']}\nevent: {event['type']}\ndata: {body}\n\n".encode()
 
 

@@ -4,7 +4,6 @@ Requests and queries are in `schemas.py`."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpResponse
@@ -12,12 +11,15 @@ from ninja import Schema
 from ninja.responses import NinjaJSONEncoder
 from pydantic import BaseModel, ConfigDict, Field
 
+from compozy_base import strict_json
+
 
 def render(schema: type[BaseModel], data: Any, status: int = 200) -> HttpResponse:
     """`data` validated against its response schema and serialised, as ninja would, for a caller that does it in
     a worker thread: a 1,000-event page costs ~15 ms of pydantic, too long for the loop every stream shares."""
     body = schema.model_validate(data).model_dump(exclude_unset=True)
-    return HttpResponse(json.dumps(body, cls=NinjaJSONEncoder), status=status, content_type="application/json")
+    return HttpResponse(strict_json.dumps(body, cls=NinjaJSONEncoder), status=status,
+                        content_type="application/json")
 
 
 class Open(BaseModel):

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from compozy_base import strict_json
 from sessions import services
 from sessions.core.enums import EventType
 from sessions.live import feed as live_feed
@@ -21,6 +22,8 @@ from sessions.live import transcript
 from sessions.store import events as event_store
 
 PAGE = 1000  # rows read from the store per catch-up page
+# A frame's data is strict JSON (no NaN: strict_json.py); one encoder for every frame.
+_dumps = strict_json.dumper(separators=(",", ":"), ensure_ascii=False)
 
 
 def frame(data: dict[str, Any], event: str | None = None, event_id: int | str | None = None) -> bytes:
@@ -29,7 +32,7 @@ def frame(data: dict[str, Any], event: str | None = None, event_id: int | str | 
         lines.append(f"id: {event_id}")
     if event:
         lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    lines.append("data: " + _dumps(data))
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
@@ -71,10 +74,15 @@ class RawTail:
     def _frame(self, raw: tuple[Any, ...]) -> bytes:
         seq, event_id, turn_id, type_, agent, text, timestamp, archived = raw
         try:
-            content = json.loads(text)  # only to validate: a broken row must not break the stream
+            # Only to validate: a broken row must not break the stream, nor a NaN an earlier version stored (a
+            # browser's JSON.parse would refuse the frame): that row is framed again, the number as null.
+            content = strict_json.loads(text, duplicates=True)
+            cleaned = False
+        except strict_json.NotFinite:
+            content, cleaned = strict_json.finite(json.loads(text)), True
         except json.JSONDecodeError:
-            content = None
-        if not isinstance(content, dict) or type_ == EventType.SESSION_STOPPED:
+            content, cleaned = None, False
+        if not isinstance(content, dict) or cleaned or type_ == EventType.SESSION_STOPPED:
             row = {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
                    "content": content if isinstance(content, dict) else {"invalid_json": text[:2048]},
                    "timestamp": timestamp, "archived": bool(archived)}

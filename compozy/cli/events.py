@@ -27,6 +27,7 @@ from compozy.cli.output import (
     fail_stream,
     json_line,
 )
+from compozy_base import strict_json
 
 
 def _print_event(row: dict[str, Any], fmt: str) -> None:
@@ -131,7 +132,8 @@ def _follow(client: Client, base: str, after: int | None, last: int | None, type
                     cursor = int(event_id)
                     query.pop("limit", None)
                 _print_event(row, fmt) if "sequence" in row else click.echo(
-                    json.dumps(row, sort_keys=True) if fmt != "human" else f"session stopped: {row.get('stop_reason')}")
+                    strict_json.dumps(row, sort_keys=True) if fmt != "human"
+                    else f"session stopped: {row.get('stop_reason')}")
                 if event == "session_stopped":
                     return
             # The stream closed without the session stopping (a daemon restart): reconnect after the cursor.

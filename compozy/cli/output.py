@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import rich_click as click
 
 from compozy.cli.client import ApiError
+from compozy_base import strict_json
 from sessions.store.clean import scrub_text
 
 FORMATS = ("human", "json", "jsonl")
@@ -39,7 +40,8 @@ def exit_code_for(status: int) -> int:
 
 
 def dump(data: Any) -> str:
-    return scrub_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    """JSON for `-o json`: strict (a NaN, say from an older daemon, is written as null; strict_json.py)."""
+    return scrub_text(strict_json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 # An error line shows this much of its message; the whole of it is in the session record or the daemon log.
@@ -88,7 +90,7 @@ def fail_stream(row: dict[str, Any], fmt: str) -> NoReturn:
 
 def json_line(row: Any) -> str:
     """One row for `-o jsonl`: sorted keys, as written, anything no UTF-8 encoder takes replaced."""
-    return scrub_text(json.dumps(row, sort_keys=True, ensure_ascii=False))
+    return scrub_text(strict_json.dumps(row, sort_keys=True, ensure_ascii=False))
 
 
 def emit(data: Any, fmt: str, human: Any = None, rows: list[Any] | None = None) -> None:

@@ -11,7 +11,6 @@ Every member passes through the redactor again, whatever its source already did.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from typing import IO, Any
 
 from compozy.diagnostics.doctor import run_doctor
 from compozy.diagnostics.status import runtime_status
+from compozy_base import strict_json
 from compozy_base.home import compozy_home, crash_bundles_dir
 from sessions import services
 from sessions.core.errors import Conflict
@@ -89,7 +89,7 @@ def crash_bundle_paths(session_id: str, failure: dict[str, Any] | None) -> list[
 
 
 def _json(data: Any) -> bytes:
-    return (json.dumps(redact_value(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return (strict_json.dumps(redact_value(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def _write_events(session_id: str, meta: dict[str, Any], out: IO[bytes]) -> int:
@@ -99,8 +99,8 @@ def _write_events(session_id: str, meta: dict[str, Any], out: IO[bytes]) -> int:
     while True:
         page = event_store.read_events(path, after=after, limit=event_store.MAX_PAGE)
         for row in page:
-            out.write(json.dumps(redact_value(services.envelope(meta, row)), sort_keys=True,
-                                 ensure_ascii=False).encode() + b"\n")
+            out.write(strict_json.dumps(redact_value(services.envelope(meta, row)), sort_keys=True,
+                                        ensure_ascii=False).encode() + b"\n")
         count += len(page)
         if len(page) < event_store.MAX_PAGE:
             return count

@@ -4,6 +4,7 @@ reader, so no reader needs another's module."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from compozy_base.config.errors import ConfigError
@@ -68,12 +69,17 @@ def boolean(value: object, key: str) -> bool:
 
 
 def money(value: object, key: str) -> float:
-    """An amount (`max_cost_usd = 25` or `2.5`), 0 when absent (no cap)."""
+    """An amount (`max_cost_usd = 25` or `2.5`), 0 when absent (no cap). TOML has `nan` and `inf`: a NaN cap is
+    reached by no cost, and an infinite one is no cap that says so, so both are refused."""
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{key}: must be a non-negative number, got {value!r:.60}")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer past any float
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{key}: must be a finite, non-negative number, got {value!r:.60}")
+    return number
 
 
 def string(value: object, key: str) -> str:

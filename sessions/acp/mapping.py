@@ -6,8 +6,10 @@ update types before SDKs learn them, and operators need the evidence.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from sessions.core import money
 from sessions.core.enums import EventType
 
 
@@ -158,13 +160,14 @@ _USAGE_KEYS = {
 
 
 def normalize_usage(raw: dict[str, Any]) -> dict[str, Any]:
-    """snake_case usage counts (the original leaked Go field names; we do not)."""
+    """snake_case usage counts (the original leaked Go field names; we do not). Only finite numbers, and a cost
+    only when a budget could count it (sessions/core/money.py): the row is read back by every history and recap."""
     usage: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in _USAGE_KEYS and isinstance(value, int | float):
+        if key in _USAGE_KEYS and isinstance(value, int | float) and (isinstance(value, int) or math.isfinite(value)):
             usage[_USAGE_KEYS[key]] = value
-    cost = raw.get("cost")
-    if isinstance(cost, dict):
-        usage["cost_amount"] = cost.get("amount")
-        usage["cost_currency"] = cost.get("currency")
+    cost, _ = money.cost(raw["cost"]) if raw.get("cost") is not None else (None, None)
+    if cost is not None:
+        usage["cost_amount"] = cost["amount"]
+        usage["cost_currency"] = cost["currency"]
     return usage

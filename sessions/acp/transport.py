@@ -43,8 +43,33 @@ READ_BYTES = 1024 * 1024
 # A pipe read of at most this many whole lines, with nothing queued before it, is handled as it arrives (`_tap`):
 # short enough that it holds the loop no longer than a yield's stretch would.
 TAP_LINES = 16
+
+
+class _NotFinite:
+    """JSON has no NaN or Infinity (RFC 8259), but Python's scanner reads `NaN`, `Infinity`, `-Infinity` and a number
+    that overflows (`1e400`) as floats no JSON encoder may write back: a NaN cost made `/api/sessions` unreadable to
+    the browser. The scanner reads each as null instead, counted here (the loop's thread only) so the message
+    that held one is recorded as a violation, and the rest of it still does its work."""
+
+    read = 0
+
+    @classmethod
+    def constant(cls, name: str) -> None:
+        cls.read += 1
+        return None
+
+    @classmethod
+    def number(cls, text: str) -> float | None:
+        value = float(text)
+        if value - value == 0:  # finite (inf - inf is nan): the common case, one subtraction
+            return value
+        cls.read += 1
+        return None
+
+
 # The C scanner: one object from a str, no wrapper (typeshed types make_scanner as a class taking its context).
-_scan_json: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_scan_json: Any = json.scanner.make_scanner(json.JSONDecoder(  # type: ignore[arg-type]
+    parse_constant=_NotFinite.constant, parse_float=_NotFinite.number))
 
 
 class TappedReader(asyncio.StreamReader):
@@ -155,26 +180,45 @@ class RecordingTransport:
         while start < len(data):
             cut = data.index(b"\n", start)
             line = data[start:cut].decode("utf-8", errors="replace").strip()
-            message = self._parsed(line) if line else None
+            message, odd = self._parse(line) if line else (None, False)
             if message is not None:
                 if message.get("method") != "session/update" or "id" in message:
                     return data[start:]  # parsed again by `receive`: requests and responses are rare
+                if odd:
+                    self._not_finite(message)
                 self._record_update(message)
             start = cut + 1
         return b""
 
     def _parsed(self, line: str) -> dict[str, Any] | None:
         """The line's one JSON object, or None (a violation) when it holds anything else."""
+        message, odd = self._parse(line)
+        if odd and message is not None:
+            self._not_finite(message)
+        return message
+
+    def _parse(self, line: str) -> tuple[dict[str, Any] | None, bool]:
+        """(the line's one JSON object or None, whether a NaN or Infinity in it was read as null)."""
+        before = _NotFinite.read
         try:
             message, end = _scan_json(line, 0)
             if end != len(line) or not isinstance(message, dict):
                 raise ValueError
         except (ValueError, RecursionError, StopIteration):  # the scanner's StopIteration: no value at all
             self._violation(f"a line that is not one JSON object ({len(line)} characters): {line[:80]!r}")
-            return None
+            return None, False
         if may_hold_surrogate(line):
             message = scrub(message)
-        return message
+        return message, _NotFinite.read != before
+
+    def _not_finite(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        what = f"{method!r:.60}" if method is not None else f"the response to request {message.get('id')!r:.40}"
+        params = message.get("params")
+        update = params.get("update") if method == "session/update" and isinstance(params, dict) else None
+        if isinstance(update, dict) and update.get("sessionUpdate"):
+            what += f" ({update['sessionUpdate']!r:.40})"
+        self._violation(f"{what} held NaN or Infinity, which JSON does not have: read as null")
 
     def _record_update(self, message: dict[str, Any]) -> None:
         """A `session/update` notification: recorded here, never handed to the SDK."""

@@ -19,6 +19,7 @@ from django.db import DatabaseError
 from sessions.catalog.ownership import Owner, Where, holder_elsewhere, owner
 from sessions.core.enums import LIVE_STATES, EventType, StopReason
 from sessions.core.errors import Conflict
+from sessions.core.record import SessionRecord
 from sessions.repair.stale import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
@@ -384,6 +385,9 @@ def repair_transcript(session_id: str, *, dry_run: bool, force: bool) -> dict[st
     meta = report.meta
     if report.stale:
         meta = repair_stale_meta(report.stored_meta, report.meta)  # the fix inspect computed
+    elif folder.meta_oversized(session_id):
+        # Read slim (folder.read_meta): stored slim, so the record is small again for every reader.
+        folder.write_meta(SessionRecord.from_meta(report.stored_meta))
     if not actions:
         return report.payload(actions, persisted=False)
     stored = _append(report, meta)

@@ -4,7 +4,10 @@
 The updates stay event rows as before (the transcript and replay read them); this component also folds them into
 the record, so `session status`, the list, the dashboard and `/metrics` show them without replaying events. It
 also enforces the cost budget (`[limits] max_cost_usd`, or the agent's own): crossing it stops the session with
-stop reason `budget_exceeded`, and a warning marker is written once the context passes 90% of its size.
+stop reason `budget_exceeded`, and a warning marker is written once the context passes 90% of its size. A cost the
+budget cannot count (NaN, an infinity, a negative amount, a currency other than USD: sessions/core/money.py) is
+refused with a `protocol_violation` row and never stored; under a budget it stops the session too, since a session
+whose spending cannot be checked cannot be kept under its cap.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from compozy_base import metrics
 from compozy_base.config.modes import PermissionMode
 from sessions.acp.driver import AgentRequestError, TransportClosed
+from sessions.core import money
 from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.core.errors import CompozyError, Conflict, InvalidRequest
 from sessions.core.offload import spawn
@@ -129,16 +133,20 @@ class AgentState:
             usage.context_used = update["used"]
         if isinstance(update.get("size"), int):
             usage.context_size = update["size"]
-        cost = update.get("cost")
-        if isinstance(cost, dict) and isinstance(cost.get("amount"), int | float):
-            before = usage.cost.amount if usage.cost else 0.0
-            usage.cost = Cost(amount=float(cost["amount"]), currency=str(cost.get("currency") or "USD"))
-            if usage.cost.amount > before:
-                metrics.COST.labels(provider=rec.provider or "", agent=rec.agent_name,
-                                    currency=usage.cost.currency).inc(usage.cost.amount - before)
+        refused = None
+        if update.get("cost") is not None:  # ACP's cost is optional: null is "not reported", not a lie
+            cost, refused = money.cost(update["cost"])
+            if cost is not None:
+                before = _counted(usage) or 0.0
+                usage.cost = Cost(amount=cost["amount"], currency=cost["currency"])
+                if usage.cost.amount > before:
+                    metrics.COST.labels(provider=rec.provider or "", agent=rec.agent_name,
+                                        currency=usage.cost.currency).inc(usage.cost.amount - before)
+            else:
+                self._session.protocol_violation(f"a usage_update whose cost was refused: {refused}")
         rec.usage = usage
         self._context_warning(usage)
-        self._budget(usage)
+        self._budget(usage, refused)
         return True
 
     def _agent_title(self, title: str) -> bool:
@@ -204,15 +212,15 @@ class AgentState:
     # ---- per turn: its cost ------------------------------------------------------------------------
 
     def turn_started(self) -> None:
-        usage = self._session.rec.usage
-        self._turn_cost_start = usage.cost.amount if usage and usage.cost else 0.0
+        self._turn_cost_start = _counted(self._session.rec.usage) or 0.0
 
     def turn_cost(self) -> dict[str, Any] | None:
-        """The cost of the turn that just ended ({amount, currency}), when the agent reports cost."""
-        usage = self._session.rec.usage
-        if usage is None or usage.cost is None or self._turn_cost_start is None:
+        """The cost of the turn that just ended ({amount, currency}), when the agent reports cost. Never below 0:
+        a cumulative cost that went down (an agent that restarted its count, or lied) credits nothing."""
+        spent = _counted(self._session.rec.usage)
+        if spent is None or self._turn_cost_start is None:
             return None
-        return {"amount": round(usage.cost.amount - self._turn_cost_start, 6), "currency": usage.cost.currency}
+        return {"amount": round(max(0.0, spent - self._turn_cost_start), 6), "currency": money.BUDGET_CURRENCY}
 
     # ---- limits --------------------------------------------------------------------------------------
 
@@ -226,28 +234,50 @@ class AgentState:
                                  f"({usage.context_used} of {usage.context_size})",
                                  {"context_used": usage.context_used, "context_size": usage.context_size})
 
-    def budget_usd(self) -> float:
-        """The cap on this session's cost in USD: its agent's `max_cost_usd`, else `[limits] max_cost_usd`; 0 = none.
-        A task's attempt carries what its earlier attempts left (the record's `budget_usd`)."""
+    def budget_usd(self) -> float | None:
+        """The cap on this session's cost in USD, None for none: its agent's `max_cost_usd`, else `[limits]
+        max_cost_usd` (0 there = none). A task's attempt carries what its earlier attempts left (the record's
+        `budget_usd`), never more than the configured cap; a carried value that is no amount (NaN, negative) leaves
+        nothing, rather than no cap."""
         session = self._session
-        if session.rec.budget_usd is not None:
-            return session.rec.budget_usd
         agent = session.config.agents.get(session.rec.agent_name)
-        if agent is not None and agent.max_cost_usd:
-            return agent.max_cost_usd
-        return session.config.max_cost_usd
+        configured = (agent.max_cost_usd if agent is not None and agent.max_cost_usd else 0.0) \
+            or session.config.max_cost_usd
+        if session.rec.budget_usd is None:
+            return configured or None
+        left = money.amount(session.rec.budget_usd)
+        if left is None:
+            return 0.0
+        return min(left, configured) if configured else left
 
-    def _budget(self, usage: Usage) -> None:
+    def _budget(self, usage: Usage, refused: str | None = None) -> None:
+        """Stop the session once its cost reaches the cap, or once it reported a cost the cap cannot count."""
         cap = self.budget_usd()
-        if self._budget_hit or not cap or usage.cost is None or usage.cost.currency.upper() != "USD":
+        if self._budget_hit or cap is None:
             return
-        if usage.cost.amount >= cap:
-            self._budget_hit = True
-            summary = f"cost {usage.cost.amount:.2f} USD reached the budget of {cap:.2f} USD"
-            logger.warning("session %s: %s; stopping it", self._session.rec.id, summary)
-            self._session.marker(MarkerKind.BUDGET_EXCEEDED, summary, {"cost": usage.cost.amount, "budget": cap})
-            spawn(self._stop_for_budget(summary))
+        spent = _counted(usage)
+        if refused is not None:
+            summary = f"{refused}: the budget of {cap:.2f} USD cannot be checked against it"
+            evidence: dict[str, Any] = {"refused": refused, "budget": cap}
+        elif spent is not None and spent >= cap:
+            summary = f"cost {spent:.2f} USD reached the budget of {cap:.2f} USD"
+            evidence = {"cost": spent, "budget": cap}
+        else:
+            return
+        self._budget_hit = True
+        logger.warning("session %s: %s; stopping it", self._session.rec.id, summary)
+        self._session.marker(MarkerKind.BUDGET_EXCEEDED, summary, evidence)
+        spawn(self._stop_for_budget(summary))
 
     async def _stop_for_budget(self, summary: str) -> None:
         failure = await self._session.failure(FailureKind.BUDGET_EXCEEDED, summary)
         await self._session.stop(StopReason.BUDGET_EXCEEDED, summary, failure=failure)
+
+
+def _counted(usage: Usage | None) -> float | None:
+    """The record's cumulative cost in USD as a budget counts it; None when there is none it can count (none reported,
+    or a record an earlier version wrote with a NaN, a negative amount or another currency)."""
+    if usage is None or usage.cost is None:
+        return None
+    counted, _ = money.cost({"amount": usage.cost.amount, "currency": usage.cost.currency})
+    return counted["amount"] if counted is not None else None

@@ -1,13 +1,20 @@
-"""The agent's `elicitation/create` requests (form mode) answered by a person: opened on the board, recorded as
-`system` rows (`elicitation_requested`, `elicitation_answered`; the recorder redacts secret-looking values), shared
-in the record's liveness (attention list, `elicitation_requested` webhook, other nodes), waited on."""
+"""The agent's `elicitation/create` requests (form mode) answered by a person: checked, opened on the board,
+recorded as `system` rows (`elicitation_requested`, `elicitation_answered`; the recorder redacts secret-looking
+values), shared in the record's liveness (attention list, `elicitation_requested` webhook, other nodes), waited on.
+
+A question too long, with a schema too large or one the form cannot honour (sessions/core/elicitation_form.py), or
+one past MAX_OPEN_QUESTIONS, is refused with `invalid_params`, which the agent sees, and a `protocol_violation`
+row, which a person sees; nothing of it is stored. meta.json keeps only a line of each open question (what the
+attention list and the webhook show): the whole question is in its event row and in the runtime."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sessions.core.elicitation_form import question_problem
 from sessions.core.enums import EventType
 from sessions.core.offload import spawn
+from sessions.core.redact import bound_text
 from sessions.runtime.elicitations import ElicitationBoard
 
 if TYPE_CHECKING:
@@ -16,6 +23,12 @@ if TYPE_CHECKING:
     from sessions.runtime.turns import Turns
 
 METHOD = "elicitation/create"
+# Questions one session may have open at once: an agent asks one at a time and waits (claude, codex); a few in
+# flight is generous. Each open question is a line of meta.json, so this bounds the record: with no bound, 300 open
+# questions of 10 KB cost 646 MB of meta.json rewrites.
+MAX_OPEN_QUESTIONS = 16
+# What meta.json keeps of an open question's message: the attention list and the webhook show 300 bytes of it.
+SHARED_MESSAGE_BYTES = 300
 
 
 class ElicitationDesk:
@@ -34,6 +47,12 @@ class ElicitationDesk:
             # We offer form mode only (clientCapabilities.elicitation.form).
             raise RequestError.invalid_params({"mode": mode, "reason": "only form elicitations are supported"})
         message = str(params.get("message") or "")
+        problem = question_problem(message, schema)
+        if problem is None and self.board.waiting_count >= MAX_OPEN_QUESTIONS:
+            problem = f"{self.board.waiting_count} questions are open already, at most {MAX_OPEN_QUESTIONS}"
+        if problem is not None:
+            self._session.protocol_violation(f"{METHOD} refused: {problem}")
+            raise RequestError.invalid_params({"reason": problem})
         turn = self._turns.turn
         turn_id = turn.id if turn else ""
         if turn is None or turn.cancel_requested:
@@ -67,8 +86,8 @@ class ElicitationDesk:
         """What waits, into meta.json (not awaited) for the attention list and webhooks on any node."""
         liveness = self._session.rec.liveness_to_write()
         liveness.elicitation_requests = [
-            {"request_id": p.request_id, "message": p.message, "turn_id": p.turn_id, "created_at": p.created_at}
-            for p in self.board.waiting_items()]
+            {"request_id": p.request_id, "message": bound_text(p.message, SHARED_MESSAGE_BYTES), "turn_id": p.turn_id,
+             "created_at": p.created_at} for p in self.board.waiting_items()]
         self._session.announce()
         spawn(self._session.persist())
 

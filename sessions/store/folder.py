@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
 
+from compozy_base import strict_json
 from compozy_base.home import sessions_dir
 from compozy_base.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.core.enums import SessionState
@@ -25,8 +27,19 @@ META_FILE = "meta.json"
 EVENTS_FILE = "events.db"
 REQUIRED_META_KEYS = ("id", "agent_name", "workspace_id", "state")
 STATES = frozenset(state.value for state in SessionState)
+logger = logging.getLogger(__name__)
+
 # meta.json is a few KiB; a file far past that was not written by us, and every session list reads it.
 MAX_META_BYTES = 4 * 1024 * 1024
+# Except that earlier versions wrote what the agent sent into it whole: a 5 MiB question made a 5 MiB record, which
+# every read and `repair` then refused for good (issue 44). A file past the cap is read up to this and slimmed
+# (SLIM_PATHS dropped) until a write (a repair, boot repair, the session's next save) stores the slim record.
+MAX_META_SALVAGE_BYTES = 64 * 1024 * 1024
+# What a record too large to keep loses: what the agent said of itself and the requests that waited on a person,
+# all sent again or rebuilt by the next agent process (start_path.py empties the request lists at every start).
+SLIM_PATHS = (("liveness", "elicitation_requests"), ("liveness", "permission_requests"), ("config_options",),
+              ("available_commands",), ("mode",), ("acp_caps", "agent_info"))
+_dumps = strict_json.dumper(indent=2, sort_keys=True)  # ASCII: its length is its size in bytes
 
 
 @overload
@@ -54,11 +67,15 @@ def events_path(session_id: str, home: Path | None = None) -> Path:
 
 def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
+    _write_text_atomic(path, _dumps(data), mode)  # strict: no NaN or Infinity (strict_json.py)
+
+
+def _write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write(text)
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -76,24 +93,59 @@ def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> No
 
 
 
+def slim(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` without SLIM_PATHS (a copy where it held any)."""
+    meta = dict(meta)
+    for *parents, key in SLIM_PATHS:
+        block = meta
+        for name in parents:
+            inner = block.get(name)
+            if not isinstance(inner, dict):
+                break
+            block[name] = block = dict(inner)
+        else:
+            block.pop(key, None)
+    return meta
+
+
 def write_meta(rec: SessionRecord, home: Path | None = None) -> None:
-    """meta.json of the record: the keys it was read or built with, and those set since (sessions/core/record.py)."""
+    """meta.json of the record: the keys it was read or built with, and those set since (sessions/core/record.py).
+    Never past MAX_META_BYTES, which no reader would take: a record that would be is written slim (`slim`)."""
     meta = rec.to_meta()
     for key in REQUIRED_META_KEYS:
         if not meta.get(key):
             raise ValueError(f"meta.json needs {key}")
-    write_json_atomic(session_dir(rec.id, home) / META_FILE, meta)
+    text = _dumps(meta)
+    if len(text) >= MAX_META_BYTES:
+        logger.warning("session %s: its record is %d bytes, past %d: written without what its agent sent of "
+                       "itself (%s)", rec.id, len(text), MAX_META_BYTES, ", ".join(".".join(p) for p in SLIM_PATHS))
+        text = _dumps(slim(meta))
+        if len(text) >= MAX_META_BYTES:
+            raise ValueError(f"meta.json of {rec.id} would be {len(text)} bytes, past {MAX_META_BYTES}")
+    _write_text_atomic(session_dir(rec.id, home) / META_FILE, text)
+
+
+def meta_oversized(session_id: str, home: Path | None = None) -> bool:
+    """Whether meta.json is past MAX_META_BYTES (read slim by `read_meta`, until written again)."""
+    try:
+        return (session_dir(session_id, home) / META_FILE).stat().st_size > MAX_META_BYTES
+    except OSError:
+        return False
 
 
 def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:
     """None when the folder or file is missing; ValueError when meta.json is not valid session metadata, or cannot
-    be read (an I/O error): every reader already treats that session on its own, from its catalog row."""
+    be read (an I/O error): every reader already treats that session on its own, from its catalog row. A file past
+    MAX_META_BYTES is read slim (`slim`), when that brings it under."""
     path = session_dir(session_id, home) / META_FILE
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_META_BYTES + 1)
-        if len(raw) > MAX_META_BYTES:
-            raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB")
+            oversized = len(raw) > MAX_META_BYTES
+            if oversized:
+                raw += handle.read(MAX_META_SALVAGE_BYTES + 1 - len(raw))
+        if len(raw) > MAX_META_SALVAGE_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_META_SALVAGE_BYTES // 1048576} MiB")
         text = raw.decode("utf-8")
         data = json.loads(text)
     except FileNotFoundError:
@@ -114,6 +166,10 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
     # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.
     if not isinstance(data["state"], str) or data["state"] not in STATES:
         raise ValueError(f"{path}: unknown state {data['state']!r}")
+    if oversized:
+        data = slim(data)
+        if len(_dumps(data)) >= MAX_META_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB, even without what its agent sent")
     return data
 
 

@@ -4,10 +4,10 @@ in one place; under load the store writer process (writer/process.py) finishes a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from compozy_base import strict_json
 from sessions.core.redact import redact_value
 from sessions.store.ids import new_event_id
 from sessions.store.ops import NewEvent, StoreOp, UsageUpdate
@@ -21,6 +21,9 @@ USAGE_COLUMNS = (
 )
 # Rows per INSERT statement (6 bound values each): well under SQLite's variable limit on any build.
 INSERT_ROWS = 100
+# A row's content as stored: strict JSON (a NaN that got this far is stored as null; compozy_base/strict_json.py),
+# since the raw stream sends it to browsers as it is.
+_dumps = strict_json.dumper(separators=(",", ":"), ensure_ascii=False)
 
 
 Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
@@ -80,8 +83,7 @@ def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], d
         content = _content(type_, now, "" if turn_id == "-" else turn_id, redacted)
         if redacted != agent_content:
             changed[i] = content
-        values.append((event_id, turn_id, type_, agent, json.dumps(content, separators=(",", ":"),
-                                                                   ensure_ascii=False), now))
+        values.append((event_id, turn_id, type_, agent, _dumps(content), now))
     return values, changed
 
 

@@ -450,6 +450,9 @@ class ScriptedAgent:
             "term": self._cmd_term,
             "agentinfo": self._cmd_agentinfo,
             "spend": self._cmd_spend,
+            "cost": self._cmd_cost,
+            "nans": self._cmd_nans,
+            "askodd": self._cmd_askodd,
             "big": self._cmd_big,
             # What the session page renders (tests/e2e/test_session_render.py).
             "markdown": self._cmd_markdown,
@@ -1003,6 +1006,97 @@ class ScriptedAgent:
                                   "cost": {"amount": amount, "currency": "USD"}})
         await turn.cancel.wait()
         return "cancelled"
+
+    async def _cmd_cost(self, turn: Turn) -> str:
+        """`cost ITEM... [hold|fail]`: one usage_update per ITEM, `AMOUNT[:CURRENCY]`, in order. AMOUNT is read as
+        Python reads a float, so `nan`, `inf`, `-inf` and `-1e9` go out as the lies JSON cannot hold (NaN, Infinity)
+        or should not (a negative cost); a `+` in CURRENCY is a space (`USD+` is "USD "), the default USD. Then the
+        turn ends (end_turn), fails with an error answer (`fail`) or works on until it is cancelled (`hold`)."""
+        items = list(turn.args)
+        ending = items.pop() if items and items[-1] in ("hold", "fail") else "end"
+        await self._say(turn, "spending")
+        for item in items:
+            amount, _, currency = item.partition(":")
+            try:
+                value = float(amount)
+            except ValueError:
+                raise RequestError.invalid_params({"details": f"{amount!r} is not an amount"}) from None
+            await self._update(turn, {"sessionUpdate": "usage_update", "used": 1000, "size": 100000,
+                                      "cost": {"amount": value, "currency": currency.replace("+", " ") or "USD"}})
+        if ending == "hold":
+            await turn.cancel.wait()
+            return "cancelled"
+        if ending == "fail":
+            raise RequestError.internal_error({"details": "failed after spending"})
+        return "end_turn"
+
+    async def _cmd_nans(self, turn: Turn) -> Json:
+        """Numbers JSON does not have, wherever an agent puts numbers: NaN, Infinity and -Infinity (json.dumps
+        writes them), and 1e400 (a JSON number that overflows to infinity), in a usage update and its cost, a tool
+        call's input and output, a plan and a config option; then a question whose schema holds them, open until
+        it is answered or the turn is cancelled; the prompt's answer carries them in its usage."""
+        nan, inf = float("nan"), float("inf")
+        overflow = "__overflow__"
+
+        async def send(update: Json) -> None:
+            line = json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                               "params": {"sessionId": turn.session_id, "update": update}}, separators=(",", ":"))
+            await self.conn.write((line.replace(f'"{overflow}"', "1e400") + "\n").encode())
+
+        await self._say(turn, "numbers")
+        await send({"sessionUpdate": "usage_update", "used": nan, "size": overflow,
+                    "cost": {"amount": nan, "currency": "USD"}})
+        tool_call_id = self._tool_call_id()
+        await send(tool_call_start(tool_call_id, "Measure", "other", "in_progress",
+                                   {"ratio": nan, "limit": inf, "floor": -inf, "big": overflow, "list": [nan, 1]}))
+        await send({**tool_call_update(tool_call_id, "completed", "measured"), "rawOutput": {"value": -inf}})
+        await send({"sessionUpdate": "plan", "entries": [{"content": "Weigh", "priority": "high", "status": "pending",
+                                                          "weight": nan}]})
+        await send({"sessionUpdate": "config_option_update", "configOptions": [
+            {"id": "ratio", "name": "Ratio", "type": "select", "currentValue": nan,
+             "options": [{"value": inf, "name": "All"}]}]})
+        schema: Json = {"type": "object", "properties": {
+            "count": {"type": "number", "title": "How many", "minimum": nan, "maximum": inf, "default": -inf}},
+            "required": ["count"]}
+        with contextlib.suppress(Cancelled, Exception):
+            await self._race(turn, self.conn.request("elicitation/create", {
+                "sessionId": turn.session_id, "mode": "form", "requestedSchema": schema, "message": "How many?"}))
+        return {"stopReason": "cancelled" if turn.cancel.is_set() else "end_turn",
+                "usage": {"totalTokens": nan, "inputTokens": inf, "outputTokens": -inf}}
+
+    async def _cmd_askodd(self, turn: Turn) -> str:
+        """Questions a client should refuse, or survive: `askodd big BYTES` (one question BYTES long), `askodd
+        required JSON` (a schema whose `required` is JSON: `5`, `[[1]]`), `askodd many N BYTES` (N questions of
+        BYTES each, all open at once until answered or the turn is cancelled). Says what came back as it comes, a
+        line per question: `qI ask error: …` for a refusal, `qI ask ACTION` for an answer."""
+        kind = turn.args[0] if turn.args else ""
+        schema: Json = {"type": "object", "properties": {"name": {"type": "string", "title": "Name"}}}
+        count, size = 1, 32
+        if kind == "big":
+            size = self._int_arg(turn, 1, "BYTES")
+        elif kind == "required":
+            schema["required"] = json.loads(turn.args[1]) if len(turn.args) > 1 else 5
+        elif kind == "many":
+            count, size = self._int_arg(turn, 1, "N"), self._int_arg(turn, 2, "BYTES")
+        else:
+            raise RequestError.invalid_params({"details": "usage: askodd big BYTES | required JSON | many N BYTES"})
+
+        async def ask(i: int) -> None:
+            message = f"q{i} " + "x" * max(0, size - len(f"q{i} "))
+            try:
+                answer = await self.conn.request("elicitation/create", {
+                    "sessionId": turn.session_id, "mode": "form", "requestedSchema": schema, "message": message})
+            except Exception as exc:  # noqa: BLE001 - the agent says what failed, as real agents do
+                outcome = f"ask error: {error_text(exc)}"
+            else:
+                outcome = f"ask {answer.get('action') if isinstance(answer, dict) else answer}"
+            await self._say(turn, f"q{i} {outcome}\n")
+
+        try:
+            await self._race(turn, asyncio.gather(*(ask(i) for i in range(count))))
+        except Cancelled:
+            return "cancelled"
+        return "end_turn"
 
     async def _cmd_env(self, turn: Turn) -> str:
         name = turn.args[0] if turn.args else ""
