@@ -31,6 +31,7 @@ from sessions.core.offload import spawn
 from sessions.core.record import SessionRecord
 from sessions.models import Session
 from sessions.services import ring_catalog_threadsafe
+from sessions.services.reads import SessionList
 from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 
 logger = logging.getLogger(__name__)
@@ -305,7 +306,7 @@ def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, A
     return {"health": row_dict(health_row(session_id, workspace_ref))}
 
 
-def decorate_list(result: dict[str, Any]) -> dict[str, Any]:
+def decorate_list(result: SessionList) -> SessionList:
     """`GET /api/sessions?include_health=true`: each payload gains `health` (one query, no presence touch)."""
     ids = [s["id"] for s in result["sessions"]]
     sweep_stale()  # the list is where an operator looks for stale sessions: age them before answering

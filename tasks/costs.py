@@ -3,15 +3,14 @@ record (sessions/runtime/agent_state.py), summed over the attempts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from compozy_base.config.loader import get_config
 from sessions.core.errors import Conflict, NotFound
+from sessions.core.record import CostDoc
 from sessions.services.lookup import read_session_meta
 from tasks.models import Task, TaskRun
 
 
-def session_cost(session_id: str) -> dict[str, Any] | None:
+def session_cost(session_id: str) -> CostDoc | None:
     """A session's cumulative cost ({amount, currency}) as its record says; None when unknown or gone."""
     try:
         usage = read_session_meta(session_id).get("usage") or {}
@@ -21,7 +20,7 @@ def session_cost(session_id: str) -> dict[str, Any] | None:
     return cost if isinstance(cost, dict) and isinstance(cost.get("amount"), int | float) else None
 
 
-def task_cost(runs: list[TaskRun]) -> dict[str, Any] | None:
+def task_cost(runs: list[TaskRun]) -> CostDoc | None:
     """What a task's attempts cost together (the agents' reports, in their currency; USD when they mix)."""
     costs = [c for r in runs if r.session_id and (c := session_cost(r.session_id)) is not None]
     if not costs:

@@ -25,6 +25,7 @@ from sessions.core.enums import LIVE_STATES, StopReason
 from sessions.core.errors import AgentLimitReached, CompozyError, Unavailable
 from sessions.core.offload import db
 from sessions.runtime.supervision import SILENCE_DETAIL
+from sessions.services.create import CreateBody, TaskBinding
 from sessions.store import events as event_store
 from sessions.store import folder
 from tasks.costs import budget_left
@@ -179,8 +180,8 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
                  "the task's attempts reached its cost budget")
         _starting.discard(run.id)
         return
-    binding: dict[str, Any] = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
-    body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
+    binding: TaskBinding = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
+    body: CreateBody = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
             "name": f"{task.title} (attempt {run.attempt})"[:300], "task_binding": binding}
     try:
         try:

@@ -3,7 +3,7 @@ layer acts, the route shapes the envelope."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -62,6 +62,9 @@ from sessions import services
 from sessions.catalog import index as catalog
 from sessions.core.errors import InvalidRequest
 from sessions.live.pressure import ABORT, BACKLOG
+from sessions.services.create import CreateBody
+from sessions.services.reactivation import Attached
+from sessions.services.reads import SessionList
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])
@@ -81,11 +84,12 @@ def truthy(value: str | None) -> bool:
 
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
-    return 201, {"session": await services.create_session(payload.model_dump(exclude_unset=True))}
+    body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
+    return 201, {"session": await services.create_session(body)}
 
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
-async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery]) -> dict[str, Any]:
+async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery]) -> SessionList:
     result = await sync_to_async(services.list_sessions)(
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
@@ -235,7 +239,7 @@ async def reactivate(request: HttpRequest, workspace: Workspace, session_id: Ses
 
 @router.post(WS + "/attach", response=responses({200: AttachOut}), exclude_unset=True)
 async def attach(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                 payload: AttachIn | None = None) -> dict[str, Any]:
+                 payload: AttachIn | None = None) -> Attached:
     payload = payload or AttachIn()
     holder = payload.attached_to or f"http:{request.META.get('REMOTE_ADDR') or 'local'}"
     return await sync_to_async(services.attach)(session_id, workspace, holder, payload.ttl_seconds)
@@ -243,7 +247,7 @@ async def attach(request: HttpRequest, workspace: Workspace, session_id: Session
 
 @router.delete(WS + "/attach", response=responses({200: SessionEnvelope}), exclude_unset=True)
 async def detach(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                 filters: Query[DetachQuery]) -> dict[str, Any]:
+                 filters: Query[DetachQuery]) -> Attached:
     return await sync_to_async(services.detach)(session_id, workspace, filters.attached_to)
 
 

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from sessions.catalog.cluster import node_id
 from sessions.core.enums import SessionState
 from sessions.core.errors import Conflict, Gone, InvalidRequest, NotFound
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.models import Session, Workspace
 from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
@@ -205,7 +205,7 @@ def delete_session_row(session_id: str) -> None:
     Session.objects.filter(id=session_id).delete()
 
 
-def row_meta(row: Session) -> dict[str, Any]:
+def row_meta(row: Session) -> SessionMeta:
     """The metadata a catalog row mirrors, for a session whose meta.json is on another node's disk."""
     return {"id": row.id, "name": row.name, "agent_name": row.agent_name, "provider": row.provider,
             "model": row.model, "workspace_id": row.workspace_id, "session_type": row.session_type,

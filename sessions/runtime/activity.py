@@ -300,8 +300,9 @@ class Supervisor:
             await session.recorder.flush()
         await session.stop(StopReason.TIMEOUT, supervision.SILENCE_DETAIL, failure=lifecycle.failure_object(
             FailureKind.TIMEOUT, f"no work evidence for {int(idle)} s (quiet_after + stop_grace)"))
-        verification: dict[str, Any] = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
-            "pgid": None, "verified": True, "note": "the agent never started"}
+        verification: supervision.GroupVerification = await asyncio.to_thread(
+            supervision.verify_group_gone, pgid) if pgid else {"pgid": None, "verified": True,
+                                                               "note": "the agent never started"}
         verification["idle_seconds"] = round(idle, 3)
         session.rec.supervision_to_write()["silence_stop"] = verification
         await session.persist()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
-    from sessions.core.record import Failure, SessionRecord
+    from sessions.core.record import Failure, FailureDoc, SessionRecord
     from sessions.store.writer import Recorder
 
 
@@ -71,7 +71,7 @@ class SessionCore(Protocol):
 
     async def observe(self, event: str, **extra: Any) -> None: ...
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None: ...
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]: ...
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc: ...

@@ -39,7 +39,7 @@ from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
 from sessions.core.offload import db, spawn
-from sessions.core.record import AutoTitle, Failure, SessionRecord
+from sessions.core.record import AutoTitle, Failure, FailureDoc, SessionRecord
 from sessions.core.redact import bound_text, redact_text
 from sessions.live import doorbells
 from sessions.live.feed import offer_rows
@@ -57,6 +57,8 @@ from sessions.runtime.title import TITLE_PASSES, generate_title
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
+from sessions.store.ops import HookRunRow
+from sessions.store.rows import StoredEvent
 from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
 
 logger = logging.getLogger(__name__)
@@ -192,12 +194,12 @@ class SessionRuntime:
     def fenced(self, value: bool) -> None:
         self.stop_path.fenced = value
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         await self.stop_path.stop(reason, detail, failure=failure, process_gone=process_gone)
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """The failure object, with a crash bundle for the kinds that get one."""
         return await self.stop_path.failure(kind, summary)
 
@@ -279,7 +281,7 @@ class SessionRuntime:
             raw["evidence"] = evidence
         self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
 
-    def _on_commit(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
+    def _on_commit(self, stored: list[StoredEvent], rows: list[tuple[Any, ...]]) -> None:
         """After each commit: hand the rows to this process's live feed (no read-back), then ring the
         doorbell for other processes' feeds (a Redis layer; on the embedded layer every feed is here)."""
         metrics.EVENTS_APPENDED.inc(len(stored))
@@ -362,7 +364,7 @@ class SessionRuntime:
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 
-    def _record_hook_run(self, row: dict[str, Any]) -> None:
+    def _record_hook_run(self, row: HookRunRow) -> None:
         self.recorder.record_hook_run(row)
 
     async def observe(self, event: str, **extra: Any) -> None:

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
@@ -16,8 +16,9 @@ from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.catalog import cluster
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db, spawn
-from sessions.core.record import Failure
+from sessions.core.record import Failure, FailureDoc
 from sessions.core.redact import bound_tail, redact_text
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.folder import isoformat, utcnow
@@ -89,7 +90,7 @@ class StopPath:
         failure = await self.failure(kind, f"{detail}") if kind else None
         await self.stop(reason, detail, failure=failure, process_gone=True)
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         if self._stop_task is None or (self._stop_task.done() and not self._session.stopped.is_set()):
@@ -97,7 +98,7 @@ class StopPath:
             self._stop_task = spawn(self._stop(reason, detail, failure, process_gone))
         await asyncio.shield(self._stop_task)
 
-    async def _stop(self, reason: StopReason, detail: str, failure: dict[str, Any] | None,
+    async def _stop(self, reason: StopReason, detail: str, failure: FailureDoc | None,
                     process_gone: bool) -> None:
         session = self._session
         self.stopping = True
@@ -168,13 +169,13 @@ class StopPath:
             logger.warning("session %s: ACP session/close failed (%s); stopping the agent anyway", session.rec.id,
                            exc)
 
-    async def finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
+    async def finish(self, reason: StopReason, detail: str, failure: FailureDoc | None) -> None:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""
         session = self._session
         self.stopping = True
         if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
-        stopped: dict[str, Any] = {"stop_reason": reason.value, "stop_detail": detail}
+        stopped: JsonObject = {"stop_reason": reason.value, "stop_detail": detail}  # the event's content
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]
@@ -220,7 +221,7 @@ class StopPath:
         # The tail is the evidence: what the agent wrote just before it failed.
         return bound_tail(redact_text(self._session.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """The failure object, with a crash bundle written off the loop (two fsyncs) for the kinds that get one."""
         session = self._session
         path = None

@@ -18,7 +18,7 @@ from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.core.errors import Conflict, HookDenied, StorageError
 from sessions.core.failures import StoreFailure
 from sessions.core.offload import db, spawn
-from sessions.core.record import Failure
+from sessions.core.record import Failure, FailureDoc
 from sessions.core.redact import redact_text
 from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.turn import Turn
@@ -259,7 +259,7 @@ class Turns:
             raise
         await db(self._session.manager.inputs.mark, entry.id, "sent")
 
-    async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def _turn_failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
         failure = await self._session.failure(kind, summary)

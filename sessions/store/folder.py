@@ -6,15 +6,16 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, overload
+from typing import cast, overload
 
 from compozy_base.home import sessions_dir
 from compozy_base.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.core.enums import SessionState
 from sessions.core.errors import Conflict, NotFound
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.store.ids import is_session_id
 
 # The timestamp format lives in its own module (store/timestamps.py); most callers know it from here.
@@ -52,7 +53,7 @@ def events_path(session_id: str, home: Path | None = None) -> Path:
     return session_dir(session_id, home) / EVENTS_FILE
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object], mode: int = 0o600) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -85,7 +86,7 @@ def write_meta(rec: SessionRecord, home: Path | None = None) -> None:
     write_json_atomic(session_dir(rec.id, home) / META_FILE, meta)
 
 
-def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:
+def read_meta(session_id: str, home: Path | None = None) -> SessionMeta | None:
     """None when the folder or file is missing; ValueError when meta.json is not valid session metadata, or cannot
     be read (an I/O error): every reader already treats that session on its own, from its catalog row."""
     path = session_dir(session_id, home) / META_FILE
@@ -114,7 +115,7 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
     # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.
     if not isinstance(data["state"], str) or data["state"] not in STATES:
         raise ValueError(f"{path}: unknown state {data['state']!r}")
-    return data
+    return cast(SessionMeta, data)  # its required keys checked; the rest as written (no validation on a read)
 
 
 def list_session_dirs(home: Path | None = None) -> list[str]:
@@ -124,7 +125,7 @@ def list_session_dirs(home: Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and is_session_id(p.name))
 
 
-def load_meta(session_id: str) -> dict[str, Any]:
+def load_meta(session_id: str) -> SessionMeta:
     """meta.json as stored (no repair), with the domain errors every surface answers with: 404 for an unknown
     or malformed id, 409 for unreadable metadata."""
     if not is_session_id(session_id):
