@@ -42,6 +42,7 @@ from sessions.core.enums import Badge, SessionState
 from sessions.core.errors import CompozyError
 from sessions.core.record import SessionMeta
 from sessions.live import transcript
+from sessions.services.prompts import QueuedInput
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.rows import EventRow
@@ -136,7 +137,7 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
 
 
-def _queue(session_id: str) -> list[dict[str, Any]]:
+def _queue(session_id: str) -> list[QueuedInput]:
     """Pending input entries, exactly as the queue route gives them (the page refreshes from it later)."""
     return list(services.pending_inputs(session_id)["queue"])
 

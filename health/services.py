@@ -27,6 +27,7 @@ from sessions import services
 from sessions.catalog import cluster
 from sessions.catalog.ownership import local_manager
 from sessions.core.errors import Conflict, NotFound, Unavailable
+from sessions.core.live import LiveSession
 from sessions.core.offload import spawn
 from sessions.core.record import SessionRecord
 from sessions.models import Session
@@ -51,7 +52,7 @@ def _manager() -> Any:
 def live_facts(session_id: str) -> LiveFacts:
     """Read from the owner's runtime (any thread: attribute reads only)."""
     manager = _manager()
-    runtime = manager.get(session_id) if manager is not None else None
+    runtime: LiveSession | None = manager.get(session_id) if manager is not None else None
     if runtime is None:
         return LiveFacts()
     agent = runtime.agent
@@ -131,7 +132,7 @@ def _fire_hook(row: SessionHealth, rec: SessionRecord) -> None:
     payload = {k: v for k, v in row_dict(row).items() if k not in ("session_id", "workspace_id", "agent_name")}
 
     def start() -> None:
-        runtime = manager.get(row.session_id)
+        runtime: LiveSession | None = manager.get(row.session_id)
         if runtime is not None:
             spawn(runtime.hook(HOOK_EVENT, **payload))
             return

@@ -27,7 +27,8 @@ from health import heartbeat, policy, services
 from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
 from sessions.core.errors import Conflict, Unavailable
-from sessions.runtime.manager import get_manager
+from sessions.core.live import LiveSession
+from sessions.runtime.manager import SessionManager, get_manager
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -237,8 +238,8 @@ def send_synthetic(session_id: str, text: str, synthetic: dict[str, Any]) -> str
     return future.result(SEND_TIMEOUT)
 
 
-async def _start(manager: Any, session_id: str, text: str, synthetic: dict[str, Any]) -> str:
-    runtime = manager.get(session_id)
+async def _start(manager: SessionManager, session_id: str, text: str, synthetic: dict[str, Any]) -> str:
+    runtime: LiveSession | None = manager.get(session_id)
     if runtime is None or runtime.stopping or runtime.state != "active":
         raise Conflict("session is not active", code="session_not_active")
     if runtime.busy or runtime.handover:

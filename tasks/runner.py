@@ -23,6 +23,7 @@ from compozy_base.process import start_ticks
 from sessions import services
 from sessions.core.enums import LIVE_STATES, StopReason
 from sessions.core.errors import AgentLimitReached, CompozyError, Unavailable
+from sessions.core.live import LiveSession
 from sessions.core.offload import db
 from sessions.runtime.supervision import SILENCE_DETAIL
 from sessions.services.create import CreateBody, TaskBinding
@@ -83,7 +84,7 @@ def _renew(run: TaskRun, owner: str, ttl: float) -> bool:
 def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
     if not run.session_id:
         return "renewed" if run.id in _starting and _renew(run, owner, ttl) else "waiting"
-    runtime = manager.get(run.session_id)
+    runtime: LiveSession | None = manager.get(run.session_id)
     if runtime is not None and not runtime.stopped.is_set():
         if not _renew(run, owner, ttl):
             manager.hand_off_stop(run.session_id, StopReason.USER_CANCELED, "task run lease lost")

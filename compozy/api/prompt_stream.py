@@ -28,6 +28,7 @@ from django.http import StreamingHttpResponse
 
 from compozy_base import metrics
 from sessions.core.enums import EventType
+from sessions.core.live import LiveSession
 from sessions.live import feed as live_feed
 from sessions.live.pressure import pieces, room_for
 from sessions.live.transcript import event_data, permission_data
@@ -269,7 +270,7 @@ def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False,
     """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started).
     `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none;
     `abort` closes the connection (ABORT)."""
-    runtime = get_manager().get(session_id)
+    runtime: LiveSession | None = get_manager().get(session_id)
     meta: SessionIds = {"id": session_id, "workspace_id": (runtime.rec.workspace_id if runtime else None)}
     turn = runtime.turn if runtime is not None else None
     ended = turn.ended if turn is not None and turn.id == turn_id else None

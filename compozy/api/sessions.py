@@ -63,6 +63,14 @@ from sessions.catalog import index as catalog
 from sessions.core.errors import InvalidRequest
 from sessions.live.pressure import ABORT, BACKLOG
 from sessions.services.create import CreateBody
+from sessions.services.prompts import (
+    ElicitationAnswer,
+    ElicitationList,
+    PermissionAnswer,
+    PermissionList,
+    PromptAnswer,
+    QueueList,
+)
 from sessions.services.reactivation import Attached
 from sessions.services.reads import SessionList
 
@@ -152,7 +160,7 @@ PROMPT_STREAM_OPENAPI = {"responses": {200: {
 @router.post(WS + "/prompt", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True,
              openapi_extra=PROMPT_STREAM_OPENAPI)
 async def prompt(request: HttpRequest, workspace: Workspace, session_id: SessionId, payload: PromptIn,
-                 filters: Query[PromptQuery]) -> tuple[int, dict[str, Any]] | StreamingHttpResponse:
+                 filters: Query[PromptQuery]) -> tuple[int, PromptAnswer] | StreamingHttpResponse:
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
@@ -175,53 +183,53 @@ async def set_mode(request: HttpRequest, workspace: Workspace, session_id: Sessi
 
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)
 async def interrupt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                    payload: InterruptIn | None = None) -> dict[str, Any]:
+                    payload: InterruptIn | None = None) -> PromptAnswer:
     return await services.interrupt_session(session_id, workspace, payload.expected_turn_id if payload else None)
 
 
 @router.post(WS + "/steer", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
 async def steer(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                payload: SteerIn) -> tuple[int, dict[str, Any]]:
+                payload: SteerIn) -> tuple[int, PromptAnswer]:
     return await services.steer_session(session_id, payload.text, workspace)
 
 
 @router.get(WS + "/prompt/queue", response=responses({200: QueueOut}), exclude_unset=True)
-async def prompt_queue(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def prompt_queue(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> QueueList:
     return await sync_to_async(services.pending_inputs)(session_id, workspace)
 
 
 @router.get(WS + "/permissions", response=responses({200: PermissionsOut}), exclude_unset=True)
-async def permissions(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def permissions(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> PermissionList:
     return await services.list_permissions(session_id, workspace)
 
 
 @router.post(WS + "/permissions/{request_id}", response=responses({200: PermissionDecisionOut}),
              exclude_unset=True)
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
-                            payload: PermissionDecisionIn) -> dict[str, Any]:
+                            payload: PermissionDecisionIn) -> PermissionAnswer:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace)
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
-async def elicitations(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def elicitations(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> ElicitationList:
     return await services.list_elicitations(session_id, workspace)
 
 
 @router.post(WS + "/elicitations/{request_id}", response=responses({200: ElicitationAnswerOut}),
              exclude_unset=True)
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
-                             payload: ElicitationAnswerIn) -> dict[str, Any]:
+                             payload: ElicitationAnswerIn) -> ElicitationAnswer:
     return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace)
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)
-async def cancel_turn(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def cancel_turn(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> PromptAnswer:
     return await services.cancel_turn(session_id, workspace)
 
 
 @router.delete(WS + "/prompt/queue/{entry_id}", response=responses({200: PromptOut}), exclude_unset=True)
 async def cancel_queued(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                        entry_id: Ident) -> dict[str, Any]:
+                        entry_id: Ident) -> PromptAnswer:
     return await services.cancel_queued(session_id, entry_id, workspace)
 
 

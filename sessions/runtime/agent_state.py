@@ -19,7 +19,7 @@ from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.core.errors import CompozyError, Conflict, InvalidRequest
 from sessions.core.offload import spawn
-from sessions.core.record import Cost, Mode, Usage
+from sessions.core.record import Cost, CostDoc, Mode, Usage
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -207,7 +207,7 @@ class AgentState:
         usage = self._session.rec.usage
         self._turn_cost_start = usage.cost.amount if usage and usage.cost else 0.0
 
-    def turn_cost(self) -> dict[str, Any] | None:
+    def turn_cost(self) -> CostDoc | None:
         """The cost of the turn that just ended ({amount, currency}), when the agent reports cost."""
         usage = self._session.rec.usage
         if usage is None or usage.cost is None or self._turn_cost_start is None:

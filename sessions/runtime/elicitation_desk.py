@@ -4,9 +4,10 @@ in the record's liveness (attention list, `elicitation_requested` webhook, other
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
 from sessions.runtime.elicitations import ElicitationBoard
 
@@ -25,7 +26,7 @@ class ElicitationDesk:
         self._turns = turns
         self.board = board
 
-    async def ask(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, params: JsonObject) -> JsonObject:  # ACP elicitation/create and its answer
         from acp.exceptions import RequestError
 
         mode = params.get("mode")
@@ -72,5 +73,5 @@ class ElicitationDesk:
         self._session.announce()
         spawn(self._session.persist())
 
-    def answer(self, request_id: str, action: str, content: dict[str, Any] | None) -> bool:
+    def answer(self, request_id: str, action: str, content: JsonObject | None) -> bool:
         return self.board.resolve(request_id, action, content)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
+    from sessions.core.jsonobj import JsonObject
     from sessions.core.record import Failure, FailureDoc, SessionRecord
     from sessions.store.writer import Recorder
 
@@ -60,9 +61,9 @@ class SessionCore(Protocol):
     async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
                          activated_at: str | None = None, stopped_at: str | None = None) -> None: ...
 
-    def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None: ...
+    def record(self, type_: str, content: JsonObject, turn_id: str | None = None) -> None: ...
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = None,
                turn_id: str | None = None) -> None: ...
 
     def protocol_violation(self, what: str) -> None: ...

@@ -38,8 +38,10 @@ from sessions.catalog import index as catalog
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
+from sessions.core.jsonobj import JsonObject
+from sessions.core.live import PromptResult, Salvage
 from sessions.core.offload import db, spawn
-from sessions.core.record import AutoTitle, Failure, FailureDoc, SessionRecord
+from sessions.core.record import ActivityDoc, AutoTitle, Failure, FailureDoc, SessionRecord
 from sessions.core.redact import bound_text, redact_text
 from sessions.live import doorbells
 from sessions.live.feed import offer_rows
@@ -216,7 +218,7 @@ class SessionRuntime:
         return self.turns.handover
 
     @property
-    def salvage(self) -> dict[str, Any] | None:
+    def salvage(self) -> Salvage | None:
         return self.turns.input.salvage
 
     @property
@@ -224,7 +226,7 @@ class SessionRuntime:
         return self.turns.prompt_lock
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
-                         extra: dict[str, Any] | None = None) -> Turn:
+                         extra: JsonObject | None = None) -> Turn:
         return await self.turns.start_turn(text, source=source, authored=authored, extra=extra)
 
     async def dispatch_next(self) -> None:
@@ -233,10 +235,10 @@ class SessionRuntime:
     async def cancel_turn(self) -> bool:
         return await self.turns.cancel_turn()
 
-    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
+    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> PromptResult:
         return await self.turns.input.interrupt(replacement=replacement, expected_turn_id=expected_turn_id)
 
-    async def stage_steer(self, text: str) -> dict[str, Any]:
+    async def stage_steer(self, text: str) -> PromptResult:
         return await self.turns.input.stage_steer(text)
 
     @property
@@ -249,7 +251,7 @@ class SessionRuntime:
         """The agent's questions waiting on a person (sessions/services/elicitations.py lists and answers them)."""
         return self.desk.board
 
-    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def on_request(self, method: str, params: JsonObject) -> Any:
         if method == ELICITATION_METHOD:
             return await self.desk.ask(params)
         return await self.gate.on_request(method, params)
@@ -260,21 +262,21 @@ class SessionRuntime:
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
         self.activity.touch(kind, detail, tool)
 
-    def live_activity(self) -> dict[str, Any]:
+    def live_activity(self) -> ActivityDoc:
         """The activity as of now, for reads (sessions/services/payloads.py)."""
         return self.activity.live(self.turn)
 
     # ---- recording -------------------------------------------------------------------------
 
-    def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None:
+    def record(self, type_: str, content: JsonObject, turn_id: str | None = None) -> None:
         tid = turn_id if turn_id is not None else (self.turn.id if self.turn else "")
         if self.rec.acp_session_id:
             content = {"session_id": self.rec.acp_session_id, **content}
         self.recorder.record(type_, tid, content)
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = None,
                turn_id: str | None = None) -> None:
-        raw: dict[str, Any] = {"kind": f"transcript_marker.{kind.value}",
+        raw: JsonObject = {"kind": f"transcript_marker.{kind.value}",
                                "occurred_at": folder.isoformat(folder.utcnow()),
                                "summary": bound_text(redact_text(summary), 2048)}
         if evidence:

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
@@ -17,8 +17,9 @@ from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.core.errors import Conflict, HookDenied, StorageError
 from sessions.core.failures import StoreFailure
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db, spawn
-from sessions.core.record import Failure, FailureDoc
+from sessions.core.record import CostDoc, Failure, FailureDoc
 from sessions.core.redact import redact_text
 from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.turn import Turn
@@ -40,7 +41,7 @@ TURN_FAILURE_KINDS = frozenset({FailureKind.PROMPT_FAILURE.value, FailureKind.PR
 class TurnCost(Protocol):
     def turn_started(self) -> None: ...
 
-    def turn_cost(self) -> dict[str, Any] | None: ...
+    def turn_cost(self) -> CostDoc | None: ...
 
 
 class Turns:
@@ -71,7 +72,7 @@ class Turns:
         return self.turn is not None
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
-                         extra: dict[str, Any] | None = None) -> Turn:
+                         extra: JsonObject | None = None) -> Turn:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
             if self.turn is not None:
@@ -99,7 +100,7 @@ class Turns:
             # ends it,
             # so a later steer cannot compose it with text it was never meant for.
             self.input.end_salvage()
-            content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
+            content: JsonObject = {"text": text, "source": source, **(extra or {})}  # the event's content
             if authored is not None and authored != text:
                 content["authored_text"] = authored
                 turn.authored = authored
@@ -146,7 +147,7 @@ class Turns:
             })
             result = result if isinstance(result, dict) else {}
             stop = str(result.get("stopReason") or "end_turn")
-            content: dict[str, Any] = {"stop_reason": stop, "prompt_stop_reason": stop}
+            content: JsonObject = {"stop_reason": stop, "prompt_stop_reason": stop}  # the `done` event's content
             if isinstance(result.get("usage"), dict):
                 content["usage"] = normalize_usage(result["usage"])
                 self._session.recorder.merge_usage(turn.id, content["usage"])

@@ -4,7 +4,6 @@ workspace, and the live runtime if this daemon owns it."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from asgiref.sync import sync_to_async
 
@@ -14,6 +13,7 @@ from sessions.catalog import cluster, ownership
 from sessions.catalog import index as catalog
 from sessions.core.enums import LIVE_STATES, SessionState
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.core.live import LiveSession
 from sessions.core.record import SessionMeta
 from sessions.models import Session, Workspace
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
@@ -185,7 +185,7 @@ def get_session(session_id: str, workspace_ref: str | None = None) -> SessionPay
     return session_payload(meta)
 
 
-async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
+async def _runtime_for(session_id: str, workspace_ref: str | None) -> tuple[LiveSession | None, SessionMeta]:
     try:
         meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
     except SessionFolderElsewhere:
@@ -193,7 +193,7 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
         if holder is not None:  # it runs there: the owner is the answer, not where its folder is
             raise SessionOwnedElsewhere(session_id, holder) from None
         raise
-    runtime = get_manager().get(session_id)
+    runtime: LiveSession | None = get_manager().get(session_id)  # a SessionRuntime, checked as one here
     if runtime is None and meta["state"] in LIVE_STATES:
         holder = await sync_to_async(ownership.holder_elsewhere)(session_id)
         if holder is not None:
@@ -201,7 +201,7 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     return runtime, meta
 
 
-def not_active(meta: SessionMeta, runtime: Any) -> InvalidRequest:
+def not_active(meta: SessionMeta, runtime: LiveSession | None) -> InvalidRequest:
     """400 session_not_active naming the state the session is really in: a stop under way has not written
     `stopping` yet while its pre-stop hook runs, and said "session is active, not active"."""
     state = SessionState.STOPPING.value if runtime is not None and runtime.stopping and \
@@ -209,7 +209,7 @@ def not_active(meta: SessionMeta, runtime: Any) -> InvalidRequest:
     return InvalidRequest(f"session is {state}, not active", code="session_not_active", data={"state": state})
 
 
-async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:
+async def _active_runtime(session_id: str, workspace_ref: str | None) -> LiveSession:
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
         raise not_active(meta, runtime)

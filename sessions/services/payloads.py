@@ -8,7 +8,7 @@ hand-edited meta.json is shown as before (nothing is validated on the way)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from typing_extensions import ReadOnly
 
@@ -16,6 +16,7 @@ from sessions.catalog import ownership
 from sessions.core import lifecycle
 from sessions.core.enums import FailureKind, SessionState
 from sessions.core.jsonobj import JsonObject
+from sessions.core.live import LiveSession
 from sessions.core.record import (
     ActivityDoc,
     FailureDoc,
@@ -162,7 +163,7 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
     return payload
 
 
-def _activity(meta: SessionMeta, runtime: Any) -> ActivityDoc:
+def _activity(meta: SessionMeta, runtime: LiveSession | None) -> ActivityDoc:
     """A live runtime's activity is newer than meta.json's (written once a heartbeat): the running turn, its idle
     time, the last chunk. Read from another thread, so a dict resized mid-copy falls back to the stored one."""
     if runtime is not None and runtime.rec.state == meta.get("state"):
@@ -173,7 +174,7 @@ def _activity(meta: SessionMeta, runtime: Any) -> ActivityDoc:
     return ((meta.get("liveness") or {}).get("activity") or {}).copy()
 
 
-def _live_runtime(session_id: str) -> Any:
+def _live_runtime(session_id: str) -> LiveSession | None:
     manager = ownership.local_manager()
     return manager.get(session_id) if manager is not None else None
 

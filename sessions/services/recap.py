@@ -27,6 +27,7 @@ from sessions.live import transcript
 from sessions.live.transcript import UIMessage
 from sessions.models import InputEntry
 from sessions.services.payloads import SessionPayload
+from sessions.services.prompts import QueuedInput
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.rows import EventRow
@@ -66,17 +67,6 @@ class ActiveRun(TypedDict):
     last_event_sequence: int
     last_event_type: str
     last_event_at: str
-
-
-class QueuedInput(TypedDict):
-    queue_entry_id: str
-    queue_position: int
-    text: str
-    mode: str
-    status: str
-    queue_generation: int
-    source: str
-    created_at: str | None
 
 
 class Snapshot(TypedDict):
