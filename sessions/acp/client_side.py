@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from compozy_base.config.modes import PermissionMode
+from sessions.core.jsonobj import JsonObject
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
 ALLOW_KINDS = ("allow_once", "allow_always")
 REJECT_KINDS = ("reject_once", "reject_always")
 
 
-def _pick(options: Sequence[dict[str, Any]], kinds: tuple[str, ...]) -> str | None:
+def _pick(options: Sequence[JsonObject], kinds: tuple[str, ...]) -> str | None:
     for kind in kinds:
         for option in options:
             if option.get("kind") == kind and option.get("optionId"):
@@ -20,7 +20,7 @@ def _pick(options: Sequence[dict[str, Any]], kinds: tuple[str, ...]) -> str | No
     return None
 
 
-def policy_decision(mode: str, tool_call: dict[str, Any], options: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+def policy_decision(mode: str, tool_call: JsonObject, options: Sequence[JsonObject]) -> tuple[str, str | None]:
     """(decision, option id) for a permission request; decision is `approved`, `denied` or `cancelled`."""
     if mode == PermissionMode.APPROVE_ALL:
         allow = True
@@ -38,15 +38,15 @@ def policy_decision(mode: str, tool_call: dict[str, Any], options: Sequence[dict
     return "cancelled", None
 
 
-def permission_response(option_id: str | None) -> dict[str, Any]:
+def permission_response(option_id: str | None) -> JsonObject:
     if option_id is None:
         return {"outcome": {"outcome": "cancelled"}}
     return {"outcome": {"outcome": "selected", "optionId": option_id}}
 
 
-def allow_option(options: Sequence[dict[str, Any]]) -> str | None:
+def allow_option(options: Sequence[JsonObject]) -> str | None:
     return _pick(options, ALLOW_KINDS)
 
 
-def reject_option(options: Sequence[dict[str, Any]]) -> str | None:
+def reject_option(options: Sequence[JsonObject]) -> str | None:
     return _pick(options, REJECT_KINDS)

@@ -15,6 +15,7 @@ from typing import Any, SupportsIndex
 from acp._transport import NdjsonTransport
 from acp.task import MessageSender, TaskSupervisor
 
+from sessions.core.jsonobj import JsonObject
 from sessions.store.clean import may_hold_surrogate, scrub
 
 logger = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 # Generous line limit: agents send whole file contents and tool outputs as single JSON lines.
 STDIO_LIMIT_BYTES = 50 * 1024 * 1024
 
-UpdateSink = Callable[[dict[str, Any]], None]
+UpdateSink = Callable[[JsonObject], None]
 ViolationSink = Callable[[str], None]
 
 # Updates handled between hand-backs to the loop. Measured: a burst held the shared loop for 17 ms p99 (others'
@@ -96,12 +97,12 @@ class RecordingTransport(NdjsonTransport):
         if isinstance(reader, TappedReader):
             reader.tap = self._tap
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: JsonObject) -> None:
         if "method" in message and "id" in message:
             self._asked.add(message["id"])  # before the write: the answer cannot come first
         await super().send(message)
 
-    async def receive(self) -> dict[str, Any] | None:
+    async def receive(self) -> JsonObject | None:
         handled = 0
         lines = self._lines
         while True:
@@ -144,7 +145,7 @@ class RecordingTransport(NdjsonTransport):
             start = cut + 1
         return b""
 
-    def _parsed(self, line: str) -> dict[str, Any] | None:
+    def _parsed(self, line: str) -> JsonObject | None:
         """The line's one JSON object, or None (a violation) when it holds anything else."""
         try:
             message, end = _scan_json(line, 0)
@@ -157,7 +158,7 @@ class RecordingTransport(NdjsonTransport):
             message = scrub(message)
         return message
 
-    def _record_update(self, message: dict[str, Any]) -> None:
+    def _record_update(self, message: JsonObject) -> None:
         """A `session/update` notification: recorded here, never handed to the SDK."""
         params = message.get("params")
         if isinstance(params, dict):
@@ -168,7 +169,7 @@ class RecordingTransport(NdjsonTransport):
         else:
             self._violation("a session/update whose params are not an object")
 
-    def _checked(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def _checked(self, message: JsonObject) -> JsonObject | None:
         """A message the SDK can handle, or None. A response with an id the SDK cannot look up (a list) killed its
         receive loop, and an `error` that is not an object left the prompt it answered waiting forever: the first
         is dropped, the second becomes a proper error, so the request it answers fails instead of hanging. A

@@ -9,7 +9,11 @@ for those.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # Free-form JSON (see above): the values are whatever the JSON holds.
 JsonObject = dict[str, Any]
+# An event's content on its way to the store, only read there: the agent's mapped update (a TypedDict,
+# sessions/acp/mapping.py `MappedContent`) or a row the daemon writes; free-form once stored.
+EventContent = Mapping[str, Any]

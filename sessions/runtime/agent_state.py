@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from compozy_base import metrics
 from compozy_base.config.modes import PermissionMode
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.core.errors import CompozyError, Conflict, InvalidRequest
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
 from sessions.core.record import Cost, CostDoc, Mode, Usage
 
@@ -49,12 +50,12 @@ def _modes(raw: object) -> Mode | None:
     return Mode(current=str(raw.get("currentModeId") or ""), available=available)
 
 
-def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _mode_option(options: list[JsonObject]) -> JsonObject | None:
     """A config option of category `mode` (agents that expose modes as a select)."""
     return next((o for o in options if o.get("category") == "mode" and o.get("type", "select") == "select"), None)
 
 
-def _options(raw: object) -> list[dict[str, Any]] | None:
+def _options(raw: object) -> list[JsonObject] | None:
     """The select and boolean config options the agent offers, in a compact shape for the record."""
     if not isinstance(raw, list):
         return None
@@ -85,7 +86,7 @@ class AgentState:
 
     # ---- from the ACP session's opening and its updates ----------------------------------------------
 
-    def opened(self, result: dict[str, Any]) -> None:
+    def opened(self, result: JsonObject) -> None:
         """The answer to session/new, load or resume: its modes and config options."""
         rec = self._session.rec
         options = _options(result.get("configOptions"))
@@ -98,7 +99,7 @@ class AgentState:
         if mode is not None:
             rec.mode = mode
 
-    def update(self, kind: str, update: dict[str, Any]) -> bool:
+    def update(self, kind: str, update: JsonObject) -> bool:
         """A session/update the record cares about; True when the record changed (the caller saves it)."""
         rec = self._session.rec
         if kind == "current_mode_update" and update.get("currentModeId"):
@@ -122,7 +123,7 @@ class AgentState:
             return self._agent_title(update["title"])
         return False
 
-    def _usage(self, update: dict[str, Any]) -> bool:
+    def _usage(self, update: JsonObject) -> bool:
         rec = self._session.rec
         usage = rec.usage.model_copy() if rec.usage else Usage()
         if isinstance(update.get("used"), int):

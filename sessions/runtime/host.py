@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
-    from sessions.core.jsonobj import JsonObject
+    from sessions.core.jsonobj import EventContent, JsonObject
     from sessions.core.record import Failure, FailureDoc, SessionRecord
     from sessions.store.writer import Recorder
 
@@ -61,7 +61,7 @@ class SessionCore(Protocol):
     async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
                          activated_at: str | None = None, stopped_at: str | None = None) -> None: ...
 
-    def record(self, type_: str, content: JsonObject, turn_id: str | None = None) -> None: ...
+    def record(self, type_: str, content: EventContent, turn_id: str | None = None) -> None: ...
 
     def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = None,
                turn_id: str | None = None) -> None: ...

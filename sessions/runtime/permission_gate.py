@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessions.acp import client_side, workspace_fs
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
 from sessions.runtime.permissions import PermissionBoard, option_for, permission_mode
 from sessions.runtime.terminal_gateway import TerminalGateway
@@ -39,7 +40,7 @@ class PermissionGate:
         self._approved_executes: list[str] = []  # turn ids: a person's approvals of execute tool calls, unused
         self.terminals = TerminalGateway(session, self)
 
-    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def on_request(self, method: str, params: JsonObject) -> Any:
         from acp.exceptions import RequestError
 
         if method == "session/request_permission":
@@ -74,7 +75,7 @@ class PermissionGate:
         self._approved_executes.clear()  # that answer was for this command, whatever was approved before it
         return answer.get("outcome", {}).get("optionId") == "allow"
 
-    async def _serve_fs(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _serve_fs(self, method: str, params: JsonObject) -> JsonObject:
         """A read or write inside the workspace roots, on the agents' own fs pool; a refused path is recorded."""
         from acp.exceptions import RequestError
 
@@ -103,10 +104,10 @@ class PermissionGate:
         except (OSError, ValueError) as exc:
             raise workspace_fs.fs_error(path, exc) from exc
 
-    async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _answer_permission(self, params: JsonObject) -> JsonObject:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         sent_call = params.get("toolCall")
-        sent: dict[str, Any] = sent_call if isinstance(sent_call, dict) else {}
+        sent: JsonObject = sent_call if isinstance(sent_call, dict) else {}
         raw_options = params.get("options")
         options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
         mode = self.mode
@@ -165,8 +166,8 @@ class PermissionGate:
             "tool_call": tool_call})
         return client_side.permission_response(option_id)
 
-    async def _permission_hooks(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
-                                base: dict[str, Any], mode: str) -> tuple[str, str | None, str] | None:
+    async def _permission_hooks(self, tool_call: JsonObject, options: list[JsonObject],
+                                base: JsonObject, mode: str) -> tuple[str, str | None, str] | None:
         """tool.pre_call (the gate) and permission.request run before our client answers the agent, so a
         hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
         kind = str(tool_call.get("kind") or "")

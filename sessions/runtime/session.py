@@ -32,13 +32,13 @@ from typing import Any
 from compozy_base import metrics
 from compozy_base.config.loader import Config, ProviderConfig
 from sessions.acp.driver import AgentProcess
-from sessions.acp.mapping import map_update
+from sessions.acp.mapping import MappedContent, map_update
 from sessions.catalog import cluster
 from sessions.catalog import index as catalog
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
-from sessions.core.jsonobj import JsonObject
+from sessions.core.jsonobj import EventContent, JsonObject
 from sessions.core.live import PromptResult, Salvage
 from sessions.core.offload import db, spawn
 from sessions.core.record import ActivityDoc, AutoTitle, Failure, FailureDoc, SessionRecord
@@ -268,7 +268,7 @@ class SessionRuntime:
 
     # ---- recording -------------------------------------------------------------------------
 
-    def record(self, type_: str, content: JsonObject, turn_id: str | None = None) -> None:
+    def record(self, type_: str, content: EventContent, turn_id: str | None = None) -> None:
         tid = turn_id if turn_id is not None else (self.turn.id if self.turn else "")
         if self.rec.acp_session_id:
             content = {"session_id": self.rec.acp_session_id, **content}
@@ -300,14 +300,14 @@ class SessionRuntime:
 
     # ---- agent callbacks -------------------------------------------------------------------
 
-    def _fold_agent_state(self, type_: str, update: dict[str, Any]) -> None:
+    def _fold_agent_state(self, type_: str, update: JsonObject) -> None:
         """Modes, options, commands and titles onto the record and saved at once; usage is saved with the turn's
         end (it can come with every message), or by the budget's stop."""
         if self.agent_state.update(str(update.get("sessionUpdate", "")), update) and type_ != EventType.USAGE:
             self.announce()
             spawn(self.persist())
 
-    def on_update(self, params: dict[str, Any]) -> None:
+    def on_update(self, params: JsonObject) -> None:
         """Called synchronously by the driver's observer, in arrival order."""
         if self.start_path.loading:
             return  # session/load replays history we already hold; never record it twice
@@ -344,7 +344,7 @@ class SessionRuntime:
         if type_ == EventType.TOOL_RESULT:
             self._after_tool_result(content)
 
-    def _after_tool_result(self, content: dict[str, Any]) -> None:
+    def _after_tool_result(self, content: MappedContent) -> None:
         """A tool's result: its post-call hook, and a staged steer may go now."""
         if self.manager.hooks is not None:
             event = "tool.post_error" if content.get("tool_error") else "tool.post_call"

@@ -7,13 +7,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from compozy_base.config import mcp_servers
 from sessions.acp import auth, launch, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.core import lifecycle
 from sessions.core.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db, starting
 from sessions.core.record import AcpCaps
 from sessions.runtime import terminal_gateway
@@ -46,9 +47,9 @@ class StartPath:
     history (updates the session must not record twice)."""
 
     def __init__(self, session: SessionCore, turns: Turns, stop: StopPath, *, active: asyncio.Event,
-                 on_update: Callable[[dict[str, Any]], None],
-                 on_request: Callable[[str, dict[str, Any]], Awaitable[Any]],
-                 on_opened: Callable[[dict[str, Any]], None] = lambda result: None,
+                 on_update: Callable[[JsonObject], None],
+                 on_request: Callable[[str, JsonObject], Awaitable[Any]],
+                 on_opened: Callable[[JsonObject], None] = lambda result: None,
                  on_new: Callable[[], Awaitable[None]] | None = None) -> None:
         self._session = session
         self._on_opened = on_opened  # the opening answer's modes and config options, onto the record
@@ -60,7 +61,7 @@ class StartPath:
         self._on_request = on_request
         self.loading = False
         self._auth_methods: list[auth.AuthMethod] = []
-        self._mcp_servers: list[dict[str, Any]] = []
+        self._mcp_servers: list[JsonObject] = []
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
@@ -143,9 +144,9 @@ class StartPath:
             await asyncio.sleep(0.05)
             raise StartFailed(FailureKind.HANDSHAKE_FAILURE, self._with_exit(f"ACP initialize failed: {exc}")) from exc
         advertised = init.get("agentCapabilities")
-        caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
+        caps: JsonObject = advertised if isinstance(advertised, dict) else {}
         offers = caps.get("sessionCapabilities")
-        lifecycle_caps: dict[str, Any] = offers if isinstance(offers, dict) else {}
+        lifecycle_caps: JsonObject = offers if isinstance(offers, dict) else {}
         self._auth_methods = auth.offered(init)
         session.rec.acp_caps = AcpCaps(supports_load_session=bool(caps.get("loadSession")),
                                        supports_resume="resume" in lifecycle_caps,
@@ -156,7 +157,7 @@ class StartPath:
         await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
 
-    def _mcp_servers_for(self, caps: dict[str, Any]) -> list[dict[str, Any]]:
+    def _mcp_servers_for(self, caps: JsonObject) -> list[JsonObject]:
         """The agent's configured MCP servers it can use; one left out for its transport is said, not dropped
         silently."""
         session = self._session
@@ -194,7 +195,7 @@ class StartPath:
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
         assert session.agent
-        params: dict[str, Any] = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
+        params: JsonObject = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
         if session.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in session.roots[1:]]
         fallback: str | None = None
@@ -220,7 +221,7 @@ class StartPath:
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
 
-    async def _apply_options(self, opened: dict[str, Any]) -> None:
+    async def _apply_options(self, opened: JsonObject) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
         assert session.agent
@@ -244,8 +245,9 @@ class StartPath:
                 config_options = answer["configOptions"]  # the agent's state after the change
             elif not config_id and isinstance(models, dict):
                 models = {**models, "currentModelId": value}
-        rec.agent_model = reported_model(config_options, models)
-        rec.speed_resolution = steps.resolutions.get("speed")
+        # The record keeps these blocks as the plain dicts they are (sessions/core/record.py `ReportedModel`).
+        rec.agent_model = cast(JsonObject | None, reported_model(config_options, models))
+        rec.speed_resolution = cast(JsonObject | None, steps.resolutions.get("speed"))
         rec.option_resolutions = steps.resolutions
         for what, resolution in steps.resolutions.items():
             if resolution["status"] == "rejected":
@@ -257,7 +259,7 @@ class StartPath:
                             f"{what} {resolution['requested']!r} not applied: {resolution['reason']}",
                                                "raw": {"option": what, **resolution}}, turn_id="")
 
-    async def _try_load_session(self, params: dict[str, Any]) -> str | None:
+    async def _try_load_session(self, params: JsonObject) -> str | None:
         """The saved ACP session reopened: session/resume when the agent offers it (no history replay; the v2
         draft drops load), else session/load. None on success, else the fallback reason (§14)."""
         session = self._session

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import bound_tail
-from sessions.runtime.terminals import Terminal, TerminalRefused, Terminals
+from sessions.runtime.terminals import ExitStatus, Terminal, TerminalRefused, Terminals
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -47,7 +48,7 @@ class TerminalGateway:
             self._terminals = Terminals(session.roots, Path(session.rec.cwd), session.provider.env)
         return self._terminals
 
-    async def serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def serve(self, method: str, params: JsonObject) -> JsonObject | ExitStatus:  # ACP terminal/*
         from acp.exceptions import RequestError
 
         try:
@@ -73,7 +74,7 @@ class TerminalGateway:
             raise RequestError.invalid_params({"reason": str(exc)}) from exc
         raise RequestError.method_not_found(method)
 
-    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _create(self, params: JsonObject) -> JsonObject:
         from acp.exceptions import RequestError
 
         command = " ".join(str(part) for part in [params.get("command") or "", *(params.get("args") or [])])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypedDict
 
-from sessions.core.jsonobj import JsonObject
+from sessions.core.jsonobj import EventContent
 
 # Token usage by `token_usage` column (rows.USAGE_COLUMNS: counts, the cost's amount and currency), as
 # `acp.mapping.normalize_usage` reads it off the agent's update; a column the update did not carry is absent.
@@ -37,7 +37,7 @@ class NewEvent(NamedTuple):
 
     type: str
     turn_id: str
-    content: JsonObject  # free-form: the agent's keys (sessions/acp/mapping.py) or ours for the events we record
+    content: EventContent  # the agent's keys (sessions/acp/mapping.py) or ours for the events we record
     id: str = ""
 
 
@@ -150,7 +150,7 @@ def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
     return materialize(merged)
 
 
-def _same_but_text(a: JsonObject, b: JsonObject) -> bool:
+def _same_but_text(a: EventContent, b: EventContent) -> bool:
     if len(a) != len(b):
         return False
     for k, v in a.items():  # noqa: SIM110 - a loop, not all(<generator>): half the cost, once per streamed chunk

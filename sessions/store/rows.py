@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypedDict
 
-from sessions.core.jsonobj import JsonObject
+from sessions.core.jsonobj import EventContent, JsonObject
 from sessions.core.redact import redact_value
 from sessions.store.ids import new_event_id
 from sessions.store.ops import HookRunRow, NewEvent, StoreOp, UsageColumns, UsageUpdate
@@ -45,7 +45,7 @@ class EventRow(StoredEvent):
 
 Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
 # One event before redaction and JSON: id, turn_id, type, agent, the agent's content as recorded, timestamp.
-Draft = tuple[str, str, str, str, JsonObject, str]
+Draft = tuple[str, str, str, str, EventContent, str]
 Statement = tuple[str, tuple[Any, ...]]  # a usage merge or a hook run, as SQL and its parameters
 
 
@@ -81,7 +81,7 @@ def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
     return Drafted(drafts, stored, statements)
 
 
-def _content(type_: str, timestamp: str, turn_id: str, agent_content: JsonObject) -> JsonObject:
+def _content(type_: str, timestamp: str, turn_id: str, agent_content: EventContent) -> JsonObject:
     """The stored content: our keys (schema, type, timestamp, turn id), then the agent's."""
     content = {"schema": CONTENT_SCHEMA, "type": type_, "timestamp": timestamp, **agent_content}
     if turn_id:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sessions.core.failures import StoreFailure, classify
-from sessions.core.jsonobj import JsonObject
+from sessions.core.jsonobj import EventContent
 from sessions.core.redact_stream import PrivateKeyCarry, secret_tail
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog, row_to_event
@@ -129,7 +129,7 @@ class Recorder:
 
     # ---- the loop side: cheap, synchronous ------------------------------------------------------
 
-    def record(self, type_: str, turn_id: str, content: JsonObject) -> None:
+    def record(self, type_: str, turn_id: str, content: EventContent) -> None:
         self._add(NewEvent(type_, turn_id, content))
 
     def merge_usage(self, turn_id: str, usage: UsageColumns) -> None:
