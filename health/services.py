@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import DatabaseError, IntegrityError, transaction
 
@@ -60,7 +60,29 @@ def live_facts(session_id: str) -> LiveFacts:
                      stopping=bool(runtime.stopping))
 
 
-def row_dict(row: SessionHealth) -> dict[str, Any]:
+class HealthDto(TypedDict):
+    """The health DTO (docs/reference/health.md §1): built as a dict, sent as JSON as it is."""
+
+    session_id: str
+    workspace_id: str
+    agent_name: str
+    state: str
+    health: str
+    active_prompt: bool
+    attachable: bool
+    eligible_for_wake: bool
+    ineligibility_reason: str | None
+    last_activity_at: str | None
+    last_presence_at: str | None
+    last_error: str | None
+    updated_at: str | None
+
+
+class HealthAnswer(TypedDict):
+    health: HealthDto
+
+
+def row_dict(row: SessionHealth) -> HealthDto:
     """The health DTO (docs/reference/health.md §1; docs/reference/surfaces.md §4.8): the same for CLI, HTTP and UDS."""
     return {
         "session_id": row.session_id, "workspace_id": row.workspace_id, "agent_name": row.agent_name,
@@ -93,8 +115,8 @@ def _upsert(rec: SessionRecord, live: LiveFacts, now: datetime | None = None,
         fields = derive(rec, live, presence=row.last_presence_at if row else None, now=now,
                         stale_after=cfg.session_health_stale_after)
         if force_stale:
-            fields.update(health=HealthValue.STALE.value, eligible_for_wake=False,
-                          ineligibility_reason=WakeReason.SESSION_UNHEALTHY.value)
+            fields.update({"health": HealthValue.STALE.value, "eligible_for_wake": False,
+                           "ineligibility_reason": WakeReason.SESSION_UNHEALTHY.value})
         if row is None:
             if not Session.objects.filter(id=rec.id).exists():
                 return None  # the catalog row is gone (a removal raced this write)
@@ -303,7 +325,7 @@ def _derived(rec: SessionRecord, live: LiveFacts) -> SessionHealth:
                          updated_at=now, **fields)
 
 
-def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+def health_dto(session_id: str, workspace_ref: str | None = None) -> HealthAnswer:
     return {"health": row_dict(health_row(session_id, workspace_ref))}
 
 

@@ -56,7 +56,7 @@ from compozy.api.schemas import (
     responses,
 )
 from compozy.diagnostics.status import loop_lag, runtime_status
-from health.dtos import status_dto
+from health.dtos import StatusDto, status_dto
 from health.services import decorate_list
 from sessions import services
 from sessions.catalog import index as catalog
@@ -127,7 +127,7 @@ async def rename_session(request: HttpRequest, workspace: Workspace, session_id:
 
 
 @router.get(WS + "/status", response=responses({200: StatusDTO}), exclude_unset=True)
-async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> StatusDto:
     """The session record with its health (one DTO for CLI, HTTP and UDS)."""
 
     return await sync_to_async(status_dto)(session_id, workspace)

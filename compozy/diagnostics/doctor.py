@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ LOW_DISK_BYTES = 512 * 1024 * 1024
 
 
 def item(id_: str, category: str, severity: str, title: str, message: str,
-         suggested_command: str | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+         suggested_command: str | None = None, evidence: Mapping[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"id": id_, "code": id_, "category": category, "severity": severity, "title": title,
                            "message": message, "data_freshness": "live"}
     if suggested_command:
