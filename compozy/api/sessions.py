@@ -73,6 +73,7 @@ from sessions.services.prompts import (
 )
 from sessions.services.reactivation import Attached
 from sessions.services.reads import SessionList
+from sessions.services.workspaces import WorkspaceInfo
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])
@@ -314,7 +315,7 @@ async def resolve_workspace(request: HttpRequest, payload: ResolveWorkspaceIn) -
 
 
 @workspaces.get("/workspaces/{ref}", response=responses({200: WorkspaceInfoOut}), exclude_unset=True)
-async def workspace_info(request: HttpRequest, ref: Ref) -> dict[str, Any]:
+async def workspace_info(request: HttpRequest, ref: Ref) -> WorkspaceInfo:
     return await sync_to_async(services.workspace_info)(ref)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.db import IntegrityError, transaction
 
@@ -18,7 +18,19 @@ from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
-def workspace_record(ws: Workspace) -> dict[str, Any]:
+class WorkspaceDoc(TypedDict):
+    """A workspace as every surface shows it (built as a dict, sent as JSON)."""
+
+    id: str
+    name: str
+    root_dir: str
+    add_dirs: list[str]
+    default_agent: str | None
+    created_at: str | None
+    updated_at: str | None
+
+
+def workspace_record(ws: Workspace) -> WorkspaceDoc:
     return {
         "id": ws.id, "name": ws.name, "root_dir": ws.root_dir, "add_dirs": list(ws.add_dirs or []),
         "default_agent": ws.default_agent or None, "created_at": isoformat(ws.created_at),
@@ -168,7 +180,8 @@ def upsert_session_row(rec: SessionRecord) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
-    lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED else {}
+    lease: dict[str, object] = ({"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED
+                                else {})
     Session.objects.update_or_create(
         id=rec.id,
         defaults={

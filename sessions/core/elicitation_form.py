@@ -1,12 +1,15 @@
 """An elicitation's requested schema (ACP form mode: a flat object of string, number, integer, boolean and
-multi-select fields) and whether a person's answer fits it. Pure: the API validates with it, the CLI types with it."""
+multi-select fields; the agent's JSON schema, hence `JsonObject`) and whether a person's answer fits it.
+Pure: the API validates with it, the CLI types with it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sessions.core.jsonobj import JsonObject
 
-def _enum_of(prop: dict[str, Any]) -> list[str] | None:
+
+def _enum_of(prop: JsonObject) -> list[str] | None:
     if isinstance(prop.get("enum"), list):
         return [str(v) for v in prop["enum"]]
     if isinstance(prop.get("oneOf"), list):
@@ -14,7 +17,7 @@ def _enum_of(prop: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _string_problem(prop: dict[str, Any], value: Any) -> str | None:
+def _string_problem(prop: JsonObject, value: Any) -> str | None:
     if not isinstance(value, str):
         return "must be a string"
     choices = _enum_of(prop)
@@ -27,7 +30,7 @@ def _string_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-def _field_problem(prop: dict[str, Any], value: Any) -> str | None:
+def _field_problem(prop: JsonObject, value: Any) -> str | None:
     kind = prop.get("type")
     if kind == "string":
         return _string_problem(prop, value)
@@ -51,12 +54,12 @@ def _field_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None  # a type this client does not know: the agent reads what it gets
 
 
-def content_problems(schema: dict[str, Any], content: Any) -> list[dict[str, str]]:
+def content_problems(schema: JsonObject, content: Any) -> list[dict[str, str]]:
     """What does not fit: [{"field", "reason"}], empty when `content` answers `schema`."""
     if not isinstance(content, dict):
         return [{"field": "", "reason": "content must be an object"}]
     given = schema.get("properties")
-    props: dict[str, Any] = given if isinstance(given, dict) else {}
+    props: JsonObject = given if isinstance(given, dict) else {}
     problems = [{"field": str(name), "reason": "is required"}
                 for name in schema.get("required") or [] if name not in content]
     for name, value in content.items():
@@ -70,7 +73,7 @@ def content_problems(schema: dict[str, Any], content: Any) -> list[dict[str, str
     return problems
 
 
-def typed_value(prop: dict[str, Any], raw: str) -> Any:
+def typed_value(prop: JsonObject, raw: str) -> Any:
     """A value typed on a command line, read as its field's type (ValueError when it is not one)."""
     kind = prop.get("type")
     if kind == "integer":
