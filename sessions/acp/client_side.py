@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from compozy_base.config.modes import PermissionMode
+from sessions.core.acp_shapes import PermissionOption, ToolCall
 from sessions.core.jsonobj import JsonObject
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
@@ -12,7 +13,7 @@ ALLOW_KINDS = ("allow_once", "allow_always")
 REJECT_KINDS = ("reject_once", "reject_always")
 
 
-def _pick(options: Sequence[JsonObject], kinds: tuple[str, ...]) -> str | None:
+def _pick(options: Sequence[PermissionOption], kinds: tuple[str, ...]) -> str | None:
     for kind in kinds:
         for option in options:
             if option.get("kind") == kind and option.get("optionId"):
@@ -20,7 +21,7 @@ def _pick(options: Sequence[JsonObject], kinds: tuple[str, ...]) -> str | None:
     return None
 
 
-def policy_decision(mode: str, tool_call: JsonObject, options: Sequence[JsonObject]) -> tuple[str, str | None]:
+def policy_decision(mode: str, tool_call: ToolCall, options: Sequence[PermissionOption]) -> tuple[str, str | None]:
     """(decision, option id) for a permission request; decision is `approved`, `denied` or `cancelled`."""
     if mode == PermissionMode.APPROVE_ALL:
         allow = True
@@ -44,9 +45,9 @@ def permission_response(option_id: str | None) -> JsonObject:
     return {"outcome": {"outcome": "selected", "optionId": option_id}}
 
 
-def allow_option(options: Sequence[JsonObject]) -> str | None:
+def allow_option(options: Sequence[PermissionOption]) -> str | None:
     return _pick(options, ALLOW_KINDS)
 
 
-def reject_option(options: Sequence[JsonObject]) -> str | None:
+def reject_option(options: Sequence[PermissionOption]) -> str | None:
     return _pick(options, REJECT_KINDS)

@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, Required, TypedDict
 
+from sessions.core.acp_shapes import PermissionOption
 from sessions.core.enums import MarkerKind, StopReason
 from sessions.core.jsonobj import JsonObject
 from sessions.core.record import ActivityDoc, FailureDoc, SessionRecord
@@ -44,6 +45,52 @@ class PromptResult(TypedDict, total=False):
     queue_entry_id: str
     queue_position: int
     fallback_mode_if_no_tool_result: str
+
+
+class TurnExtra(TypedDict, total=False):
+    """What a turn's `user_message` row carries beyond its text: a heartbeat wake's facts, or a delivered steer's."""
+
+    synthetic: Mapping[str, object]  # health/wake.py `SyntheticWake`
+    action: str
+    resource: str
+    decision: str
+    request_id: str
+
+
+class MarkerEvidence(TypedDict, total=False):
+    """A transcript marker's evidence (its row's `raw.evidence`): the facts of its kind, named here."""
+
+    reason: str
+    source: str
+    turn_id: str
+    stop_reason: str
+    queue_entry_id: str
+    queue_position: int
+    queue_generation: int
+    queue_cap: int
+    generation: int
+    canceled_count: int
+    previous_turn_id: str | None
+    new_turn_id: str | None
+    salvaged_turn_id: str
+    fallback_to_queue: bool
+    idle_seconds: float
+    pgid: int | None
+    message_count: int
+    fallback_reason: str | None
+    context_used: int
+    context_size: int
+    cost: float
+    budget: float
+
+
+class MarkerRaw(TypedDict, total=False):
+    """A marker row's `raw` (sessions/runtime/session.py `marker`)."""
+
+    kind: Required[str]
+    occurred_at: Required[str | None]
+    summary: Required[str]
+    evidence: MarkerEvidence
 
 
 class Salvage(TypedDict):
@@ -95,7 +142,7 @@ class PendingPermissionRequest(Protocol):
     def answer(self) -> asyncio.Future[Any]: ...
 
     @property
-    def options(self) -> Sequence[JsonObject]: ...  # ACP permission options as the agent sent them
+    def options(self) -> Sequence[PermissionOption]: ...
 
     def public(self) -> PermissionView: ...
 
@@ -195,7 +242,7 @@ class LiveSession(Protocol):
     def agent_state(self) -> LiveAgentState: ...
 
     async def start_turn(self, text: str, *, source: str = ..., authored: str | None = ...,
-                         extra: JsonObject | None = ...) -> LiveTurn: ...
+                         extra: TurnExtra | None = ...) -> LiveTurn: ...
 
     async def dispatch_next(self) -> None: ...
 
@@ -207,7 +254,7 @@ class LiveSession(Protocol):
 
     def decide_permission(self, request_id: str, decision: str, option_id: str | None = ...) -> bool: ...
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = ...,
+    def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = ...,
                turn_id: str | None = ...) -> None: ...
 
     def live_activity(self) -> ActivityDoc: ...

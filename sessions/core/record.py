@@ -312,6 +312,23 @@ class Resolution(TypedDict, total=False):
     reason: str
 
 
+class OptionValueDoc(TypedDict):
+    value: str
+    name: str
+
+
+class ConfigOptionDoc(TypedDict, total=False):
+    """One of config_options: an agent's select or boolean option in the record's compact shape
+    (sessions/runtime/agent_state.py `_options`)."""
+
+    id: str
+    name: str
+    type: str  # select or boolean
+    current: Any  # the agent's currentValue
+    category: str
+    options: list[OptionValueDoc]
+
+
 class ModeDoc(TypedDict, total=False):
     current: str
     available: list[dict[str, str]]  # [{"id", "name"}]
@@ -332,6 +349,17 @@ class TranscriptMarkDoc(TypedDict):
     run: str  # the run judged: its `activated_at`, else `created_at`
     outcome: str  # repaired, clean or blocked
     checked_at: str | None
+
+
+class AcpCapsDoc(TypedDict, total=False):
+    """acp_caps (`AcpCaps`): what the agent advertised at initialize."""
+
+    supports_load_session: bool
+    supports_resume: bool
+    supports_close: bool
+    auth_methods: list[str] | None
+    authenticated_with: str | None
+    agent_info: Any  # the agent's own agentInfo
 
 
 class SessionMeta(TypedDict, total=False):
@@ -367,13 +395,13 @@ class SessionMeta(TypedDict, total=False):
     run_id: str | None
     name_source: str | None
     auto_title: AutoTitleDoc | None
-    acp_caps: JsonObject | None  # what the agent advertised at initialize (`AcpCaps`; `agent_info` is the agent's)
+    acp_caps: AcpCapsDoc | None
     agent_model: ReportedModel | None
     speed_resolution: Resolution | None
     option_resolutions: dict[str, Resolution] | None
     supervision: JsonObject | None  # the supervision decisions' evidence: free-form per action
     mode: ModeDoc | None
-    config_options: list[JsonObject] | None  # the agent's ACP config options as it last sent them
+    config_options: list[ConfigOptionDoc] | None
     available_commands: list[dict[str, str]] | None  # [{"name", "description"}]
     usage: UsageDoc | None
     budget_usd: float | None

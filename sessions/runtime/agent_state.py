@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from compozy_base import metrics
 from compozy_base.config.modes import PermissionMode
@@ -20,7 +20,7 @@ from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.core.errors import CompozyError, Conflict, InvalidRequest
 from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
-from sessions.core.record import Cost, CostDoc, Mode, Usage
+from sessions.core.record import ConfigOptionDoc, Cost, CostDoc, Mode, Usage
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -50,22 +50,22 @@ def _modes(raw: object) -> Mode | None:
     return Mode(current=str(raw.get("currentModeId") or ""), available=available)
 
 
-def _mode_option(options: list[JsonObject]) -> JsonObject | None:
+def _mode_option(options: list[ConfigOptionDoc]) -> ConfigOptionDoc | None:
     """A config option of category `mode` (agents that expose modes as a select)."""
     return next((o for o in options if o.get("category") == "mode" and o.get("type", "select") == "select"), None)
 
 
-def _options(raw: object) -> list[JsonObject] | None:
+def _options(raw: object) -> list[ConfigOptionDoc] | None:
     """The select and boolean config options the agent offers, in a compact shape for the record."""
     if not isinstance(raw, list):
         return None
-    kept = []
+    kept: list[ConfigOptionDoc] = []
     for option in raw:
         if not isinstance(option, dict) or not option.get("id") or option.get("type", "select") not in (
                 "select", "boolean"):
             continue
-        entry = {"id": str(option["id"]), "name": str(option.get("name") or option["id"]),
-                 "type": option.get("type", "select"), "current": option.get("currentValue")}
+        entry: ConfigOptionDoc = {"id": str(option["id"]), "name": str(option.get("name") or option["id"]),
+                                  "type": option.get("type", "select"), "current": option.get("currentValue")}
         if option.get("category"):
             entry["category"] = str(option["category"])
         if isinstance(option.get("options"), list):
@@ -91,7 +91,7 @@ class AgentState:
         rec = self._session.rec
         options = _options(result.get("configOptions"))
         if options is not None:
-            rec.config_options = options
+            rec.config_options = cast(list[JsonObject], options)  # the model keeps them as plain dicts
         mode = _modes(result.get("modes"))
         if mode is None and options is not None and (select := _mode_option(options)) is not None:
             mode = Mode(current=str(select.get("current") or ""),
@@ -109,7 +109,7 @@ class AgentState:
             options = _options(update.get("configOptions"))
             if options is None:
                 return False
-            rec.config_options = options
+            rec.config_options = cast(list[JsonObject], options)
             if (select := _mode_option(options)) is not None and rec.mode is not None:
                 rec.mode = Mode(current=str(select.get("current") or ""), available=rec.mode.available)
             return True
@@ -184,14 +184,14 @@ class AgentState:
         if mode_id not in [m["id"] for m in rec.mode.available]:
             raise InvalidRequest(f"mode {mode_id!r} is not one the agent offers ("
                                  f"{', '.join(m['id'] for m in rec.mode.available)})", code="invalid_mode")
-        option = _mode_option(rec.config_options or [])
+        option = _mode_option(cast(list[ConfigOptionDoc], rec.config_options or []))  # as `_options` wrote them
         before = rec.mode.current  # the agent may say `current_mode_update` before it answers
         try:
             if option is not None:
                 answer = await session.agent.request("session/set_config_option", {
                     "sessionId": rec.acp_session_id, "configId": option["id"], "value": mode_id}, timeout=30)
                 if isinstance(answer, dict) and (options := _options(answer.get("configOptions"))) is not None:
-                    rec.config_options = options
+                    rec.config_options = cast(list[JsonObject], options)
             else:
                 await session.agent.request("session/set_mode", {"sessionId": rec.acp_session_id, "modeId": mode_id},
                                             timeout=30)

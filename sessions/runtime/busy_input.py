@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sessions.core.enums import MarkerKind
 from sessions.core.errors import Conflict
-from sessions.core.jsonobj import JsonObject
-from sessions.core.live import PromptResult, Salvage
+from sessions.core.live import PromptResult, Salvage, TurnExtra
 from sessions.core.offload import db, spawn
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ class TurnControl(Protocol):
     async def cancel_and_wait(self, turn: Turn) -> bool: ...
 
     async def start_turn(self, text: str, *, source: str = ..., authored: str | None = ...,
-                         extra: JsonObject | None = ...) -> Turn: ...
+                         extra: TurnExtra | None = ...) -> Turn: ...
 
 
 class BusyInput:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
-    from sessions.core.jsonobj import EventContent, JsonObject
+    from sessions.core.jsonobj import EventContent
+    from sessions.core.live import MarkerEvidence
     from sessions.core.record import Failure, FailureDoc, SessionRecord
     from sessions.store.writer import Recorder
 
@@ -63,7 +64,7 @@ class SessionCore(Protocol):
 
     def record(self, type_: str, content: EventContent, turn_id: str | None = None) -> None: ...
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = None,
                turn_id: str | None = None) -> None: ...
 
     def protocol_violation(self, what: str) -> None: ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessions.core.jsonobj import JsonObject
+from sessions.core.acp_shapes import ConfigOption
 from sessions.core.record import ReportedModel, Resolution
 
 MODEL_KEYS = ("model",)
@@ -32,11 +32,11 @@ class OptionPlan:
     set_model: str = ""  # a model id to set through `session/set_model` (only the `models` state offers it)
 
 
-def _selects(config_options: list[JsonObject]) -> list[JsonObject]:
+def _selects(config_options: list[ConfigOption]) -> list[ConfigOption]:
     return [o for o in config_options if isinstance(o, dict) and o.get("type", "select") == "select" and o.get("id")]
 
 
-def _values(option: JsonObject) -> list[str]:
+def _values(option: ConfigOption) -> list[str]:
     values: list[str] = []
     for item in option.get("options") or []:
         if not isinstance(item, dict):
@@ -49,7 +49,7 @@ def _values(option: JsonObject) -> list[str]:
     return values
 
 
-def _matching(selects: list[JsonObject], keys: tuple[str, ...]) -> list[JsonObject]:
+def _matching(selects: list[ConfigOption], keys: tuple[str, ...]) -> list[ConfigOption]:
     return [o for o in selects if str(o.get("id", "")).lower() in keys or str(o.get("category") or "").lower() in keys]
 
 
@@ -62,7 +62,7 @@ def _model_state(models: Any) -> tuple[list[dict[str, str]], str]:
     return offered, str(models.get("currentModelId") or "")
 
 
-def plan(config_options: list[JsonObject] | None, *, model: str, model_explicit: bool,
+def plan(config_options: list[ConfigOption] | None, *, model: str, model_explicit: bool,
          reasoning_effort: str, speed: str, models: Any = None) -> OptionPlan:
     result = OptionPlan()
     selects = _selects(config_options or [])
@@ -112,7 +112,7 @@ def plan(config_options: list[JsonObject] | None, *, model: str, model_explicit:
     return result
 
 
-def reported_model(config_options: list[JsonObject] | None, models: Any = None) -> ReportedModel | None:
+def reported_model(config_options: list[ConfigOption] | None, models: Any = None) -> ReportedModel | None:
     """The model the agent says it runs, `{id, name, source}`: the current value of its one model select,
     else the `models` state's current id; None when it reports neither."""
     candidates = _matching(_selects(config_options or []), MODEL_KEYS)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from sessions.acp import client_side, workspace_fs
+from sessions.core.acp_shapes import PermissionOption, ToolCall
 from sessions.core.enums import EventType
 from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
@@ -21,6 +22,16 @@ if TYPE_CHECKING:
     from sessions.runtime.turns import Turns
 
 logger = logging.getLogger(__name__)
+
+
+class PermissionFacts(TypedDict):
+    """What a permission row, its hooks and its observers are told of the request (the keys every one carries)."""
+
+    request_id: str
+    action: str
+    resource: str
+    title: Any  # the tool call's own title, as the agent sent it
+    tool_call_id: str
 
 
 class PermissionGate:
@@ -107,16 +118,19 @@ class PermissionGate:
     async def _answer_permission(self, params: JsonObject) -> JsonObject:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         sent_call = params.get("toolCall")
-        sent: JsonObject = sent_call if isinstance(sent_call, dict) else {}
+        # The agent's JSON taken as ACP's shapes (sessions/core/acp_shapes.py): read by key, never trusted further.
+        sent = cast(ToolCall, sent_call if isinstance(sent_call, dict) else {})
         raw_options = params.get("options")
-        options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
+        options = cast(list[PermissionOption],
+                       [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else [])
         mode = self.mode
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
         known = {"title": self._tool_titles.get(call_id), "kind": self._tool_kinds.get(call_id)}
-        tool_call = {**{k: v for k, v in known.items() if v}, **{k: v for k, v in sent.items() if v not in (None, "")}}
-        base = {
+        tool_call = cast(ToolCall, {**{k: v for k, v in known.items() if v},
+                                    **{k: v for k, v in sent.items() if v not in (None, "")}})
+        base: PermissionFacts = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
             "resource": self._tool_titles.get(call_id) or str(tool_call.get("title") or ""),
             "title": tool_call.get("title"), "tool_call_id": call_id,
@@ -166,8 +180,8 @@ class PermissionGate:
             "tool_call": tool_call})
         return client_side.permission_response(option_id)
 
-    async def _permission_hooks(self, tool_call: JsonObject, options: list[JsonObject],
-                                base: JsonObject, mode: str) -> tuple[str, str | None, str] | None:
+    async def _permission_hooks(self, tool_call: ToolCall, options: list[PermissionOption],
+                                base: PermissionFacts, mode: str) -> tuple[str, str | None, str] | None:
         """tool.pre_call (the gate) and permission.request run before our client answers the agent, so a
         hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
         kind = str(tool_call.get("kind") or "")

@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from sessions.acp import client_side
-from sessions.core.jsonobj import JsonObject
+from sessions.core.acp_shapes import PermissionOption, ToolCall
 from sessions.core.live import PermissionView
 from sessions.store.folder import isoformat, utcnow
 
@@ -19,8 +19,8 @@ from sessions.store.folder import isoformat, utcnow
 class PendingPermission:
     request_id: str
     turn_id: str
-    tool_call: JsonObject  # the agent's ACP toolCall
-    options: list[JsonObject]  # the agent's ACP permission options
+    tool_call: ToolCall
+    options: list[PermissionOption]
     created_at: str = field(default_factory=lambda: isoformat(utcnow()) or "")
     answer: asyncio.Future[tuple[str, str | None]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
@@ -36,7 +36,7 @@ class PendingPermission:
         }
 
 
-def option_for(options: list[JsonObject], decision: str, option_id: str | None) -> str | None:
+def option_for(options: list[PermissionOption], decision: str, option_id: str | None) -> str | None:
     """The ACP option a person's approve/deny maps to (an explicit option id must be one offered)."""
     if option_id:
         return option_id if any(o.get("optionId") == option_id for o in options) else None
@@ -47,8 +47,8 @@ class PermissionBoard:
     def __init__(self) -> None:
         self.pending: dict[str, PendingPermission] = {}
 
-    def open(self, request_id: str, turn_id: str, tool_call: JsonObject,
-             options: list[JsonObject]) -> PendingPermission:
+    def open(self, request_id: str, turn_id: str, tool_call: ToolCall,
+             options: list[PermissionOption]) -> PendingPermission:
         """A pending request under `request_id`, or `request_id#2`, … while that one still waits: an agent that
         asked twice with one toolCallId had its first request overwritten, never answerable, never cancelled."""
         unique, n = request_id, 1

@@ -39,7 +39,7 @@ from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
 from sessions.core.jsonobj import EventContent, JsonObject
-from sessions.core.live import PromptResult, Salvage
+from sessions.core.live import MarkerEvidence, MarkerRaw, PromptResult, Salvage, TurnExtra
 from sessions.core.offload import db, spawn
 from sessions.core.record import ActivityDoc, AutoTitle, Failure, FailureDoc, SessionRecord
 from sessions.core.redact import bound_text, redact_text
@@ -226,7 +226,7 @@ class SessionRuntime:
         return self.turns.prompt_lock
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
-                         extra: JsonObject | None = None) -> Turn:
+                         extra: TurnExtra | None = None) -> Turn:
         return await self.turns.start_turn(text, source=source, authored=authored, extra=extra)
 
     async def dispatch_next(self) -> None:
@@ -274,9 +274,9 @@ class SessionRuntime:
             content = {"session_id": self.rec.acp_session_id, **content}
         self.recorder.record(type_, tid, content)
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: JsonObject | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = None,
                turn_id: str | None = None) -> None:
-        raw: JsonObject = {"kind": f"transcript_marker.{kind.value}",
+        raw: MarkerRaw = {"kind": f"transcript_marker.{kind.value}",
                                "occurred_at": folder.isoformat(folder.utcnow()),
                                "summary": bound_text(redact_text(summary), 2048)}
         if evidence:

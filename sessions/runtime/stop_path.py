@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
@@ -16,7 +16,6 @@ from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.catalog import cluster
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
-from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db, spawn
 from sessions.core.record import Failure, FailureDoc
 from sessions.core.redact import bound_tail, redact_text
@@ -29,6 +28,16 @@ if TYPE_CHECKING:
     from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
+
+
+class SessionStoppedContent(TypedDict, total=False):
+    """The `session_stopped` row (`finish`)."""
+
+    stop_reason: str
+    stop_detail: str
+    failure: FailureDoc
+    error: str
+    text: str  # the end of the agent's stderr, with a failure
 
 STDERR_IN_EVENTS_BYTES = 4096
 
@@ -175,7 +184,7 @@ class StopPath:
         self.stopping = True
         if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
-        stopped: JsonObject = {"stop_reason": reason.value, "stop_detail": detail}  # the event's content
+        stopped: SessionStoppedContent = {"stop_reason": reason.value, "stop_detail": detail}
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]

@@ -15,10 +15,11 @@ from typing_extensions import ReadOnly
 from sessions.catalog import ownership
 from sessions.core import lifecycle
 from sessions.core.enums import FailureKind, SessionState
-from sessions.core.jsonobj import JsonObject
 from sessions.core.live import LiveSession
 from sessions.core.record import (
+    AcpCapsDoc,
     ActivityDoc,
+    ConfigOptionDoc,
     FailureDoc,
     LineageDoc,
     ModeDoc,
@@ -59,9 +60,9 @@ class SessionPayload(TypedDict):
     stop_detail: str | None
     failure: FailureDoc | None
     acp_session_id: str | None
-    acp_caps: JsonObject | None
+    acp_caps: AcpCapsDoc | None
     mode: ModeDoc | None
-    config_options: list[JsonObject] | None
+    config_options: list[ConfigOptionDoc] | None
     available_commands: list[dict[str, str]] | None
     usage: UsageDoc | None
     effective_permissions: str | None
