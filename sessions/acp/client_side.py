@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Required, TypedDict
 
 from compozy_base.config.modes import PermissionMode
 from sessions.core.acp_shapes import PermissionOption, ToolCall
-from sessions.core.jsonobj import JsonObject
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
 ALLOW_KINDS = ("allow_once", "allow_always")
@@ -39,7 +39,18 @@ def policy_decision(mode: str, tool_call: ToolCall, options: Sequence[Permission
     return "cancelled", None
 
 
-def permission_response(option_id: str | None) -> JsonObject:
+class Outcome(TypedDict, total=False):
+    outcome: Required[str]  # selected or cancelled
+    optionId: str
+
+
+class PermissionResponse(TypedDict):
+    """Our answer to `session/request_permission`."""
+
+    outcome: Outcome
+
+
+def permission_response(option_id: str | None) -> PermissionResponse:
     if option_id is None:
         return {"outcome": {"outcome": "cancelled"}}
     return {"outcome": {"outcome": "selected", "optionId": option_id}}

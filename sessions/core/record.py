@@ -12,6 +12,7 @@ Readers take the typed view instead of chains of `(meta.get("liveness") or {}).g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Required, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -164,7 +165,7 @@ class SessionRecord(_Part):
     budget_usd: float | None = None  # a task attempt's cap: what its task's budget left (else the config's)
 
     @classmethod
-    def from_meta(cls, meta: SessionMeta | JsonObject) -> SessionRecord:
+    def from_meta(cls, meta: SessionMeta) -> SessionRecord:
         """The typed view of a meta.json document; a ValueError (pydantic's ValidationError) names what is wrong."""
         return cls.model_validate(meta)
 
@@ -362,6 +363,12 @@ class AcpCapsDoc(TypedDict, total=False):
     agent_info: Any  # the agent's own agentInfo
 
 
+class SupervisionDoc(TypedDict, total=False):
+    """supervision: what the supervisor's decisions left as evidence."""
+
+    silence_stop: Mapping[str, object]  # the silence stop's process-group check (runtime/supervision.py)
+
+
 class SessionMeta(TypedDict, total=False):
     """meta.json as a dict (`SessionRecord` is its model): `id`, `workspace_id`, `agent_name` and `state` are
     always there (`folder.read_meta` checks them); every other block may be absent."""
@@ -399,7 +406,7 @@ class SessionMeta(TypedDict, total=False):
     agent_model: ReportedModel | None
     speed_resolution: Resolution | None
     option_resolutions: dict[str, Resolution] | None
-    supervision: JsonObject | None  # the supervision decisions' evidence: free-form per action
+    supervision: SupervisionDoc | None
     mode: ModeDoc | None
     config_options: list[ConfigOptionDoc] | None
     available_commands: list[dict[str, str]] | None  # [{"name", "description"}]

@@ -115,7 +115,7 @@ class PermissionGate:
         except (OSError, ValueError) as exc:
             raise workspace_fs.fs_error(path, exc) from exc
 
-    async def _answer_permission(self, params: JsonObject) -> JsonObject:
+    async def _answer_permission(self, params: JsonObject) -> client_side.PermissionResponse:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         sent_call = params.get("toolCall")
         # The agent's JSON taken as ACP's shapes (sessions/core/acp_shapes.py): read by key, never trusted further.
