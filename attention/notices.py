@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from attention.enums import AttentionKind, WebhookEvent
 from sessions.core.enums import FailureKind, SessionState
+from sessions.core.record import SessionMeta
 from sessions.core.redact import bound_text, redact_text
 from sessions.store.folder import isoformat
 from tasks.enums import TaskEventKind
@@ -62,11 +62,11 @@ def _summary(text: str) -> str:
     return bound_text(redact_text(" ".join(text.split())), SUMMARY_BYTES)
 
 
-def _label(meta: dict[str, Any]) -> str:
+def _label(meta: SessionMeta) -> str:
     return str(meta.get("name") or meta["id"])
 
 
-def session_notices(meta: dict[str, Any]) -> list[Notice]:
+def session_notices(meta: SessionMeta) -> list[Notice]:
     """The events a saved session record carries (pure: the record only)."""
     sid, liveness = str(meta["id"]), meta.get("liveness") or {}
     workspace_id, agent = meta.get("workspace_id"), str(meta.get("agent_name") or "")
@@ -85,10 +85,10 @@ def session_notices(meta: dict[str, Any]) -> list[Notice]:
             what = " ".join(str(x) for x in (req.get("kind"), req.get("title")) if x) or "a tool call"
             add(f"permission:{sid}:{req.get('request_id')}:{req.get('created_at')}", WebhookEvent.PERMISSION_REQUESTED,
                 req.get("created_at"), f"{label} asks permission: {what}", str(req.get("request_id") or "") or None)
-        for req in liveness.get("elicitation_requests") or []:
-            add(f"elicitation:{sid}:{req.get('request_id')}:{req.get('created_at')}",
-                WebhookEvent.ELICITATION_REQUESTED, req.get("created_at"),
-                f"{label} asks: {req.get('message') or 'a question'}", str(req.get("request_id") or "") or None)
+        for ask in liveness.get("elicitation_requests") or []:
+            add(f"elicitation:{sid}:{ask.get('request_id')}:{ask.get('created_at')}",
+                WebhookEvent.ELICITATION_REQUESTED, ask.get("created_at"),
+                f"{label} asks: {ask.get('message') or 'a question'}", str(ask.get("request_id") or "") or None)
     turn = liveness.get("last_turn") or {}
     ended = meta.get("stopped_at") if stopped else None
     if kind == FailureKind.PROVIDER_AUTH_FAILURE:

@@ -20,6 +20,7 @@ from attention.models import AttentionAck
 from attention.notices import KIND_OF, Notice, session_notices, task_notice
 from sessions.core.enums import SessionState, SessionType
 from sessions.core.errors import NotFound
+from sessions.core.record import SessionMeta
 from sessions.models import Session
 from sessions.store.folder import utcnow
 from tasks.enums import TaskEventKind, TaskStatus
@@ -63,7 +64,7 @@ def _item(notice: Notice) -> AttentionItem | None:
                          notice.request_id)
 
 
-def _session_meta(row: Session) -> dict[str, Any] | None:
+def _session_meta(row: Session) -> SessionMeta | None:
     from sessions.catalog import index as catalog
     from sessions.core.errors import Conflict
     from sessions.services import read_session_meta
@@ -76,7 +77,7 @@ def _session_meta(row: Session) -> dict[str, Any] | None:
         return None  # meta.json unreadable: doctor's session_metadata check names it
 
 
-def session_items(meta: dict[str, Any]) -> list[AttentionItem]:
+def session_items(meta: SessionMeta) -> list[AttentionItem]:
     items = [item for item in map(_item, session_notices(meta)) if item is not None]
     if meta.get("task_id"):
         # A task's attempt that failed is its task's business: recovery retries it or the task needs attention

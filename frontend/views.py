@@ -40,9 +40,12 @@ from health.services import decorate_list
 from sessions import services
 from sessions.core.enums import Badge, SessionState
 from sessions.core.errors import CompozyError
+from sessions.core.record import SessionMeta
 from sessions.live import transcript
+from sessions.services.prompts import QueuedInput
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.rows import EventRow
 from tasks.services import list_tasks
 
 logger = logging.getLogger(__name__)
@@ -134,7 +137,7 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
 
 
-def _queue(session_id: str) -> list[dict[str, Any]]:
+def _queue(session_id: str) -> list[QueuedInput]:
     """Pending input entries, exactly as the queue route gives them (the page refreshes from it later)."""
     return list(services.pending_inputs(session_id)["queue"])
 
@@ -204,11 +207,11 @@ async def page_not_found(request: HttpRequest) -> HttpResponse:
     return _secure(response)
 
 
-def _take(rows: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+def _take(rows: Iterator[EventRow], count: int) -> list[EventRow]:
     return list(itertools.islice(rows, count))
 
 
-async def _jsonl(meta: dict[str, Any], path: Path, ceiling: int) -> AsyncIterator[bytes]:
+async def _jsonl(meta: SessionMeta, path: Path, ceiling: int) -> AsyncIterator[bytes]:
     """Envelopes as JSON lines, read a page at a time in a worker thread, up to the sequence at request time."""
     rows = event_store.iter_events(path, page=DOWNLOAD_PAGE)
     while True:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from compozy_base.config.loader import get_config
 from health import policy, services, wake
 from health.enums import WakeSource
 from health.models import HeartbeatSnapshot
+from health.policy import HeartbeatStatus
+from health.services import HealthDto
 from sessions import services as session_services
 from sessions.catalog.claims import owner_id
 from sessions.catalog.index import find_workspace
@@ -25,7 +27,23 @@ def _workspace_id(ref: str | None) -> str:
     return find_workspace(ref).id if ref else ""
 
 
-def service_state() -> dict[str, Any]:
+class ServiceState(TypedDict):
+    health_recomputed_at: str | None
+    last_cycle_at: str | None
+
+
+class AgentStatus(HeartbeatStatus, total=False):
+    """`agent heartbeat status`: the policy's status, and what the wake service says of the agent now."""
+
+    service: ServiceState
+    wake_reason: str | None
+    sessions: list[wake.SessionDecision]
+    wake_state: wake.WakeStateDto | None
+    session_health: HealthDto
+    wake_events: list[wake.WakeEventDto]
+
+
+def service_state() -> ServiceState:
     """When this daemon start's health recompute finished, and when the wake cycle last claimed a tick."""
 
     claim = SweepClaim.objects.filter(name=f"wake_cycle:{owner_id()}").first()
@@ -35,14 +53,14 @@ def service_state() -> dict[str, Any]:
 
 
 def agent_status(name: str, *, workspace: str | None = None, session_id: str | None = None,
-                 include_session_health: bool = False, include_wake_events: bool = False) -> dict[str, Any]:
+                 include_session_health: bool = False, include_wake_events: bool = False) -> AgentStatus:
     _check_agent(name)
     workspace_id = _workspace_id(workspace)
     row = None
     if session_id:
         row = services.health_row(session_id, workspace, touch=False)
         workspace_id = workspace_id or row.workspace_id
-    out = policy.status(name, workspace_id)
+    out: AgentStatus = {**policy.status(name, workspace_id)}
     out["service"] = service_state()
     out["wake_reason"] = _wake_reason(out)
     # Per session, the decision a wake would reach now (the health seed: the reasons appear in this status too).
@@ -56,7 +74,7 @@ def agent_status(name: str, *, workspace: str | None = None, session_id: str | N
     return out
 
 
-def _wake_reason(status: dict[str, Any]) -> str | None:
+def _wake_reason(status: HeartbeatStatus) -> str | None:
     """The policy-level reason (closed set) that refuses every wake of the agent now, or None when each session's
     own state decides: `heartbeat_no_policy` for an agent without HEARTBEAT.md."""
 
@@ -65,7 +83,7 @@ def _wake_reason(status: dict[str, Any]) -> str | None:
     return reason.value if reason else None
 
 
-def all_statuses() -> list[dict[str, Any]]:
+def all_statuses() -> list[AgentStatus]:
     """The home-level policy of every configured agent (the dashboard's HEARTBEAT.md panel)."""
 
     service = service_state()
@@ -74,7 +92,7 @@ def all_statuses() -> list[dict[str, Any]]:
 
 
 def manual_wake(name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
-                workspace: str | None = None) -> dict[str, Any]:
+                workspace: str | None = None) -> wake.WakeDecision:
     _check_agent(name)
     if not session_id:
         raise InvalidRequest("session_id is required", code="session_id_required")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
 from health.enums import HealthState, HealthValue, WakeReason
 from sessions.core.enums import FailureKind, SessionState
@@ -94,8 +94,21 @@ def last_error(failure: Failure | None) -> str:
     return bound_text(f"{failure.kind or 'error'}: {redact_text(text)}", LAST_ERROR_BYTES)
 
 
+class DerivedFields(TypedDict):
+    """The derived columns of a health row (`SessionHealth(**fields)`)."""
+
+    state: str
+    health: str
+    active_prompt: bool
+    attachable: bool
+    eligible_for_wake: bool
+    ineligibility_reason: str
+    last_activity_at: datetime | None
+    last_error: str
+
+
 def derive(rec: SessionRecord, live: LiveFacts, *, presence: datetime | None, now: datetime,
-           stale_after: float) -> dict[str, Any]:
+           stale_after: float) -> DerivedFields:
     """Every derived field of a health row (identity and timestamps of writing excluded)."""
     state = state_of(rec, live)
     health = health_of(rec, live)

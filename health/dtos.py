@@ -4,21 +4,43 @@ those rows."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from health import policy, wake
-from health.services import health_row, row_dict
+from health.heartbeat import Diagnostic
+from health.services import HealthDto, health_row, row_dict
 from sessions import services
+from sessions.services.payloads import SessionPayload
 
 
-def status_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+class StatusDto(TypedDict):
+    session: SessionPayload
+    health: HealthDto
+    wake_state: wake.WakeStateDto | None
+
+
+class InspectDto(TypedDict):
+    session_id: str
+    health: HealthDto
+    wake_state: wake.WakeStateDto | None
+    policy: policy.SnapshotSummary | None
+    policy_snapshot_id: str | None
+    policy_digest: str | None
+    config_digest: str | None
+    last_wake_event: wake.WakeEventDto | None
+    wake_events: list[wake.WakeEventDto]
+    last_error: str | None
+    diagnostics: list[Diagnostic]
+
+
+def status_dto(session_id: str, workspace_ref: str | None = None) -> StatusDto:
     """`session status`: the session record (unchanged, so `.session.failure` still reads) plus health."""
     row = health_row(session_id, workspace_ref)
     return {"session": services.get_session(session_id, workspace_ref), "health": row_dict(row),
             "wake_state": wake.wake_state_dto(session_id)}
 
 
-def inspect_dto(session_id: str, workspace_ref: str | None = None, recent: int = 5) -> dict[str, Any]:
+def inspect_dto(session_id: str, workspace_ref: str | None = None, recent: int = 5) -> InspectDto:
     """Health, wake state, the HEARTBEAT.md policy the session's agent would be woken under, the last audit."""
     row = health_row(session_id, workspace_ref)
     snap = policy.resolve(row.agent_name, row.workspace_id)  # the snapshot a wake would use now

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -22,6 +22,45 @@ from compozy_base.config.values import parse_duration as go_duration
 from compozy_base.nesting import MAX_DEPTH
 
 SCHEMA_VERSION = 1
+# The author's YAML frontmatter as loaded: free-form, checked key by key below (`_policy`).
+Frontmatter = dict[str, Any]
+
+
+class Diagnostic(TypedDict):
+    """One problem (or warning) of a HEARTBEAT.md, as `heartbeat inspect`, the API and the snapshot row show it."""
+
+    code: str
+    severity: str  # error or warning
+    message: str
+    field: NotRequired[str]
+    line: NotRequired[int]
+    source_path: NotRequired[str]  # the file it is about (health/policy.py)
+
+
+class WindowDoc(TypedDict):
+    timezone: str
+    start: str  # HH:MM
+    end: str
+
+
+class PreferencesDoc(TypedDict, total=False):
+    min_interval_seconds: float
+    active_hours: list[WindowDoc]
+    quiet_windows: list[WindowDoc]
+
+
+class ContextDoc(TypedDict, total=False):
+    include: list[str]
+
+
+class HeartbeatPolicy(TypedDict, total=False):
+    """The canonical frontmatter (`_policy`), as a snapshot stores it; empty for an invalid HEARTBEAT.md."""
+
+    version: int
+    enabled: bool
+    summary: str
+    preferences: PreferencesDoc
+    context: ContextDoc
 TOP_KEYS = frozenset({"version", "enabled", "summary", "preferences", "context"})
 PREFERENCE_KEYS = frozenset({"min_interval", "active_hours", "quiet_windows", "context"})
 WINDOW_KEYS = frozenset({"timezone", "start", "end"})
@@ -57,7 +96,7 @@ class Window:
             return self.start <= local < self.end
         return local >= self.start or local < self.end
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> WindowDoc:
         return {"timezone": self.timezone, "start": self.start.strftime("%H:%M"), "end": self.end.strftime("%H:%M")}
 
 
@@ -66,13 +105,13 @@ class Parsed:
     """The outcome of one parse: a canonical policy when valid, diagnostics either way."""
 
     valid: bool
-    policy: dict[str, Any] = field(default_factory=dict)
+    policy: HeartbeatPolicy = field(default_factory=lambda: HeartbeatPolicy())
     body: str = ""
-    diagnostics: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     digest: str = ""
 
     @property
-    def errors(self) -> list[dict[str, Any]]:
+    def errors(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d["severity"] == "error"]
 
 
@@ -122,8 +161,8 @@ _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",
 
 
 def diag(code: str, message: str, *, severity: str = "error", field_: str | None = None,
-         line: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"code": code, "severity": severity, "message": message}
+         line: int | None = None) -> Diagnostic:
+    out: Diagnostic = {"code": code, "severity": severity, "message": message}
     if field_ is not None:
         out["field"] = field_
     if line is not None:
@@ -168,7 +207,7 @@ def valid_timezone(name: object) -> bool:
     return True
 
 
-def _windows(raw: object, key: str, out: list[dict[str, Any]]) -> list[Window]:
+def _windows(raw: object, key: str, out: list[Diagnostic]) -> list[Window]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -198,7 +237,7 @@ def _windows(raw: object, key: str, out: list[dict[str, Any]]) -> list[Window]:
     return windows
 
 
-def _forbidden(data: dict[str, Any], prefix: str, out: list[dict[str, Any]], seen: set[int] | None = None) -> None:
+def _forbidden(data: Frontmatter, prefix: str, out: list[Diagnostic], seen: set[int] | None = None) -> None:
     # A mapping reached twice through YAML aliases is checked once: nine levels of ten aliases each are 10^9 visits.
     seen = set() if seen is None else seen
     if id(data) in seen:
@@ -213,7 +252,7 @@ def _forbidden(data: dict[str, Any], prefix: str, out: list[dict[str, Any]], see
             _forbidden(value, f"{prefix}{key}.", out, seen)
 
 
-def _include(raw: object, key: str, out: list[dict[str, Any]]) -> list[str]:
+def _include(raw: object, key: str, out: list[Diagnostic]) -> list[str]:
     if not isinstance(raw, dict) or set(raw) - CONTEXT_KEYS:
         out.append(diag("heartbeat_invalid_field_type", f"{key} must be a mapping with `include`", field_=key))
         return []
@@ -225,7 +264,7 @@ def _include(raw: object, key: str, out: list[dict[str, Any]]) -> list[str]:
     return list(items)
 
 
-def _body_checks(body: str, first_line: int, out: list[dict[str, Any]]) -> None:
+def _body_checks(body: str, first_line: int, out: list[Diagnostic]) -> None:
     fence = False
     for n, line in enumerate(body.split("\n"), start=first_line):
         if line.lstrip().startswith("```"):
@@ -248,7 +287,7 @@ def _body_checks(body: str, first_line: int, out: list[dict[str, Any]]) -> None:
 
 def parse(text: str, cfg: HeartbeatConfig) -> Parsed:
     """Validate a HEARTBEAT.md. Never raises: every problem is a diagnostic, and any error makes it invalid."""
-    out: list[dict[str, Any]] = []
+    out: list[Diagnostic] = []
     try:
         front, body, first_line = split(text)
     except ValueError as exc:
@@ -283,7 +322,7 @@ def parse(text: str, cfg: HeartbeatConfig) -> Parsed:
     return parsed
 
 
-def _interval(prefs: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]]) -> float:
+def _interval(prefs: Frontmatter, cfg: HeartbeatConfig, out: list[Diagnostic]) -> float:
     """`preferences.min_interval`, raised to the configured floor; the configured default when absent or invalid."""
     if "min_interval" not in prefs:
         return cfg.default_interval
@@ -299,7 +338,7 @@ def _interval(prefs: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, A
     return parsed_interval
 
 
-def _policy(data: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]]) -> dict[str, Any]:
+def _policy(data: Frontmatter, cfg: HeartbeatConfig, out: list[Diagnostic]) -> HeartbeatPolicy:
     """The canonical frontmatter: defaults resolved, clamps applied, windows normalised."""
     _forbidden(data, "", out)
     unknown = {str(k) for k in data} - TOP_KEYS - set(FORBIDDEN)
@@ -342,7 +381,7 @@ def _policy(data: dict[str, Any], cfg: HeartbeatConfig, out: list[dict[str, Any]
             "context": {"include": include}}
 
 
-def digest(policy: dict[str, Any], body: str, cfg: HeartbeatConfig) -> str:
+def digest(policy: HeartbeatPolicy, body: str, cfg: HeartbeatConfig) -> str:
     """sha256 over the schema version, canonical frontmatter JSON, normalised body and the config subset."""
     blob = json.dumps({"schema": SCHEMA_VERSION, "frontmatter": policy, "body": body,
                        "config": cfg.digest_subset()}, sort_keys=True, separators=(",", ":"))
@@ -354,12 +393,12 @@ def config_digest(cfg: HeartbeatConfig) -> str:
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def windows_of(policy: dict[str, Any], key: str) -> list[Window]:
+def windows_of(policy: HeartbeatPolicy, key: Literal["active_hours", "quiet_windows"]) -> list[Window]:
     return [Window(w["timezone"], parse_clock(w["start"]) or time(0), parse_clock(w["end"]) or time(0))
             for w in policy.get("preferences", {}).get(key, [])]
 
 
-def allowed_at(policy: dict[str, Any], instant: datetime) -> bool:
+def allowed_at(policy: HeartbeatPolicy, instant: datetime) -> bool:
     """Inside some active window (or none authored) and inside no quiet window."""
     active = windows_of(policy, "active_hours")
     if active and not any(w.contains(instant) for w in active):
@@ -367,5 +406,5 @@ def allowed_at(policy: dict[str, Any], instant: datetime) -> bool:
     return not any(w.contains(instant) for w in windows_of(policy, "quiet_windows"))
 
 
-def interval_of(policy: dict[str, Any]) -> timedelta:
+def interval_of(policy: HeartbeatPolicy) -> timedelta:
     return timedelta(seconds=float(policy.get("preferences", {}).get("min_interval_seconds") or 0))

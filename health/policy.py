@@ -7,7 +7,7 @@ import hashlib
 import logging
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from django.db import DatabaseError
 
@@ -96,7 +96,37 @@ def resolve(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None
     return snap
 
 
-def snapshot_summary(snap: HeartbeatSnapshot | None) -> dict[str, Any] | None:
+class SnapshotSummary(TypedDict):
+    snapshot_id: str
+    validation_status: str
+    digest: str | None
+    config_digest: str
+    source_path: str | None
+    created_at: str | None
+
+
+class HeartbeatStatus(TypedDict):
+    """Heartbeat status DTO (docs/reference/surfaces.md §4.8)."""
+
+    agent_name: str
+    workspace_id: str | None
+    source_path: str | None
+    present: bool
+    valid: bool
+    validation_status: str
+    enabled: bool
+    config_enabled: bool
+    active: bool
+    digest: str | None
+    config_digest: str
+    snapshot_id: str
+    summary: str | None
+    preferences: heartbeat.PreferencesDoc
+    context: heartbeat.ContextDoc
+    diagnostics: list[heartbeat.Diagnostic]
+
+
+def snapshot_summary(snap: HeartbeatSnapshot | None) -> SnapshotSummary | None:
     if snap is None:
         return None
     return {"snapshot_id": snap.id, "validation_status": snap.status, "digest": snap.digest or None,
@@ -104,11 +134,11 @@ def snapshot_summary(snap: HeartbeatSnapshot | None) -> dict[str, Any] | None:
             "created_at": isoformat(snap.created_at)}
 
 
-def status(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None = None) -> dict[str, Any]:
+def status(agent_name: str, workspace_id: str = "", cfg: HeartbeatConfig | None = None) -> HeartbeatStatus:
     """Heartbeat status DTO (docs/reference/surfaces.md §4.8), re-resolving the file first."""
     cfg = cfg or get_config().heartbeat
     snap = resolve(agent_name, workspace_id, cfg)
-    policy = snap.policy or {}
+    policy = cast(heartbeat.HeartbeatPolicy, snap.policy or {})  # as `resolve` stored it (`Parsed.policy`)
     valid = snap.status == PolicyStatus.VALID
     enabled = bool(policy.get("enabled", False)) if valid else False
     return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import DatabaseError, IntegrityError, transaction
 
@@ -27,10 +27,12 @@ from sessions import services
 from sessions.catalog import cluster
 from sessions.catalog.ownership import local_manager
 from sessions.core.errors import Conflict, NotFound, Unavailable
+from sessions.core.live import LiveSession
 from sessions.core.offload import spawn
 from sessions.core.record import SessionRecord
 from sessions.models import Session
 from sessions.services import ring_catalog_threadsafe
+from sessions.services.reads import SessionList
 from sessions.store.folder import isoformat, load_meta, session_dir, utcnow
 
 logger = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ def _manager() -> Any:
 def live_facts(session_id: str) -> LiveFacts:
     """Read from the owner's runtime (any thread: attribute reads only)."""
     manager = _manager()
-    runtime = manager.get(session_id) if manager is not None else None
+    runtime: LiveSession | None = manager.get(session_id) if manager is not None else None
     if runtime is None:
         return LiveFacts()
     agent = runtime.agent
@@ -58,7 +60,29 @@ def live_facts(session_id: str) -> LiveFacts:
                      stopping=bool(runtime.stopping))
 
 
-def row_dict(row: SessionHealth) -> dict[str, Any]:
+class HealthDto(TypedDict):
+    """The health DTO (docs/reference/health.md §1): built as a dict, sent as JSON as it is."""
+
+    session_id: str
+    workspace_id: str
+    agent_name: str
+    state: str
+    health: str
+    active_prompt: bool
+    attachable: bool
+    eligible_for_wake: bool
+    ineligibility_reason: str | None
+    last_activity_at: str | None
+    last_presence_at: str | None
+    last_error: str | None
+    updated_at: str | None
+
+
+class HealthAnswer(TypedDict):
+    health: HealthDto
+
+
+def row_dict(row: SessionHealth) -> HealthDto:
     """The health DTO (docs/reference/health.md §1; docs/reference/surfaces.md §4.8): the same for CLI, HTTP and UDS."""
     return {
         "session_id": row.session_id, "workspace_id": row.workspace_id, "agent_name": row.agent_name,
@@ -91,8 +115,8 @@ def _upsert(rec: SessionRecord, live: LiveFacts, now: datetime | None = None,
         fields = derive(rec, live, presence=row.last_presence_at if row else None, now=now,
                         stale_after=cfg.session_health_stale_after)
         if force_stale:
-            fields.update(health=HealthValue.STALE.value, eligible_for_wake=False,
-                          ineligibility_reason=WakeReason.SESSION_UNHEALTHY.value)
+            fields.update({"health": HealthValue.STALE.value, "eligible_for_wake": False,
+                           "ineligibility_reason": WakeReason.SESSION_UNHEALTHY.value})
         if row is None:
             if not Session.objects.filter(id=rec.id).exists():
                 return None  # the catalog row is gone (a removal raced this write)
@@ -133,7 +157,7 @@ def _fire_hook(row: SessionHealth, rec: SessionRecord) -> None:
     payload = {k: v for k, v in row_dict(row).items() if k not in ("session_id", "workspace_id", "agent_name")}
 
     def start() -> None:
-        runtime = manager.get(row.session_id)
+        runtime: LiveSession | None = manager.get(row.session_id)
         if runtime is not None:
             spawn(runtime.hook(HOOK_EVENT, **payload))
             return
@@ -318,11 +342,11 @@ def _derived(rec: SessionRecord, live: LiveFacts) -> SessionHealth:
                          updated_at=now, **fields)
 
 
-def health_dto(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+def health_dto(session_id: str, workspace_ref: str | None = None) -> HealthAnswer:
     return {"health": row_dict(health_row(session_id, workspace_ref))}
 
 
-def decorate_list(result: dict[str, Any]) -> dict[str, Any]:
+def decorate_list(result: SessionList) -> SessionList:
     """`GET /api/sessions?include_health=true`: each payload gains `health` (one query, no presence touch)."""
     ids = [s["id"] for s in result["sessions"]]
     sweep_stale()  # the list is where an operator looks for stale sessions: age them before answering

@@ -17,7 +17,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from django.db import IntegrityError
 from django.db.models import F
@@ -26,9 +26,11 @@ from compozy_base.config.heartbeat import HeartbeatConfig
 from compozy_base.config.loader import get_config
 from health import heartbeat, policy, services
 from health.enums import HealthState, PolicyStatus, WakeReason, WakeResult, WakeSource
+from health.heartbeat import Diagnostic
 from health.models import HeartbeatSnapshot, SessionHealth, WakeEvent, WakeState
 from sessions.core.errors import Conflict, Unavailable
-from sessions.runtime.manager import get_manager
+from sessions.core.live import LiveSession
+from sessions.runtime.manager import SessionManager, get_manager
 from sessions.store.folder import isoformat, utcnow
 
 logger = logging.getLogger(__name__)
@@ -47,9 +49,77 @@ class Cycle:
     sent: int = 0
 
 
-def _recorded_decision(result: WakeResult, reason: WakeReason, **extra: Any) -> dict[str, Any]:
-    return {"wake_event_id": None, "result": result.value, "reason": reason.value, "policy_snapshot_id": None,
-            "policy_digest": None, "config_digest": None, "synthetic_prompt_id": None, "diagnostics": [], **extra}
+class WakeDecision(TypedDict):
+    """A wake's decision (docs/reference/health.md §3): built as a dict, sent as JSON as it is."""
+
+    wake_event_id: str | None
+    result: str
+    reason: str
+    policy_snapshot_id: str | None
+    policy_digest: str | None
+    config_digest: str | None
+    synthetic_prompt_id: str | None
+    diagnostics: list[Diagnostic]
+    session_id: NotRequired[str]  # set by every decision but the bare `_recorded_decision`
+    agent_name: NotRequired[str]
+    source: NotRequired[str]
+    dry_run: NotRequired[bool]
+
+
+class SessionDecision(TypedDict):
+    session_id: str
+    workspace_id: str
+    state: str
+    result: str
+    reason: str
+
+
+class SyntheticWake(TypedDict):
+    """What a heartbeat wake's synthetic prompt records of itself (its row's `synthetic`)."""
+
+    reason: str
+    summary: str
+    wake_event_id: str
+    policy_snapshot_id: str
+    policy_digest: str
+    config_digest: str
+    source: str
+
+
+class WakeStateDto(TypedDict):
+    workspace_id: str
+    agent_name: str
+    session_id: str
+    policy_snapshot_id: str | None
+    last_wake_at: str | None
+    next_allowed_at: str | None
+    coalesced_count: int
+    last_result: str | None
+    last_reason: str | None
+    in_flight: bool
+    updated_at: str | None
+
+
+class WakeEventDto(TypedDict):
+    id: str
+    workspace_id: str | None
+    agent_name: str
+    session_id: str | None
+    policy_snapshot_id: str | None
+    source: str
+    result: str
+    reason: str
+    synthetic_prompt_id: str | None
+    created_at: str | None
+    expires_at: str | None
+
+
+def _recorded_decision(result: WakeResult, reason: WakeReason, *, policy_snapshot_id: str | None = None,
+                       policy_digest: str | None = None, config_digest: str | None = None,
+                       diagnostics: list[Diagnostic] | None = None) -> WakeDecision:
+    return {"wake_event_id": None, "result": result.value, "reason": reason.value,
+            "policy_snapshot_id": policy_snapshot_id, "policy_digest": policy_digest, "config_digest": config_digest,
+            "synthetic_prompt_id": None, "diagnostics": [] if diagnostics is None else diagnostics}
 
 
 def require_recomputed() -> str:
@@ -97,7 +167,7 @@ def policy_reason(cfg: HeartbeatConfig, snap: HeartbeatSnapshot | None, now: dat
 
 def wake(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL, dry_run: bool = False,
          cycle: Cycle | None = None, now: datetime | None = None, audit_repeats: bool = True, peek: bool = False,
-         snaps: Snaps | None = None) -> dict[str, Any]:
+         snaps: Snaps | None = None) -> WakeDecision:
     """Decide (and unless `dry_run`, act on) one wake request. Numbered as the reference's pipeline.
 
     `peek` is the decision a dry run would reach without recording anything of the wake (no audit row, not even a
@@ -158,7 +228,7 @@ def _held_back(state: WakeState | None, source: WakeSource, now: datetime) -> tu
     return None
 
 
-def _send(ctx: _Ctx, snap: HeartbeatSnapshot, cycle: Cycle | None) -> dict[str, Any]:
+def _send(ctx: _Ctx, snap: HeartbeatSnapshot, cycle: Cycle | None) -> WakeDecision:
     """Step 7 once the gate is ours: record the decision's id and send the prompt with "skip if busy"."""
     session_id, source = ctx.session_id, ctx.source
     event_id = "wke_" + secrets.token_hex(8)
@@ -181,16 +251,16 @@ def _send(ctx: _Ctx, snap: HeartbeatSnapshot, cycle: Cycle | None) -> dict[str, 
 
 
 def not_found(agent_name: str, session_id: str, *, source: WakeSource = WakeSource.MANUAL,
-              dry_run: bool = False) -> dict[str, Any]:
+              dry_run: bool = False) -> WakeDecision:
     """The decision for a session id that resolves to no session (or not in the given workspace): skipped,
     `session_not_found`, and nothing recorded (no audit row, no wake state for an id anybody can make up)."""
     out = _recorded_decision(WakeResult.SKIPPED, WakeReason.SESSION_NOT_FOUND)
-    out.update(session_id=session_id, agent_name=agent_name, source=source.value, dry_run=dry_run)
+    out.update({"session_id": session_id, "agent_name": agent_name, "source": source.value, "dry_run": dry_run})
     return out
 
 
 def session_decisions(agent_name: str, *, workspace_id: str = "", session_id: str = "",
-                      now: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
+                      now: datetime | None = None, limit: int = 100) -> list[SessionDecision]:
     """What a wake of each of the agent's sessions would decide now (`peek`: no wake recorded): its live sessions,
     newest first, or only `session_id` (whatever its state or agent); within `workspace_id` when given."""
     now = now or utcnow()
@@ -201,7 +271,7 @@ def session_decisions(agent_name: str, *, workspace_id: str = "", session_id: st
     if workspace_id:
         rows = rows.filter(workspace_id=workspace_id)
     snaps: Snaps = {}
-    out = []
+    out: list[SessionDecision] = []
     for row in rows.order_by("-updated_at", "session_id")[:limit]:
         decision = wake(agent_name, row.session_id, now=now, peek=True, snaps=snaps)
         out.append({"session_id": row.session_id, "workspace_id": row.workspace_id, "state": row.state,
@@ -231,7 +301,7 @@ def _state(session_id: str, workspace_id: str, agent_name: str, now: datetime) -
     return state
 
 
-def send_synthetic(session_id: str, text: str, synthetic: dict[str, Any]) -> str:
+def send_synthetic(session_id: str, text: str, synthetic: SyntheticWake) -> str:
     """Run the synthetic turn on the daemon's loop from this (worker) thread; its turn id is returned."""
     manager = get_manager()
     if manager.loop is None:
@@ -240,8 +310,8 @@ def send_synthetic(session_id: str, text: str, synthetic: dict[str, Any]) -> str
     return future.result(SEND_TIMEOUT)
 
 
-async def _start(manager: Any, session_id: str, text: str, synthetic: dict[str, Any]) -> str:
-    runtime = manager.get(session_id)
+async def _start(manager: SessionManager, session_id: str, text: str, synthetic: SyntheticWake) -> str:
+    runtime: LiveSession | None = manager.get(session_id)
     if runtime is None or runtime.stopping or runtime.state != "active":
         raise Conflict("session is not active", code="session_not_active")
     # Skip if busy, never queue; input queued earlier and still waiting for its turn counts as busy (it runs next).
@@ -262,16 +332,16 @@ class _Ctx:
         self.snap: HeartbeatSnapshot | None = None
 
     def decide(self, result: WakeResult, reason: WakeReason, *, event_id: str | None = None, coalesce: bool = False,
-               release: bool = False, turn_id: str | None = None) -> dict[str, Any]:
+               release: bool = False, turn_id: str | None = None) -> WakeDecision:
         snap = self.snap
         out = _recorded_decision(result, reason, policy_snapshot_id=snap.id if snap else None,
                                  policy_digest=(snap.digest or None) if snap else None,
                                  config_digest=snap.config_digest if snap else None,
                                  diagnostics=list(snap.diagnostics) if snap else [])
-        out.update(session_id=self.session_id, agent_name=self.agent_name, source=self.source.value,
-                   dry_run=self.dry_run)
+        out.update({"session_id": self.session_id, "agent_name": self.agent_name, "source": self.source.value,
+                    "dry_run": self.dry_run})
         if self.dry_run:
-            out.update(wake_event_id=None, policy_snapshot_id=None)
+            out.update({"wake_event_id": None, "policy_snapshot_id": None})
             return out
         exists = SessionHealth.objects.filter(session_id=self.session_id).exists()
         previous = WakeState.objects.filter(session_id=self.session_id).first() if exists else None
@@ -286,11 +356,11 @@ class _Ctx:
             policy_snapshot_id=snap.id if snap else "", source=self.source, result=result, reason=reason,
             synthetic_prompt_id=turn_id or "", created_at=self.now,
             expires_at=self.now + timedelta(seconds=self.cfg.wake_event_retention))
-        out.update(wake_event_id=event_id, synthetic_prompt_id=turn_id)
+        out.update({"wake_event_id": event_id, "synthetic_prompt_id": turn_id})
         return out
 
     def _update_state(self, result: WakeResult, reason: WakeReason, *, coalesce: bool, release: bool) -> None:
-        fields: dict[str, Any] = {"last_result": result.value, "last_reason": reason.value, "updated_at": utcnow(),
+        fields: dict[str, object] = {"last_result": result.value, "last_reason": reason.value, "updated_at": utcnow(),
                                   "policy_snapshot_id": self.snap.id if self.snap else ""}
         if coalesce:
             fields["coalesced_count"] = F("coalesced_count") + 1
@@ -340,7 +410,7 @@ def run_cycle(now: datetime | None = None) -> dict[str, int]:
 
 # ---- reads ---------------------------------------------------------------------------------------------
 
-def wake_state_dto(session_id: str) -> dict[str, Any] | None:
+def wake_state_dto(session_id: str) -> WakeStateDto | None:
     state = WakeState.objects.filter(session_id=session_id).first()
     if state is None:
         return None
@@ -351,7 +421,7 @@ def wake_state_dto(session_id: str) -> dict[str, Any] | None:
             "in_flight": state.in_flight, "updated_at": isoformat(state.updated_at)}
 
 
-def event_dto(ev: WakeEvent) -> dict[str, Any]:
+def event_dto(ev: WakeEvent) -> WakeEventDto:
     return {"id": ev.id, "workspace_id": ev.workspace_id or None, "agent_name": ev.agent_name,
             "session_id": ev.session_id or None, "policy_snapshot_id": ev.policy_snapshot_id or None,
             "source": ev.source, "result": ev.result, "reason": ev.reason,
@@ -360,7 +430,7 @@ def event_dto(ev: WakeEvent) -> dict[str, Any]:
 
 
 def recent_events(*, session_id: str | None = None, agent_name: str | None = None,
-                  limit: int = 10) -> list[dict[str, Any]]:
+                  limit: int = 10) -> list[WakeEventDto]:
     qs = WakeEvent.objects.all()
     if session_id:
         qs = qs.filter(session_id=session_id)

@@ -35,6 +35,7 @@ from sessions.store import folder
 from sessions.store.folder import parse_time
 
 if TYPE_CHECKING:
+    from sessions.core.record import SessionMeta
     from sessions.runtime.manager import SessionManager
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _sweep(manager: SessionManager) -> dict[str, int]:
     now = folder.utcnow()
     handed = 0
     ids = list(manager.runtimes)
-    live: dict[str, dict[str, Any]] = {}  # read once here, reused by the reaping check below
+    live: dict[str, SessionMeta] = {}  # read once here, reused by the reaping check below
     for session_id in ids:
         try:
             meta = folder.read_meta(session_id)

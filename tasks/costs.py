@@ -4,16 +4,15 @@ record (sessions/runtime/agent_state.py), summed over the attempts. Only costs a
 
 from __future__ import annotations
 
-from typing import Any
-
 from compozy_base.config.loader import get_config
 from sessions.core import money
 from sessions.core.errors import Conflict, NotFound
+from sessions.core.record import CostDoc
 from sessions.services.lookup import read_session_meta
 from tasks.models import Task, TaskRun
 
 
-def session_cost(session_id: str) -> Any:
+def session_cost(session_id: str) -> object:
     """A session's cumulative cost as its record says it (`{amount, currency}`, unchecked); None when it reported
     none, or is gone."""
     try:
@@ -23,7 +22,7 @@ def session_cost(session_id: str) -> Any:
     return usage.get("cost") if isinstance(usage, dict) else None
 
 
-def task_cost(runs: list[TaskRun]) -> dict[str, Any] | None:
+def task_cost(runs: list[TaskRun]) -> CostDoc | None:
     """What a task's attempts cost together, in USD: the costs a budget can count (others are left out)."""
     costs = [c for r in runs if r.session_id and (c := money.cost(session_cost(r.session_id))[0]) is not None]
     if not costs:

@@ -20,7 +20,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.dispatch import receiver
 
-from sessions.runtime.supervision import SILENCE_DETAIL, verified_stop, verify_orphan_group
+from sessions.core.record import SessionMeta
+from sessions.runtime.supervision import SILENCE_DETAIL, GroupVerification, verified_stop, verify_orphan_group
 from sessions.store import folder
 from tasks.enums import EXHAUSTED, RunOutcome, RunStatus, TaskAction, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import new_run_id, note
@@ -77,7 +78,7 @@ def recover(run: TaskRun, reason: TaskReason, evidence: dict[str, Any]) -> TaskA
 
 
 @receiver(verified_stop)
-def after_verified_stop(sender: object, session_id: str, meta: dict[str, Any], verification: dict[str, Any],
+def after_verified_stop(sender: object, session_id: str, meta: SessionMeta, verification: GroupVerification,
                         **_: Any) -> None:
     """Supervision stopped a silent session: finish its run (if it has one and we hold it) and recover it.
     A session without a task binding never creates a retry."""
@@ -100,7 +101,7 @@ def recover_lapsed(run: TaskRun) -> TaskAction:
     verification = verify_orphan_group(run.agent_pgid, run.agent_started)
     reason = TaskReason.LEASE_EXPIRED
     meta = _session_meta(run.session_id)
-    silence = ((meta or {}).get("supervision") or {}).get("silence_stop") or {}
+    silence = ((meta.get("supervision") if meta else None) or {}).get("silence_stop") or {}
     if meta and meta.get("stop_detail") == SILENCE_DETAIL and silence.get("verified"):
         # The silence stop was made and verified, but its recovery never ran (the daemon died in between).
         reason = TaskReason.SUPERVISED_SILENCE
@@ -110,7 +111,7 @@ def recover_lapsed(run: TaskRun) -> TaskAction:
     return recover(run, reason, evidence)
 
 
-def _session_meta(session_id: str) -> dict[str, Any] | None:
+def _session_meta(session_id: str) -> SessionMeta | None:
     if not session_id:
         return None
     try:

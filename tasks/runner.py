@@ -23,8 +23,10 @@ from compozy_base.process import start_ticks
 from sessions import services
 from sessions.core.enums import LIVE_STATES, StopReason
 from sessions.core.errors import AgentLimitReached, CompozyError, Unavailable
+from sessions.core.live import LiveSession
 from sessions.core.offload import db
 from sessions.runtime.supervision import SILENCE_DETAIL
+from sessions.services.create import CreateBody, TaskBinding
 from sessions.store import events as event_store
 from sessions.store import folder
 from tasks.costs import budget_left
@@ -82,7 +84,7 @@ def _renew(run: TaskRun, owner: str, ttl: float) -> bool:
 def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
     if not run.session_id:
         return "renewed" if run.id in _starting and _renew(run, owner, ttl) else "waiting"
-    runtime = manager.get(run.session_id)
+    runtime: LiveSession | None = manager.get(run.session_id)
     if runtime is not None and not runtime.stopped.is_set():
         if not _renew(run, owner, ttl):
             manager.hand_off_stop(run.session_id, StopReason.USER_CANCELED, "task run lease lost")
@@ -179,8 +181,8 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
                  "the task's attempts reached its cost budget")
         _starting.discard(run.id)
         return
-    binding: dict[str, Any] = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
-    body = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
+    binding: TaskBinding = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
+    body: CreateBody = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
             "name": f"{task.title} (attempt {run.attempt})"[:300], "task_binding": binding}
     try:
         try:

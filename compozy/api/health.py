@@ -27,7 +27,9 @@ from compozy.api.response_schemas import DoctorOut
 from compozy.api.schemas import DoctorQuery, Ident, Ref, responses
 from compozy.diagnostics.doctor import run_doctor
 from health import dtos, services
-from health.agents import agent_status, all_statuses, manual_wake
+from health.agents import AgentStatus, agent_status, all_statuses, manual_wake
+from health.dtos import InspectDto
+from health.services import HealthAnswer
 
 router = Router(tags=["health"])
 WS = "/workspaces/{workspace}/sessions/{session_id}"
@@ -42,13 +44,13 @@ async def doctor(request: HttpRequest, filters: Query[DoctorQuery]) -> dict[str,
 
 
 @router.get(WS + "/health", response=responses({200: HealthEnvelope}))
-async def session_health(request: HttpRequest, workspace: Ref, session_id: Ident) -> dict[str, Any]:
+async def session_health(request: HttpRequest, workspace: Ref, session_id: Ident) -> HealthAnswer:
     return await sync_to_async(services.health_dto)(session_id, workspace)
 
 
 @router.get(WS + "/inspect", response=responses({200: InspectDTO}))
 async def session_inspect(request: HttpRequest, workspace: Ref, session_id: Ident,
-                          query: Query[InspectQuery]) -> dict[str, Any]:
+                          query: Query[InspectQuery]) -> InspectDto:
     return await sync_to_async(dtos.inspect_dto)(session_id, workspace,
                                                      max(0, min(query.include_recent_wake_events, 100)))
 
@@ -59,7 +61,7 @@ async def heartbeat_agents(request: HttpRequest) -> dict[str, Any]:
 
 
 @router.get("/agents/{name}/heartbeat/status", response=responses({200: HeartbeatStatusDTO}))
-async def heartbeat_status(request: HttpRequest, name: Ident, query: Query[HeartbeatStatusQuery]) -> dict[str, Any]:
+async def heartbeat_status(request: HttpRequest, name: Ident, query: Query[HeartbeatStatusQuery]) -> AgentStatus:
     return await sync_to_async(agent_status)(
         name, workspace=query.workspace or query.workspace_id, session_id=query.session_id,
         include_session_health=query.include_session_health, include_wake_events=query.include_recent_wake_events)

@@ -27,13 +27,15 @@ from django.http import StreamingHttpResponse
 
 from compozy_base import metrics, strict_json
 from sessions.core.enums import EventType
+from sessions.core.live import LiveSession
 from sessions.live import feed as live_feed
 from sessions.live.pressure import pieces, room_for
 from sessions.live.transcript import event_data, permission_data
 from sessions.runtime.manager import get_manager
-from sessions.services.payloads import envelope
+from sessions.services.payloads import SessionIds, envelope
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.rows import EventRow
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class _Waker:
 
 
 async def turn_events(session_id: str, path: Path, turn_id: str,
-                      ended: asyncio.Event | None) -> AsyncIterator[list[dict[str, Any]] | None]:
+                      ended: asyncio.Event | None) -> AsyncIterator[list[EventRow] | None]:
     """The stored rows of one turn after its `user_message`, in batches, ending with the batch that holds
     its `done`/`error` (or a `session_stopped`). Yields None when a keepalive is due. `ended` is the
     runtime's turn-ended event (None when the turn already ended): once it is set every row of the turn is
@@ -103,7 +105,7 @@ async def turn_events(session_id: str, path: Path, turn_id: str,
                 rows, more = [live_feed.FeedRow(r) for r in raws], len(raws) == PAGE
             else:
                 more = False
-            batch: list[dict[str, Any]] = []
+            batch: list[EventRow] = []
             terminal = False
             for row in rows:
                 cursor = row.sequence
@@ -138,7 +140,7 @@ class UIMessageChunks:
     """Stored rows of one turn → UI message stream chunks (the AI SDK's `UIMessageChunk`s). Only fields of
     the protocol's own schemas are sent: its parser refuses what it does not know in older versions."""
 
-    def __init__(self, meta: dict[str, Any], turn_id: str) -> None:
+    def __init__(self, meta: SessionIds, turn_id: str) -> None:
         self.meta, self.turn_id = meta, turn_id
         self.open: tuple[str, str] | None = None  # the streaming text or reasoning part: (kind, id)
         self.tools: dict[str, Any] = {}  # toolCallId → the input last sent
@@ -168,7 +170,7 @@ class UIMessageChunks:
                      "dynamic": True}]
         return []
 
-    def row(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def row(self, event: EventRow) -> list[dict[str, Any]]:
         type_ = event["type"]
         content = event["content"] if isinstance(event["content"], dict) else {}
         if type_ in (EventType.AGENT_MESSAGE, EventType.THOUGHT):
@@ -196,7 +198,7 @@ class UIMessageChunks:
                            "output": content.get("tool_result"), "dynamic": True}]
         if type_ == EventType.PERMISSION:
             request_id, data = permission_data(event)
-            data.update(session_id=self.meta["id"], workspace_id=self.meta["workspace_id"])
+            data.update({"session_id": self.meta["id"], "workspace_id": self.meta["workspace_id"]})
             return [*out, {"type": "data-compozy-permission", "id": request_id, "data": data}]
         if type_ == EventType.ERROR:
             summary = event_data(event)
@@ -216,7 +218,7 @@ def _data_frames(chunks: list[dict[str, Any]]) -> bytes:
                     for c in chunks)
 
 
-def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
+def raw_frame(session_id: str, event: EventRow) -> bytes:
     """The raw form's frame: `id:` = sequence, `event:` = type, data = the live agent event."""
     content = event["content"] if isinstance(event["content"], dict) else {}
     data = {"type": event["type"], "session_id": session_id, "turn_id": event["turn_id"],
@@ -228,7 +230,7 @@ def raw_frame(session_id: str, event: dict[str, Any]) -> bytes:
 
 # ---- the response ------------------------------------------------------------------------------
 
-async def _frames(meta: dict[str, Any], turn_id: str, ended: asyncio.Event | None, raw: bool,
+async def _frames(meta: SessionIds, turn_id: str, ended: asyncio.Event | None, raw: bool,
                   backlog: Callable[[], int] | None, abort: Callable[[], None] | None) -> AsyncIterator[bytes]:
     """The response body. Like the session stream, it writes nothing more while about a megabyte waits for a
     client that stopped reading, writes a large frame in pieces under that mark, and closes the connection of a
@@ -268,8 +270,8 @@ def response_for_turn(session_id: str, turn_id: str, *, raw: bool = False,
     """The 200 answer to a prompt that started turn `turn_id` (called on the loop right after it started).
     `backlog` is the connection's queued byte count (the request scope's BACKLOG), None where there is none;
     `abort` closes the connection (ABORT)."""
-    runtime = get_manager().get(session_id)
-    meta = {"id": session_id, "workspace_id": (runtime.rec.workspace_id if runtime else None)}
+    runtime: LiveSession | None = get_manager().get(session_id)
+    meta: SessionIds = {"id": session_id, "workspace_id": (runtime.rec.workspace_id if runtime else None)}
     turn = runtime.turn if runtime is not None else None
     ended = turn.ended if turn is not None and turn.id == turn_id else None
     response = StreamingHttpResponse(_frames(meta, turn_id, ended, raw, backlog, abort),

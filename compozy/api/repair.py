@@ -13,12 +13,12 @@ from compozy.api.schemas import Ident, Ref, RepairQuery, responses
 from compozy.api.sessions import truthy
 from sessions import services
 from sessions.core.errors import Conflict
-from sessions.repair.transcript import IssueCode, repair_transcript
+from sessions.repair.transcript import IssueCode, RepairPayload, repair_transcript
 
 router = Router(tags=["sessions"])
 
 
-def repair_in_workspace(workspace_ref: str, session_id: str, *, dry_run: bool, force: bool) -> dict[str, Any]:
+def repair_in_workspace(workspace_ref: str, session_id: str, *, dry_run: bool, force: bool) -> RepairPayload:
     # As stored (no stale-state repair on read): the transcript repair below reports what it finds.
     services.check_workspace_scope(workspace_ref, services.load_meta(session_id))
     report = repair_transcript(session_id, dry_run=dry_run, force=force)

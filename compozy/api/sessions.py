@@ -3,7 +3,7 @@ layer acts, the route shapes the envelope."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -57,12 +57,24 @@ from compozy.api.schemas import (
     responses,
 )
 from compozy.diagnostics.status import loop_lag, runtime_status
-from health.dtos import status_dto
+from health.dtos import StatusDto, status_dto
 from health.services import decorate_list
 from sessions import services
 from sessions.catalog import index as catalog
 from sessions.core.errors import InvalidRequest
 from sessions.live.pressure import ABORT, BACKLOG
+from sessions.services.create import CreateBody
+from sessions.services.prompts import (
+    ElicitationAnswer,
+    ElicitationList,
+    PermissionAnswer,
+    PermissionList,
+    PromptAnswer,
+    QueueList,
+)
+from sessions.services.reactivation import Attached
+from sessions.services.reads import SessionList
+from sessions.services.workspaces import WorkspaceInfo
 
 router = Router(tags=["sessions"])
 workspaces = Router(tags=["workspaces"])
@@ -82,11 +94,12 @@ def truthy(value: str | None) -> bool:
 
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
-    return 201, {"session": await services.create_session(payload.model_dump(exclude_unset=True))}
+    body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
+    return 201, {"session": await services.create_session(body)}
 
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
-async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery]) -> dict[str, Any]:
+async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery]) -> SessionList:
     result = await sync_to_async(services.list_sessions)(
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
@@ -116,7 +129,7 @@ async def rename_session(request: HttpRequest, workspace: Workspace, session_id:
 
 
 @router.get(WS + "/status", response=responses({200: StatusDTO}), exclude_unset=True)
-async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def session_status(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> StatusDto:
     """The session record with its health (one DTO for CLI, HTTP and UDS)."""
 
     return await sync_to_async(status_dto)(session_id, workspace)
@@ -149,7 +162,7 @@ PROMPT_STREAM_OPENAPI = {"responses": {200: {
 @router.post(WS + "/prompt", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True,
              openapi_extra=PROMPT_STREAM_OPENAPI)
 async def prompt(request: HttpRequest, workspace: Workspace, session_id: SessionId, payload: PromptIn,
-                 filters: Query[PromptQuery]) -> tuple[int, dict[str, Any]] | StreamingHttpResponse:
+                 filters: Query[PromptQuery]) -> tuple[int, PromptAnswer] | StreamingHttpResponse:
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
@@ -172,55 +185,55 @@ async def set_mode(request: HttpRequest, workspace: Workspace, session_id: Sessi
 
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)
 async def interrupt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                    payload: InterruptIn | None = None) -> dict[str, Any]:
+                    payload: InterruptIn | None = None) -> PromptAnswer:
     return await services.interrupt_session(session_id, workspace, payload.expected_turn_id if payload else None)
 
 
 @router.post(WS + "/steer", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
 async def steer(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                payload: SteerIn) -> tuple[int, dict[str, Any]]:
+                payload: SteerIn) -> tuple[int, PromptAnswer]:
     return await services.steer_session(session_id, payload.text, workspace)
 
 
 @router.get(WS + "/prompt/queue", response=responses({200: QueueOut}), exclude_unset=True)
-async def prompt_queue(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def prompt_queue(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> QueueList:
     return await sync_to_async(services.pending_inputs)(session_id, workspace)
 
 
 @router.get(WS + "/permissions", response=responses({200: PermissionsOut}), exclude_unset=True)
-async def permissions(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def permissions(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> PermissionList:
     return await services.list_permissions(session_id, workspace)
 
 
 @router.post(WS + "/permissions/{request_id}", response=responses({200: PermissionDecisionOut}),
              exclude_unset=True)
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
-                            payload: PermissionDecisionIn) -> dict[str, Any]:
+                            payload: PermissionDecisionIn) -> PermissionAnswer:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace,
                                             peer_pid=socket_peer(request))
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
-async def elicitations(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def elicitations(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> ElicitationList:
     return await services.list_elicitations(session_id, workspace)
 
 
 @router.post(WS + "/elicitations/{request_id}", response=responses({200: ElicitationAnswerOut}),
              exclude_unset=True)
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
-                             payload: ElicitationAnswerIn) -> dict[str, Any]:
+                             payload: ElicitationAnswerIn) -> ElicitationAnswer:
     return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace,
                                              peer_pid=socket_peer(request))
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)
-async def cancel_turn(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+async def cancel_turn(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> PromptAnswer:
     return await services.cancel_turn(session_id, workspace)
 
 
 @router.delete(WS + "/prompt/queue/{entry_id}", response=responses({200: PromptOut}), exclude_unset=True)
 async def cancel_queued(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                        entry_id: Ident) -> dict[str, Any]:
+                        entry_id: Ident) -> PromptAnswer:
     return await services.cancel_queued(session_id, entry_id, workspace)
 
 
@@ -238,7 +251,7 @@ async def reactivate(request: HttpRequest, workspace: Workspace, session_id: Ses
 
 @router.post(WS + "/attach", response=responses({200: AttachOut}), exclude_unset=True)
 async def attach(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                 payload: AttachIn | None = None) -> dict[str, Any]:
+                 payload: AttachIn | None = None) -> Attached:
     payload = payload or AttachIn()
     holder = payload.attached_to or f"http:{request.META.get('REMOTE_ADDR') or 'local'}"
     return await sync_to_async(services.attach)(session_id, workspace, holder, payload.ttl_seconds)
@@ -246,7 +259,7 @@ async def attach(request: HttpRequest, workspace: Workspace, session_id: Session
 
 @router.delete(WS + "/attach", response=responses({200: SessionEnvelope}), exclude_unset=True)
 async def detach(request: HttpRequest, workspace: Workspace, session_id: SessionId,
-                 filters: Query[DetachQuery]) -> dict[str, Any]:
+                 filters: Query[DetachQuery]) -> Attached:
     return await sync_to_async(services.detach)(session_id, workspace, filters.attached_to)
 
 
@@ -304,7 +317,7 @@ async def resolve_workspace(request: HttpRequest, payload: ResolveWorkspaceIn) -
 
 
 @workspaces.get("/workspaces/{ref}", response=responses({200: WorkspaceInfoOut}), exclude_unset=True)
-async def workspace_info(request: HttpRequest, ref: Ref) -> dict[str, Any]:
+async def workspace_info(request: HttpRequest, ref: Ref) -> WorkspaceInfo:
     return await sync_to_async(services.workspace_info)(ref)
 
 

@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from compozy_base import strict_json
 from sessions import services
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
+from sessions.core.record import SessionMeta
 from sessions.live import feed as live_feed
 from sessions.live import transcript
 from sessions.store import events as event_store
+from sessions.store.rows import EventRow
 
 PAGE = 1000  # rows read from the store per catch-up page
 # A frame's data is strict JSON (no NaN: strict_json.py); one encoder for every frame.
 _dumps = strict_json.dumper(separators=(",", ":"), ensure_ascii=False)
 
 
-def frame(data: dict[str, Any], event: str | None = None, event_id: int | str | None = None) -> bytes:
+def frame(data: Mapping[str, Any], event: str | None = None, event_id: int | str | None = None) -> bytes:
     lines = []
     if event_id is not None:
         lines.append(f"id: {event_id}")
@@ -36,15 +39,17 @@ def frame(data: dict[str, Any], event: str | None = None, event_id: int | str | 
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def terminal_frame(session_id: str, *, row: dict[str, Any] | None = None,
-                   meta: dict[str, Any] | None = None) -> bytes:
+def terminal_frame(session_id: str, *, row: EventRow | None = None,
+                   meta: SessionMeta | None = None) -> bytes:
     """The closing `session_stopped` frame (no id: the client's cursor stays on the last stored row),
     from the stored row when there is one, else from meta.json."""
+    source: Mapping[str, object]
+    timestamp: str | None
     if row is not None:
         content = row["content"] if isinstance(row["content"], dict) else {}
         source, timestamp = content, row["timestamp"]
     else:
-        source, timestamp = meta or {}, (meta or {}).get("updated_at")
+        source, timestamp = meta or {}, meta.get("updated_at") if meta else None
     return frame({"session_id": session_id, "type": EventType.SESSION_STOPPED.value,
                   "stop_reason": source.get("stop_reason") or None, "stop_detail": source.get("stop_detail") or None,
                   "failure": source.get("failure"), "timestamp": timestamp}, event=EventType.SESSION_STOPPED)
@@ -55,7 +60,7 @@ def terminal_frame(session_id: str, *, row: dict[str, Any] | None = None,
 class RawTail:
     """Raw persisted rows after a cursor: `id:` = sequence, `event:` = type, `data:` = SessionEventPayload."""
 
-    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+    def __init__(self, meta: SessionMeta, path: Path, cursor: int | None, limit: int | None,
                  filters: dict[str, Any]) -> None:
         self.meta, self.path, self.limit, self.filters = meta, path, limit, filters
         self.conn: sqlite3.Connection | None = None
@@ -83,10 +88,10 @@ class RawTail:
         except json.JSONDecodeError:
             content, cleaned = None, False
         if not isinstance(content, dict) or cleaned or type_ == EventType.SESSION_STOPPED:
-            row = {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
+            row: EventRow = {"id": event_id, "sequence": seq, "turn_id": turn_id, "type": type_, "agent_name": agent,
                    "content": content if isinstance(content, dict) else {"invalid_json": text[:2048]},
                    "timestamp": timestamp, "archived": bool(archived)}
-            payload = services.envelope(self.meta, row)
+            payload = cast(JsonObject, services.envelope(self.meta, row))  # and the stop's keys below
             if type_ == EventType.SESSION_STOPPED:
                 payload.update({k: row["content"].get(k) for k in ("stop_reason", "stop_detail", "failure")})
             return frame(payload, event=type_, event_id=seq)
@@ -131,7 +136,7 @@ class TranscriptTail:
 
     filtered = False
 
-    def __init__(self, meta: dict[str, Any], path: Path, cursor: int | None, limit: int | None,
+    def __init__(self, meta: SessionMeta, path: Path, cursor: int | None, limit: int | None,
                  epoch: int | None, generation: int | None) -> None:
         self.meta, self.path, self.limit = meta, path, limit or transcript.DEFAULT_LIMIT
         self.cursor = cursor or 0
@@ -200,7 +205,7 @@ class TranscriptTail:
         frames, terminal = self._with_terminal(out, delta.last_row)
         return frames, terminal, delta.has_more and not terminal
 
-    def _with_terminal(self, out: bytes, last: dict[str, Any] | None) -> tuple[list[bytes], bool]:
+    def _with_terminal(self, out: bytes, last: EventRow | None) -> tuple[list[bytes], bool]:
         if last is not None and last["type"] == EventType.SESSION_STOPPED:
             return [out, terminal_frame(self.meta["id"], row=last)], True
         return [out], False

@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ LOW_DISK_BYTES = 512 * 1024 * 1024
 
 
 def item(id_: str, category: str, severity: str, title: str, message: str,
-         suggested_command: str | None = None, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+         suggested_command: str | None = None, evidence: Mapping[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"id": id_, "code": id_, "category": category, "severity": severity, "title": title,
                            "message": message, "data_freshness": "live"}
     if suggested_command:
@@ -262,18 +262,19 @@ def check_session_metadata() -> dict[str, Any]:
     for session_id in folders:
         started = False
         try:
-            started = bool((read_meta(session_id) or {}).get("activated_at"))
+            started = bool((meta := read_meta(session_id)) and meta.get("activated_at"))
         except ValueError as exc:
             invalid.append(session_id)
             why_invalid = why_invalid or first_line(exc)  # names the file: `<path>: nested deeper than …`
         why = damaged_store(events_path(session_id), started=started)
         if why is not None:
             damaged[session_id] = why
-    report = read_report() or {}
-    failed = list(report.get("failed") or [])
+    report = read_report()
+    failed = list((report["failed"] if report else None) or [])
     # Bounded like the boot report (a tree of broken folders must not make doctor's answer huge); the counts are whole.
     evidence = {"invalid": invalid[:LISTED], "damaged_stores": dict(list(damaged.items())[:LISTED]),
-                "failed": failed[:LISTED], "boot_repair_at": report.get("at"), "folders": len(folders)}
+                "failed": failed[:LISTED], "boot_repair_at": report["at"] if report else None,
+                "folders": len(folders)}
     if not (invalid or damaged or failed):
         return item("session_metadata", "sessions", "ok", "Session metadata",
                     f"{len(folders)} session folder(s) read: every meta.json valid, every events.db whole",

@@ -27,6 +27,7 @@ from compozy_base import strict_json
 from compozy_base.home import compozy_home, crash_bundles_dir
 from sessions import services
 from sessions.core.errors import Conflict
+from sessions.core.record import FailureDoc, SessionMeta
 from sessions.core.redact import redact_text, redact_value
 from sessions.models import Session
 from sessions.services import recap
@@ -78,7 +79,7 @@ def session_log_lines(session_id: str, path: Path | None) -> list[str]:
     return lines
 
 
-def crash_bundle_paths(session_id: str, failure: dict[str, Any] | None) -> list[Path]:
+def crash_bundle_paths(session_id: str, failure: FailureDoc | None) -> list[Path]:
     """The session's crash bundles: every `<session id>-<kind>-<nanos>.json`, and the one its failure names."""
     directory = crash_bundles_dir()
     found = set(directory.glob(f"{session_id}-*.json")) if directory.is_dir() else set()
@@ -92,7 +93,7 @@ def _json(data: Any) -> bytes:
     return (strict_json.dumps(redact_value(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-def _write_events(session_id: str, meta: dict[str, Any], out: IO[bytes]) -> int:
+def _write_events(session_id: str, meta: SessionMeta, out: IO[bytes]) -> int:
     """Every event, oldest first, one JSON object a line, paged so memory stays bounded."""
     path = folder.events_path(session_id)
     after, count = 0, 0
@@ -107,7 +108,7 @@ def _write_events(session_id: str, meta: dict[str, Any], out: IO[bytes]) -> int:
         after = page[-1]["sequence"]
 
 
-def _meta_or_row(session_id: str, workspace_ref: str | None) -> tuple[dict[str, Any], str | None]:
+def _meta_or_row(session_id: str, workspace_ref: str | None) -> tuple[SessionMeta, str | None]:
     """meta.json, or, when it is unreadable (session_meta_invalid), its catalog row and the error: evidence is
     most wanted for a session nothing else can read."""
     try:

@@ -15,18 +15,18 @@ from sessions.catalog import cluster
 from sessions.core.enums import SessionState
 from sessions.live import pressure as stream_pressure
 from sessions.models import Session
-from sessions.runtime.loop_lag import MONITOR
+from sessions.runtime.loop_lag import MONITOR, LagReport
 from sessions.store import folder
 from sessions.store import writer as store_writer
 from tasks.services import totals as task_totals
 
 
-def loop_lag() -> dict[str, Any]:
+def loop_lag() -> LagReport:
     """The shared loop's lag percentiles (`sessions.runtime.loop_lag`): cheap, read on the loop itself."""
     return MONITOR.report()
 
 
-def runtime_status(lag: dict[str, Any] | None = None) -> dict[str, Any]:
+def runtime_status(lag: LagReport | None = None) -> dict[str, Any]:
     """`compozy status`: the daemon block, session counts and recent failures (docs/reference/surfaces.md §4.9).
     `lag`: the loop's
     lag as the caller read it on the loop, before this work (whose queries, on a thread, contend with the loop)."""

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Required, TypedDict
 
 from compozy_base.config.modes import PermissionMode
+from sessions.core.acp_shapes import PermissionOption, ToolCall
 
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
 ALLOW_KINDS = ("allow_once", "allow_always")
 REJECT_KINDS = ("reject_once", "reject_always")
 
 
-def _pick(options: Sequence[dict[str, Any]], kinds: tuple[str, ...]) -> str | None:
+def _pick(options: Sequence[PermissionOption], kinds: tuple[str, ...]) -> str | None:
     for kind in kinds:
         for option in options:
             if option.get("kind") == kind and option.get("optionId"):
@@ -20,7 +21,7 @@ def _pick(options: Sequence[dict[str, Any]], kinds: tuple[str, ...]) -> str | No
     return None
 
 
-def policy_decision(mode: str, tool_call: dict[str, Any], options: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+def policy_decision(mode: str, tool_call: ToolCall, options: Sequence[PermissionOption]) -> tuple[str, str | None]:
     """(decision, option id) for a permission request; decision is `approved`, `denied` or `cancelled`."""
     if mode == PermissionMode.APPROVE_ALL:
         allow = True
@@ -38,15 +39,26 @@ def policy_decision(mode: str, tool_call: dict[str, Any], options: Sequence[dict
     return "cancelled", None
 
 
-def permission_response(option_id: str | None) -> dict[str, Any]:
+class Outcome(TypedDict, total=False):
+    outcome: Required[str]  # selected or cancelled
+    optionId: str
+
+
+class PermissionResponse(TypedDict):
+    """Our answer to `session/request_permission`."""
+
+    outcome: Outcome
+
+
+def permission_response(option_id: str | None) -> PermissionResponse:
     if option_id is None:
         return {"outcome": {"outcome": "cancelled"}}
     return {"outcome": {"outcome": "selected", "optionId": option_id}}
 
 
-def allow_option(options: Sequence[dict[str, Any]]) -> str | None:
+def allow_option(options: Sequence[PermissionOption]) -> str | None:
     return _pick(options, ALLOW_KINDS)
 
 
-def reject_option(options: Sequence[dict[str, Any]]) -> str | None:
+def reject_option(options: Sequence[PermissionOption]) -> str | None:
     return _pick(options, REJECT_KINDS)

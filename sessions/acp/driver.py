@@ -40,6 +40,7 @@ from compozy_base.home import user_umask
 from sessions.acp import sandbox, spawn, stragglers
 from sessions.acp.child_env import inherited_environment
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import starting
 from sessions.store.folder import isoformat, utcnow
 
@@ -52,7 +53,7 @@ STOP_TIMEOUT_SECONDS = 5.0
 # the 1 s stderr drain that `_wait_exit` allows after the exit.
 CLOSED_EXIT_GRACE_SECONDS = 3.0
 
-RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+RequestHandler = Callable[[str, JsonObject], Awaitable[Any]]
 
 
 class AgentNotFound(Exception):
@@ -238,7 +239,7 @@ class AgentProcess:
             return None
         return await self.on_request(method, params if isinstance(params, dict) else {})
 
-    async def request(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
+    async def request(self, method: str, params: JsonObject, timeout: float | None = None) -> Any:
         if self.conn is None:
             raise TransportClosed("agent connection is not open")
         try:
@@ -264,13 +265,13 @@ class AgentProcess:
             await asyncio.wait_for(self.exited.wait(), self.closed_stdout_grace + self.kill_grace)
         await asyncio.sleep(0)
 
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
+    async def notify(self, method: str, params: JsonObject) -> None:
         if self.conn is None:
             return
         with contextlib.suppress(ConnectionError, BrokenPipeError, ConnectionResetError, RuntimeError):
             await self.conn.send_notification(method, params)
 
-    async def initialize(self, timeout: float = 30.0, *, terminal: bool = False) -> dict[str, Any]:
+    async def initialize(self, timeout: float = 30.0, *, terminal: bool = False) -> JsonObject:
         """ACP initialize; `terminal` offers client terminals (only when the permission policy lets commands run)."""
         result = await self.request(
             "initialize",

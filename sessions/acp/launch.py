@@ -17,10 +17,10 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from compozy_base.config.loader import NpmPackage
 from sessions.acp.driver import AgentNotFound, AgentProcess, agent_environment
+from sessions.core.jsonobj import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def resolve(command: Sequence[str], *, provider: str, package: NpmPackage | None
 
 @contextlib.asynccontextmanager
 async def install_progress(launch: Launch, agent: AgentProcess,
-                           record: Callable[[str, dict[str, Any]], None]) -> AsyncIterator[None]:
+                           record: Callable[[str, JsonObject], None]) -> AsyncIterator[None]:
     """While an npx start is waiting for the handshake, record `runtime_progress` rows saying so."""
     if launch.package is None:
         yield

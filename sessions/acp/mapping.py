@@ -2,15 +2,76 @@
 
 Unknown variants are stored as `system` rows with the raw update, never dropped: agents ship new
 update types before SDKs learn them, and operators need the evidence.
+
+The update is the agent's JSON (`JsonObject`); what it maps to is a TypedDict (`MappedContent`, `ToolBlock`,
+`ToolOutput`): this runs once per streamed chunk, and a dict built with typed keys costs what the dict did. One flat
+TypedDict for every update kind's content, because the runtime reads it without asking the kind
+(sessions/runtime/session.py `on_update`); the values taken from the update as they are stay `Any`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from sessions.core import money
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
+from sessions.store.ops import UsageColumns
+
+
+class ToolBlock(TypedDict, total=False):
+    """One block of a tool call's ACP `content`, as stored: `text`, `diff`, `terminal` or (any other kind) `raw`."""
+
+    type: Required[str]
+    text: str
+    raw: Any  # a block of a kind not mapped, as the agent sent it
+    path: Any
+    old_text: Any
+    new_text: Any
+    terminal_id: str
+
+
+class PatchDoc(TypedDict):
+    path: Any
+    old_text: Any
+    new_text: Any
+
+
+class TerminalRef(TypedDict):
+    terminal_id: str
+
+
+class ToolOutput(TypedDict, total=False):
+    """A settled tool call's result (`tool_result` of its row)."""
+
+    structured_patch: list[PatchDoc]
+    file_path: Any
+    terminals: list[TerminalRef]
+    content: str
+    raw_output: Any  # the agent's rawOutput
+
+
+class MappedContent(TypedDict, total=False):
+    """The content of the row one update maps to; which keys it has follows the event type."""
+
+    text: str  # agent_message, thought, user_message
+    raw: Any  # an agent_message's non-text content; a system row's whole update
+    source: str
+    tool_call_id: str  # tool_call, tool_result, from here …
+    tool_name: str
+    title: str  # tool_call; also the `system` and available_commands rows' update kind
+    tool_kind: Any
+    status: Any
+    tool_input: Any  # the agent's rawInput
+    locations: Any
+    tool_content: list[ToolBlock]
+    tool_result: ToolOutput
+    tool_error: Any  # … to here
+    entries: Any  # plan: the agent's entries
+    available_commands: Any
+    usage: UsageColumns
+    unknown_variant: bool
 
 
 def _text_of(content: Any) -> tuple[str, Any]:
@@ -25,10 +86,10 @@ def _text_of(content: Any) -> tuple[str, Any]:
     return "", content
 
 
-def tool_content(update: dict[str, Any]) -> list[dict[str, Any]]:
+def tool_content(update: JsonObject) -> list[ToolBlock]:
     """A tool call's ACP `content` as stored on its `tool_call` row: text, `diff` (path, old and new text; a new
     file has no old text) and `terminal` blocks (an id whose output comes later). Other block kinds are kept raw."""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[ToolBlock] = []
     contents = update.get("content")
     for block in contents if isinstance(contents, list) else []:
         if not isinstance(block, dict):
@@ -47,8 +108,8 @@ def tool_content(update: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool_output(update: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _tool_output(update: JsonObject) -> ToolOutput:
+    result: ToolOutput = {}
     contents = update.get("content") or []
     texts = []
     for block in contents if isinstance(contents, list) else []:
@@ -80,8 +141,8 @@ TEXT_CHUNKS = {"agent_message_chunk": EventType.AGENT_MESSAGE, "agent_thought_ch
                "user_message_chunk": EventType.USER_MESSAGE}
 
 
-def map_update(update: dict[str, Any], tool_titles: dict[str, str],
-               tool_kinds: dict[str, str] | None = None) -> tuple[str, dict[str, Any]] | None:
+def map_update(update: JsonObject, tool_titles: dict[str, str],
+               tool_kinds: dict[str, str] | None = None) -> tuple[str, MappedContent] | None:
     """Returns (event type, content) for one update, or None for an empty chunk worth dropping. `tool_titles` and
     `tool_kinds` keep what each tool call said of itself: later updates (and permission requests) may omit it."""
     kind = str(update.get("sessionUpdate", ""))
@@ -103,11 +164,11 @@ def map_update(update: dict[str, Any], tool_titles: dict[str, str],
     return EventType.SYSTEM, {"title": kind or "unknown_update", "raw": update, "unknown_variant": True}
 
 
-def _text_chunk(kind: str, event_type: str, update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _text_chunk(kind: str, event_type: str, update: JsonObject) -> tuple[str, MappedContent] | None:
     text, raw = _text_of(update.get("content"))
     if not text and raw is None:
         return None
-    content: dict[str, Any] = {"text": text}
+    content: MappedContent = {"text": text}
     if raw is not None:
         content["raw"] = raw
     if kind == "user_message_chunk":
@@ -115,8 +176,8 @@ def _text_chunk(kind: str, event_type: str, update: dict[str, Any]) -> tuple[str
     return event_type, content
 
 
-def _tool_update(kind: str, update: dict[str, Any], tool_titles: dict[str, str],
-                 tool_kinds: dict[str, str] | None) -> tuple[str, dict[str, Any]]:
+def _tool_update(kind: str, update: JsonObject, tool_titles: dict[str, str],
+                 tool_kinds: dict[str, str] | None) -> tuple[str, MappedContent]:
     """A `tool_call` or `tool_call_update`: the call (or its refinement) until an update settles it."""
     call_id = str(update.get("toolCallId", ""))
     title = update.get("title")
@@ -126,7 +187,7 @@ def _tool_update(kind: str, update: dict[str, Any], tool_titles: dict[str, str],
         tool_kinds[call_id] = str(update["kind"])
     status = update.get("status")
     if kind == "tool_call_update" and status in {"completed", "failed"}:
-        content: dict[str, Any] = {
+        content: MappedContent = {
             "tool_call_id": call_id,
             "tool_name": tool_titles.get(call_id, ""),
             "status": status,
@@ -159,10 +220,10 @@ _USAGE_KEYS = {
 }
 
 
-def normalize_usage(raw: dict[str, Any]) -> dict[str, Any]:
+def normalize_usage(raw: JsonObject) -> UsageColumns:
     """snake_case usage counts (the original leaked Go field names; we do not). Only finite numbers, and a cost
     only when a budget could count it (sessions/core/money.py): the row is read back by every history and recap."""
-    usage: dict[str, Any] = {}
+    usage: UsageColumns = {}
     for key, value in raw.items():
         if key in _USAGE_KEYS and isinstance(value, int | float) and (isinstance(value, int) or math.isfinite(value)):
             usage[_USAGE_KEYS[key]] = value

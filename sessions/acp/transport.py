@@ -14,6 +14,7 @@ from typing import Any, SupportsIndex
 
 from acp.task import MessageSender, TaskSupervisor
 
+from sessions.core.jsonobj import JsonObject
 from sessions.store.clean import may_hold_surrogate, scrub
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 # Generous line limit: agents send whole file contents and tool outputs as single JSON lines.
 STDIO_LIMIT_BYTES = 50 * 1024 * 1024
 
-UpdateSink = Callable[[dict[str, Any]], None]
+UpdateSink = Callable[[JsonObject], None]
 ViolationSink = Callable[[str], None]
 
 # Updates handled between hand-backs to the loop. Measured: a burst held the shared loop for 17 ms p99 (others'
@@ -140,12 +141,12 @@ class RecordingTransport:
         if self._tapped is not None:
             self._tapped.tap = self._tap
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: JsonObject) -> None:
         if "method" in message and "id" in message:
             self._asked.add(message["id"])  # before the write: the answer cannot come first
         await self._sender.send(message)
 
-    async def receive(self) -> dict[str, Any] | None:
+    async def receive(self) -> JsonObject | None:
         handled = 0
         lines = self._lines
         while True:
@@ -190,14 +191,14 @@ class RecordingTransport:
             start = cut + 1
         return b""
 
-    def _parsed(self, line: str) -> dict[str, Any] | None:
+    def _parsed(self, line: str) -> JsonObject | None:
         """The line's one JSON object, or None (a violation) when it holds anything else."""
         message, odd = self._parse(line)
         if odd and message is not None:
             self._not_finite(message)
         return message
 
-    def _parse(self, line: str) -> tuple[dict[str, Any] | None, bool]:
+    def _parse(self, line: str) -> tuple[JsonObject | None, bool]:
         """(the line's one JSON object or None, whether a NaN or Infinity in it was read as null)."""
         before = _NotFinite.read
         try:
@@ -211,7 +212,7 @@ class RecordingTransport:
             message = scrub(message)
         return message, _NotFinite.read != before
 
-    def _not_finite(self, message: dict[str, Any]) -> None:
+    def _not_finite(self, message: JsonObject) -> None:
         method = message.get("method")
         what = f"{method!r:.60}" if method is not None else f"the response to request {message.get('id')!r:.40}"
         params = message.get("params")
@@ -220,7 +221,7 @@ class RecordingTransport:
             what += f" ({update['sessionUpdate']!r:.40})"
         self._violation(f"{what} held NaN or Infinity, which JSON does not have: read as null")
 
-    def _record_update(self, message: dict[str, Any]) -> None:
+    def _record_update(self, message: JsonObject) -> None:
         """A `session/update` notification: recorded here, never handed to the SDK."""
         params = message.get("params")
         if isinstance(params, dict):
@@ -231,7 +232,7 @@ class RecordingTransport:
         else:
             self._violation("a session/update whose params are not an object")
 
-    def _checked(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def _checked(self, message: JsonObject) -> JsonObject | None:
         """A message the SDK can handle, or None. A response with an id the SDK cannot look up (a list) killed its
         receive loop, and an `error` that is not an object left the prompt it answered waiting forever: the first
         is dropped, the second becomes a proper error, so the request it answers fails instead of hanging. A

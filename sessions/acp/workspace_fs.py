@@ -27,9 +27,10 @@ import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from compozy_base.home import user_umask
+from sessions.core.jsonobj import JsonObject
 
 MAX_READ_BYTES = 10 * 1024 * 1024
 # Agents' file I/O never takes a thread of the loop's default pool, which serves prompts, streams and reads.
@@ -187,7 +188,7 @@ def write_text(target: Confined, content: str, *, hard_links: bool = False) -> N
         file.write(content.encode("utf-8"))
 
 
-def bad_params(method: str, params: dict[str, Any]) -> str:
+def bad_params(method: str, params: JsonObject) -> str:
     """What is wrong with an fs request's parameters (ACP: `content` a string, `line` ≥ 1, `limit` ≥ 0), or "".
     An object `content` used to be written as its Python repr, and `line: "abc"` was an internal error."""
     if method == "fs/write_text_file" and not isinstance(params.get("content"), str):

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
@@ -108,14 +108,73 @@ def register_node(me: Identity) -> None:
                                                            "last_seen": now})
 
 
-def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
+class NodeView(TypedDict):
+    id: str
+    address: str
+    pid: int | None
+    this_node: bool
+    status: str  # up or down
+    started_at: str | None
+    last_seen: str | None
+    leases: int
+
+
+class LeaseView(TypedDict):
+    session_id: str
+    node_id: str
+    address: str
+    acquired_at: str | None
+    expires_at: str | None
+    expired: bool
+
+
+class HolderView(TypedDict):
+    node_id: str
+    address: str
+    expires_at: str | None
+
+
+class ServiceHealth(TypedDict, total=False):
+    """A shared service's health (the catalog database, Redis), as `compozy status` and doctor show it."""
+
+    status: str  # ok, error or not_used
+    latency_ms: float
+    error: str
+    engine: str  # the database's
+    name: str
+    host: str
+    port: int  # Redis's
+    db: str
+
+
+class Services(TypedDict):
+    database: ServiceHealth
+    redis: ServiceHealth
+
+
+class ClusterStatus(TypedDict):
+    """The `cluster` block of `compozy status`."""
+
+    node_id: str
+    address: str
+    clustered: bool
+    cluster_token: dict[str, str]
+    lease_ttl: float | None
+    sessions_dir: str
+    nodes: list[NodeView]
+    leases: list[LeaseView]
+    lease_count: int
+    services: Services
+
+
+def nodes(now: datetime | None = None) -> list[NodeView]:
     """Every node the catalog knows, with its leases and whether it is up (heartbeated recently)."""
     now = now or folder.utcnow()
     me = _identity
     counts: dict[str, int] = {}
     for holder in _held().filter(expires_at__gte=now).values_list("node_id", flat=True):
         counts[holder] = counts.get(holder, 0) + 1
-    out = []
+    out: list[NodeView] = []
     for node in Node.objects.order_by("id"):
         this = me is not None and node.id == me.node_id
         up = this or node_up(node, now)
@@ -125,7 +184,7 @@ def nodes(now: datetime | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def leases(limit: int = 100) -> list[dict[str, Any]]:
+def leases(limit: int = 100) -> list[LeaseView]:
     now = folder.utcnow()
     return [{"session_id": row.session_id, "node_id": row.node_id, "address": row.address,
              "acquired_at": folder.isoformat(row.acquired_at), "expires_at": folder.isoformat(row.expires_at),
@@ -142,7 +201,7 @@ class Holder:
     expires_at: datetime
     fenced: bool = False  # not a holder: failover ended this run's lease (the run asking was cut off)
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> HolderView:
         return {"node_id": self.node_id, "address": self.address, "expires_at": folder.isoformat(self.expires_at)}
 
 
@@ -372,26 +431,26 @@ def leased(session_id: str) -> bool:
 
 # ---- shared services (status, doctor) --------------------------------------------------------
 
-def database_health() -> dict[str, Any]:
+def database_health() -> ServiceHealth:
     """The catalog's engine and whether it answers (PostgreSQL in a cluster, SQLite embedded)."""
     import time
 
     from django.db import Error, connection
 
     started = time.monotonic()
-    info: dict[str, Any] = {"engine": connection.vendor, "name": str(connection.settings_dict.get("NAME") or "")}
+    info: ServiceHealth = {"engine": connection.vendor, "name": str(connection.settings_dict.get("NAME") or "")}
     if connection.vendor == "postgresql":
         info["host"] = connection.settings_dict.get("HOST") or ""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+        info.update({"status": "ok", "latency_ms": round((time.monotonic() - started) * 1000, 1)})
     except Error as exc:
-        info.update(status="error", error=str(exc))
+        info.update({"status": "error", "error": str(exc)})
     return info
 
 
-def redis_health() -> dict[str, Any]:
+def redis_health() -> ServiceHealth:
     """Redis behind huey and the doorbells, when REDIS_URL is set (embedded: not used)."""
     import time
 
@@ -401,7 +460,7 @@ def redis_health() -> dict[str, Any]:
     from urllib.parse import urlparse
 
     parsed = urlparse(url)
-    info: dict[str, Any] = {"host": parsed.hostname or "", "port": parsed.port or 6379, "db": parsed.path.lstrip("/")}
+    info: ServiceHealth = {"host": parsed.hostname or "", "port": parsed.port or 6379, "db": parsed.path.lstrip("/")}
     started = time.monotonic()
     try:
         import redis
@@ -411,13 +470,13 @@ def redis_health() -> dict[str, Any]:
             client.ping()
         finally:
             client.close()
-        info.update(status="ok", latency_ms=round((time.monotonic() - started) * 1000, 1))
+        info.update({"status": "ok", "latency_ms": round((time.monotonic() - started) * 1000, 1)})
     except Exception as exc:  # noqa: BLE001 - no library, a bad URL or the server: the status shows the cause
-        info.update(status="error", error=str(exc))
+        info.update({"status": "error", "error": str(exc)})
     return info
 
 
-def status() -> dict[str, Any]:
+def status() -> ClusterStatus:
     """The `cluster` block of `compozy status`: this node, every node, the leases and the shared services."""
 
     me = _identity

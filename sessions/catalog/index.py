@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.db import IntegrityError, transaction
 from django.dispatch import Signal
@@ -12,13 +12,25 @@ from django.dispatch import Signal
 from sessions.catalog.cluster import node_id
 from sessions.core.enums import SessionState
 from sessions.core.errors import Conflict, Gone, InvalidRequest, NotFound
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.models import Session, Workspace
 from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
 
-def workspace_record(ws: Workspace) -> dict[str, Any]:
+class WorkspaceDoc(TypedDict):
+    """A workspace as every surface shows it (built as a dict, sent as JSON)."""
+
+    id: str
+    name: str
+    root_dir: str
+    add_dirs: list[str]
+    default_agent: str | None
+    created_at: str | None
+    updated_at: str | None
+
+
+def workspace_record(ws: Workspace) -> WorkspaceDoc:
     return {
         "id": ws.id, "name": ws.name, "root_dir": ws.root_dir, "add_dirs": list(ws.add_dirs or []),
         "default_agent": ws.default_agent or None, "created_at": isoformat(ws.created_at),
@@ -170,7 +182,8 @@ def upsert_session_row(rec: SessionRecord) -> None:
     """Mirror meta.json into the catalog; every lifecycle change writes both (so this node holds the folder)."""
     # A holder lease attaches to a live runtime: a stop ends it, so a later resume is not refused for 15 minutes
     # by a holder of a runtime that no longer exists.
-    lease: dict[str, Any] = {"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED else {}
+    lease: dict[str, object] = ({"attached_to": "", "attach_expires_at": None} if rec.state == SessionState.STOPPED
+                                else {})
     Session.objects.update_or_create(
         id=rec.id,
         defaults={
@@ -207,7 +220,7 @@ def delete_session_row(session_id: str) -> None:
     Session.objects.filter(id=session_id).delete()
 
 
-def row_meta(row: Session) -> dict[str, Any]:
+def row_meta(row: Session) -> SessionMeta:
     """The metadata a catalog row mirrors, for a session whose meta.json is on another node's disk."""
     return {"id": row.id, "name": row.name, "agent_name": row.agent_name, "provider": row.provider,
             "model": row.model, "workspace_id": row.workspace_id, "session_type": row.session_type,

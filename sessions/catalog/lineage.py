@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from compozy_base.config.modes import PermissionMode
 from sessions.core.enums import SessionType
+from sessions.core.record import LineageDoc, SessionMeta
 from sessions.store.folder import isoformat, parse_time
 
 MAX_SPAWN_DEPTH = 3
@@ -25,7 +25,7 @@ def effective_permissions(session_type: SessionType, agent_mode: str, parent_mod
     return mode.value
 
 
-def child_lineage(parent: dict[str, Any], *, role: str, ttl_seconds: int, now: datetime) -> dict[str, Any]:
+def child_lineage(parent: SessionMeta, *, role: str, ttl_seconds: int, now: datetime) -> LineageDoc:
     parent_lineage = parent.get("lineage") or {}
     depth = int(parent_lineage.get("spawn_depth") or 0) + 1
     return {
@@ -38,7 +38,7 @@ def child_lineage(parent: dict[str, Any], *, role: str, ttl_seconds: int, now: d
     }
 
 
-def reap_reason(meta: dict[str, Any], parent_meta: dict[str, Any] | None, now: datetime) -> str | None:
+def reap_reason(meta: SessionMeta, parent_meta: SessionMeta | None, now: datetime) -> str | None:
     """Why a live spawned child must be reaped now, or None."""
     lineage = meta.get("lineage") or {}
     if (meta.get("session_type") or "user") != SessionType.SPAWNED or not lineage:

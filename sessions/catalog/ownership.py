@@ -21,11 +21,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from compozy_base.daemon_record import daemon_running
 from compozy_base.home import sessions_dir
 from sessions.catalog import cluster
+from sessions.core.live import LiveSession
 from sessions.core.record import SessionRecord
 
 
@@ -55,7 +56,7 @@ class LocalManager(Protocol):
 
     def owns(self, session_id: str) -> bool: ...
 
-    def get(self, session_id: str) -> Any: ...
+    def get(self, session_id: str) -> LiveSession | None: ...
 
 
 # This process's manager: set and read only through the two functions below (`set_local_manager` is called by the

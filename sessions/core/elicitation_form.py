@@ -12,6 +12,8 @@ import json
 import math
 from typing import Any
 
+from sessions.core.jsonobj import JsonObject
+
 # The largest question (its message, UTF-8): a person reads it at a glance before answering, in an attention card
 # or a terminal. Real agents' questions are a few lines (under 2 KiB); 16 KiB is eight times that, and keeps the
 # question's event row, its listing and each open question's share of memory small.
@@ -22,7 +24,8 @@ MAX_SCHEMA_BYTES = 32 * 1024
 MAX_SCHEMA_FIELDS = 64
 
 
-def _enum_of(prop: dict[str, Any]) -> list[str] | None:
+
+def _enum_of(prop: JsonObject) -> list[str] | None:
     if isinstance(prop.get("enum"), list):
         return [str(v) for v in prop["enum"]]
     if isinstance(prop.get("oneOf"), list):
@@ -30,7 +33,7 @@ def _enum_of(prop: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _string_problem(prop: dict[str, Any], value: Any) -> str | None:
+def _string_problem(prop: JsonObject, value: Any) -> str | None:
     if not isinstance(value, str):
         return "must be a string"
     choices = _enum_of(prop)
@@ -43,7 +46,7 @@ def _string_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-def _field_problem(prop: dict[str, Any], value: Any) -> str | None:
+def _field_problem(prop: JsonObject, value: Any) -> str | None:
     kind = prop.get("type")
     if kind == "string":
         return _string_problem(prop, value)
@@ -68,12 +71,12 @@ def _field_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None  # a type this client does not know: the agent reads what it gets
 
 
-def content_problems(schema: dict[str, Any], content: Any) -> list[dict[str, str]]:
+def content_problems(schema: JsonObject, content: Any) -> list[dict[str, str]]:
     """What does not fit: [{"field", "reason"}], empty when `content` answers `schema`."""
     if not isinstance(content, dict):
         return [{"field": "", "reason": "content must be an object"}]
     given = schema.get("properties")
-    props: dict[str, Any] = given if isinstance(given, dict) else {}
+    props: JsonObject = given if isinstance(given, dict) else {}
     required = schema.get("required")
     # Checked when asked (`question_problem`); read defensively all the same: an answer is never a 500.
     names = [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
@@ -89,7 +92,7 @@ def content_problems(schema: dict[str, Any], content: Any) -> list[dict[str, str
     return problems
 
 
-def schema_problem(schema: dict[str, Any]) -> str | None:
+def schema_problem(schema: JsonObject) -> str | None:
     """Why the form cannot honour `schema` (a person could not answer it, or no answer would fit), None when it can:
     a flat object whose `properties` are objects and whose `required` lists their names."""
     if schema.get("type", "object") != "object":
@@ -110,7 +113,7 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     return None
 
 
-def question_problem(message: str, schema: dict[str, Any]) -> str | None:
+def question_problem(message: str, schema: JsonObject) -> str | None:
     """Why an agent's question (`elicitation/create`) is refused, None when it may be asked: too long, a schema
     too large, or one the form cannot honour."""
     length = len(message.encode("utf-8", "replace"))
@@ -125,7 +128,7 @@ def question_problem(message: str, schema: dict[str, Any]) -> str | None:
     return schema_problem(schema)
 
 
-def typed_value(prop: dict[str, Any], raw: str) -> Any:
+def typed_value(prop: JsonObject, raw: str) -> Any:
     """A value typed on a command line, read as its field's type (ValueError when it is not one)."""
     kind = prop.get("type")
     if kind == "integer":

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sessions.core.failures import DISK_FULL, StoreReadError, classify
+from sessions.core.jsonobj import JsonObject
 
 
 class CompozyError(Exception):
@@ -12,7 +11,7 @@ class CompozyError(Exception):
     code = "invalid_request"
 
     def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 data: dict[str, Any] | None = None) -> None:
+                 data: JsonObject | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
 
 from sessions.core.enums import Badge, FailureKind, SessionState, StopReason
-from sessions.core.record import SessionRecord
+from sessions.core.jsonobj import JsonObject
+from sessions.core.record import FailureDoc, SessionRecord
 from sessions.core.redact import bound_text, redact_text
 
 SUMMARY_CAP_BYTES = 2048
@@ -29,7 +29,7 @@ def check_transition(current: str, target: str) -> None:
         raise IllegalTransition(f"session cannot go from {current} to {target}")
 
 
-def failure_object(kind: FailureKind | str, summary: str, crash_bundle_path: str | None = None) -> dict[str, Any]:
+def failure_object(kind: FailureKind | str, summary: str, crash_bundle_path: str | None = None) -> FailureDoc:
     """The one failure shape used by status, list JSON, the SSE terminal frame and `compozy status`."""
     return {
         "kind": FailureKind(kind).value,
@@ -69,7 +69,7 @@ def user_stop_reason(detail: str) -> StopReason:
     return StopReason.USER_CANCELED
 
 
-def badge(state: str, failure: dict[str, Any] | None, stalled: bool = False, prompting: bool = False) -> Badge:
+def badge(state: str, failure: FailureDoc | None, stalled: bool = False, prompting: bool = False) -> Badge:
     """Daemon-computed so clients never re-derive it (docs/reference/sessions.md §1 precedence). A start the provider
     refused for authentication stops the session, but it waits on a person's login, not on a fix: `waiting-for-auth`
     (issue 29), and `session resume` after the login continues it."""
@@ -102,7 +102,7 @@ def is_auth_error(code: int, message: str) -> bool:
     return (code == ACP_AUTH_REQUIRED and "auth" in text) or any(word in text for word in _AUTH_WORDS)
 
 
-def hook_payload(rec: SessionRecord, event: str, extra: dict[str, Any]) -> dict[str, Any]:
+def hook_payload(rec: SessionRecord, event: str, extra: JsonObject) -> JsonObject:
     """What every lifecycle hook of a session is handed (docs/reference/hooks.md §3): the session as its record has it
     now."""
     return {

@@ -10,7 +10,8 @@ check. A cost that cannot be counted is refused, and a budget that cannot be che
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from sessions.core.record import CostDoc
 
 BUDGET_CURRENCY = "USD"
 
@@ -40,7 +41,7 @@ def currency(value: object) -> str | None:
     return code if len(code) == 3 and code.isascii() and code.isalpha() else None
 
 
-def cost(raw: object) -> tuple[dict[str, Any] | None, str | None]:
+def cost(raw: object) -> tuple[CostDoc | None, str | None]:
     """A cost an agent reported, ACP's `{amount, currency}`: (`{"amount", "currency": "USD"}`, None) when a budget
     can count it, else (None, why not). Only USD counts: a budget has no exchange rate, and a cost in EUR skipped it."""
     if not isinstance(raw, dict):

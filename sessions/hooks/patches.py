@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from compozy_base.config.hook_spec import _DENY_KEYS, PATCH_KEYS, HookEvent
+from sessions.core.jsonobj import JsonObject
 
 _ALLOW_DECISIONS = frozenset({"approved", "approve", "allow", "allowed", "allow_once", "allow_always"})
 _DENY_DECISIONS = frozenset({"denied", "deny", "blocked", "block", "rejected", "reject", "reject_once",
@@ -56,7 +57,7 @@ def _reject_constant(name: str) -> Any:
     raise PatchError(f"hook patch: invalid JSON value {name}")
 
 
-def decode_patch(event: HookEvent, text: str) -> dict[str, Any]:
+def decode_patch(event: HookEvent, text: str) -> JsonObject:
     """Strict decoding: one JSON object, only the event's keys, typed values. Empty output = empty patch."""
     text = text.strip()
     if not text:

@@ -34,6 +34,7 @@ from compozy_base.config.hook_spec import (
     event_family,
     validate_declarations,
 )
+from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import bound_text, redact_text
 from sessions.hooks.patches import PatchError, decode_patch, guard_patch
 from sessions.hooks.process import (
@@ -45,6 +46,7 @@ from sessions.hooks.process import (
     run_command,
 )
 from sessions.store.folder import isoformat, utcnow
+from sessions.store.ops import HookRunRow
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +125,14 @@ def _matches(decl: HookDeclaration, payload: Mapping[str, Any]) -> bool:
 class HookOutcome:
     """Result of one dispatch. `payload` is the input as patched by the sync chain (a fresh dict)."""
 
-    payload: dict[str, Any]
+    payload: JsonObject  # the hook JSON (hooks.md §3)
     denied: bool = False
     deny_reason: str = ""
     required_failed: bool = False
     error: str = ""  # the dispatch error text: denial, required failure or depth exceeded
     hook_name: str = ""  # the hook that denied or whose required failure aborted
     hook_required: bool = False  # that hook is `required` (a required denial stops the session, §5)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # rows recorded during this call
+    runs: list[HookRunRow] = field(default_factory=list)  # rows recorded during this call
 
     @property
     def ok(self) -> bool:
@@ -157,7 +159,7 @@ class _Run:
     duration_ns: int = 0
     error: str = ""
     raw_patch: str | None = None
-    patch: dict[str, Any] = field(default_factory=dict)
+    patch: JsonObject = field(default_factory=dict)  # the hook's JSON patch
 
 
 # ---- the runner --------------------------------------------------------------------------------
@@ -169,7 +171,7 @@ class _AsyncJob:
     event: HookEvent
     stdin: bytes
     depth: int
-    record: Callable[[dict[str, Any]], None] | None
+    record: Callable[[HookRunRow], None] | None
 
 
 class HookRunner:
@@ -179,7 +181,7 @@ class HookRunner:
         self,
         declarations: Iterable[HookDeclaration],
         *,
-        record_run: Callable[[dict[str, Any]], None] | None = None,
+        record_run: Callable[[HookRunRow], None] | None = None,
         cwd: Path | None = None,
         redact: bool = True,
         async_workers: int = ASYNC_WORKERS,
@@ -217,7 +219,7 @@ class HookRunner:
         payload: Mapping[str, Any],
         *,
         depth: int | None = None,
-        record_run: Callable[[dict[str, Any]], None] | None = None,
+        record_run: Callable[[HookRunRow], None] | None = None,
     ) -> HookOutcome:
         """Run the hooks of `event` for `payload` (§3). `depth` overrides the in-process nesting depth,
         e.g. from a `COMPOZY_HOOK_DEPTH` a hook passed back to the daemon. `record_run` replaces the
@@ -225,7 +227,7 @@ class HookRunner:
         ev = HookEvent(event)
         record = record_run or self._record_run
         depth = depth if depth is not None else _DEPTH.get() + 1
-        current: dict[str, Any] = json.loads(json.dumps(dict(payload), default=str))
+        current: JsonObject = json.loads(json.dumps(dict(payload), default=str))
         current.setdefault("event", ev.value)
         current.setdefault("timestamp", isoformat(utcnow()))
         outcome = HookOutcome(payload=current)
@@ -304,7 +306,7 @@ class HookRunner:
             return _Run(HookRunOutcome.FAILED, elapsed, "hook patch: output is not UTF-8"), ""
         return _Run(HookRunOutcome.APPLIED, elapsed), text
 
-    async def _run_sync(self, decl: HookDeclaration, event: HookEvent, payload: dict[str, Any],
+    async def _run_sync(self, decl: HookDeclaration, event: HookEvent, payload: JsonObject,
                         depth: int) -> _Run:
         run, text = await self._execute(decl, event, self._stdin(payload), depth)
         if run.outcome != HookRunOutcome.APPLIED:
@@ -398,7 +400,7 @@ class HookRunner:
 
     # -- audit rows --
 
-    def _emit(self, record: Callable[[dict[str, Any]], None] | None, outcome: HookOutcome | None,
+    def _emit(self, record: Callable[[HookRunRow], None] | None, outcome: HookOutcome | None,
               decl: HookDeclaration, event: HookEvent, depth: int, run: _Run) -> None:
         row = self._row(decl, event, depth, run)
         if outcome is not None:
@@ -411,7 +413,7 @@ class HookRunner:
             # The audit must not break the operation the hook guards.
             log.exception("recording hook run %s failed", row["id"])
 
-    def _row(self, decl: HookDeclaration, event: HookEvent, depth: int, run: _Run) -> dict[str, Any]:
+    def _row(self, decl: HookDeclaration, event: HookEvent, depth: int, run: _Run) -> HookRunRow:
         patch: str | None = None
         if run.raw_patch is not None and decl.mode == HookMode.SYNC:
             # Already bounded by the stdout limit; cutting it further would store invalid JSON.

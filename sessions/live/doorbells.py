@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -24,7 +23,7 @@ def session_group(session_id: str) -> str:
     return f"compozy.session.{session_id}"
 
 
-def _fire(group: str, message: dict[str, Any]) -> None:
+def _fire(group: str, message: dict[str, str | int]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return

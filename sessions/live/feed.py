@@ -29,6 +29,7 @@ from sessions.core.failures import classify
 from sessions.live.doorbells import session_group
 from sessions.live.ring import Raw, RowRing
 from sessions.store import events as event_store
+from sessions.store.rows import EventRow
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class FeedRow:
     def type(self) -> str:
         return str(self.raw[3])
 
-    def event(self) -> dict[str, Any]:
+    def event(self) -> EventRow:
         """The row as `read_events` returns it. Shared between viewers: readers must not mutate it."""
         if self._feed is None:
             return event_store.row_to_event(self.raw)
@@ -108,7 +109,7 @@ class SessionFeed:
         # viewers built from its rows, by sequence: frames (bytes: untracked too) and decoded rows.
         self.rows = RowRing()
         self.frames: dict[int, bytes] = {}
-        self.events: dict[int, dict[str, Any]] = {}
+        self.events: dict[int, EventRow] = {}
         self.bytes = 0  # content text held by the ring
         # Newest sequence held; None until the first read says where the store ends (viewers read the
         # store themselves meanwhile).

@@ -4,11 +4,37 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from sessions.live.transcript import DEFAULT_LIMIT, NO_TURN, PAGE, USER_TYPES, Assembler, _Entry, _marks, _query, _rows
+from sessions.live.transcript import (
+    DEFAULT_LIMIT,
+    NO_TURN,
+    PAGE,
+    USER_TYPES,
+    Assembler,
+    UIMessage,
+    _Entry,
+    _marks,
+    _query,
+    _rows,
+)
 from sessions.store import events as event_store
+from sessions.store.rows import EventRow
+
+
+class HistoryTurn(TypedDict):
+    """One turn of `session history` (a TypedDict: built as a dict and sent as JSON as is)."""
+
+    turn_id: str
+    started_at: str | None
+    start_sequence: int
+    sequence: int
+    event_count: int
+    messages: list[UIMessage]
+    truncated: NotRequired[bool]  # a turn too long to read whole: its first row, then its newest rows
+    omitted_events: NotRequired[int]
 
 # `session history` reads at most HISTORY_TURN_ROWS rows of one turn (its first row, the user's message, and its
 # newest rows) and HISTORY_ROWS in all, newest turns first: memory stays bounded whatever the turn sizes, and
@@ -39,7 +65,7 @@ def _turn_starts(path: Path, want: int, after: int) -> dict[int, str]:
         before = int(rows[-1][0])
 
 
-def read_history(path: Path, *, last: int = DEFAULT_LIMIT, after: int = 0) -> list[dict[str, Any]]:
+def read_history(path: Path, *, last: int = DEFAULT_LIMIT, after: int = 0) -> list[HistoryTurn]:
     """The newest `last` turns after `after`, oldest first: each the transcript entries (UI messages, assembled by
     the same `Assembler` as the transcript frames) of its rows in sequence order, so the user's message, the reply as
     one message with its thoughts and tool calls, and the markers where they happened. Rows outside any turn stay
@@ -63,28 +89,28 @@ def read_history(path: Path, *, last: int = DEFAULT_LIMIT, after: int = 0) -> li
     return [_history_turn(path, begin, end, take, starts.get(begin)) for begin, end, take in reversed(plan)]
 
 
-def _history_turn(path: Path, begin: int, end: int, take: int, turn_id: str | None) -> dict[str, Any]:
+def _history_turn(path: Path, begin: int, end: int, take: int, turn_id: str | None) -> HistoryTurn:
     assembler = Assembler(track=False)
     kept: collections.deque[_Entry] = collections.deque()
     assembler.keep = kept
     size = end - begin + 1
-    first: dict[str, Any] | None = None
+    first: EventRow | None = None
     count = 0
     if take < size:
         # A turn too long to read whole: its first row (the user's message), then its newest rows.
         head = event_store.read_events(path, after=begin - 1, limit=1)
-        rows: Any = [*head, *_rows(path, end - take + 1, end + 1)]
+        rows: Iterable[EventRow] = [*head, *_rows(path, end - take + 1, end + 1)]
     else:
         rows = _rows(path, begin - 1, end + 1)
     for row in rows:
         first = first or row
         assembler.feed(row)
         count += 1
-    turn: dict[str, Any] = {
+    turn: HistoryTurn = {
         "turn_id": turn_id or (first["turn_id"] if first else "-"),
         "started_at": first["timestamp"] if first else None, "start_sequence": begin,
         "sequence": assembler.last_row["sequence"] if assembler.last_row else end, "event_count": count,
         "messages": [e.materialize()["message"] for e in kept]}
     if take < size:
-        turn.update(truncated=True, omitted_events=size - count)
+        turn.update({"truncated": True, "omitted_events": size - count})
     return turn

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TypedDict
 
 from compozy_base.config.loader import get_config
 
@@ -99,7 +99,15 @@ async def room_for(backlog: Callable[[], int] | None, size: int, stream: str) ->
     return False
 
 
-def report() -> dict[str, Any]:
+class PressureReport(TypedDict):
+    waiting_on_client: int
+    queued_bytes: int
+    max_queued_bytes: int
+    high_water_bytes: int
+    stall_seconds: float
+
+
+def report() -> PressureReport:
     """For `compozy status`: streams waiting on a slow client and what is queued for them."""
     queued = []
     for backlog in list(_waiting):

@@ -37,19 +37,31 @@ Fences: `epoch` counts conversation resets (clear/rewind, `meta.json` `transcrip
 yet, so it is 1); `generation` is the version of these assembly rules (bump `TRANSCRIPT_GENERATION`
 whenever a change would assemble the same events differently). A client holding entries from another
 epoch or generation, or a cursor beyond the store (`sequence_reset`), must replace its cache.
+
+Entries, messages, parts and their data are TypedDicts (`TranscriptEntry`, `UIMessage`, `UIPart`, `EventData`):
+they are built as dicts row by row, while a session streams, and go out as JSON as they are, so typing their keys
+must cost nothing at run time (a dataclass would be one more object per part, and one more conversion on the way
+out). A part is one flat TypedDict with the keys of every part kind, `type` saying which: the assembler copies and
+updates parts without asking their kind, which a union would make it narrow at every step. What they carry from a
+stored event's free-form content (a tool's input and output, its ACP content blocks) stays `Any`/`JsonObject`.
 """
 
 from __future__ import annotations
 
 import collections
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Required, TypedDict, cast
 
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
+from sessions.core.record import FailureDoc, SessionMeta
 from sessions.store import events as event_store
+from sessions.store.ops import UsageColumns
+from sessions.store.rows import EventRow
 
 # 2: plans are shown, tool parts carry toolKind and status.
 # 3: tool parts carry their content blocks (diffs, terminals) and terminal output; out-of-turn messages marked.
@@ -72,8 +84,141 @@ PENDING_DECISIONS = frozenset({"", "pending"})
 TERMINAL_EXITED = "terminal_exited"
 NO_TURN = frozenset({"", "-"})  # the turn id of rows recorded outside any turn (markers at create, interrupts)
 # Content keys copied into a data-compozy-event part (the rest, e.g. `raw`, stays in the event store).
-EVENT_DATA_KEYS = ("title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action",
-                   "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries")
+EventDataKey = Literal["title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action",
+                       "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries"]
+EVENT_DATA_KEYS: tuple[EventDataKey, ...] = (
+    "title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action", "resource", "decision",
+    "decision_source", "option_id", "tool_call_id", "runtime", "entries")
+# Content keys a user message keeps in its metadata, and those `done` adds to the message it closes.
+UserMetadataKey = Literal["source", "authored_text", "client_message_id", "synthetic", "action", "decision"]
+USER_METADATA_KEYS: tuple[UserMetadataKey, ...] = ("source", "authored_text", "client_message_id", "synthetic",
+                                                   "action", "decision")
+DoneMetadataKey = Literal["stop_reason", "usage", "cost"]
+DONE_METADATA_KEYS: tuple[DoneMetadataKey, ...] = ("stop_reason", "usage", "cost")
+
+
+class MarkerData(TypedDict, total=False):
+    """A transcript marker's own facts (`raw` of its row: sessions/runtime/session.py `marker`)."""
+
+    kind: str
+    occurred_at: str
+    summary: str
+    evidence: JsonObject  # what the marker's cause recorded: free-form per marker kind
+    diagnostic: JsonObject
+
+
+class TerminalData(TypedDict, total=False):
+    """A `terminal_exited` row's terminal: its id, command, exit code and (bounded, redacted) output."""
+
+    terminal_id: str
+    command: str
+    exit_code: int | None
+    signal: str | None
+    output: str
+    truncated: bool
+
+
+class OptionData(TypedDict):
+    option_id: str | None
+    kind: str | None
+    label: str | None
+
+
+class EventData(TypedDict, total=False):
+    """A `data-compozy-event` (or `data-compozy-permission`) part's data: the row's place, and the content keys
+    worth showing (`EVENT_DATA_KEYS`) as the stored content has them."""
+
+    event_type: Required[str]
+    sequence: Required[int]
+    turn_id: Required[str]
+    timestamp: Required[str]
+    title: str
+    text: str
+    error: str
+    failure: FailureDoc
+    stop_reason: str
+    stop_detail: str
+    request_id: str
+    action: str
+    resource: str
+    decision: str | None
+    decision_source: str
+    option_id: str
+    tool_call_id: str
+    runtime: Any  # a runtime event's facts, as recorded: free-form
+    entries: list[JsonObject]  # a plan's entries, as the agent sent them
+    marker: MarkerData
+    options: list[OptionData]  # a permission request's choices
+    terminal: TerminalData
+    session_id: str  # the prompt stream's permission part names its session (compozy/api/prompt_stream.py)
+    workspace_id: str | None
+
+
+class UIPart(TypedDict, total=False):
+    """One part of a UI message (AI SDK `UIMessage` parts). `type` is `text`, `reasoning`, `dynamic-tool`,
+    `data-compozy-event` or `data-compozy-permission`; the other keys go with the kinds that have them."""
+
+    type: Required[str]
+    text: str  # text, reasoning
+    toolCallId: str  # dynamic-tool, from here …
+    toolName: str
+    title: str
+    toolKind: str
+    status: str
+    state: str
+    input: Any  # the agent's rawInput: any JSON value
+    content: list[JsonObject]  # the call's ACP content blocks (text, diff, terminal)
+    output: Any  # the tool's result as the agent sent it
+    errorText: str
+    terminals: dict[str, TerminalData]  # … to here
+    id: str  # data-compozy-permission: the request id
+    data: EventData  # data-compozy-event, data-compozy-permission
+
+
+class MessageMetadata(TypedDict, total=False):
+    turn_id: str
+    agent_name: str
+    created_at: str
+    out_of_turn: bool
+    event_type: str  # a system message's row type
+    partial: bool  # the first message of a page that may miss its beginning
+    # A user message's, from its row's content (`USER_METADATA_KEYS`):
+    source: str
+    authored_text: str
+    client_message_id: str
+    synthetic: JsonObject  # a synthetic wake's facts (health/wake.py)
+    action: str
+    decision: str
+    synthetic_reentry: bool
+    # An assistant message's, from `usage` and `done` rows (`DONE_METADATA_KEYS`):
+    usage: UsageColumns
+    stop_reason: str
+    cost: Any  # the turn's cost as the `done` row carries it (sessions/runtime/agent_state.py `turn_cost`)
+
+
+class UIMessage(TypedDict):
+    id: str
+    role: str  # user, assistant or system
+    metadata: MessageMetadata
+    parts: list[UIPart]
+
+
+class TranscriptEntry(TypedDict):
+    message: UIMessage
+    start_sequence: int  # the first event folded into it
+    sequence: int  # the last event that changed it
+
+
+class TranscriptPage(TypedDict):
+    """`GET …/transcript` response body."""
+
+    entries: list[TranscriptEntry]
+    epoch: int
+    generation: int
+    max_sequence: int
+    has_older: bool
+    next_before_sequence: int | None
+    limit: int
 
 
 class ResetReason(StrEnum):
@@ -83,7 +228,7 @@ class ResetReason(StrEnum):
     SEQUENCE_RESET = "sequence_reset"
 
 
-def session_epoch(meta: dict[str, Any]) -> int:
+def session_epoch(meta: SessionMeta) -> int:
     return int(meta.get("transcript_epoch") or DEFAULT_EPOCH)
 
 
@@ -111,13 +256,13 @@ class _Entry:
 
     __slots__ = ("chunks", "id", "metadata", "parts", "perms", "role", "sequence", "start_sequence", "tools")
 
-    def __init__(self, row: dict[str, Any], role: str) -> None:
+    def __init__(self, row: EventRow, role: str) -> None:
         self.id = f"msg_{row['id']}"
         self.role = role
         self.start_sequence = self.sequence = int(row["sequence"])
-        self.metadata: dict[str, Any] = {"turn_id": row["turn_id"], "agent_name": row["agent_name"],
-                                         "created_at": row["timestamp"]}
-        self.parts: list[dict[str, Any]] = []
+        self.metadata: MessageMetadata = {"turn_id": row["turn_id"], "agent_name": row["agent_name"],
+                                          "created_at": row["timestamp"]}
+        self.parts: list[UIPart] = []
         self.chunks: dict[int, list[str]] = {}  # part index → text chunks not yet joined
         self.tools: dict[str, int] = {}  # tool_call_id → part index
         self.perms: dict[str, int] = {}  # permission request_id → part index
@@ -129,29 +274,29 @@ class _Entry:
             return
         self.parts.append({"type": kind, "text": text})
 
-    def add_part(self, part: dict[str, Any]) -> int:
+    def add_part(self, part: UIPart) -> int:
         self.parts.append(part)
         return len(self.parts) - 1
 
-    def materialize(self) -> dict[str, Any]:
+    def materialize(self) -> TranscriptEntry:
         for index, chunks in self.chunks.items():
             self.parts[index] = {**self.parts[index], "text": "".join(chunks)}
         self.chunks.clear()
         return {
-            "message": {"id": self.id, "role": self.role, "metadata": dict(self.metadata),
-                        "parts": [dict(p) for p in self.parts]},
+            "message": {"id": self.id, "role": self.role, "metadata": self.metadata.copy(),
+                        "parts": [p.copy() for p in self.parts]},
             "start_sequence": self.start_sequence,
             "sequence": self.sequence,
         }
 
     @classmethod
-    def from_dict(cls, entry: dict[str, Any]) -> _Entry:
+    def from_dict(cls, entry: TranscriptEntry) -> _Entry:
         """Rehydrate an open entry a caller kept (the inverse of `materialize`)."""
         message = entry["message"]
         self = cls.__new__(cls)
         self.id, self.role = message["id"], message["role"]
-        self.metadata = dict(message.get("metadata") or {})
-        self.parts = [dict(p) for p in message.get("parts") or []]
+        self.metadata = (message.get("metadata") or {}).copy()
+        self.parts = [p.copy() for p in message.get("parts") or []]
         self.start_sequence, self.sequence = int(entry["start_sequence"]), int(entry["sequence"])
         self.chunks = {}
         self.tools = {p["toolCallId"]: i for i, p in enumerate(self.parts) if p.get("type") == "dynamic-tool"}
@@ -160,20 +305,21 @@ class _Entry:
         return self
 
 
-def event_data(row: dict[str, Any]) -> dict[str, Any]:
+def event_data(row: EventRow) -> EventData:
     content = row["content"] if isinstance(row["content"], dict) else {}
-    data: dict[str, Any] = {"event_type": row["type"], "sequence": row["sequence"], "turn_id": row["turn_id"],
+    data: EventData = {"event_type": row["type"], "sequence": row["sequence"], "turn_id": row["turn_id"],
                             "timestamp": row["timestamp"]}
     for key in EVENT_DATA_KEYS:
         if content.get(key) not in (None, "", {}, []):
             data[key] = content[key]
     raw = content.get("raw")
     if str(row["type"]).startswith("transcript_marker.") and isinstance(raw, dict):
-        data["marker"] = {k: raw[k] for k in ("kind", "occurred_at", "summary", "evidence", "diagnostic") if k in raw}
+        data["marker"] = cast(MarkerData, {k: raw[k] for k in ("kind", "occurred_at", "summary", "evidence",
+                                                                 "diagnostic") if k in raw})
     return data
 
 
-def permission_data(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def permission_data(row: EventRow) -> tuple[str, EventData]:
     """A permission row as a `data-compozy-permission` part's id and data: what a UI needs to offer the
     choice (the request id it answers on `POST …/permissions/{request_id}`, and the agent's options)."""
     content = row["content"] if isinstance(row["content"], dict) else {}
@@ -185,8 +331,8 @@ def permission_data(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return request_id, data
 
 
-def _tool_part(content: dict[str, Any]) -> dict[str, Any]:
-    part = {"type": "dynamic-tool", "toolCallId": str(content.get("tool_call_id") or ""),
+def _tool_part(content: JsonObject) -> UIPart:
+    part: UIPart = {"type": "dynamic-tool", "toolCallId": str(content.get("tool_call_id") or ""),
             "toolName": str(content.get("tool_name") or content.get("title") or "tool"),
             "title": str(content.get("title") or content.get("tool_name") or ""),
             "toolKind": str(content.get("tool_kind") or ""), "status": str(content.get("status") or ""),
@@ -196,15 +342,15 @@ def _tool_part(content: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
-def terminal_data(content: dict[str, Any]) -> dict[str, Any]:
+def terminal_data(content: JsonObject) -> TerminalData:
     """A `terminal_exited` row's terminal: its id, command, exit code and (bounded, redacted) output."""
-    raw: dict[str, Any] = content["raw"] if isinstance(content.get("raw"), dict) else {}
-    return {key: raw[key] for key in ("terminal_id", "command", "exit_code", "signal", "output", "truncated")
-            if key in raw}
+    raw: JsonObject = content["raw"] if isinstance(content.get("raw"), dict) else {}
+    return cast(TerminalData, {key: raw[key] for key in ("terminal_id", "command", "exit_code", "signal", "output",
+                                                         "truncated") if key in raw})
 
 
-def _terminal_ids(part: dict[str, Any]) -> set[str]:
-    output: dict[str, Any] = part["output"] if isinstance(part.get("output"), dict) else {}
+def _terminal_ids(part: UIPart) -> set[str]:
+    output: JsonObject = part["output"] if isinstance(part.get("output"), dict) else {}  # the tool's result
     blocks = [*(part.get("content") or []), *(output.get("terminals") or [])]
     return {str(b.get("terminal_id")) for b in blocks if isinstance(b, dict) and b.get("terminal_id")}
 
@@ -215,18 +361,18 @@ class Assembler:
     """Folds rows (in sequence order) into entries. Holds only the open entry, so memory stays bounded;
     `drain()` returns the entries changed since the last drain, materialized, in start order."""
 
-    def __init__(self, open_entry: dict[str, Any] | None = None, *, track: bool = True) -> None:
+    def __init__(self, open_entry: TranscriptEntry | None = None, *, track: bool = True) -> None:
         self.open: _Entry | None = _Entry.from_dict(open_entry) if open_entry else None
         # Off while replaying history (read_page, resume): only deltas need the changed set.
         self.track = track
         self._changed: dict[str, _Entry] = {}
         self.created = 0
-        self.last_row: dict[str, Any] | None = None
+        self.last_row: EventRow | None = None
         self.keep: collections.deque[_Entry] | None = None  # set by read_page to collect the newest entries
         self.ended_turn = ""  # the turn id of the last `done`: agent rows of that turn came after it ended
 
     @property
-    def open_entry(self) -> dict[str, Any] | None:
+    def open_entry(self) -> TranscriptEntry | None:
         return self.open.materialize() if self.open else None
 
     @property
@@ -239,19 +385,19 @@ class Assembler:
         `shared_frames`): not materialized here, so this viewer's text chunks are never joined into a copy."""
         self._changed = {}
 
-    def _new(self, row: dict[str, Any], role: str) -> _Entry:
+    def _new(self, row: EventRow, role: str) -> _Entry:
         entry = _Entry(row, role)
         self.created += 1
         if self.keep is not None:
             self.keep.append(entry)
         return entry
 
-    def _touch(self, entry: _Entry, row: dict[str, Any]) -> None:
+    def _touch(self, entry: _Entry, row: EventRow) -> None:
         entry.sequence = int(row["sequence"])
         if self.track:
             self._changed[entry.id] = entry
 
-    def _assistant(self, row: dict[str, Any]) -> _Entry:
+    def _assistant(self, row: EventRow) -> _Entry:
         if self.open is None:
             self.open = self._new(row, "assistant")
             turn_id = str(row["turn_id"] or "")
@@ -259,13 +405,13 @@ class Assembler:
                 self.open.metadata["out_of_turn"] = True
         return self.open
 
-    def _standalone(self, row: dict[str, Any], part: dict[str, Any]) -> None:
+    def _standalone(self, row: EventRow, part: UIPart) -> None:
         entry = self._new(row, "system")
         entry.metadata["event_type"] = row["type"]
         entry.add_part(part)
         self._touch(entry, row)
 
-    def feed(self, row: dict[str, Any]) -> None:
+    def feed(self, row: EventRow) -> None:
         self.last_row = row
         type_ = row["type"]
         if type_ in IGNORED:
@@ -294,20 +440,20 @@ class Assembler:
             # permission decisions, markers, runtime events, clarify, compaction and future types
             self._other_event(row, content)
 
-    def _user_message(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _user_message(self, row: EventRow, content: JsonObject) -> None:
         self.open = None
         entry = self._new(row, "user")
         text = str(content.get("text") or "")
         if text:
             entry.add_part({"type": "text", "text": text})
-        for key in ("source", "authored_text", "client_message_id", "synthetic", "action", "decision"):
+        for key in USER_METADATA_KEYS:
             if content.get(key) not in (None, ""):
                 entry.metadata[key] = content[key]
         if row["type"] == EventType.SYNTHETIC_REENTRY:
             entry.metadata["synthetic_reentry"] = True
         self._touch(entry, row)
 
-    def _agent_chunk(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _agent_chunk(self, row: EventRow, content: JsonObject) -> None:
         text = content.get("text")
         if not isinstance(text, str) or not text:
             return  # empty chunks are dropped
@@ -315,7 +461,7 @@ class Assembler:
         entry.add_text("text" if row["type"] == EventType.AGENT_MESSAGE else "reasoning", text)
         self._touch(entry, row)
 
-    def _tool_call(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _tool_call(self, row: EventRow, content: JsonObject) -> None:
         entry = self._assistant(row)
         part = _tool_part(content)
         index = entry.tools.get(part["toolCallId"])
@@ -324,28 +470,28 @@ class Assembler:
         else:
             # A tool_call update refines the running call; keep what it does not restate.
             old = entry.parts[index]
-            entry.parts[index] = {**old, **{k: v for k, v in part.items() if v not in (None, "", "tool")},
-                                  "state": old["state"]}
+            entry.parts[index] = cast(UIPart, {**old, **{k: v for k, v in part.items() if v not in (None, "", "tool")},
+                                               "state": old["state"]})
         self._touch(entry, row)
 
-    def _tool_result(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _tool_result(self, row: EventRow, content: JsonObject) -> None:
         entry = self._assistant(row)
         call_id = str(content.get("tool_call_id") or "")
         index = entry.tools.get(call_id)
         if index is None:  # result without its call in this message (e.g. a repair after a crash)
             index = entry.tools[call_id] = entry.add_part(_tool_part(content))
-        part = dict(entry.parts[index])
+        part = entry.parts[index].copy()
         error = content.get("tool_error")
         part["status"] = str(content.get("status") or ("failed" if error else "completed"))
         if error:
-            part.update(state="output-error", errorText=str(error))
+            part.update({"state": "output-error", "errorText": str(error)})
             part.pop("output", None)
         else:
-            part.update(state="output-available", output=content.get("tool_result"))
+            part.update({"state": "output-available", "output": content.get("tool_result")})
         entry.parts[index] = part
         self._touch(entry, row)
 
-    def _terminal_exited(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _terminal_exited(self, row: EventRow, content: JsonObject) -> None:
         terminal = terminal_data(content)
         terminal_id = str(terminal.get("terminal_id") or "")
         entry = self.open
@@ -360,18 +506,18 @@ class Assembler:
         data["terminal"] = terminal
         self._event_part(row, {"type": "data-compozy-event", "data": data})
 
-    def _usage(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _usage(self, row: EventRow, content: JsonObject) -> None:
         if self.open is not None and isinstance(content.get("usage"), dict):
             self.open.metadata["usage"] = {**self.open.metadata.get("usage", {}), **content["usage"]}
             self._touch(self.open, row)
 
-    def _close(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _close(self, row: EventRow, content: JsonObject) -> None:
         """A row that ends the open message (`done` with its stop reason and usage, or another of the same turn)."""
         type_ = row["type"]
         if type_ == EventType.DONE:
             self.ended_turn = str(row["turn_id"] or "")
         if self.open is not None and type_ == EventType.DONE:
-            for key in ("stop_reason", "usage", "cost"):
+            for key in DONE_METADATA_KEYS:
                 if content.get(key) not in (None, ""):
                     self.open.metadata[key] = content[key]
             self._touch(self.open, row)
@@ -381,16 +527,16 @@ class Assembler:
         if type_ == EventType.PLAN:
             self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
 
-    def _permission_request(self, row: dict[str, Any]) -> None:
+    def _permission_request(self, row: EventRow) -> None:
         request_id, data = permission_data(row)
-        part = {"type": "data-compozy-permission", "id": request_id, "data": data}
+        part: UIPart = {"type": "data-compozy-permission", "id": request_id, "data": data}
         if self.open is None:
             self._standalone(row, part)
         else:
             self.open.perms[request_id] = self.open.add_part(part)
             self._touch(self.open, row)
 
-    def _other_event(self, row: dict[str, Any], content: dict[str, Any]) -> None:
+    def _other_event(self, row: EventRow, content: JsonObject) -> None:
         if self.open is not None and row["type"] == EventType.PERMISSION:
             entry = self.open
             index = entry.perms.get(str(content.get("request_id") or ""))
@@ -399,7 +545,7 @@ class Assembler:
                 entry.parts[index] = {**request, "data": {**request["data"], "decision": content.get("decision")}}
         self._event_part(row, {"type": "data-compozy-event", "data": event_data(row)})
 
-    def _event_part(self, row: dict[str, Any], part: dict[str, Any]) -> None:
+    def _event_part(self, row: EventRow, part: UIPart) -> None:
         """A part of the open assistant message, else a `system` message of its own."""
         if self.open is None:
             self._standalone(row, part)
@@ -407,11 +553,11 @@ class Assembler:
         self.open.add_part(part)
         self._touch(self.open, row)
 
-    def feed_all(self, rows: list[dict[str, Any]]) -> None:
+    def feed_all(self, rows: list[EventRow]) -> None:
         for row in rows:
             self.feed(row)
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[TranscriptEntry]:
         changed = sorted(self._changed.values(), key=lambda e: e.start_sequence)
         self._changed = {}
         return [e.materialize() for e in changed]
@@ -459,7 +605,7 @@ def _last_clean(path: Path, at_or_before: int) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
-def _rows(path: Path, after: int, before: int | None = None) -> Any:
+def _rows(path: Path, after: int, before: int | None = None) -> Iterator[EventRow]:
     """Rows after `after` (and below `before`), one page in memory at a time."""
     cursor = after
     while True:
@@ -474,7 +620,7 @@ def _rows(path: Path, after: int, before: int | None = None) -> Any:
 
 @dataclass
 class Page:
-    entries: list[dict[str, Any]]
+    entries: list[TranscriptEntry]
     max_sequence: int
     has_older: bool
     next_before_sequence: int | None
@@ -515,7 +661,7 @@ def read_page(path: Path, *, limit: int = DEFAULT_LIMIT, before: int | None = No
     return Page(entries, top, has_older and bool(entries), next_before, partial, assembler)
 
 
-def page_payload(page: Page, *, epoch: int, limit: int) -> dict[str, Any]:
+def page_payload(page: Page, *, epoch: int, limit: int) -> TranscriptPage:
     """`GET …/transcript` response body."""
     return {"entries": page.entries, "epoch": epoch, "generation": TRANSCRIPT_GENERATION,
             "max_sequence": page.max_sequence, "has_older": page.has_older,
@@ -538,11 +684,11 @@ def resume(path: Path, cursor: int) -> Assembler:
 
 @dataclass
 class Delta:
-    entries: list[dict[str, Any]]
+    entries: list[TranscriptEntry]
     cursor: int
     rows: int
     has_more: bool
-    last_row: dict[str, Any] | None
+    last_row: EventRow | None
 
 
 def read_delta(path: Path, assembler: Assembler, after: int, *, limit: int = PAGE) -> Delta:
@@ -550,7 +696,7 @@ def read_delta(path: Path, assembler: Assembler, after: int, *, limit: int = PAG
     return apply_rows(assembler, event_store.read_events(path, after=after, limit=limit), after, limit=limit)
 
 
-def apply_rows(assembler: Assembler, rows: list[dict[str, Any]], after: int, *, limit: int | None = None) -> Delta:
+def apply_rows(assembler: Assembler, rows: list[EventRow], after: int, *, limit: int | None = None) -> Delta:
     """The delta for rows already read (the live feed's ring, or a store page of at most `limit`)."""
     assembler.feed_all(rows)
     cursor = rows[-1]["sequence"] if rows else after
@@ -558,7 +704,7 @@ def apply_rows(assembler: Assembler, rows: list[dict[str, Any]], after: int, *, 
     return Delta(assembler.drain(), cursor, len(rows), has_more, rows[-1] if rows else None)
 
 
-def assemble(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def assemble(rows: list[EventRow]) -> list[TranscriptEntry]:
     """Every entry of `rows` (a full, in-memory replay; for tests and small stores)."""
     assembler = Assembler(track=False)
     kept: collections.deque[_Entry] = collections.deque()

@@ -9,17 +9,17 @@ import json
 import logging
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Final, TypedDict, cast
 
 from django.dispatch import Signal
 
 from compozy_base.daemon_record import read_daemon_record
 from compozy_base.home import boot_report_path
 from sessions.catalog.claims import claim_lease
-from sessions.catalog.ownership import local_manager
+from sessions.catalog.ownership import LocalManager, local_manager
 from sessions.core.enums import LIVE_STATES, EventType, SessionState
 from sessions.core.failures import classify
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.repair.transcript import (
     NO_TURN_IDS,
@@ -61,20 +61,20 @@ def _interrupted(path: Path) -> bool:
 
 # meta.json key holding boot repair's verdict on one run of a session: later boots skip that run's events.db
 # (reopening every store that ever crashed made each boot slower as history grew: 1.3 s at 10k sessions).
-TRANSCRIPT_MARK = "transcript_repair"
+TRANSCRIPT_MARK: Final = "transcript_repair"
 
 
-def _run_key(meta: dict[str, Any]) -> str:
+def _run_key(meta: SessionMeta) -> str:
     """One run of a session: a reactivation sets a new `activated_at`, so a later crash is checked again."""
     return str(meta.get("activated_at") or meta.get("created_at") or "")
 
 
-def transcript_checked(meta: dict[str, Any]) -> bool:
+def transcript_checked(meta: SessionMeta) -> bool:
     mark = meta.get(TRANSCRIPT_MARK)
     return isinstance(mark, dict) and mark.get("run") == _run_key(meta)
 
 
-def transcript_check_pending(meta: dict[str, Any]) -> bool:
+def transcript_check_pending(meta: SessionMeta) -> bool:
     return (meta["state"] == SessionState.STOPPED and meta.get("stop_reason") in REPAIRABLE_STOP_REASONS
             and not transcript_checked(meta))
 
@@ -93,7 +93,7 @@ def _boot_transcript_repair(session_id: str) -> str:
     return "clean"
 
 
-def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
+def _mark_checked(session_id: str, outcome: str, manager: LocalManager | None) -> None:
     """Record the verdict in meta.json (not `updated_at`: nothing about the session changed)."""
     if manager is not None and manager.owns(session_id):
         return  # reactivated meanwhile: the runtime owns meta.json now
@@ -113,7 +113,7 @@ def _mark_checked(session_id: str, outcome: str, manager: Any) -> None:
 TRANSCRIPT_CLAIM_LEASE = 60.0
 
 
-def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -> str | None:
+def check_transcript_once(session_id: str, meta: SessionMeta, manager: LocalManager | None) -> str | None:
     """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
     or another node claimed it."""
     if not transcript_check_pending(meta):
@@ -125,7 +125,7 @@ def check_transcript_once(session_id: str, meta: dict[str, Any], manager: Any) -
     return outcome
 
 
-def transcript_settled(session_id: str, meta: dict[str, Any]) -> bool:
+def transcript_settled(session_id: str, meta: SessionMeta) -> bool:
     """Whether a stopped session's transcript is final: a crashed run's cut turn is closed (by whoever judges
     it first, boot repair or this read) before a reader is told the session stopped, so a follower never closes
     on `session_stopped` one repair row short. False while another node holds the judgement: ask again later.
@@ -217,17 +217,29 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
 REPORT_IDS = 100  # per kind; the counts say how many in all
 
 
+class BootReport(TypedDict):
+    """boot-repair.json: when and for which daemon start, the counts, and (up to REPORT_IDS each) the sessions
+    whose meta.json was invalid or whose repair failed."""
+
+    at: str | None
+    run: str | None
+    counts: dict[str, int]
+    invalid: list[str]
+    failed: list[str]
+
+
 def _write_report(counts: dict[str, int], needs_a_person: dict[str, list[str]], run: str | None) -> None:
-    report = {"at": folder.isoformat(folder.utcnow()), "run": run, "counts": counts,
-              **{kind: ids[:REPORT_IDS] for kind, ids in needs_a_person.items()}}
+    report: BootReport = {"at": folder.isoformat(folder.utcnow()), "run": run, "counts": counts,
+                          "invalid": needs_a_person["invalid"][:REPORT_IDS],
+                          "failed": needs_a_person["failed"][:REPORT_IDS]}
     try:
         folder.write_json_atomic(boot_report_path(), report)
     except OSError:
         logger.warning("boot repair report not written", exc_info=True)
 
 
-def read_report() -> dict[str, Any] | None:
+def read_report() -> BootReport | None:
     try:
-        return json.loads(boot_report_path().read_text())
+        return cast(BootReport, json.loads(boot_report_path().read_text()))  # as `_write_report` wrote it
     except (OSError, ValueError):
         return None

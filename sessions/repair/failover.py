@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from sessions.catalog import cluster
 from sessions.catalog.ownership import runs_here
 from sessions.core.errors import CompozyError
+from sessions.core.record import SessionMeta
 from sessions.repair.boot import check_transcript_once
 from sessions.repair.stale import repair_row_only, repair_stale_meta
 from sessions.store.folder import load_meta
@@ -34,7 +34,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
             if runs_here(session_id):
                 continue  # reactivated here meanwhile
             meta = load_meta(session_id)
-            fixed: dict[str, Any] | None = repair_stale_meta(meta)
+            fixed: SessionMeta | None = repair_stale_meta(meta)
         except Exception as exc:
             # The folder is not shared with the dead node, or its meta.json is invalid (known: one line, no
             # traceback): the catalog row is all there is to correct.
@@ -51,7 +51,7 @@ def recover_expired(now: datetime | None = None) -> list[str]:
     return repaired
 
 
-def _close_interrupted_turn(session_id: str, meta: dict[str, Any]) -> None:
+def _close_interrupted_turn(session_id: str, meta: SessionMeta) -> None:
     """The dead node's last turn, if it was mid-way, gets its interrupted results and terminal error now (§13 boot
     transcript repair), not at some node's next boot."""
     try:

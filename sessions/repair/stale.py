@@ -8,14 +8,14 @@ import contextlib
 import logging
 import os
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from compozy_base import process
 from sessions.acp import stragglers
 from sessions.catalog import index as catalog
 from sessions.core import lifecycle
 from sessions.core.enums import FailureKind, SessionState, StopReason
-from sessions.core.record import SessionRecord, activity_of
+from sessions.core.record import FailureDoc, LivenessDoc, SessionMeta, SessionRecord, activity_of
 from sessions.models import InputEntry, Session
 from sessions.store import folder
 
@@ -32,13 +32,19 @@ STALE_RULES = {
 STALL_AGE = timedelta(minutes=2)
 
 
-def _agent_alive(liveness: dict[str, Any]) -> bool:
+class _RecordedStop(TypedDict, total=False):
+    stop_reason: str
+    stop_detail: str
+    failure: FailureDoc | None
+
+
+def _agent_alive(liveness: LivenessDoc) -> bool:
     """The recorded agent still runs, checked by pid AND start time (the pid may have been reused)."""
     started = folder.parse_time(liveness.get("subprocess_started_at"))
     return process.same_process(liveness.get("subprocess_pid"), wall=started.timestamp() if started else None)
 
 
-def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
+def _recorded_stop(meta: SessionMeta) -> _RecordedStop:
     """The stop the daemon decided but could not write to meta.json (a full sessions disk): the catalog row is
     written first in that case (`catalog.save_meta`), so a newer stopped row with its cause is the truth."""
     from django.db import DatabaseError
@@ -55,7 +61,7 @@ def _recorded_stop(meta: dict[str, Any]) -> dict[str, Any]:
     return {"stop_reason": row.stop_reason, "stop_detail": row.stop_detail, "failure": row.failure}
 
 
-def stale_fix(meta: dict[str, Any], now: datetime | None = None) -> dict[str, Any] | None:
+def stale_fix(meta: SessionMeta, now: datetime | None = None) -> SessionMeta | None:
     """The repaired metadata for a live state no daemon owns, or None when nothing is stale. `now` (default: the
     clock) dates the repair and ages the surviving agent's last activity against STALL_AGE."""
     now = now or folder.utcnow()
@@ -65,8 +71,8 @@ def stale_fix(meta: dict[str, Any], now: datetime | None = None) -> dict[str, An
     # "Daemon crashed" only when the daemon recorded no stop of its own: a storage failure stays one.
     meta = {**meta, **_recorded_stop(meta)}
     reason, kind, detail = STALE_RULES[state]
-    fixed = dict(meta)
-    liveness = dict(fixed.get("liveness") or {})
+    fixed = meta.copy()
+    liveness = (fixed.get("liveness") or {}).copy()
     if state != SessionState.STARTING and _agent_alive(liveness):
         detail = "daemon exited while session subprocess remained alive"
         last = folder.parse_time(activity_of(meta).last_activity_at)
@@ -85,7 +91,7 @@ def stale_fix(meta: dict[str, Any], now: datetime | None = None) -> dict[str, An
     return fixed
 
 
-def _kill_orphaned_group(session_id: str, liveness: dict[str, Any]) -> None:
+def _kill_orphaned_group(session_id: str, liveness: LivenessDoc) -> None:
     """The dead daemon's agent group has no owner any more: its leader if it still runs, and whatever it started
     (a build, a test run: they kept changing the workspace with nobody watching, even after the agent exited).
     With the leader gone its pid still names the group, and Linux never reuses a pid a process group still holds;
@@ -103,7 +109,7 @@ def _kill_orphaned_group(session_id: str, liveness: dict[str, Any]) -> None:
         os.killpg(pid, 9)
 
 
-def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+def repair_stale_meta(meta: SessionMeta, fixed: SessionMeta | None = None) -> SessionMeta:
     """Write the stale fix (`fixed`, when the caller computed it already) back to meta.json and the catalog; return
     the (possibly new) metadata."""
     fixed = fixed or stale_fix(meta)
@@ -124,7 +130,7 @@ def repair_stale_meta(meta: dict[str, Any], fixed: dict[str, Any] | None = None)
     return fixed
 
 
-def repair_row_only(session_id: str, row: Session | None = None) -> dict[str, Any] | None:
+def repair_row_only(session_id: str, row: Session | None = None) -> SessionMeta | None:
     """The stale-state rules applied to a catalog row alone, for a session whose meta.json cannot be read here
     (another node's disk, or invalid): it must not read `active` with no daemon running it. A `row` already read
     is used, and updated in place when the compare-and-set on its state lands."""
@@ -135,7 +141,8 @@ def repair_row_only(session_id: str, row: Session | None = None) -> dict[str, An
     fixed = stale_fix(catalog.row_meta(row))
     if fixed is None:
         return None
-    changes = {key: fixed[key] for key in ("state", "stop_reason", "stop_detail", "failure")}
+    changes = {"state": fixed["state"], "stop_reason": fixed["stop_reason"], "stop_detail": fixed["stop_detail"],
+               "failure": fixed["failure"]}
     now = folder.utcnow()
     if Session.objects.filter(id=session_id, state=row.state).update(**changes, updated_at=now):
         for key, value in {**changes, "updated_at": now}.items():

@@ -2,6 +2,9 @@
 interrupted `tool_result` per dangling tool call, then a terminal `error`. It only ever appends through
 `EventLog`; it never updates, deletes or resequences, and never touches wake state. The other kind of repair,
 stale metadata (a live state no daemon owns → `stopped`), is `repair/stale.py`.
+
+The repair payload (docs/reference/surfaces.md §4.6) and its issues and actions are TypedDicts: built as dicts and
+sent as JSON (API, CLI, boot repair) as they are; the report they come from is a dataclass, built once a repair.
 """
 
 from __future__ import annotations
@@ -12,19 +15,21 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from django.db import DatabaseError
 
 from sessions.catalog.ownership import Owner, Where, holder_elsewhere, owner
 from sessions.core.enums import LIVE_STATES, EventType, StopReason
 from sessions.core.errors import Conflict
-from sessions.core.record import SessionRecord
+from sessions.core.jsonobj import JsonObject
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.repair.stale import repair_stale_meta, stale_fix
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.folder import load_meta
 from sessions.store.ops import NewEvent
+from sessions.store.rows import StoredEvent
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +83,32 @@ ISSUES_PER_CODE = 20  # a badly damaged store must not produce an unbounded repo
 SCAN_PAGE = 1000
 
 
+class IssueView(TypedDict):
+    code: str
+    severity: str
+    turn_id: NotRequired[str]
+    event_id: NotRequired[str]
+    detail: NotRequired[str]
+
+
+class RepairAction(TypedDict):
+    code: str
+    turn_id: str | None
+    tool_call_id: NotRequired[str]
+    tool_name: NotRequired[str]
+    persisted: bool
+    event_id: NotRequired[str]  # once persisted: the event appended
+
+
+class RepairPayload(TypedDict):
+    """The repair payload (docs/reference/surfaces.md §4.6)."""
+
+    session_id: str
+    issues: list[IssueView]
+    actions: list[RepairAction]
+    persisted: bool
+
+
 @dataclass
 class Issue:
     code: IssueCode
@@ -86,12 +117,14 @@ class Issue:
     event_id: str | None = None
     detail: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"code": self.code.value, "severity": self.severity.value}
-        for key in ("turn_id", "event_id", "detail"):
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
+    def as_dict(self) -> IssueView:
+        data: IssueView = {"code": self.code.value, "severity": self.severity.value}
+        if self.turn_id is not None:
+            data["turn_id"] = self.turn_id
+        if self.event_id is not None:
+            data["event_id"] = self.event_id
+        if self.detail is not None:
+            data["detail"] = self.detail
         return data
 
 
@@ -107,8 +140,8 @@ class RepairReport:
     """What `inspect_transcript` found; `repair_transcript` turns it into actions."""
 
     session_id: str
-    stored_meta: dict[str, Any]
-    meta: dict[str, Any]  # the stale fix of stored_meta when no daemon owns its live state, else stored_meta
+    stored_meta: SessionMeta
+    meta: SessionMeta  # the stale fix of stored_meta when no daemon owns its live state, else stored_meta
     issues: list[Issue] = field(default_factory=list)
     live: bool = False  # a running daemon owns this session: nothing may be written
     stale: bool = False
@@ -141,10 +174,10 @@ class RepairReport:
     def repairable(self) -> bool:
         return not self.blocking and self.turn_id is not None and self.terminal_event_id is None
 
-    def planned_actions(self) -> list[dict[str, Any]]:
+    def planned_actions(self) -> list[RepairAction]:
         if not self.repairable:
             return []
-        actions: list[dict[str, Any]] = [
+        actions: list[RepairAction] = [
             {"code": ActionCode.APPEND_INTERRUPTED_TOOL_RESULT.value, "turn_id": self.turn_id,
              "tool_call_id": call.tool_call_id, "tool_name": call.tool_name, "persisted": False}
             for call in self.dangling
@@ -152,7 +185,7 @@ class RepairReport:
         actions.append({"code": ActionCode.APPEND_TERMINAL_ERROR.value, "turn_id": self.turn_id, "persisted": False})
         return actions
 
-    def payload(self, actions: list[dict[str, Any]], persisted: bool) -> dict[str, Any]:
+    def payload(self, actions: list[RepairAction], persisted: bool) -> RepairPayload:
         """The repair payload (docs/reference/surfaces.md §4.6)."""
         return {"session_id": self.session_id, "issues": [i.as_dict() for i in self.issues],
                 "actions": actions, "persisted": persisted}
@@ -182,7 +215,7 @@ def _owner(session_id: str) -> Owner:
         return Owner(Where.NOBODY)
 
 
-def _read_meta(session_id: str) -> dict[str, Any]:
+def _read_meta(session_id: str) -> SessionMeta:
     return load_meta(session_id)
 
 
@@ -209,7 +242,7 @@ def _sequence_is_key(conn: sqlite3.Connection) -> bool:
     return keys == ["sequence"] and any(c[1] == "sequence" and str(c[2]).upper() == "INTEGER" for c in columns)
 
 
-def _parse(text: Any) -> dict[str, Any] | None:
+def _parse(text: Any) -> JsonObject | None:  # a stored event's content
     try:
         body = json.loads(text)
     except (TypeError, ValueError):
@@ -338,9 +371,9 @@ def inspect_transcript(session_id: str, *, force: bool = False) -> RepairReport:
     return report
 
 
-def _repair_events(report: RepairReport, meta: dict[str, Any]) -> list[NewEvent]:
+def _repair_events(report: RepairReport, meta: SessionMeta) -> list[NewEvent]:
     turn_id = report.turn_id or ""
-    base: dict[str, Any] = {}
+    base: dict[str, str] = {}
     if meta.get("acp_session_id"):
         base["session_id"] = meta["acp_session_id"]
     new = [
@@ -358,7 +391,7 @@ def _repair_events(report: RepairReport, meta: dict[str, Any]) -> list[NewEvent]
     return new
 
 
-def _append(report: RepairReport, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _append(report: RepairReport, meta: SessionMeta) -> list[StoredEvent]:
     """One transaction: a crash mid-repair leaves all of the repair or none of it (idempotence)."""
     if _daemon_holds(report.session_id, meta["state"]):
         raise Conflict("the running daemon took over this session; repair refused", code="session_not_stopped")
@@ -372,7 +405,7 @@ def _append(report: RepairReport, meta: dict[str, Any]) -> list[dict[str, Any]]:
         log.close()
 
 
-def repair_transcript(session_id: str, *, dry_run: bool, force: bool) -> dict[str, Any]:
+def repair_transcript(session_id: str, *, dry_run: bool, force: bool) -> RepairPayload:
     """Inspect, then (unless `dry_run`) append the repair events; returns the §4.6 payload.
 
     A stale live state is first repaired like any read would (meta.json + catalog), except on a dry run,

@@ -16,14 +16,14 @@ import logging
 import random
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
 from sessions.core.offload import db, spawn
 from sessions.core.record import Activity as ActivityRecord
-from sessions.core.record import SessionRecord
+from sessions.core.record import ActivityDoc, SessionRecord
 from sessions.runtime import supervision
 from sessions.runtime.supervision import Action, Decision
 from sessions.store import folder
@@ -119,7 +119,7 @@ class Activity:
         last = self.mono if self.mono is not None and self.mono >= turn.started_mono else turn.started_mono
         return time.monotonic() - last
 
-    def live(self, turn: Turn | None) -> dict[str, Any]:
+    def live(self, turn: Turn | None) -> ActivityDoc:
         """The activity as of now, for reads: meta.json's copy lags by up to a heartbeat (chunks touch only
         memory). Touches are applied to a copy, so a read on a worker thread cannot race the loop's touches."""
         activity = self._rec.liveness.activity.model_copy()
@@ -127,13 +127,13 @@ class Activity:
             _apply_touch(activity, self._chunk_kind, self.at)
         return self._with_turn(activity, turn)
 
-    def report(self, turn: Turn) -> dict[str, Any]:
+    def report(self, turn: Turn) -> ActivityDoc:
         """The activity a supervision event carries: the record's, stamped first."""
         self.stamp()
         return self._with_turn(self._rec.liveness.activity, turn)
 
-    def _with_turn(self, block: ActivityRecord, turn: Turn | None) -> dict[str, Any]:
-        activity = block.model_dump(mode="json", exclude_unset=True)
+    def _with_turn(self, block: ActivityRecord, turn: Turn | None) -> ActivityDoc:
+        activity = cast(ActivityDoc, block.model_dump(mode="json", exclude_unset=True))  # the model's own keys
         if turn is None:
             return activity
         now = time.monotonic()
@@ -300,8 +300,9 @@ class Supervisor:
             await session.recorder.flush()
         await session.stop(StopReason.TIMEOUT, supervision.SILENCE_DETAIL, failure=lifecycle.failure_object(
             FailureKind.TIMEOUT, f"no work evidence for {int(idle)} s (quiet_after + stop_grace)"))
-        verification: dict[str, Any] = await asyncio.to_thread(supervision.verify_group_gone, pgid) if pgid else {
-            "pgid": None, "verified": True, "note": "the agent never started"}
+        verification: supervision.GroupVerification = await asyncio.to_thread(
+            supervision.verify_group_gone, pgid) if pgid else {"pgid": None, "verified": True,
+                                                               "note": "the agent never started"}
         verification["idle_seconds"] = round(idle, 3)
         session.rec.supervision_to_write()["silence_stop"] = verification
         await session.persist()

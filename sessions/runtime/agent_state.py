@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from compozy_base import metrics
 from compozy_base.config.modes import PermissionMode
@@ -22,8 +22,10 @@ from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.core import money
 from sessions.core.enums import EventType, FailureKind, MarkerKind, StopReason
 from sessions.core.errors import CompozyError, Conflict, InvalidRequest
+from sessions.core.jsonobj import JsonObject
+from sessions.core.live import MarkerEvidence
 from sessions.core.offload import spawn
-from sessions.core.record import Cost, Mode, Usage
+from sessions.core.record import ConfigOptionDoc, Cost, CostDoc, Mode, Usage
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -53,22 +55,22 @@ def _modes(raw: object) -> Mode | None:
     return Mode(current=str(raw.get("currentModeId") or ""), available=available)
 
 
-def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _mode_option(options: list[ConfigOptionDoc]) -> ConfigOptionDoc | None:
     """A config option of category `mode` (agents that expose modes as a select)."""
     return next((o for o in options if o.get("category") == "mode" and o.get("type", "select") == "select"), None)
 
 
-def _options(raw: object) -> list[dict[str, Any]] | None:
+def _options(raw: object) -> list[ConfigOptionDoc] | None:
     """The select and boolean config options the agent offers, in a compact shape for the record."""
     if not isinstance(raw, list):
         return None
-    kept = []
+    kept: list[ConfigOptionDoc] = []
     for option in raw:
         if not isinstance(option, dict) or not option.get("id") or option.get("type", "select") not in (
                 "select", "boolean"):
             continue
-        entry = {"id": str(option["id"]), "name": str(option.get("name") or option["id"]),
-                 "type": option.get("type", "select"), "current": option.get("currentValue")}
+        entry: ConfigOptionDoc = {"id": str(option["id"]), "name": str(option.get("name") or option["id"]),
+                                  "type": option.get("type", "select"), "current": option.get("currentValue")}
         if option.get("category"):
             entry["category"] = str(option["category"])
         if isinstance(option.get("options"), list):
@@ -89,12 +91,12 @@ class AgentState:
 
     # ---- from the ACP session's opening and its updates ----------------------------------------------
 
-    def opened(self, result: dict[str, Any]) -> None:
+    def opened(self, result: JsonObject) -> None:
         """The answer to session/new, load or resume: its modes and config options."""
         rec = self._session.rec
         options = _options(result.get("configOptions"))
         if options is not None:
-            rec.config_options = options
+            rec.config_options = cast(list[JsonObject], options)  # the model keeps them as plain dicts
         mode = _modes(result.get("modes"))
         if mode is None and options is not None and (select := _mode_option(options)) is not None:
             mode = Mode(current=str(select.get("current") or ""),
@@ -102,7 +104,7 @@ class AgentState:
         if mode is not None:
             rec.mode = mode
 
-    def update(self, kind: str, update: dict[str, Any]) -> bool:
+    def update(self, kind: str, update: JsonObject) -> bool:
         """A session/update the record cares about; True when the record changed (the caller saves it)."""
         rec = self._session.rec
         if kind == "current_mode_update" and update.get("currentModeId"):
@@ -112,7 +114,7 @@ class AgentState:
             options = _options(update.get("configOptions"))
             if options is None:
                 return False
-            rec.config_options = options
+            rec.config_options = cast(list[JsonObject], options)
             if (select := _mode_option(options)) is not None and rec.mode is not None:
                 rec.mode = Mode(current=str(select.get("current") or ""), available=rec.mode.available)
             return True
@@ -126,7 +128,7 @@ class AgentState:
             return self._agent_title(update["title"])
         return False
 
-    def _usage(self, update: dict[str, Any]) -> bool:
+    def _usage(self, update: JsonObject) -> bool:
         rec = self._session.rec
         usage = rec.usage.model_copy() if rec.usage else Usage()
         if isinstance(update.get("used"), int):
@@ -191,14 +193,14 @@ class AgentState:
         if mode_id not in [m["id"] for m in rec.mode.available]:
             raise InvalidRequest(f"mode {mode_id!r} is not one the agent offers ("
                                  f"{', '.join(m['id'] for m in rec.mode.available)})", code="invalid_mode")
-        option = _mode_option(rec.config_options or [])
+        option = _mode_option(cast(list[ConfigOptionDoc], rec.config_options or []))  # as `_options` wrote them
         before = rec.mode.current  # the agent may say `current_mode_update` before it answers
         try:
             if option is not None:
                 answer = await session.agent.request("session/set_config_option", {
                     "sessionId": rec.acp_session_id, "configId": option["id"], "value": mode_id}, timeout=30)
                 if isinstance(answer, dict) and (options := _options(answer.get("configOptions"))) is not None:
-                    rec.config_options = options
+                    rec.config_options = cast(list[JsonObject], options)
             else:
                 await session.agent.request("session/set_mode", {"sessionId": rec.acp_session_id, "modeId": mode_id},
                                             timeout=30)
@@ -214,7 +216,7 @@ class AgentState:
     def turn_started(self) -> None:
         self._turn_cost_start = _counted(self._session.rec.usage) or 0.0
 
-    def turn_cost(self) -> dict[str, Any] | None:
+    def turn_cost(self) -> CostDoc | None:
         """The cost of the turn that just ended ({amount, currency}), when the agent reports cost. Never below 0:
         a cumulative cost that went down (an agent that restarted its count, or lied) credits nothing."""
         spent = _counted(self._session.rec.usage)
@@ -258,7 +260,7 @@ class AgentState:
         spent = _counted(usage)
         if refused is not None:
             summary = f"{refused}: the budget of {cap:.2f} USD cannot be checked against it"
-            evidence: dict[str, Any] = {"refused": refused, "budget": cap}
+            evidence: MarkerEvidence = {"refused": refused, "budget": cap}
         elif spent is not None and spent >= cap:
             summary = f"cost {spent:.2f} USD reached the budget of {cap:.2f} USD"
             evidence = {"cost": spent, "budget": cap}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sessions.core.enums import MarkerKind
 from sessions.core.errors import Conflict
+from sessions.core.live import PromptResult, Salvage, TurnExtra
 from sessions.core.offload import db, spawn
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class TurnControl(Protocol):
     async def cancel_and_wait(self, turn: Turn) -> bool: ...
 
     async def start_turn(self, text: str, *, source: str = ..., authored: str | None = ...,
-                         extra: dict[str, Any] | None = ...) -> Turn: ...
+                         extra: TurnExtra | None = ...) -> Turn: ...
 
 
 class BusyInput:
@@ -68,7 +69,7 @@ class BusyInput:
     def __init__(self, session: SessionCore, turns: TurnControl) -> None:
         self._session = session
         self._turns = turns
-        self.salvage: dict[str, Any] | None = None
+        self.salvage: Salvage | None = None
         self.steer: StagedSteer | None = None
 
     def end_salvage(self) -> None:
@@ -109,7 +110,7 @@ class BusyInput:
             self.steer = None
         return dropped
 
-    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
+    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> PromptResult:
         """Cancel the current turn (fenced by expected_turn_id); run `replacement` as a new turn, or keep
         the canceled text as salvage for one later steer (the dedicated interrupt)."""
         turn = self._turns.turn
@@ -129,7 +130,7 @@ class BusyInput:
             new = await self._turns.start_turn(replacement) if replacement is not None else None
         finally:
             self._turns.handover = False
-        result: dict[str, Any] = {"status": "interrupted", "interrupted": turn is not None,
+        result: PromptResult = {"status": "interrupted", "interrupted": turn is not None,
                                   "previous_turn_id": previous, "canceled_queued_entries": dropped,
                                   "queue_generation": self.generation}
         if new is not None:
@@ -146,7 +147,7 @@ class BusyInput:
         await self._session.persist()
         return result
 
-    async def stage_steer(self, text: str) -> dict[str, Any]:
+    async def stage_steer(self, text: str) -> PromptResult:
         """Steer: after a dedicated interrupt, compose salvage + correction once as a new turn; while busy,
         deliver at the next tool-result boundary, else fall back to the queue when the turn ends."""
         if self.salvage is not None and self._turns.turn is None:

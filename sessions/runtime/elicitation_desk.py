@@ -9,10 +9,11 @@ attention list and the webhook show): the whole question is in its event row and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sessions.core.elicitation_form import question_problem
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
 from sessions.core.redact import bound_text
 from sessions.runtime.elicitations import ElicitationBoard
@@ -38,7 +39,7 @@ class ElicitationDesk:
         self._turns = turns
         self.board = board
 
-    async def ask(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, params: JsonObject) -> JsonObject:  # ACP elicitation/create and its answer
         from acp.exceptions import RequestError
 
         mode = params.get("mode")
@@ -91,5 +92,5 @@ class ElicitationDesk:
         self._session.announce()
         spawn(self._session.persist())
 
-    def answer(self, request_id: str, action: str, content: dict[str, Any] | None) -> bool:
+    def answer(self, request_id: str, action: str, content: JsonObject | None) -> bool:
         return self.board.resolve(request_id, action, content)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
+from sessions.core.jsonobj import JsonObject
+from sessions.core.live import ElicitationView
 from sessions.store.folder import isoformat, utcnow
 
 
@@ -18,13 +19,13 @@ class PendingElicitation:
     request_id: str
     turn_id: str
     message: str
-    requested_schema: dict[str, Any]
+    requested_schema: JsonObject  # the agent's JSON schema of the form
     created_at: str = field(default_factory=lambda: isoformat(utcnow()) or "")
     # (action, content): action is accept, decline or cancel.
-    answer: asyncio.Future[tuple[str, dict[str, Any] | None]] = field(
+    answer: asyncio.Future[tuple[str, JsonObject | None]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> ElicitationView:
         return {"id": self.request_id, "message": self.message, "requested_schema": self.requested_schema,
                 "created_at": self.created_at, "turn_id": self.turn_id}
 
@@ -34,13 +35,13 @@ class ElicitationBoard:
         self.pending: dict[str, PendingElicitation] = {}
         self._next = 0
 
-    def open(self, turn_id: str, message: str, requested_schema: dict[str, Any]) -> PendingElicitation:
+    def open(self, turn_id: str, message: str, requested_schema: JsonObject) -> PendingElicitation:
         self._next += 1
         item = PendingElicitation(f"elicit-{self._next}", turn_id, message, requested_schema)
         self.pending[item.request_id] = item
         return item
 
-    def resolve(self, request_id: str, action: str, content: dict[str, Any] | None) -> bool:
+    def resolve(self, request_id: str, action: str, content: JsonObject | None) -> bool:
         item = self.pending.get(request_id)
         if item is None or item.answer.done():
             return False

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from compozy_base.config.loader import Config, ProviderConfig
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
-    from sessions.core.record import Failure, SessionRecord
+    from sessions.core.jsonobj import EventContent
+    from sessions.core.live import MarkerEvidence
+    from sessions.core.record import Failure, FailureDoc, SessionRecord
     from sessions.store.writer import Recorder
 
 
@@ -60,9 +62,9 @@ class SessionCore(Protocol):
     async def transition(self, target: SessionState, *, stop: tuple[str, str, Failure | None] | None = None,
                          activated_at: str | None = None, stopped_at: str | None = None) -> None: ...
 
-    def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None: ...
+    def record(self, type_: str, content: EventContent, turn_id: str | None = None) -> None: ...
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = None,
                turn_id: str | None = None) -> None: ...
 
     def protocol_violation(self, what: str) -> None: ...
@@ -71,7 +73,7 @@ class SessionCore(Protocol):
 
     async def observe(self, event: str, **extra: Any) -> None: ...
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None: ...
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]: ...
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any
+from typing import NotRequired, TypedDict
 
 # 20 samples a second: fine enough to catch a stall of a few tens of milliseconds, cheap enough to run
 # always (one timer callback per sample).
@@ -18,6 +18,22 @@ SAMPLE_SECONDS = 0.05
 # Two minutes of samples: the windows reported below, and a benchmark's measured phase, fit inside.
 KEEP_SAMPLES = int(120 / SAMPLE_SECONDS)
 WINDOWS_SECONDS = (10, 60)
+
+
+class LagWindow(TypedDict):
+    window_s: float
+    samples: int
+    p50_ms: NotRequired[float]  # with samples only
+    p99_ms: NotRequired[float]
+    max_ms: NotRequired[float]
+
+
+class LagReport(TypedDict):
+    """The loop's lag for `compozy status` (compozy/diagnostics/status.py)."""
+
+    sample_interval_ms: float
+    worst_since_start_ms: float
+    windows: list[LagWindow]
 
 
 class LoopLagMonitor:
@@ -42,7 +58,7 @@ class LoopLagMonitor:
             self.samples.append((now, lag))
             self.worst = max(self.worst, lag)
 
-    def summary(self, window: float) -> dict[str, Any]:
+    def summary(self, window: float) -> LagWindow:
         cutoff = time.monotonic() - window
         lags = sorted(lag for at, lag in list(self.samples) if at >= cutoff)
         if not lags:
@@ -54,7 +70,7 @@ class LoopLagMonitor:
         return {"window_s": window, "samples": len(lags), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
                 "max_ms": round(lags[-1] * 1000, 3)}
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> LagReport:
         return {"sample_interval_ms": SAMPLE_SECONDS * 1000, "worst_since_start_ms": round(self.worst * 1000, 3),
                 "windows": [self.summary(w) for w in WINDOWS_SECONDS]}
 

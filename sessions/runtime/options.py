@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessions.core.acp_shapes import ConfigOption
+from sessions.core.record import ReportedModel, Resolution
+
 MODEL_KEYS = ("model",)
 EFFORT_KEYS = ("reasoning_effort", "effort", "thought_level", "reasoning")
 SPEED_KEYS = ("speed",)
@@ -25,15 +28,15 @@ class OptionPlan:
     """Config options to set, in order, plus what to record about each request."""
 
     sets: list[tuple[str, str, str]] = field(default_factory=list)  # (what, config id, value)
-    resolutions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resolutions: dict[str, Resolution] = field(default_factory=dict)
     set_model: str = ""  # a model id to set through `session/set_model` (only the `models` state offers it)
 
 
-def _selects(config_options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _selects(config_options: list[ConfigOption]) -> list[ConfigOption]:
     return [o for o in config_options if isinstance(o, dict) and o.get("type", "select") == "select" and o.get("id")]
 
 
-def _values(option: dict[str, Any]) -> list[str]:
+def _values(option: ConfigOption) -> list[str]:
     values: list[str] = []
     for item in option.get("options") or []:
         if not isinstance(item, dict):
@@ -46,7 +49,7 @@ def _values(option: dict[str, Any]) -> list[str]:
     return values
 
 
-def _matching(selects: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+def _matching(selects: list[ConfigOption], keys: tuple[str, ...]) -> list[ConfigOption]:
     return [o for o in selects if str(o.get("id", "")).lower() in keys or str(o.get("category") or "").lower() in keys]
 
 
@@ -59,7 +62,7 @@ def _model_state(models: Any) -> tuple[list[dict[str, str]], str]:
     return offered, str(models.get("currentModelId") or "")
 
 
-def plan(config_options: list[dict[str, Any]] | None, *, model: str, model_explicit: bool,
+def plan(config_options: list[ConfigOption] | None, *, model: str, model_explicit: bool,
          reasoning_effort: str, speed: str, models: Any = None) -> OptionPlan:
     result = OptionPlan()
     selects = _selects(config_options or [])
@@ -109,14 +112,14 @@ def plan(config_options: list[dict[str, Any]] | None, *, model: str, model_expli
     return result
 
 
-def with_current(config_options: list[dict[str, Any]], config_id: str, value: str) -> list[dict[str, Any]]:
+def with_current(config_options: list[ConfigOption], config_id: str, value: str) -> list[ConfigOption]:
     """The options after the agent accepted `value` for `config_id` without repeating its state (an answer without
     `configOptions`): the same options, that one's current value changed."""
     return [{**o, "currentValue": value} if isinstance(o, dict) and o.get("id") == config_id else o
             for o in config_options]
 
 
-def reported_model(config_options: list[dict[str, Any]] | None, models: Any = None) -> dict[str, str] | None:
+def reported_model(config_options: list[ConfigOption] | None, models: Any = None) -> ReportedModel | None:
     """The model the agent says it runs, `{id, name, source}`: the current value of its one model select,
     else the `models` state's current id; None when it reports neither."""
     candidates = _matching(_selects(config_options or []), MODEL_KEYS)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from sessions.acp import client_side, workspace_fs
+from sessions.core.acp_shapes import PermissionOption, ToolCall
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import spawn
 from sessions.core.visible import visible
 from sessions.runtime.approvals import Approvals
@@ -24,12 +26,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class PermissionFacts(TypedDict):
+    """What a permission row, its hooks and its observers are told of the request (the keys every one carries)."""
+
+    request_id: str
+    action: str
+    resource: str
+    title: Any  # the tool call's own title, as the agent sent it
+    tool_call_id: str
+
+
 class PermissionGate:
     """The answers to the agent's requests. Opens the requests that wait on a person on the board it is handed (the
     turns cancel them when a turn ends, supervision counts them as activity)."""
 
     def __init__(self, session: SessionCore, activity: Activity, turns: Turns, permissions: PermissionBoard, *,
-                 tool_titles: dict[str, str], tool_kinds: dict[str, str], tool_inputs: dict[str, Any]) -> None:
+                 tool_titles: dict[str, str], tool_kinds: dict[str, str], tool_inputs: dict[str, object]) -> None:
         self._session = session
         self._activity = activity
         self._turns = turns
@@ -42,7 +54,7 @@ class PermissionGate:
         self.approvals = Approvals()  # what a person's approvals of execute tool calls let run (approvals.py)
         self.terminals = TerminalGateway(session, self)
 
-    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def on_request(self, method: str, params: JsonObject) -> Any:
         from acp.exceptions import RequestError
 
         if method == "session/request_permission":
@@ -90,7 +102,7 @@ class PermissionGate:
             self.approvals.covers(turn_id, argv)
         return chosen in ("allow", "allow_always")
 
-    async def _serve_fs(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _serve_fs(self, method: str, params: JsonObject) -> JsonObject:
         """A read or write inside the workspace roots, on the agents' own fs pool; a refused path is recorded."""
         from acp.exceptions import RequestError
 
@@ -119,22 +131,25 @@ class PermissionGate:
         except (OSError, ValueError) as exc:
             raise workspace_fs.fs_error(path, exc) from exc
 
-    async def _answer_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _answer_permission(self, params: JsonObject) -> client_side.PermissionResponse:
         """Policy first; `approve-reads` leaves anything but reads to a person (API/CLI/dashboard)."""
         sent_call = params.get("toolCall")
-        sent: dict[str, Any] = sent_call if isinstance(sent_call, dict) else {}
+        # The agent's JSON taken as ACP's shapes (sessions/core/acp_shapes.py): read by key, never trusted further.
+        sent = cast(ToolCall, sent_call if isinstance(sent_call, dict) else {})
         raw_options = params.get("options")
-        options = [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
+        options = cast(list[PermissionOption],
+                       [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else [])
         mode = self.mode
         call_id = str(sent.get("toolCallId", ""))
         # The request's toolCall is an update (ACP): a field it omits is the tool call's own, sent before it. A
         # request naming only the id was listed with no kind or title, and judged as an unknown kind.
         known = {"title": self._tool_titles.get(call_id), "kind": self._tool_kinds.get(call_id),
                  "rawInput": self._tool_inputs.get(call_id)}
-        tool_call = {**{k: v for k, v in known.items() if v}, **{k: v for k, v in sent.items() if v not in (None, "")}}
+        tool_call = cast(ToolCall, {**{k: v for k, v in known.items() if v},
+                                    **{k: v for k, v in sent.items() if v not in (None, "")}})
         # What a person reads is what runs: control and bidi characters shown as escapes (core/visible.py).
         title = tool_call.get("title")
-        base = {
+        base: PermissionFacts = {
             "request_id": call_id, "action": str(tool_call.get("kind") or "tool"),
             "resource": visible(self._tool_titles.get(call_id) or str(title or "")),
             "title": visible(title) if isinstance(title, str) else title, "tool_call_id": call_id,
@@ -186,8 +201,8 @@ class PermissionGate:
             "tool_call": tool_call})
         return client_side.permission_response(option_id)
 
-    async def _permission_hooks(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
-                                base: dict[str, Any], mode: str) -> tuple[str, str | None, str] | None:
+    async def _permission_hooks(self, tool_call: ToolCall, options: list[PermissionOption],
+                                base: PermissionFacts, mode: str) -> tuple[str, str | None, str] | None:
         """tool.pre_call (the gate) and permission.request run before our client answers the agent, so a
         hook can deny; a permission.request patch may also decide for a person. None = no hook decided."""
         kind = str(tool_call.get("kind") or "")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from sessions.acp import client_side
+from sessions.core.acp_shapes import PermissionOption, ToolCall
+from sessions.core.live import PermissionView
 from sessions.store.folder import isoformat, utcnow
 
 
@@ -18,13 +19,13 @@ from sessions.store.folder import isoformat, utcnow
 class PendingPermission:
     request_id: str
     turn_id: str
-    tool_call: dict[str, Any]
-    options: list[dict[str, Any]]
+    tool_call: ToolCall
+    options: list[PermissionOption]
     created_at: str = field(default_factory=lambda: isoformat(utcnow()) or "")
     answer: asyncio.Future[tuple[str, str | None]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> PermissionView:
         return {
             "request_id": self.request_id, "turn_id": self.turn_id,
             "tool_call_id": self.tool_call.get("toolCallId"), "title": self.tool_call.get("title"),
@@ -35,7 +36,7 @@ class PendingPermission:
         }
 
 
-def option_for(options: list[dict[str, Any]], decision: str, option_id: str | None) -> str | None:
+def option_for(options: list[PermissionOption], decision: str, option_id: str | None) -> str | None:
     """The ACP option a person's approve/deny maps to (an explicit option id must be one offered)."""
     if option_id:
         return option_id if any(o.get("optionId") == option_id for o in options) else None
@@ -46,8 +47,8 @@ class PermissionBoard:
     def __init__(self) -> None:
         self.pending: dict[str, PendingPermission] = {}
 
-    def open(self, request_id: str, turn_id: str, tool_call: dict[str, Any],
-             options: list[dict[str, Any]]) -> PendingPermission:
+    def open(self, request_id: str, turn_id: str, tool_call: ToolCall,
+             options: list[PermissionOption]) -> PendingPermission:
         """A pending request under `request_id`, or `request_id#2`, … while that one still waits: an agent that
         asked twice with one toolCallId had its first request overwritten, never answerable, never cancelled."""
         unique, n = request_id, 1

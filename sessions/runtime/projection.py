@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Required, TypedDict
 
 from sessions.core.enums import EventType
 from sessions.store.events import MAX_PAGE, read_events
@@ -36,20 +36,35 @@ def _truncate(value: Any, cap: int) -> Any:
     return value
 
 
-def collect_messages(events_path: Path) -> list[dict[str, Any]]:
+class ReplayMessage(TypedDict, total=False):
+    """One message of the context replay (sent to the agent as JSON inside its prompt)."""
+
+    role: Required[str]  # user, assistant, tool_call, tool_result or system
+    content: Any  # text; a tool result's (truncated) body
+    thinking: str
+    turn_id: str  # while collecting only: which assistant turn a chunk continues
+    tool_call_id: Any
+    tool_name: Any
+    tool_input: Any  # the agent's rawInput, truncated
+    is_error: bool
+
+
+def collect_messages(events_path: Path) -> list[ReplayMessage]:
     """Messages (role user|assistant|tool_call|tool_result|system) from the tail of the store."""
     rows = read_events(events_path, limit=TAIL_EVENTS, newest=True)
-    messages: list[dict[str, Any]] = []
+    messages: list[ReplayMessage] = []
     for row in rows:
         content, kind = row["content"], row["type"]
         if kind == EventType.USER_MESSAGE and content.get("source") != "agent":
             messages.append({"role": "user", "content": content.get("authored_text") or content.get("text", "")})
         elif kind in (EventType.AGENT_MESSAGE, EventType.THOUGHT):
-            key = "content" if kind == EventType.AGENT_MESSAGE else "thinking"
+            key: Literal["content", "thinking"] = "content" if kind == EventType.AGENT_MESSAGE else "thinking"
             if messages and messages[-1]["role"] == "assistant" and messages[-1].get("turn_id") == row["turn_id"]:
                 messages[-1][key] = messages[-1].get(key, "") + content.get("text", "")
             else:
-                messages.append({"role": "assistant", "turn_id": row["turn_id"], key: content.get("text", "")})
+                message: ReplayMessage = {"role": "assistant", "turn_id": row["turn_id"]}
+                message[key] = content.get("text", "")
+                messages.append(message)
         elif kind == EventType.TOOL_CALL and content.get("tool_call_id"):
             messages.append({"role": "tool_call", "tool_call_id": content["tool_call_id"],
                              "tool_name": content.get("tool_name") or content.get("title", ""),
@@ -67,14 +82,14 @@ def collect_messages(events_path: Path) -> list[dict[str, Any]]:
     return messages
 
 
-def prune(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def prune(messages: list[ReplayMessage]) -> list[ReplayMessage]:
     """Keep the last MAX_MESSAGES; older tool results become one-line summaries; duplicates become pointers."""
     messages = messages[-MAX_MESSAGES:]
     seen: dict[str, str] = {}
-    pruned: list[dict[str, Any]] = []
+    pruned: list[ReplayMessage] = []
     recent_from = len(messages) - RECENT_FULL_TOOL_RESULTS
     for index, message in enumerate(messages):
-        message = dict(message)
+        message = message.copy()
         if message["role"] == "tool_result":
             body = str(message.get("content", ""))
             if len(body.encode()) >= DUPLICATE_RESULT_MIN_BYTES and body in seen:
@@ -86,9 +101,10 @@ def prune(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 seen.setdefault(body, str(message.get("tool_call_id")))
                 message["content"] = _truncate(body, TEXT_CAP)
         else:
-            for key in ("content", "thinking"):
-                if key in message:
-                    message[key] = _truncate(message[key], TEXT_CAP)
+            if "content" in message:
+                message["content"] = _truncate(message["content"], TEXT_CAP)
+            if "thinking" in message:
+                message["thinking"] = _truncate(message["thinking"], TEXT_CAP)
         pruned.append(message)
     return pruned
 

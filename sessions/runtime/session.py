@@ -32,14 +32,16 @@ from typing import Any
 from compozy_base import metrics
 from compozy_base.config.loader import Config, ProviderConfig
 from sessions.acp.driver import AgentProcess
-from sessions.acp.mapping import map_update
+from sessions.acp.mapping import MappedContent, map_update
 from sessions.catalog import cluster
 from sessions.catalog import index as catalog
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
+from sessions.core.jsonobj import EventContent, JsonObject
+from sessions.core.live import MarkerEvidence, MarkerRaw, PromptResult, Salvage, TurnExtra
 from sessions.core.offload import db, spawn
-from sessions.core.record import AutoTitle, Failure, SessionRecord
+from sessions.core.record import ActivityDoc, AutoTitle, Failure, FailureDoc, SessionRecord
 from sessions.core.redact import bound_text, redact_text
 from sessions.live import doorbells
 from sessions.live.feed import offer_rows
@@ -59,6 +61,8 @@ from sessions.runtime.title import Route as TitleRoute
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
 from sessions.store import folder
+from sessions.store.ops import HookRunRow
+from sessions.store.rows import StoredEvent
 from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
 
 logger = logging.getLogger(__name__)
@@ -97,7 +101,7 @@ class SessionRuntime:
         self.agent: AgentProcess | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}
-        self.tool_inputs: dict[str, Any] = {}
+        self.tool_inputs: dict[str, object] = {}  # each tool call's rawInput: free-form JSON, read by approvals
         self.stopped = asyncio.Event()
         self.active = asyncio.Event()
         self.violations = 0  # protocol violations by this session's agents
@@ -196,12 +200,12 @@ class SessionRuntime:
     def fenced(self, value: bool) -> None:
         self.stop_path.fenced = value
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         await self.stop_path.stop(reason, detail, failure=failure, process_gone=process_gone)
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """The failure object, with a crash bundle for the kinds that get one."""
         return await self.stop_path.failure(kind, summary)
 
@@ -218,7 +222,7 @@ class SessionRuntime:
         return self.turns.handover
 
     @property
-    def salvage(self) -> dict[str, Any] | None:
+    def salvage(self) -> Salvage | None:
         return self.turns.input.salvage
 
     @property
@@ -226,7 +230,7 @@ class SessionRuntime:
         return self.turns.prompt_lock
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
-                         extra: dict[str, Any] | None = None) -> Turn:
+                         extra: TurnExtra | None = None) -> Turn:
         return await self.turns.start_turn(text, source=source, authored=authored, extra=extra)
 
     async def dispatch_next(self) -> None:
@@ -242,10 +246,10 @@ class SessionRuntime:
     async def cancel_turn(self) -> bool:
         return await self.turns.cancel_turn()
 
-    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> dict[str, Any]:
+    async def interrupt(self, *, replacement: str | None, expected_turn_id: str | None) -> PromptResult:
         return await self.turns.input.interrupt(replacement=replacement, expected_turn_id=expected_turn_id)
 
-    async def stage_steer(self, text: str) -> dict[str, Any]:
+    async def stage_steer(self, text: str) -> PromptResult:
         return await self.turns.input.stage_steer(text)
 
     @property
@@ -258,7 +262,7 @@ class SessionRuntime:
         """The agent's questions waiting on a person (sessions/services/elicitations.py lists and answers them)."""
         return self.desk.board
 
-    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def on_request(self, method: str, params: JsonObject) -> Any:
         if method == ELICITATION_METHOD:
             return await self.desk.ask(params)
         return await self.gate.on_request(method, params)
@@ -269,28 +273,28 @@ class SessionRuntime:
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
         self.activity.touch(kind, detail, tool)
 
-    def live_activity(self) -> dict[str, Any]:
+    def live_activity(self) -> ActivityDoc:
         """The activity as of now, for reads (sessions/services/payloads.py)."""
         return self.activity.live(self.turn)
 
     # ---- recording -------------------------------------------------------------------------
 
-    def record(self, type_: str, content: dict[str, Any], turn_id: str | None = None) -> None:
+    def record(self, type_: str, content: EventContent, turn_id: str | None = None) -> None:
         tid = turn_id if turn_id is not None else (self.turn.id if self.turn else "")
         if self.rec.acp_session_id:
             content = {"session_id": self.rec.acp_session_id, **content}
         self.recorder.record(type_, tid, content)
 
-    def marker(self, kind: MarkerKind, summary: str, evidence: dict[str, Any] | None = None,
+    def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = None,
                turn_id: str | None = None) -> None:
-        raw: dict[str, Any] = {"kind": f"transcript_marker.{kind.value}",
+        raw: MarkerRaw = {"kind": f"transcript_marker.{kind.value}",
                                "occurred_at": folder.isoformat(folder.utcnow()),
                                "summary": bound_text(redact_text(summary), 2048)}
         if evidence:
             raw["evidence"] = evidence
         self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
 
-    def _on_commit(self, stored: list[dict[str, Any]], rows: list[tuple[Any, ...]]) -> None:
+    def _on_commit(self, stored: list[StoredEvent], rows: list[tuple[Any, ...]]) -> None:
         """After each commit: hand the rows to this process's live feed (no read-back), then ring the
         doorbell for other processes' feeds (a Redis layer; on the embedded layer every feed is here)."""
         metrics.EVENTS_APPENDED.inc(len(stored))
@@ -307,14 +311,14 @@ class SessionRuntime:
 
     # ---- agent callbacks -------------------------------------------------------------------
 
-    def _fold_agent_state(self, type_: str, update: dict[str, Any]) -> None:
+    def _fold_agent_state(self, type_: str, update: JsonObject) -> None:
         """Modes, options, commands and titles onto the record and saved at once; usage is saved with the turn's
         end (it can come with every message), or by the budget's stop."""
         if self.agent_state.update(str(update.get("sessionUpdate", "")), update) and type_ != EventType.USAGE:
             self.announce()
             spawn(self.persist())
 
-    def on_update(self, params: dict[str, Any]) -> None:
+    def on_update(self, params: JsonObject) -> None:
         """Called synchronously by the driver's observer, in arrival order."""
         if self.start_path.loading:
             return  # session/load replays history we already hold; never record it twice
@@ -343,7 +347,7 @@ class SessionRuntime:
             return
         self._on_other_update(type_, content, update, turn)
 
-    def _on_other_update(self, type_: str, content: dict[str, Any], update: dict[str, Any],
+    def _on_other_update(self, type_: str, content: MappedContent, update: JsonObject,
                          turn: Turn | None) -> None:
         """What an update that is not a streamed chunk means beyond its row: agent state, usage, a tool."""
         if type_ in AGENT_STATE_ROWS:
@@ -362,7 +366,7 @@ class SessionRuntime:
             # and the permission request that follows may name only the call's id.
             self.tool_inputs[str(content["tool_call_id"])] = content["tool_input"]
 
-    def _after_tool_result(self, content: dict[str, Any]) -> None:
+    def _after_tool_result(self, content: MappedContent) -> None:
         """A tool's result: its post-call hook, and a staged steer may go now."""
         if self.manager.hooks is not None:
             event = "tool.post_error" if content.get("tool_error") else "tool.post_call"
@@ -384,7 +388,7 @@ class SessionRuntime:
 
     # ---- lifecycle hooks (hooks.md) ------------------------------------------------------------
 
-    def _record_hook_run(self, row: dict[str, Any]) -> None:
+    def _record_hook_run(self, row: HookRunRow) -> None:
         self.recorder.record_hook_run(row)
 
     async def observe(self, event: str, **extra: Any) -> None:
@@ -433,14 +437,14 @@ class SessionRuntime:
         if self.stopped.is_set():
             return  # the final meta is written; a late title must not reopen it
         # Which route opened the title session (none: every route failed to), on the record whatever the outcome.
-        route: dict[str, Any] = {} if outcome.route is None else {"route": routes[outcome.route].public()}
+        route: JsonObject = {} if outcome.route is None else {"route": routes[outcome.route].public()}
         if self.rec.name:
             self.rec.auto_title = AutoTitle(status="skipped", reason="explicit name wins", **route)
             await self.persist()
             return
         title = outcome.title
         if title is None:
-            why: dict[str, Any] = {} if route else {"reason": "no route opened the title session"}
+            why: JsonObject = {} if route else {"reason": "no route opened the title session"}
             self.rec.auto_title = AutoTitle(status="failed", **route, **why)
             await self.persist()
             return

@@ -7,13 +7,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from compozy_base.config import mcp_servers
 from sessions.acp import auth, launch, sandbox, workspace_fs
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed
 from sessions.core import lifecycle
+from sessions.core.acp_shapes import ConfigOption
 from sessions.core.enums import START_FAILURE_STOP_REASON, EventType, FailureKind, MarkerKind, SessionState, StopReason
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db, starting
 from sessions.core.record import AcpCaps
 from sessions.runtime import terminal_gateway
@@ -54,9 +56,9 @@ class StartPath:
     history (updates the session must not record twice)."""
 
     def __init__(self, session: SessionCore, turns: Turns, stop: StopPath, *, active: asyncio.Event,
-                 on_update: Callable[[dict[str, Any]], None],
-                 on_request: Callable[[str, dict[str, Any]], Awaitable[Any]],
-                 on_opened: Callable[[dict[str, Any]], None] = lambda result: None,
+                 on_update: Callable[[JsonObject], None],
+                 on_request: Callable[[str, JsonObject], Awaitable[Any]],
+                 on_opened: Callable[[JsonObject], None] = lambda result: None,
                  on_new: Callable[[], Awaitable[None]] | None = None) -> None:
         self._session = session
         self._on_opened = on_opened  # the opening answer's modes and config options, onto the record
@@ -68,7 +70,7 @@ class StartPath:
         self._on_request = on_request
         self.loading = False
         self._auth_methods: list[auth.AuthMethod] = []
-        self._mcp_servers: list[dict[str, Any]] = []
+        self._mcp_servers: list[JsonObject] = []
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
@@ -153,9 +155,9 @@ class StartPath:
             raise StartFailed(FailureKind.STARTUP_FAILURE, self._with_exit(f"ACP initialize failed: {exc}"),
                               cause=HANDSHAKE_CAUSE) from exc
         advertised = init.get("agentCapabilities")
-        caps: dict[str, Any] = advertised if isinstance(advertised, dict) else {}
+        caps: JsonObject = advertised if isinstance(advertised, dict) else {}
         offers = caps.get("sessionCapabilities")
-        lifecycle_caps: dict[str, Any] = offers if isinstance(offers, dict) else {}
+        lifecycle_caps: JsonObject = offers if isinstance(offers, dict) else {}
         self._auth_methods = auth.offered(init)
         session.rec.acp_caps = AcpCaps(supports_load_session=bool(caps.get("loadSession")),
                                        supports_resume="resume" in lifecycle_caps,
@@ -166,7 +168,7 @@ class StartPath:
         await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
 
-    def _mcp_servers_for(self, caps: dict[str, Any]) -> list[dict[str, Any]]:
+    def _mcp_servers_for(self, caps: JsonObject) -> list[JsonObject]:
         """The agent's configured MCP servers it can use; one left out for its transport is said, not dropped
         silently."""
         session = self._session
@@ -204,7 +206,7 @@ class StartPath:
     async def _open_acp_session(self, *, reactivate: bool) -> None:
         session = self._session
         assert session.agent
-        params: dict[str, Any] = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
+        params: JsonObject = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
         if session.roots[1:]:
             params["additionalDirectories"] = [str(r) for r in session.roots[1:]]
         fallback: str | None = None
@@ -230,12 +232,12 @@ class StartPath:
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
 
-    async def _apply_options(self, opened: dict[str, Any]) -> None:
+    async def _apply_options(self, opened: JsonObject) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
         session = self._session
         assert session.agent
         offered = opened.get("configOptions")
-        config_options: list[dict[str, Any]] = offered if isinstance(offered, list) else []
+        config_options: list[ConfigOption] = offered if isinstance(offered, list) else []
         models = opened.get("models")
         rec = session.rec
         steps = plan(config_options, model=rec.model or "", model_explicit=bool(rec.model_explicit),
@@ -261,8 +263,9 @@ class StartPath:
             # The record's options follow what was applied (status, and the dashboard's switcher, read them), as
             # they follow a `config_option_update` the agent sends.
             self._on_opened({"configOptions": config_options})
-        rec.agent_model = reported_model(config_options, models)
-        rec.speed_resolution = steps.resolutions.get("speed")
+        # The record keeps these blocks as the plain dicts they are (sessions/core/record.py `ReportedModel`).
+        rec.agent_model = cast(JsonObject | None, reported_model(config_options, models))
+        rec.speed_resolution = cast(JsonObject | None, steps.resolutions.get("speed"))
         rec.option_resolutions = steps.resolutions
         for what, resolution in steps.resolutions.items():
             if resolution["status"] == "rejected":
@@ -274,7 +277,7 @@ class StartPath:
                             f"{what} {resolution['requested']!r} not applied: {resolution['reason']}",
                                                "raw": {"option": what, **resolution}}, turn_id="")
 
-    async def _try_load_session(self, params: dict[str, Any]) -> str | None:
+    async def _try_load_session(self, params: JsonObject) -> str | None:
         """The saved ACP session reopened: session/resume when the agent offers it (no history replay; the v2
         draft drops load), else session/load. None on success, else the fallback reason (§14)."""
         session = self._session

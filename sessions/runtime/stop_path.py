@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
@@ -17,7 +17,7 @@ from sessions.catalog import cluster
 from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.offload import db, spawn
-from sessions.core.record import Failure
+from sessions.core.record import Failure, FailureDoc
 from sessions.core.redact import bound_tail, redact_text
 from sessions.store.crash_bundles import BUNDLE_FAILURE_KINDS, write_crash_bundle
 from sessions.store.folder import isoformat, utcnow
@@ -28,6 +28,16 @@ if TYPE_CHECKING:
     from sessions.runtime.turn import Turn
 
 logger = logging.getLogger(__name__)
+
+
+class SessionStoppedContent(TypedDict, total=False):
+    """The `session_stopped` row (`finish`)."""
+
+    stop_reason: str
+    stop_detail: str
+    failure: FailureDoc
+    error: str
+    text: str  # the end of the agent's stderr, with a failure
 
 STDERR_IN_EVENTS_BYTES = 4096
 
@@ -91,7 +101,7 @@ class StopPath:
         failure = await self.failure(kind, f"{detail}") if kind else None
         await self.stop(reason, detail, failure=failure, process_gone=True)
 
-    async def stop(self, reason: StopReason, detail: str = "", *, failure: dict[str, Any] | None = None,
+    async def stop(self, reason: StopReason, detail: str = "", *, failure: FailureDoc | None = None,
                    process_gone: bool = False) -> None:
         """The cooperative stop path (docs/reference/sessions.md §8). Concurrent callers share one stop."""
         if self._stop_task is None or (self._stop_task.done() and not self._session.stopped.is_set()):
@@ -99,7 +109,7 @@ class StopPath:
             self._stop_task = spawn(self._stop(reason, detail, failure, process_gone))
         await asyncio.shield(self._stop_task)
 
-    async def _stop(self, reason: StopReason, detail: str, failure: dict[str, Any] | None,
+    async def _stop(self, reason: StopReason, detail: str, failure: FailureDoc | None,
                     process_gone: bool) -> None:
         session = self._session
         self.stopping = True
@@ -180,13 +190,13 @@ class StopPath:
             logger.warning("session %s: ACP session/close failed (%s); stopping the agent anyway", session.rec.id,
                            exc)
 
-    async def finish(self, reason: StopReason, detail: str, failure: dict[str, Any] | None) -> None:
+    async def finish(self, reason: StopReason, detail: str, failure: FailureDoc | None) -> None:
         """6-9: classify, record session_stopped, close the recorder, write final meta, stopped."""
         session = self._session
         self.stopping = True
         if session.rec.state == SessionState.ACTIVE:
             await session.transition(SessionState.STOPPING)
-        stopped: dict[str, Any] = {"stop_reason": reason.value, "stop_detail": detail}
+        stopped: SessionStoppedContent = {"stop_reason": reason.value, "stop_detail": detail}
         if failure:
             stopped["failure"] = failure
             stopped["error"] = failure["summary"]
@@ -232,7 +242,7 @@ class StopPath:
         # The tail is the evidence: what the agent wrote just before it failed.
         return bound_tail(redact_text(self._session.agent.stderr.text()), STDERR_IN_EVENTS_BYTES)
 
-    async def failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """The failure object, with a crash bundle written off the loop (two fsyncs) for the kinds that get one."""
         session = self._session
         path = None

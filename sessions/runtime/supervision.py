@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.dispatch import Signal
 
 from compozy_base import process
 from compozy_base.config.loader import Config
+from sessions.core.record import ActivityDoc, SessionMeta
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def sweep_interval(config: Config) -> float:
     return max(MIN_TICK_SECONDS, min(MAX_TICK_SECONDS, *candidates))
 
 
-def silence_blocker(activity: dict[str, Any], *, permission_waiting: bool = False) -> str | None:
+def silence_blocker(activity: ActivityDoc, *, permission_waiting: bool = False) -> str | None:
     """Why a quiet turn must not be stopped: a tool call in flight, a permission waiting on a person, or a last
     signal from a source we cannot classify (it may be work). None: nothing vouches for the turn."""
     if permission_waiting or activity.get("last_activity_kind") == "agent_waiting":
@@ -112,7 +113,7 @@ class Decision:
     blocker: str | None = None  # silence_blocker() of the activity read, reported with the quiet note
 
 
-def decide(meta: dict[str, Any], now: datetime, config: Config) -> Decision:
+def decide(meta: SessionMeta, now: datetime, config: Config) -> Decision:
     """The one decision for one session: `progress`, `warning`, `timeout`, `wall_clock`, and for supervised silence
     `quiet` (after `quiet_after`) and `silence_stop` (after `stop_grace` more, carried out after the quiet note). A
     session bound to a task run is left to the silence path rather than the inactivity timeout: its verified stop is
@@ -205,7 +206,22 @@ def _probe(pgid: int) -> str:
     return "exists"
 
 
-def verify_group_gone(pgid: int, wait: float = VERIFY_SECONDS) -> dict[str, Any]:
+class GroupVerification(TypedDict, total=False):
+    """Whether an agent's process group is gone (a silence stop's evidence, meta.json `supervision.silence_stop`,
+    and the task runner's recovery): a TypedDict, written into meta.json and events as is."""
+
+    pgid: int | None
+    verified: bool
+    killpg_probe: str
+    survivors: list[int]
+    zombies: list[int]
+    escalated: bool
+    checked_at: str | None
+    note: str  # why no group was checked (never started, the pid now another process's)
+    idle_seconds: float  # a silence stop's: how long the turn gave no work evidence
+
+
+def verify_group_gone(pgid: int, wait: float = VERIFY_SECONDS) -> GroupVerification:
     """Check that every process of the agent's group is gone: `killpg(pgid, 0)` must raise ProcessLookupError
     (or find only zombies) and a /proc scan must find no live member. Survivors get SIGKILL, and are checked
     again until `wait` runs out. Blocking: run it in a thread."""
@@ -230,7 +246,7 @@ def verify_group_gone(pgid: int, wait: float = VERIFY_SECONDS) -> dict[str, Any]
             "escalated": escalated, "checked_at": folder.isoformat(folder.utcnow())}
 
 
-def verify_orphan_group(pgid: int | None, started: int | None) -> dict[str, Any]:
+def verify_orphan_group(pgid: int | None, started: int | None) -> GroupVerification:
     """The same check for an agent whose daemon died: its group may have lived on, orphaned. A leader pid now
     held by a different process (another start time) means our group is long gone: the kernel keeps a pgid
     from reuse while any member lives. Otherwise what remains of the group is killed and verified gone."""

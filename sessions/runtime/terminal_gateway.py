@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import bound_tail
 from sessions.core.visible import visible
 from sessions.runtime.confinement import confiner
-from sessions.runtime.terminals import Terminal, TerminalRefused, Terminals
+from sessions.runtime.terminals import ExitStatus, Terminal, TerminalRefused, Terminals
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -57,7 +58,7 @@ class TerminalGateway:
                 confine=confiner(session), most=session.config.max_terminals_per_session)
         return self._terminals
 
-    async def serve(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def serve(self, method: str, params: JsonObject) -> JsonObject | ExitStatus:  # ACP terminal/*
         from acp.exceptions import RequestError
 
         try:
@@ -86,7 +87,7 @@ class TerminalGateway:
             raise RequestError.invalid_params({"reason": str(exc)}) from exc
         raise RequestError.method_not_found(method)
 
-    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _create(self, params: JsonObject) -> JsonObject:
         from acp.exceptions import RequestError
 
         raw_args = params.get("args")

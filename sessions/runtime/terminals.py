@@ -23,11 +23,12 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from compozy_base.home import user_umask
 from sessions.acp import sandbox, spawn, stragglers, workspace_fs
 from sessions.acp.child_env import inherited_environment
+from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import redact_text
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,13 @@ logger = logging.getLogger(__name__)
 OUTPUT_LIMIT_BYTES = 1024 * 1024
 # After SIGTERM of a terminal's group (kill, release, stop): how long before SIGKILL.
 KILL_GRACE_SECONDS = 2.0
+
+
+class ExitStatus(TypedDict):
+    """A terminal's exit as ACP `terminal/wait_for_exit` and `terminal/output` answer it."""
+
+    exitCode: int | None
+    signal: str | None
 
 
 class TerminalRefused(Exception):
@@ -69,7 +77,7 @@ class Terminal:
             del self.output[:excess]
             self.truncated = True
 
-    def exit_status(self) -> dict[str, Any] | None:
+    def exit_status(self) -> ExitStatus | None:
         code = sandbox.confined_exit(self.process.returncode) if self.confined else self.process.returncode
         if code is None:
             return None
@@ -119,7 +127,7 @@ class Terminals:
     def open_terminals(self) -> list[Terminal]:
         return list(self._terminals.values())
 
-    async def create(self, params: dict[str, Any]) -> Terminal:
+    async def create(self, params: JsonObject) -> Terminal:  # ACP terminal/create
         command = params.get("command")
         args = params.get("args") or []
         if not isinstance(command, str) or not command or not isinstance(args, list) \
@@ -167,13 +175,13 @@ class Terminals:
             terminal.feed(chunk)
         await terminal.process.wait()
 
-    def get(self, params: dict[str, Any]) -> Terminal:
+    def get(self, params: JsonObject) -> Terminal:
         terminal = self._terminals.get(str(params.get("terminalId", "")))
         if terminal is None:
             raise TerminalRefused(f"no terminal {params.get('terminalId')!r}")
         return terminal
 
-    async def wait_for_exit(self, terminal: Terminal) -> dict[str, Any]:
+    async def wait_for_exit(self, terminal: Terminal) -> ExitStatus:
         if terminal.reader is not None:
             await asyncio.shield(terminal.reader)
         return terminal.exit_status() or {"exitCode": None, "signal": None}

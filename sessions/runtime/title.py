@@ -24,6 +24,7 @@ from sessions.acp import client_side
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update
 from sessions.core.enums import EventType
+from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import redact_text
 from sessions.runtime.options import plan
 
@@ -164,13 +165,13 @@ async def _run_route(route: Route, cwd: Path, request: str,
                      confine: Callable[[Sequence[str]], list[str]] = list) -> str | None:
     chunks: list[str] = []
 
-    def on_update(params: dict[str, Any]) -> None:
+    def on_update(params: JsonObject) -> None:
         update = params.get("update")
         mapped = map_update(update, {}) if isinstance(update, dict) else None
         if mapped is not None and mapped[0] == EventType.AGENT_MESSAGE:
             chunks.append(str(mapped[1].get("text") or ""))
 
-    async def refuse(method: str, params: dict[str, Any]) -> Any:
+    async def refuse(method: str, params: JsonObject) -> Any:
         from acp.exceptions import RequestError
 
         if method == "session/request_permission":

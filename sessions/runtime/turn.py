@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -26,7 +27,7 @@ class Turn:
     # turn that ends cancelled, failed or cut by a stop closes them (`Turns.close_open_tools`).
     open_tools: dict[str, str] = field(default_factory=dict)
 
-    def track_tool(self, type_: str, content: dict[str, object]) -> None:
+    def track_tool(self, type_: str, content: Mapping[str, object]) -> None:
         """A tool_call or tool_result row of this turn: which calls are still running."""
         call_id = str(content.get("tool_call_id") or "")
         if not call_id:

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
@@ -17,13 +17,15 @@ from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.core.errors import Conflict, HookDenied, StorageError
 from sessions.core.failures import StoreFailure
+from sessions.core.live import TurnExtra
 from sessions.core.offload import db, spawn
-from sessions.core.record import Failure
+from sessions.core.record import CostDoc, Failure, FailureDoc
 from sessions.core.redact import redact_text
 from sessions.runtime.busy_input import BusyInput
 from sessions.runtime.turn import Turn
 from sessions.store import folder
 from sessions.store.ids import new_turn_id
+from sessions.store.ops import UsageColumns
 
 if TYPE_CHECKING:
     from sessions.runtime.activity import Activity
@@ -37,10 +39,28 @@ logger = logging.getLogger(__name__)
 TURN_FAILURE_KINDS = frozenset({FailureKind.PROMPT_FAILURE.value, FailureKind.PROVIDER_AUTH_FAILURE.value})
 
 
+class UserMessageContent(TurnExtra, total=False):
+    """A turn's `user_message` (or `synthetic_reentry`) row."""
+
+    text: str
+    source: str
+    authored_text: str  # what was typed, when a prompt hook changed `text`
+    context_replay: bool
+
+
+class DoneContent(TypedDict, total=False):
+    """A turn's `done` row (also the start of an `error` row for a turn that said nothing)."""
+
+    stop_reason: str
+    prompt_stop_reason: str
+    usage: UsageColumns
+    cost: CostDoc  # this turn's share of the session's cost
+
+
 class TurnCost(Protocol):
     def turn_started(self) -> None: ...
 
-    def turn_cost(self) -> dict[str, Any] | None: ...
+    def turn_cost(self) -> CostDoc | None: ...
 
 
 class Turns:
@@ -74,7 +94,7 @@ class Turns:
         return self.turn is not None
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
-                         extra: dict[str, Any] | None = None) -> Turn:
+                         extra: TurnExtra | None = None) -> Turn:
         """Record user_message (committed) before the prompt reaches ACP, then run the turn."""
         async with self.prompt_lock:
             if self.turn is not None:
@@ -102,7 +122,7 @@ class Turns:
             # ends it,
             # so a later steer cannot compose it with text it was never meant for.
             self.input.end_salvage()
-            content: dict[str, Any] = {"text": text, "source": source, **(extra or {})}
+            content: UserMessageContent = {"text": text, "source": source, **(extra or {})}
             if authored is not None and authored != text:
                 content["authored_text"] = authored
                 turn.authored = authored
@@ -149,7 +169,7 @@ class Turns:
             })
             result = result if isinstance(result, dict) else {}
             stop = str(result.get("stopReason") or "end_turn")
-            content: dict[str, Any] = {"stop_reason": stop, "prompt_stop_reason": stop}
+            content: DoneContent = {"stop_reason": stop, "prompt_stop_reason": stop}
             if isinstance(result.get("usage"), dict):
                 content["usage"] = normalize_usage(result["usage"])
                 self._session.recorder.merge_usage(turn.id, content["usage"])
@@ -292,7 +312,7 @@ class Turns:
         await db(self._session.manager.inputs.mark, entry.id, "sent")
         return False
 
-    async def _turn_failure(self, kind: FailureKind, summary: str) -> dict[str, Any]:
+    async def _turn_failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session
         (status, list, badge) until a later turn succeeds, not only in an `error` event."""
         failure = await self._session.failure(kind, summary)

@@ -6,7 +6,6 @@ import logging
 import os
 import shutil
 import time
-from typing import Any
 
 from asgiref.sync import sync_to_async
 
@@ -17,12 +16,13 @@ from sessions.core.record import SessionRecord
 from sessions.live import doorbells
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, get_session
+from sessions.services.payloads import SessionPayload
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
 
 
-async def rename_session(session_id: str, name: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def rename_session(session_id: str, name: str, workspace_ref: str | None = None) -> SessionPayload:
     name = (name or "").strip()
     if not name or len(name) > 300:
         raise InvalidRequest("name must be 1 to 300 characters", code="invalid_name")
@@ -39,21 +39,21 @@ async def rename_session(session_id: str, name: str, workspace_ref: str | None =
     return await sync_to_async(get_session)(session_id)
 
 
-async def set_mode(session_id: str, mode: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def set_mode(session_id: str, mode: str, workspace_ref: str | None = None) -> SessionPayload:
     """`POST …/mode`: the agent's mode switched on its live session (sessions/runtime/agent_state.py)."""
     runtime = await _active_runtime(session_id, workspace_ref)
     await runtime.agent_state.set_mode(mode)
     return await sync_to_async(get_session)(session_id)
 
 
-async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> dict[str, Any]:
+async def stop_session(session_id: str, workspace_ref: str | None = None, detail: str = "") -> SessionPayload:
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     if runtime is not None:
         await runtime.stop(lifecycle.user_stop_reason(detail), detail or "stopped by user")
     return await sync_to_async(get_session)(session_id)
 
 
-async def remove_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def remove_session(session_id: str, workspace_ref: str | None = None) -> SessionPayload:
     """Stop first, then tombstone-rename the folder, delete the row, and delete the tombstone."""
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is not None:

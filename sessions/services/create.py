@@ -1,4 +1,7 @@
-"""Creating sessions (docs/reference/sessions.md §3): durable admission before 201, and spawned children."""
+"""Creating sessions (docs/reference/sessions.md §3): durable admission before 201, and spawned children.
+
+A create's body is a TypedDict (`CreateBody`): the API's schema (compozy/api/schemas.py `CreateSessionIn`) or the
+task runner builds it as a dict, and a hook's patch changes it as one."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.db import transaction
 
@@ -17,13 +20,14 @@ from sessions.catalog import index as catalog
 from sessions.core.enums import MarkerKind, SessionState, SessionType
 from sessions.core.errors import Conflict, HookDenied, InvalidRequest, StorageError, Unavailable
 from sessions.core.failures import classify, has_free_space
+from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.live import doorbells
 from sessions.models import Session
-from sessions.runtime.manager import get_manager
+from sessions.runtime.manager import SessionManager, get_manager
 from sessions.services.lookup import _agent, _provider, _runtime_for, resolve_agent
-from sessions.services.payloads import session_payload
+from sessions.services.payloads import SessionPayload, session_payload
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.ids import is_session_id, new_session_id
@@ -34,7 +38,30 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SPEEDS = ("normal", "fast")
 
 
-def _check_body(config: Config, body: dict[str, Any]) -> tuple[str, str]:
+class TaskBinding(TypedDict):
+    """What binds a task run's session to its run (tasks/runner.py; never from the API)."""
+
+    task_id: str
+    run_id: str
+    cwd: str
+    budget_usd: float | None  # what the task's budget left after its earlier attempts
+
+
+class CreateBody(TypedDict, total=False):
+    workspace: str | None
+    workspace_path: str | None
+    agent_name: str | None
+    name: str | None
+    provider: str | None
+    model: str | None
+    reasoning_effort: str | None
+    speed: str | None
+    prompt: str | None
+    permissions: str | None  # a spawned child's (`spawn_child`)
+    task_binding: TaskBinding
+
+
+def _check_body(config: Config, body: CreateBody) -> tuple[str, str]:
     """Everything that can refuse the body, checked before resolve-or-register: a refused create registers nothing.
     Returns the reasoning effort and the speed."""
     workspace, workspace_path = body.get("workspace"), body.get("workspace_path")
@@ -51,15 +78,16 @@ def _check_body(config: Config, body: dict[str, Any]) -> tuple[str, str]:
     speed = body.get("speed") or "normal"
     if speed not in SPEEDS:
         raise InvalidRequest("speed must be normal or fast", code="invalid_speed")
-    if body.get("agent_name"):
-        _agent(config, body["agent_name"])
-    if body.get("provider"):
-        _provider(config, body["provider"])
+    agent_name, provider = body.get("agent_name"), body.get("provider")
+    if agent_name:
+        _agent(config, agent_name)
+    if provider:
+        _provider(config, provider)
     return effort, speed
 
 
-def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionType.USER,
-                    parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
+def _prepare_create(body: CreateBody, session_type: SessionType = SessionType.USER,
+                    parent: SessionMeta | None = None, role: str = "", ttl_seconds: int = 0,
                     ) -> tuple[SessionRecord, ProviderConfig, list[Path], str]:
     """Steps 1-5 of creation (docs/reference/sessions.md §3), all durable before we answer 201."""
     config = get_config()
@@ -73,14 +101,15 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     ws = catalog.find_workspace(workspace) if workspace else catalog.resolve_or_register(str(workspace_path))
     catalog.check_root(ws)
     agent, provider, agent_name = resolve_agent(config, body.get("agent_name") or "", ws)
-    if body.get("provider"):
-        provider = _provider(config, body["provider"])
+    provider_name = body.get("provider")
+    if provider_name:
+        provider = _provider(config, provider_name)
     permissions = lineage.effective_permissions(
         session_type, agent.permissions or config.permissions_mode.value,
         parent.get("effective_permissions") if parent else None, body.get("permissions"))
     now = folder.isoformat(folder.utcnow())
     session_id = new_session_id()
-    meta: dict[str, Any] = {
+    meta: SessionMeta = {
         "id": session_id, "name": (body.get("name") or "").strip(), "agent_name": agent_name,
         "provider": provider.name, "model": body.get("model") or agent.model or provider.default_model,
         "model_explicit": bool(body.get("model") or agent.model),
@@ -129,9 +158,9 @@ def _prepare_create(body: dict[str, Any], session_type: SessionType = SessionTyp
     return rec, provider, roots, prompt
 
 
-async def create_session(body: dict[str, Any], session_type: SessionType = SessionType.USER,
-                         parent: dict[str, Any] | None = None, role: str = "", ttl_seconds: int = 0,
-                         ) -> dict[str, Any]:
+async def create_session(body: CreateBody, session_type: SessionType = SessionType.USER,
+                         parent: SessionMeta | None = None, role: str = "", ttl_seconds: int = 0,
+                         ) -> SessionPayload:
     manager = get_manager()
     if manager.draining:
         raise Unavailable("the daemon is shutting down", code="daemon_draining")
@@ -149,7 +178,7 @@ async def create_session(body: dict[str, Any], session_type: SessionType = Sessi
     return session_payload(meta)
 
 
-async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: SessionType) -> dict[str, Any]:
+async def _pre_create_hook(manager: SessionManager, body: CreateBody, session_type: SessionType) -> CreateBody:
     """session.pre_create runs before anything exists: a denial creates nothing; a patch may rename the
     session, pick another agent or another workspace. Its runs have no session store to be recorded in."""
     runner = manager.hooks
@@ -161,7 +190,7 @@ async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: Ses
     outcome = await runner.dispatch("session.pre_create", payload, record_run=lambda row: None)
     if not outcome.ok:
         raise HookDenied(outcome.error, data={"hook": outcome.hook_name})
-    patched = dict(body)
+    patched = body.copy()
     result = outcome.payload
     if result.get("session_name") != payload["session_name"]:
         patched["name"] = result.get("session_name") or ""
@@ -176,7 +205,7 @@ async def _pre_create_hook(manager: Any, body: dict[str, Any], session_type: Ses
     return patched
 
 
-async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str | None = None) -> dict[str, Any]:
+async def spawn_child(parent_id: str, body: JsonObject, workspace_ref: str | None = None) -> SessionPayload:
     """A `spawned` child of a live session: same workspace, lineage recorded, permissions no wider than
     the parent's, reaped when its TTL expires or its parent stops (a huey job)."""
     runtime, parent = await _runtime_for(parent_id, workspace_ref)
@@ -196,20 +225,22 @@ async def spawn_child(parent_id: str, body: dict[str, Any], workspace_ref: str |
     permissions = body.get("permissions")
     if permissions is not None and permissions not in set(PermissionMode):
         raise InvalidRequest("permissions must be deny-all, approve-reads or approve-all", code="invalid_field")
-    child_body = {"workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
-                  "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
+    child_body: CreateBody = {
+        "workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
+        "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
     return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
 
 
-def reap_candidates(live: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def reap_candidates(live: dict[str, SessionMeta]) -> list[tuple[str, str]]:
     """(session id, reason) for live spawned children whose TTL expired or whose parent stopped. `live` maps
     session id → meta.json already read; a parent outside it is read from its folder."""
     now = folder.utcnow()
     found = []
     for session_id, meta in live.items():
-        if not meta.get("lineage"):
+        child_lineage = meta.get("lineage")
+        if not child_lineage:
             continue
-        parent_id = meta["lineage"].get("parent_session_id") or ""
+        parent_id = child_lineage.get("parent_session_id") or ""
         parent = live.get(parent_id)
         if parent is None:
             try:

@@ -4,7 +4,6 @@ workspace, and the live runtime if this daemon owns it."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from asgiref.sync import sync_to_async
 
@@ -14,10 +13,12 @@ from sessions.catalog import cluster, ownership
 from sessions.catalog import index as catalog
 from sessions.core.enums import LIVE_STATES, SessionState
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.core.live import LiveSession
+from sessions.core.record import SessionMeta
 from sessions.models import Session, Workspace
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.runtime.manager import get_manager
-from sessions.services.payloads import _live_runtime, session_payload
+from sessions.services.payloads import SessionPayload, _live_runtime, session_payload
 from sessions.store import folder
 from sessions.store.folder import load_meta
 
@@ -50,7 +51,7 @@ def _provider(config: Config, name: str) -> ProviderConfig:
     return provider
 
 
-def read_session_meta(session_id: str) -> dict[str, Any]:
+def read_session_meta(session_id: str) -> SessionMeta:
     """meta.json of a session, stale live states repaired when no runtime owns them (§13). A snapshot
     the daemon could not write yet (a full disk) is newer than the file, so it wins."""
     unsaved = _unsaved_meta(session_id)
@@ -79,7 +80,7 @@ def read_session_meta(session_id: str) -> dict[str, Any]:
     return meta
 
 
-def _runtime_meta(session_id: str) -> dict[str, Any] | None:
+def _runtime_meta(session_id: str) -> SessionMeta | None:
     runtime = _live_runtime(session_id)
     if runtime is None:
         return None
@@ -91,7 +92,7 @@ def _runtime_meta(session_id: str) -> dict[str, Any] | None:
     return None
 
 
-def _unsaved_meta(session_id: str) -> dict[str, Any] | None:
+def _unsaved_meta(session_id: str) -> SessionMeta | None:
     manager = ownership.local_manager()
     rec = manager.unsaved_meta.get(session_id) if manager is not None else None
     return rec.to_meta() if rec is not None else None
@@ -103,7 +104,7 @@ def _daemon_may_own(session_id: str) -> bool:
     return ownership.owner(session_id).anyone
 
 
-def row_meta_unreadable(row: Session) -> dict[str, Any]:
+def row_meta_unreadable(row: Session) -> SessionMeta:
     """The catalog row's metadata for a session whose meta.json is unreadable, with the stale-state rules applied
     to the row when no daemon runs it (a crashed run's row said `active` until boot repair or failover came)."""
     if row.state in LIVE_STATES and not _daemon_may_own(row.id):
@@ -151,7 +152,7 @@ def _row_elsewhere(session_id: str) -> Session | None:
     return row
 
 
-def scoped_meta(session_id: str, workspace_ref: str | None, *, row_ok: bool = False) -> dict[str, Any]:
+def scoped_meta(session_id: str, workspace_ref: str | None, *, row_ok: bool = False) -> SessionMeta:
     """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404). A session stored on
     another node's disk reads from its catalog row when `row_ok` (the record, its health), else is refused naming
     that node (`session_folder_elsewhere`): never a bare not found for a session the list shows."""
@@ -168,7 +169,7 @@ def scoped_meta(session_id: str, workspace_ref: str | None, *, row_ok: bool = Fa
     return meta
 
 
-def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> None:
+def check_workspace_scope(workspace_ref: str | None, meta: SessionMeta) -> None:
     if workspace_ref is None:
         return
     try:
@@ -179,12 +180,12 @@ def check_workspace_scope(workspace_ref: str | None, meta: dict[str, Any]) -> No
         raise NotFound("session not found in this workspace", code="session_not_found")
 
 
-def get_session(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+def get_session(session_id: str, workspace_ref: str | None = None) -> SessionPayload:
     meta = scoped_meta(session_id, workspace_ref, row_ok=True)
     return session_payload(meta)
 
 
-async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
+async def _runtime_for(session_id: str, workspace_ref: str | None) -> tuple[LiveSession | None, SessionMeta]:
     try:
         meta = await sync_to_async(scoped_meta)(session_id, workspace_ref)
     except SessionFolderElsewhere:
@@ -192,7 +193,7 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
         if holder is not None:  # it runs there: the owner is the answer, not where its folder is
             raise SessionOwnedElsewhere(session_id, holder) from None
         raise
-    runtime = get_manager().get(session_id)
+    runtime: LiveSession | None = get_manager().get(session_id)  # a SessionRuntime, checked as one here
     if runtime is None and meta["state"] in LIVE_STATES:
         holder = await sync_to_async(ownership.holder_elsewhere)(session_id)
         if holder is not None:
@@ -200,7 +201,7 @@ async def _runtime_for(session_id: str, workspace_ref: str | None) -> Any:
     return runtime, meta
 
 
-def not_active(meta: dict[str, Any], runtime: Any) -> InvalidRequest:
+def not_active(meta: SessionMeta, runtime: LiveSession | None) -> InvalidRequest:
     """400 session_not_active naming the state the session is really in: a stop under way has not written
     `stopping` yet while its pre-stop hook runs, and said "session is active, not active"."""
     state = SessionState.STOPPING.value if runtime is not None and runtime.stopping and \
@@ -208,7 +209,7 @@ def not_active(meta: dict[str, Any], runtime: Any) -> InvalidRequest:
     return InvalidRequest(f"session is {state}, not active", code="session_not_active", data={"state": state})
 
 
-async def _active_runtime(session_id: str, workspace_ref: str | None) -> Any:
+async def _active_runtime(session_id: str, workspace_ref: str | None) -> LiveSession:
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     if runtime is None or meta["state"] != SessionState.ACTIVE or runtime.stopping:
         raise not_active(meta, runtime)

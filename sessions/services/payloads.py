@@ -1,16 +1,105 @@
 """Session payloads (docs/reference/surfaces.md §4.1): meta.json plus live runtime facts, as every surface shows
-them."""
+them.
+
+The payload and the event envelope are TypedDicts, read from meta.json's own TypedDict (`SessionMeta`): they are
+built as dicts for every listed session and go out as JSON, so their keys are typed at no cost per read, and a
+hand-edited meta.json is shown as before (nothing is validated on the way)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
+
+from typing_extensions import ReadOnly
 
 from sessions.catalog import ownership
 from sessions.core import lifecycle
 from sessions.core.enums import FailureKind, SessionState
+from sessions.core.live import LiveSession
+from sessions.core.record import (
+    AcpCapsDoc,
+    ActivityDoc,
+    ConfigOptionDoc,
+    FailureDoc,
+    LineageDoc,
+    ModeDoc,
+    ReportedModel,
+    Resolution,
+    SessionMeta,
+    UsageDoc,
+)
+from sessions.store.rows import EventRow
 
 
-def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
+class SessionPayload(TypedDict):
+    """SessionPayload (docs/reference/surfaces.md §4.1)."""
+
+    id: str
+    name: str | None
+    name_source: str | None
+    agent_name: str
+    provider: str
+    model: str | None
+    agent_model: ReportedModel | None
+    model_resolution: Resolution | None
+    reasoning_effort: str | None
+    speed: str
+    speed_resolution: Resolution | None
+    workspace_id: str
+    workspace_path: str | None
+    cwd: str | None
+    type: str
+    state: str
+    badge: str
+    attachable: bool
+    prompt_state: str
+    current_turn_id: str | None
+    pending_permissions: int
+    pending_elicitations: int
+    stop_reason: str | None
+    stop_detail: str | None
+    failure: FailureDoc | None
+    acp_session_id: str | None
+    acp_caps: AcpCapsDoc | None
+    mode: ModeDoc | None
+    config_options: list[ConfigOptionDoc] | None
+    available_commands: list[dict[str, str]] | None
+    usage: UsageDoc | None
+    effective_permissions: str | None
+    activity: ActivityDoc | None
+    last_activity_at: str | None
+    lineage: LineageDoc | None
+    task_id: str | None
+    run_id: str | None
+    created_at: str | None
+    activated_at: str | None
+    updated_at: str | None
+    meta_error: NotRequired[MetaError]  # a listed session whose meta.json is unreadable (from its catalog row)
+    # `?include_health=true`: the health DTO (health/services.py `row_dict`), which this layer does not shape.
+    health: NotRequired[Mapping[str, object] | None]
+
+
+class MetaError(TypedDict):
+    code: str
+    message: str
+
+
+class SessionIds(TypedDict):
+    """The two ids an event envelope carries: a session's meta.json has them, and so has the stub a stream that
+    starts with its turn builds (compozy/api/prompt_stream.py)."""
+
+    id: ReadOnly[str]
+    workspace_id: ReadOnly[str | None]
+
+
+class SessionEvent(EventRow):
+    """SessionEventPayload: the stored row plus the Compozy session and workspace ids."""
+
+    session_id: str
+    workspace_id: str | None
+
+
+def session_payload(meta: SessionMeta) -> SessionPayload:
     """SessionPayload (docs/reference/surfaces.md §4.1), computed from meta.json plus live runtime facts."""
     runtime = _live_runtime(meta["id"])
     liveness = meta.get("liveness") or {}
@@ -22,7 +111,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
     stalled = liveness.get("stall_state") == "stalled"
     badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
     activity = _activity(meta, runtime)
-    payload: dict[str, Any] = {
+    payload: SessionPayload = {
         "id": meta["id"],
         "name": meta.get("name") or None,
         "name_source": meta.get("name_source") or ("user" if meta.get("name") else None),
@@ -75,7 +164,7 @@ def session_payload(meta: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
+def _activity(meta: SessionMeta, runtime: LiveSession | None) -> ActivityDoc:
     """A live runtime's activity is newer than meta.json's (written once a heartbeat): the running turn, its idle
     time, the last chunk. Read from another thread, so a dict resized mid-copy falls back to the stored one."""
     if runtime is not None and runtime.rec.state == meta.get("state"):
@@ -83,14 +172,14 @@ def _activity(meta: dict[str, Any], runtime: Any) -> dict[str, Any]:
             return runtime.live_activity()
         except RuntimeError:
             pass
-    return dict((meta.get("liveness") or {}).get("activity") or {})
+    return ((meta.get("liveness") or {}).get("activity") or {}).copy()
 
 
-def _live_runtime(session_id: str) -> Any:
+def _live_runtime(session_id: str) -> LiveSession | None:
     manager = ownership.local_manager()
     return manager.get(session_id) if manager is not None else None
 
 
-def envelope(meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+def envelope(meta: SessionIds, row: EventRow) -> SessionEvent:
     """SessionEventPayload: the stored row plus the Compozy session and workspace ids."""
     return {"session_id": meta["id"], "workspace_id": meta["workspace_id"], **row}

@@ -1,9 +1,12 @@
-"""Prompts, busy input, the queue and permission decisions: what reaches a live session's turn."""
+"""Prompts, busy input, the queue and permission decisions: what reaches a live session's turn.
+
+What they answer is typed with TypedDicts (`PromptAnswer`, `PermissionList`, …): built as dicts and sent as JSON
+as they are. The live session itself is reached through `LiveSession` (sessions/core/live.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TypedDict
 
 from asgiref.sync import sync_to_async
 
@@ -14,17 +17,65 @@ from sessions.core.elicitation_form import content_problems
 from sessions.core.enums import EventType, MarkerKind, SessionState
 from sessions.core.errors import AgentCannotDecide, Conflict, InvalidRequest, NotFound, QueueFull, StorageError
 from sessions.core.failures import has_free_space
+from sessions.core.jsonobj import JsonObject
+from sessions.core.live import ElicitationView, LiveSession, PermissionView, PromptResult
 from sessions.models import PENDING_INPUT, InputEntry
 from sessions.runtime import busy_input
-from sessions.runtime.manager import get_manager
+from sessions.runtime.manager import SessionManager, get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, not_active, scoped_meta
 from sessions.services.reactivation import reactivate
 from sessions.store import folder
 
 
+class PromptAnswer(TypedDict):
+    prompt: PromptResult
+
+
+class PermissionList(TypedDict):
+    permissions: list[PermissionView]
+
+
+class PermissionDecided(PermissionView):
+    decision: str  # approved or denied
+
+
+class PermissionAnswer(TypedDict):
+    permission: PermissionDecided
+
+
+class ElicitationList(TypedDict):
+    elicitations: list[ElicitationView]
+
+
+class ElicitationAnswered(ElicitationView):
+    action: str  # accept, decline or cancel
+
+
+class ElicitationAnswer(TypedDict):
+    elicitation: ElicitationAnswered
+
+
+class QueuedInput(TypedDict):
+    """An entry of the session's input queue, as the queue read and the recap list it."""
+
+    queue_entry_id: str
+    text: str
+    mode: str
+    status: str
+    queue_position: int
+    queue_generation: int
+    source: str
+    created_at: str | None
+
+
+class QueueList(TypedDict):
+    queue: list[QueuedInput]
+    queue_generation: int
+
+
 async def prompt_session(session_id: str, message: str, *, mode: str | None = None,
                          workspace_ref: str | None = None, expected_turn_id: str | None = None,
-                         ) -> tuple[int, dict[str, Any]]:
+                         ) -> tuple[int, PromptAnswer]:
     """(HTTP status, {"prompt": result}). Idle → accepted turn; busy → the busy-input mode."""
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     manager = get_manager()
@@ -50,9 +101,9 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
         # Right after a dedicated interrupt a steer composes the interrupted prompt with it, as `POST …/steer` does.
         return 200, {"prompt": await runtime.stage_steer(text)}
     mode, admitted = await _admit(manager, runtime, session_id, text, mode)
-    if mode == busy_input.START:
+    if mode == busy_input.START and admitted is not None:
         return 200, {"prompt": admitted}
-    if mode == BusyMode.QUEUE:
+    if mode == BusyMode.QUEUE and admitted is not None:
         if not runtime.busy:
             await runtime.dispatch_next()  # the turn ended while we queued: nobody else will pick it up
         return 202, {"prompt": admitted}
@@ -62,8 +113,8 @@ async def prompt_session(session_id: str, message: str, *, mode: str | None = No
     return (202 if result["status"] == "staged" else 200), {"prompt": result}
 
 
-async def _admit(manager: Any, runtime: Any, session_id: str, text: str,
-                 requested: str | None) -> tuple[str, dict[str, Any]]:
+async def _admit(manager: SessionManager, runtime: LiveSession, session_id: str, text: str,
+                 requested: str | None) -> tuple[str, PromptResult | None]:
     """Admission (sessions reference §6, FIFO): whether the prompt starts now or waits, and the start or the enqueue,
     as one step under the session's admission lock, so prompts run in the order they were acknowledged in. Returns
     the route and, for a start or an enqueue, the prompt result; the other modes are the caller's to run."""
@@ -84,10 +135,10 @@ async def _admit(manager: Any, runtime: Any, session_id: str, text: str,
                                         default_mode=default_mode)
         if mode == BusyMode.QUEUE:
             return mode, await _queue(manager, runtime, session_id, text)
-    return mode, {}
+    return mode, None
 
 
-async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict[str, Any]:
+async def _queue(manager: SessionManager, runtime: LiveSession, session_id: str, text: str) -> PromptResult:
     """The `queue` busy-input mode: the prompt waits in the session's input queue, marked in the transcript."""
     try:
         entry, position = await sync_to_async(manager.inputs.enqueue)(
@@ -107,26 +158,26 @@ async def _queue(manager: Any, runtime: Any, session_id: str, text: str) -> dict
 
 
 async def interrupt_session(session_id: str, workspace_ref: str | None = None,
-                            expected_turn_id: str | None = None) -> dict[str, Any]:
+                            expected_turn_id: str | None = None) -> PromptAnswer:
     """The dedicated interrupt: cancel the turn, no replacement; its text is kept for one steer."""
     runtime = await _active_runtime(session_id, workspace_ref)
     return {"prompt": await runtime.interrupt(replacement=None, expected_turn_id=expected_turn_id)}
 
 
-async def steer_session(session_id: str, text: str, workspace_ref: str | None = None) -> tuple[int, dict[str, Any]]:
+async def steer_session(session_id: str, text: str, workspace_ref: str | None = None) -> tuple[int, PromptAnswer]:
     runtime = await _active_runtime(session_id, workspace_ref)
     result = await runtime.stage_steer(get_manager().inputs.check_text(text, "text"))
     return (202 if result["status"] == "staged" else 200), {"prompt": result}
 
 
-async def list_permissions(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def list_permissions(session_id: str, workspace_ref: str | None = None) -> PermissionList:
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     items = [] if runtime is None else [p.public() for p in runtime.permissions.pending.values()
                                         if not p.answer.done()]
     return {"permissions": items}
 
 
-async def refuse_agents(runtime: Any, peer_pid: int | None, what: str, request_id: str) -> None:
+async def refuse_agents(runtime: LiveSession | None, peer_pid: int | None, what: str, request_id: str) -> None:
     """A decision asked over the control socket by a process of an agent's tree is refused (403
     agent_cannot_decide) and recorded in the session it was meant for as the agent's (a `system` row titled
     `decision_refused`). `peer_pid`: the socket peer's (SO_PEERCRED), None over TCP."""
@@ -147,13 +198,13 @@ async def refuse_agents(runtime: Any, peer_pid: int | None, what: str, request_i
 
 
 async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
-                            workspace_ref: str | None = None, *, peer_pid: int | None = None) -> dict[str, Any]:
+                            workspace_ref: str | None = None, *, peer_pid: int | None = None) -> PermissionAnswer:
     if decision not in ("approve", "deny"):
         raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     await refuse_agents(runtime, peer_pid, "permission", request_id)
     pending = runtime.permissions.pending.get(request_id) if runtime else None
-    if pending is None or pending.answer.done():
+    if runtime is None or pending is None or pending.answer.done():
         raise NotFound("no pending permission request with that id", code="permission_not_found",
                        data={"request_id": request_id})
     if option_id:
@@ -170,14 +221,14 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
     return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
 
 
-async def list_elicitations(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def list_elicitations(session_id: str, workspace_ref: str | None = None) -> ElicitationList:
     """The agent's questions waiting on a person (ACP `elicitation/create`, form mode)."""
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     return {"elicitations": [] if runtime is None else [p.public() for p in runtime.elicitations.waiting_items()]}
 
 
-async def answer_elicitation(session_id: str, request_id: str, action: str, content: dict[str, Any] | None = None,
-                             workspace_ref: str | None = None, *, peer_pid: int | None = None) -> dict[str, Any]:
+async def answer_elicitation(session_id: str, request_id: str, action: str, content: JsonObject | None = None,
+                             workspace_ref: str | None = None, *, peer_pid: int | None = None) -> ElicitationAnswer:
     """accept (with content that fits the requested schema), decline or cancel; the agent's request returns."""
     if action not in ("accept", "decline", "cancel"):
         raise InvalidRequest("action must be accept, decline or cancel", code="invalid_action")
@@ -197,7 +248,7 @@ async def answer_elicitation(session_id: str, request_id: str, action: str, cont
     return {"elicitation": {**pending.public(), "action": action}}
 
 
-def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+def pending_inputs(session_id: str, workspace_ref: str | None = None) -> QueueList:
     meta = scoped_meta(session_id, workspace_ref)
     rows = InputEntry.objects.filter(session_id=session_id, status__in=PENDING_INPUT).order_by("created_at", "id")
     return {"queue": [{"queue_entry_id": e.id, "text": e.text, "mode": e.mode, "status": e.status,
@@ -206,7 +257,7 @@ def pending_inputs(session_id: str, workspace_ref: str | None = None) -> dict[st
             "queue_generation": int(meta.get("input_generation") or 0)}
 
 
-async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | None = None) -> PromptAnswer:
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     entry = await sync_to_async(get_manager().inputs.cancel)(session_id, entry_id)
     if runtime is not None:
@@ -217,7 +268,7 @@ async def cancel_queued(session_id: str, entry_id: str, workspace_ref: str | Non
                        "mode": entry.mode}}
 
 
-async def cancel_turn(session_id: str, workspace_ref: str | None = None) -> dict[str, Any]:
+async def cancel_turn(session_id: str, workspace_ref: str | None = None) -> PromptAnswer:
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     cancelled = False
     if runtime is not None and runtime.busy:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from asgiref.sync import sync_to_async
 
@@ -12,12 +12,14 @@ from compozy_base.config.loader import ProviderConfig, get_config
 from sessions.catalog import cluster, ownership
 from sessions.core.enums import FailureKind, SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest
+from sessions.core.jsonobj import EventContent
 from sessions.core.offload import db
 from sessions.core.record import SessionRecord
 from sessions.models import Session, Workspace
 from sessions.repair.transcript import repair_transcript
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
+from sessions.services.payloads import SessionPayload
 from sessions.store import events as event_store
 from sessions.store import folder
 
@@ -40,7 +42,7 @@ class NotReactivatable(Exception):
         self.code, self.message = code, message
 
 
-def _reactivatable(meta: dict[str, Any]) -> tuple[Workspace, ProviderConfig]:
+def _reactivatable(meta: EventContent) -> tuple[Workspace, ProviderConfig]:
     """A stopped session's workspace and provider, when a reactivation may start it; NotReactivatable with the
     reason otherwise. The checks that read no store: `session list --resumable` lists what passes them (the
     event store is read by the reactivation itself)."""
@@ -62,7 +64,7 @@ def _reactivatable(meta: dict[str, Any]) -> tuple[Workspace, ProviderConfig]:
     return ws, provider
 
 
-def reactivatable(meta: dict[str, Any]) -> bool:
+def reactivatable(meta: EventContent) -> bool:
     """Whether `session resume` (or a prompt) would reactivate this stopped session."""
     try:
         _reactivatable(meta)
@@ -108,7 +110,21 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
     return rec, provider, roots
 
 
-async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> dict[str, Any]:
+class AttachLease(TypedDict):
+    session_id: str
+    attached_to: str
+    attached_at: str | None
+    attach_expires_at: str | None
+
+
+class Attached(TypedDict):
+    """`POST …/attach` and `…/detach` (the lease only after an attach)."""
+
+    session: SessionPayload
+    attach: NotRequired[AttachLease]
+
+
+async def reactivate(session_id: str, workspace_ref: str | None = None, timeout: float = 90.0) -> SessionPayload:
     """stopped → starting → active under the same Compozy id (daemon-managed; used by prompt and resume)."""
     manager = get_manager()
     runtime = manager.get(session_id)
@@ -141,7 +157,7 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
     return payload
 
 
-def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_seconds: int) -> dict[str, Any]:
+def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_seconds: int) -> Attached:
     """Take the holder lease of an attachable live session (compare-and-set on the catalog row)."""
     from datetime import timedelta
 
@@ -169,7 +185,7 @@ def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_sec
         "attach_expires_at": folder.isoformat(expires)}}
 
 
-def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> dict[str, Any]:
+def detach(session_id: str, workspace_ref: str | None, attached_to: str) -> Attached:
     payload = get_session(session_id, workspace_ref)
     Session.objects.filter(id=session_id, attached_to=attached_to).update(attached_to="", attach_expires_at=None)
     return {"session": payload}

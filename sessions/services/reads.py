@@ -3,26 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from django.db.models import QuerySet
 
 from sessions.catalog import index as catalog
 from sessions.core.enums import SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.core.jsonobj import EventContent, JsonObject
 from sessions.live import history as transcript_history
+from sessions.live.history import HistoryTurn
 from sessions.models import Session
 from sessions.services.lookup import read_session_meta, row_meta_unreadable, scoped_meta
-from sessions.services.payloads import envelope, session_payload
+from sessions.services.payloads import SessionEvent, SessionPayload, envelope, session_payload
 from sessions.services.reactivation import reactivatable
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.store.events import MAX_PAGE
+from sessions.store.events import MAX_PAGE, HookRunView
+
+
+class PageInfo(TypedDict):
+    total: int
+    limit: int
+    has_more: bool
+    next_cursor: NotRequired[str]
+
+
+class SessionList(TypedDict):
+    """`GET /sessions`: a page of session payloads (a TypedDict, sent as JSON as built)."""
+
+    sessions: list[SessionPayload]
+    page: PageInfo
 
 
 def list_sessions(*, workspace: str | None = None, state: str | None = None, resumable: bool = False,
                   all_states: bool = False, agent: str | None = None, query: str | None = None,
-                  limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> dict[str, Any]:
+                  limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> SessionList:
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
     qs = _session_rows(workspace=workspace, state=state, active_only=not resumable and not all_states, agent=agent,
@@ -46,13 +62,13 @@ def list_sessions(*, workspace: str | None = None, state: str | None = None, res
             continue
         sessions.append(payload)
     has_more = offset + limit < total
-    page: dict[str, Any] = {"total": total, "limit": limit, "has_more": has_more}
+    page: PageInfo = {"total": total, "limit": limit, "has_more": has_more}
     if has_more:
         page["next_cursor"] = str(offset + limit)
     return {"sessions": sessions, "page": page}
 
 
-def _resumable(row: Session, payload: dict[str, Any]) -> bool:
+def _resumable(row: Session, payload: EventContent) -> bool:
     """What `session resume` takes (issue 50: the list and the command agree): a live session it can attach to (no
     other holder's lease), or a stopped one it reactivates first."""
     if payload["state"] == SessionState.STOPPED:
@@ -82,7 +98,7 @@ def _session_rows(*, workspace: str | None, state: str | None, active_only: bool
     return qs
 
 
-def _listed(row: Session) -> dict[str, Any] | None:
+def _listed(row: Session) -> SessionPayload | None:
     """A listed row's session payload, or None (not listed) when its folder is here without a meta.json."""
     try:
         return session_payload(read_session_meta(row.id))
@@ -95,7 +111,7 @@ def _listed(row: Session) -> dict[str, Any] | None:
         # meta.json is unreadable (session_meta_invalid): listed from its catalog row, marked and never
         # attachable, so the session does not vanish from the list while `page.total` still counts it.
         payload = session_payload(row_meta_unreadable(row))
-        payload.update(attachable=False, meta_error={"code": exc.code, "message": exc.message})
+        payload.update({"attachable": False, "meta_error": {"code": exc.code, "message": exc.message}})
         return payload
 
 
@@ -109,14 +125,14 @@ def _limit(value: int | None, default: int = 200) -> int:
 
 def list_events(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
                 limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
-                agent_name: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+                agent_name: str | None = None, since: str | None = None) -> list[SessionEvent]:
     return list(events_page(session_id, workspace_ref=workspace_ref, after=after, limit=limit, types=types,
                             turn_id=turn_id, agent_name=agent_name, since=since)["events"])
 
 
 def events_page(session_id: str, *, workspace_ref: str | None = None, after: int | None = None,
                 limit: int | None = None, types: Sequence[str] | None = None, turn_id: str | None = None,
-                agent_name: str | None = None, since: str | None = None) -> dict[str, Any]:
+                agent_name: str | None = None, since: str | None = None) -> JsonObject:
     """`{events, page}`: one page of matching rows, ascending, and what it is a page of (issue 50: a read without a
     limit silently showed only the newest 200). Without `after` the page is the newest `limit` matches and
     `has_more` says older ones were left out; with `after`, the oldest after it and `has_more` says newer ones
@@ -133,7 +149,7 @@ def events_page(session_id: str, *, workspace_ref: str | None = None, after: int
     has_more = len(rows) > size
     if has_more:
         rows = rows[1:] if newest else rows[:size]
-    page: dict[str, Any] = {"limit": size, "order": "newest" if newest else "after", "has_more": has_more,
+    page: JsonObject = {"limit": size, "order": "newest" if newest else "after", "has_more": has_more,
                             "first_sequence": rows[0]["sequence"] if rows else None,
                             "last_sequence": rows[-1]["sequence"] if rows else None}
     if has_more and not newest:
@@ -142,7 +158,7 @@ def events_page(session_id: str, *, workspace_ref: str | None = None, after: int
 
 
 def history(session_id: str, *, workspace_ref: str | None = None, last: int | None = None,
-            after: int | None = None) -> list[dict[str, Any]]:
+            after: int | None = None) -> list[HistoryTurn]:
     """The user-visible turn sequence (debugging seed, step 5): the newest `last` turns, each assembled into
     messages by the transcript's assembler; `list_events` keeps the rows. Bounded whatever the turn sizes
     (`transcript_history.read_history`)."""
@@ -153,7 +169,7 @@ def history(session_id: str, *, workspace_ref: str | None = None, last: int | No
 
 
 def hook_runs(session_id: str, workspace_ref: str | None, *, event: str | None = None, outcome: str | None = None,
-              last: int | None = None) -> list[dict[str, Any]]:
+              last: int | None = None) -> list[HookRunView]:
     """hook_runs rows of one session, oldest first (`last` keeps the newest N)."""
     scoped_meta(session_id, workspace_ref)  # 404 outside the workspace
     return event_store.read_hook_runs(folder.events_path(session_id), event=event, outcome=outcome,

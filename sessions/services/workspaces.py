@@ -5,27 +5,48 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from typing import Any
+from typing import TypedDict
 
 from django.db import transaction
 
 from compozy_base.config.loader import get_config
 from sessions.catalog import index as catalog
 from sessions.catalog import workspace_users
+from sessions.catalog.index import WorkspaceDoc
 from sessions.core.enums import LIVE_STATES
 from sessions.core.errors import Conflict, InvalidRequest, NotFound, StorageError
 from sessions.models import Session, Workspace
 from sessions.services.control import delete_session_files
 from sessions.services.lookup import _agent, read_session_meta
-from sessions.services.payloads import session_payload
+from sessions.services.payloads import SessionPayload, session_payload
 
 
-def list_workspaces() -> list[dict[str, Any]]:
+class AgentRef(TypedDict):
+    name: str
+    provider: str
+
+
+class ProviderRef(TypedDict):
+    name: str
+    command: list[str]
+    display_name: str
+    available: bool
+
+
+class WorkspaceInfo(TypedDict):
+    workspace: WorkspaceDoc
+    sessions: list[SessionPayload]
+    agents: list[AgentRef]
+    skills: list[str]
+    providers: list[ProviderRef]
+
+
+def list_workspaces() -> list[WorkspaceDoc]:
     return [catalog.workspace_record(ws) for ws in Workspace.objects.all()]
 
 
 def add_workspace(root_dir: str, name: str = "", add_dirs: list[str] | None = None,
-                  default_agent: str = "", sandbox_ref: str = "") -> dict[str, Any]:
+                  default_agent: str = "", sandbox_ref: str = "") -> WorkspaceDoc:
     """Register a root. A default agent that is not defined is refused here, not at every later create; a
     sandbox is refused outright: none is supported yet, and a caller must not believe its agents run in one."""
     if sandbox_ref:
@@ -37,7 +58,7 @@ def add_workspace(root_dir: str, name: str = "", add_dirs: list[str] | None = No
                                                                default_agent=default_agent))
 
 
-def workspace_info(ref: str) -> dict[str, Any]:
+def workspace_info(ref: str) -> WorkspaceInfo:
     ws = catalog.find_workspace(ref)
     catalog.check_root(ws)
     config = get_config()
@@ -56,7 +77,7 @@ def workspace_info(ref: str) -> dict[str, Any]:
     }
 
 
-def remove_workspace(ref: str) -> dict[str, Any]:
+def remove_workspace(ref: str) -> WorkspaceDoc:
     """Delete a workspace, its sessions' folders and rows, and its finished tasks. Everything that can refuse is
     checked first: a workspace with live sessions or unfinished tasks answers 409 with nothing deleted (a task
     once made it a 500 after its sessions were already gone)."""

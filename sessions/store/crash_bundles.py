@@ -11,9 +11,10 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sessions.core.redact import bound_tail, bound_text, redact_argv, redact_value
 
@@ -26,6 +27,26 @@ __all__ = [
 ]
 
 SCHEMA = "compozy.session_crash_bundle.v1"
+
+
+class FailureFacts(TypedDict):
+    kind: str
+    summary: str
+
+
+class CrashBundle(TypedDict):
+    """The bundle's JSON document (`SCHEMA`)."""
+
+    schema: str
+    session_id: str
+    agent_name: str
+    provider: str
+    state: str
+    failure: FailureFacts
+    process: dict[str, object]  # the named facts, then whatever other scalars the caller knew (`_process_section`)
+    error: str
+    stderr: str
+    created_at: str
 
 # Failures where the agent process or protocol broke; cancellations, timeouts, permission denials and
 # auth errors are explained by the failure object alone and get no bundle.
@@ -122,11 +143,11 @@ def _pid(value: Any) -> int | None:
         return None
 
 
-def _process_section(process: dict[str, Any]) -> dict[str, Any]:
+def _process_section(process: Mapping[str, Any]) -> dict[str, object]:  # the caller's facts, free-form
     raw_args = process.get("args") or []
     if isinstance(raw_args, str | bytes):
         raw_args = [raw_args]
-    section: dict[str, Any] = {
+    section: dict[str, object] = {  # the named facts, then any other scalar the caller had (below)
         "pid": _pid(process.get("pid")),
         "command": _head_text(process.get("command")),
         # Argument-aware redaction: ["--api-key", "x"] must hide "x", which plain text rules cannot see.
@@ -194,7 +215,7 @@ def write_crash_bundle(
     state: str,
     failure_kind: str,
     summary: str,
-    process: dict[str, Any],
+    process: Mapping[str, Any],
     error: str,
     stderr: str,
     now: datetime | None = None,
@@ -202,7 +223,7 @@ def write_crash_bundle(
     """Write a redacted crash bundle into ``directory`` atomically and return its path."""
     directory = Path(directory)
     moment = _utc(now)
-    payload: dict[str, Any] = {
+    payload: CrashBundle = {
         "schema": SCHEMA,
         "session_id": _head_text(session_id),
         "agent_name": _head_text(agent_name),

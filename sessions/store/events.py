@@ -14,11 +14,11 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sessions.core.failures import DISK_FULL, DISPLACED, IO_ERROR, READ_ONLY, StoreFailure, StoreReadError, classify
-from sessions.store.ops import HookRun, NewEvent, StoreOp, UsageUpdate
-from sessions.store.rows import Statement, Values, draft, finish, numbered, slices
+from sessions.store.ops import HookRun, HookRunRow, NewEvent, StoreOp, UsageColumns, UsageUpdate
+from sessions.store.rows import EventRow, Statement, StoredEvent, Values, draft, finish, numbered, slices
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 200
@@ -202,11 +202,11 @@ class EventLog:
     def _max_sequence(self) -> int:
         return int(self._conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM events").fetchone()[0])
 
-    def append(self, events: Sequence[NewEvent]) -> list[dict[str, Any]]:
+    def append(self, events: Sequence[NewEvent]) -> list[StoredEvent]:
         """Write a batch of events in one transaction (group commit); returns the stored rows as envelopes."""
         return self.commit(events)
 
-    def commit(self, ops: Sequence[StoreOp]) -> list[dict[str, Any]]:
+    def commit(self, ops: Sequence[StoreOp]) -> list[StoredEvent]:
         """Events, usage merges and hook runs in one transaction; returns the stored event envelopes.
 
         SQLite numbers the rows itself (`sequence` is the rowid: MAX(sequence) + 1, read under its write lock),
@@ -279,10 +279,10 @@ class EventLog:
         cursor = self._conn.execute(sql, [v for row in values for v in row])
         return int(cursor.lastrowid or 0)
 
-    def merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
+    def merge_usage(self, turn_id: str, usage: UsageColumns) -> None:
         self.commit([UsageUpdate(turn_id, usage)])
 
-    def record_hook_run(self, row: dict[str, Any]) -> None:
+    def record_hook_run(self, row: HookRunRow) -> None:
         self.commit([HookRun(row)])
 
     def close(self) -> None:
@@ -299,7 +299,7 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 
 # ---- reads -------------------------------------------------------------------------------------
 
-def row_to_event(row: tuple[Any, ...]) -> dict[str, Any]:
+def row_to_event(row: tuple[Any, ...]) -> EventRow:
     seq, event_id, turn_id, type_, agent, content, timestamp, archived = row
     try:
         body = json.loads(content)
@@ -365,7 +365,7 @@ def read_events(
     agent_name: str | None = None,
     since: str | None = None,
     before: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[EventRow]:
     """Events after `after` ascending; with `newest`, the newest `limit` matches, still ascending."""
     rows = read_rows(path, after=after, limit=limit, newest=newest, types=types, turn_id=turn_id,
                      agent_name=agent_name, since=since, before=before)
@@ -410,7 +410,7 @@ def read_rows(
     return rows
 
 
-def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator[dict[str, Any]]:
+def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator[EventRow]:
     """Every event after `after`, one page in memory at a time."""
     cursor = after
     while True:
@@ -427,8 +427,25 @@ def max_sequence(path: Path) -> int:
     return int(query(path, "SELECT COALESCE(MAX(sequence), 0) FROM events")[0][0])
 
 
+class HookRunView(TypedDict):
+    """A stored hook run as the API and `hooks runs` show it: `duration_ns` as `duration_ms`, `required` a bool."""
+
+    id: str
+    hook_name: str
+    event: str
+    source: str
+    mode: str
+    outcome: str
+    dispatch_depth: int
+    patch_applied: str | None
+    error: str | None
+    required: bool
+    recorded_at: str
+    duration_ms: float
+
+
 def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None = None,
-                   last: int | None = None) -> list[dict[str, Any]]:
+                   last: int | None = None) -> list[HookRunView]:
     if not path.exists():
         return []
     where, params = ["1=1"], list[object]()
@@ -443,10 +460,8 @@ def read_hook_runs(path: Path, *, event: str | None = None, outcome: str | None 
            f" LIMIT ?")
     params.append(last or 1000)
     rows = query(path, sql, params)
-    keys = ("id", "hook_name", "event", "source", "mode", "duration_ns", "outcome", "dispatch_depth",
-            "patch_applied", "error", "required", "recorded_at")
-    result = [dict(zip(keys, r, strict=True)) for r in reversed(rows)]
-    for item in result:
-        item["duration_ms"] = round(item.pop("duration_ns") / 1e6, 3)
-        item["required"] = bool(item["required"])
-    return result
+    return [{"id": id_, "hook_name": hook_name, "event": event_, "source": source, "mode": mode, "outcome": outcome_,
+             "dispatch_depth": depth, "patch_applied": patch, "error": error, "required": bool(required),
+             "recorded_at": recorded_at, "duration_ms": round(duration_ns / 1e6, 3)}
+            for (id_, hook_name, event_, source, mode, duration_ns, outcome_, depth, patch, error, required,
+                 recorded_at) in reversed(rows)]

@@ -7,16 +7,18 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, overload
+from typing import cast, overload
 
 from compozy_base import strict_json
 from compozy_base.home import sessions_dir
 from compozy_base.nesting import MAX_DEPTH, may_nest_deeper, too_deep
 from sessions.core.enums import SessionState
 from sessions.core.errors import Conflict, NotFound
-from sessions.core.record import SessionRecord
+from sessions.core.jsonobj import EventContent, JsonObject
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.store.ids import is_session_id
 
 # The timestamp format lives in its own module (store/timestamps.py); most callers know it from here.
@@ -65,7 +67,7 @@ def events_path(session_id: str, home: Path | None = None) -> Path:
     return session_dir(session_id, home) / EVENTS_FILE
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object], mode: int = 0o600) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
     _write_text_atomic(path, _dumps(data), mode)  # strict: no NaN or Infinity (strict_json.py)
 
@@ -93,9 +95,9 @@ def _write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
 
 
 
-def slim(meta: dict[str, Any]) -> dict[str, Any]:
-    """`meta` without SLIM_PATHS (a copy where it held any)."""
-    meta = dict(meta)
+def slim(given: EventContent) -> JsonObject:
+    """`given` (meta.json's document) without SLIM_PATHS (a copy where it held any)."""
+    meta: JsonObject = dict(given)
     for *parents, key in SLIM_PATHS:
         block = meta
         for name in parents:
@@ -133,7 +135,7 @@ def meta_oversized(session_id: str, home: Path | None = None) -> bool:
         return False
 
 
-def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | None:
+def read_meta(session_id: str, home: Path | None = None) -> SessionMeta | None:
     """None when the folder or file is missing; ValueError when meta.json is not valid session metadata, or cannot
     be read (an I/O error): every reader already treats that session on its own, from its catalog row. A file past
     MAX_META_BYTES is read slim (`slim`), when that brings it under."""
@@ -170,7 +172,7 @@ def read_meta(session_id: str, home: Path | None = None) -> dict[str, Any] | Non
         data = slim(data)
         if len(_dumps(data)) >= MAX_META_BYTES:
             raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB, even without what its agent sent")
-    return data
+    return cast(SessionMeta, data)  # its required keys checked; the rest as written (no validation on a read)
 
 
 def list_session_dirs(home: Path | None = None) -> list[str]:
@@ -180,7 +182,7 @@ def list_session_dirs(home: Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and is_session_id(p.name))
 
 
-def load_meta(session_id: str) -> dict[str, Any]:
+def load_meta(session_id: str) -> SessionMeta:
     """meta.json as stored (no repair), with the domain errors every surface answers with: 404 for an unknown
     or malformed id, 409 for unreadable metadata."""
     if not is_session_id(session_id):

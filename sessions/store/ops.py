@@ -5,7 +5,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
+
+from sessions.core.jsonobj import EventContent
+
+# Token usage by `token_usage` column (rows.USAGE_COLUMNS: counts, the cost's amount and currency), as
+# `acp.mapping.normalize_usage` reads it off the agent's update; a column the update did not carry is absent.
+UsageColumns = dict[str, int | float | str | None]
+
+
+class HookRunRow(TypedDict):
+    """One hook run's audit row (sessions/hooks/runner.py), as `hook_runs` stores it. A TypedDict: built as a dict,
+    stored as SQL parameters and handed to `HookOutcome.runs` as is."""
+
+    id: str
+    hook_name: str
+    event: str
+    source: str
+    mode: str
+    duration_ns: int
+    outcome: str
+    dispatch_depth: int
+    patch_applied: str | None
+    error: str | None
+    required: bool
+    recorded_at: str | None
 
 
 class NewEvent(NamedTuple):
@@ -13,7 +37,7 @@ class NewEvent(NamedTuple):
 
     type: str
     turn_id: str
-    content: dict[str, Any]
+    content: EventContent  # the agent's keys (sessions/acp/mapping.py) or ours for the events we record
     id: str = ""
 
 
@@ -22,12 +46,12 @@ class UsageUpdate:
     """A token-usage merge, committed in the same transaction as the events recorded beside it."""
 
     turn_id: str
-    usage: dict[str, Any]
+    usage: UsageColumns
 
 
 @dataclass(frozen=True)
 class HookRun:
-    row: dict[str, Any]
+    row: HookRunRow
 
 
 StoreOp = NewEvent | UsageUpdate | HookRun
@@ -126,7 +150,7 @@ def merge_chunks(ops: Sequence[StoreOp]) -> list[StoreOp]:
     return materialize(merged)
 
 
-def _same_but_text(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _same_but_text(a: EventContent, b: EventContent) -> bool:
     if len(a) != len(b):
         return False
     for k, v in a.items():  # noqa: SIM110 - a loop, not all(<generator>): half the cost, once per streamed chunk

@@ -5,12 +5,13 @@ in one place; under load the store writer process (writer/process.py) finishes a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from compozy_base import strict_json
+from sessions.core.jsonobj import EventContent, JsonObject
 from sessions.core.redact import redact_value
 from sessions.store.ids import new_event_id
-from sessions.store.ops import NewEvent, StoreOp, UsageUpdate
+from sessions.store.ops import HookRunRow, NewEvent, StoreOp, UsageColumns, UsageUpdate
 from sessions.store.timestamps import isoformat, now_stamp, utcnow
 
 CONTENT_SCHEMA = "compozy.session.event.v1"
@@ -26,9 +27,28 @@ INSERT_ROWS = 100
 _dumps = strict_json.dumper(separators=(",", ":"), ensure_ascii=False)
 
 
+class StoredEvent(TypedDict):
+    """An event as committed (`EventLog.commit`, the recorder's `on_commit`). A TypedDict, not a dataclass: one is
+    built per streamed chunk on the write path, and a dict costs nothing more there; it goes out as JSON as is."""
+
+    id: str
+    sequence: int  # 0 until SQLite numbered it (`numbered`)
+    turn_id: str  # "-" for an event outside any turn
+    type: str
+    agent_name: str
+    content: JsonObject  # free-form: our keys (schema, type, timestamp, turn_id), then the agent's (`_content`)
+    timestamp: str
+
+
+class EventRow(StoredEvent):
+    """An event read back from events.db (`events.row_to_event`): the stored one and whether it is archived."""
+
+    archived: bool
+
+
 Values = tuple[str, str, str, str, str, str]  # one event's INSERT values: id, turn_id, type, agent, content, timestamp
 # One event before redaction and JSON: id, turn_id, type, agent, the agent's content as recorded, timestamp.
-Draft = tuple[str, str, str, str, dict[str, Any], str]
+Draft = tuple[str, str, str, str, EventContent, str]
 Statement = tuple[str, tuple[Any, ...]]  # a usage merge or a hook run, as SQL and its parameters
 
 
@@ -37,7 +57,7 @@ class Drafted(NamedTuple):
     the agent sent it until `finish` says what redaction changed), and the other ops as statements."""
 
     drafts: list[Draft]
-    stored: list[dict[str, Any]]
+    stored: list[StoredEvent]
     statements: list[Statement]
 
 
@@ -46,7 +66,7 @@ def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
     done where the batch is handed off (the store writer process does the rest, `finish`)."""
     now = now_stamp()
     drafts: list[Draft] = []
-    stored = []
+    stored: list[StoredEvent] = []
     statements: list[Statement] = []
     for op in ops:
         if not isinstance(op, NewEvent):
@@ -64,7 +84,7 @@ def draft(ops: Sequence[StoreOp], agent: str) -> Drafted:
     return Drafted(drafts, stored, statements)
 
 
-def _content(type_: str, timestamp: str, turn_id: str, agent_content: dict[str, Any]) -> dict[str, Any]:
+def _content(type_: str, timestamp: str, turn_id: str, agent_content: EventContent) -> JsonObject:
     """The stored content: our keys (schema, type, timestamp, turn id), then the agent's."""
     content = {"schema": CONTENT_SCHEMA, "type": type_, "timestamp": timestamp, **agent_content}
     if turn_id:
@@ -72,11 +92,11 @@ def _content(type_: str, timestamp: str, turn_id: str, agent_content: dict[str, 
     return content
 
 
-def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], dict[int, dict[str, Any]]]:
+def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], dict[int, JsonObject]]:
     """The drafts as INSERT values (the agent's part redacted, the content as JSON), and the contents redaction
     changed, by index (the envelopes must show what is stored, never what the agent sent)."""
     values: list[Values] = []
-    changed: dict[int, dict[str, Any]] = {}
+    changed: dict[int, JsonObject] = {}
     for i, (event_id, turn_id, type_, agent, agent_content, now) in enumerate(drafts):
         # Only the agent's part is redacted: the keys we add are our own.
         redacted = redact_value(agent_content) if redact else agent_content
@@ -87,8 +107,8 @@ def finish(drafts: list[Draft], *, redact: bool = True) -> tuple[list[Values], d
     return values, changed
 
 
-def numbered(stored: list[dict[str, Any]], values: list[Values],
-             lasts: list[int]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+def numbered(stored: list[StoredEvent], values: list[Values],
+             lasts: list[int]) -> tuple[list[StoredEvent], list[tuple[Any, ...]]]:
     """The envelopes with their sequences, and the committed rows in `read_rows` form (the live feed takes them
     without reading them back): within one statement, under the write lock, rows take consecutive numbers, the
     last one's counted back."""
@@ -103,7 +123,7 @@ def slices(values: list[Values]) -> list[list[Values]]:
     return [values[i:i + INSERT_ROWS] for i in range(0, len(values), INSERT_ROWS)]
 
 
-def usage_statement(turn_id: str, usage: dict[str, Any]) -> Statement:
+def usage_statement(turn_id: str, usage: UsageColumns) -> Statement:
     """One row per turn; later non-null values overwrite earlier ones."""
     values = {k: usage.get(k) for k in USAGE_COLUMNS}
     cols = ", ".join(USAGE_COLUMNS)
@@ -114,7 +134,7 @@ def usage_statement(turn_id: str, usage: dict[str, Any]) -> Statement:
             (turn_id, *values.values(), isoformat(utcnow())))
 
 
-def hook_run_statement(row: dict[str, Any]) -> Statement:
+def hook_run_statement(row: HookRunRow) -> Statement:
     return ("INSERT INTO hook_runs(id, hook_name, event, source, mode, duration_ns, outcome, dispatch_depth,"
             " patch_applied, error, required, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (row["id"], row["hook_name"], row["event"], row.get("source", "config"), row["mode"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from argparse import RawDescriptionHelpFormatter
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any, NoReturn
 
@@ -53,5 +54,5 @@ class CliCommand(BaseCommand):
                             help="`json` is the same as --json.")
 
     @staticmethod
-    def wants_json(options: dict[str, Any]) -> bool:
+    def wants_json(options: Mapping[str, object]) -> bool:
         return bool(options["as_json"]) or options["output"] == "json"

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from compozy_base.daemon_record import daemon_running
 from sessions.catalog import index as catalog
-from sessions.core.record import SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord
 from sessions.management.commands._cli import CliCommand
 from sessions.models import Session, Workspace
 from sessions.store import folder
@@ -30,7 +30,7 @@ class RebuildError(Exception):
     pass
 
 
-def ensure_workspace(meta: dict[str, Any]) -> bool:
+def ensure_workspace(meta: SessionMeta) -> bool:
     """The session's workspace row, created from `workspace_id` + `workspace_path` when missing. True if created."""
     ws_id = meta["workspace_id"]
     if Workspace.objects.filter(id=ws_id).exists():

@@ -15,14 +15,14 @@ import json
 import logging
 from collections import Counter
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from django.core.management.base import CommandError, CommandParser
 
 from sessions.core.enums import LIVE_STATES
 from sessions.core.errors import CompozyError
 from sessions.management.commands._cli import EXIT_NOT_FOUND, EXIT_USAGE, CliCommand
-from sessions.repair.transcript import IssueCode, Severity, repair_transcript
+from sessions.repair.transcript import IssueCode, RepairPayload, Severity, repair_transcript
 from sessions.store import folder
 from sessions.store.ids import is_session_id
 
@@ -48,7 +48,20 @@ def needs_person(status: str, named: bool) -> bool:
     return status in (Outcome.BLOCKED, Outcome.FAILED) or (named and status == Outcome.REFUSED)
 
 
-def classify(report: dict[str, Any], dry_run: bool, *, sweep: bool = False) -> Outcome:
+class RepairEntry(TypedDict, total=False):
+    """One session's line of the `--json` document."""
+
+    session_id: str
+    dry_run: bool
+    status: str  # an Outcome
+    error: str
+    code: str
+    repair: RepairPayload
+    stale_state: str
+    needs_person: bool
+
+
+def classify(report: RepairPayload, dry_run: bool, *, sweep: bool = False) -> Outcome:
     codes = {issue["code"] for issue in report["issues"]}
     if IssueCode.SESSION_NOT_STOPPED in codes:
         return Outcome.REFUSED
@@ -67,7 +80,7 @@ def classify(report: dict[str, Any], dry_run: bool, *, sweep: bool = False) -> O
 MAX_NAMED = 10  # sessions named in the closing error line; --json lists them all
 
 
-def _code(entry: dict[str, Any]) -> str:
+def _code(entry: RepairEntry) -> str:
     """Why a session needs a person: its error code, or its blocking issue codes."""
     if "code" in entry:
         return str(entry["code"])
@@ -81,7 +94,7 @@ def _first(names: list[str]) -> str:
     return ", ".join(names[:MAX_NAMED]) + more
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def _describe(entry: RepairEntry) -> str:
     report = entry.get("repair")
     if report is None:
         return f"{entry['error']} ({entry['code']})"
@@ -129,7 +142,7 @@ exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last 
             ids = folder.list_session_dirs()
         # With --json, stdout carries only the JSON document; progress goes to stderr.
         progress = self.stderr if as_json else self.stdout
-        results: list[dict[str, Any]] = []
+        results: list[RepairEntry] = []
         for index, session_id in enumerate(ids, 1):
             entry = self._repair_one(session_id, dry_run=dry_run, force=force, sweep=sweep)
             entry["needs_person"] = needs_person(entry["status"], named=not sweep)
@@ -163,8 +176,8 @@ exit codes: 0 nothing needs a person, 1 a session needs one (listed on the last 
         if missing:
             raise CommandError(missing, returncode=EXIT_NOT_FOUND)
 
-    def _repair_one(self, session_id: str, *, dry_run: bool, force: bool, sweep: bool) -> dict[str, Any]:
-        entry: dict[str, Any] = {"session_id": session_id, "dry_run": dry_run}
+    def _repair_one(self, session_id: str, *, dry_run: bool, force: bool, sweep: bool) -> RepairEntry:
+        entry: RepairEntry = {"session_id": session_id, "dry_run": dry_run}
         if not is_session_id(session_id):
             return {**entry, "status": Outcome.NOT_FOUND.value, "error": "not a session id",
                     "code": "session_not_found"}

@@ -19,7 +19,6 @@ loop ends, `report` for `compozy status`.
 from __future__ import annotations
 
 from asyncio import AbstractEventLoop
-from typing import Any
 
 from sessions.store.writer import shared
 from sessions.store.writer.recorder import LEASE_WAIT_SECONDS, Recorder
@@ -32,6 +31,6 @@ async def shutdown(loop: AbstractEventLoop) -> None:
     await shared.for_loop(loop).shutdown()
 
 
-def report() -> dict[str, Any]:
+def report() -> shared.WriterReport:
     """Where commits go now (thread or process), the load, and whether the process broke: for `compozy status`."""
     return shared.report()

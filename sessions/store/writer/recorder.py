@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sessions.core.failures import StoreFailure, classify
+from sessions.core.jsonobj import EventContent
 from sessions.core.redact_stream import PrivateKeyCarry, secret_tail
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog, row_to_event
@@ -46,14 +47,16 @@ from sessions.store.ops import (
     MERGEABLE_TYPES,
     ChunkRun,
     HookRun,
+    HookRunRow,
     NewEvent,
     PendingOp,
+    UsageColumns,
     UsageUpdate,
     append_op,
     materialize,
     op_weight,
 )
-from sessions.store.rows import Drafted, draft
+from sessions.store.rows import Drafted, StoredEvent, draft
 from sessions.store.writer import placement
 from sessions.store.writer import shared as store_writer
 from sessions.store.writer.placement import Home
@@ -82,7 +85,7 @@ LEASE_WAIT_SECONDS = 0.05  # how often a commit waiting for the lease looks agai
 # Weak keys: a loop closed with a batch still out takes its count with it.
 _batches_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
 
-Committed = Callable[[list[dict[str, Any]], list[tuple[Any, ...]]], None]
+Committed = Callable[[list[StoredEvent], list[tuple[Any, ...]]], None]
 
 
 class Recorder:
@@ -126,13 +129,13 @@ class Recorder:
 
     # ---- the loop side: cheap, synchronous ------------------------------------------------------
 
-    def record(self, type_: str, turn_id: str, content: dict[str, Any]) -> None:
+    def record(self, type_: str, turn_id: str, content: EventContent) -> None:
         self._add(NewEvent(type_, turn_id, content))
 
-    def merge_usage(self, turn_id: str, usage: dict[str, Any]) -> None:
+    def merge_usage(self, turn_id: str, usage: UsageColumns) -> None:
         self._add(UsageUpdate(turn_id, usage))
 
-    def record_hook_run(self, row: dict[str, Any]) -> None:
+    def record_hook_run(self, row: HookRunRow) -> None:
         self._add(HookRun(row))
 
     def _add(self, op: NewEvent | UsageUpdate | HookRun) -> None:
@@ -273,7 +276,7 @@ class Recorder:
             if item is None:
                 break
             batch, prepared, verify = item
-            stored: list[dict[str, Any]] = []
+            stored: list[StoredEvent] = []
             rows: list[tuple[Any, ...]] = []
             failure: StoreFailure | None = None
             try:
@@ -297,7 +300,7 @@ class Recorder:
             with contextlib.suppress(Exception):
                 self.log.close()
 
-    def _committed_batch(self, batch: list[PendingOp], stored: list[dict[str, Any]], rows: list[tuple[Any, ...]],
+    def _committed_batch(self, batch: list[PendingOp], stored: list[StoredEvent], rows: list[tuple[Any, ...]],
                          failure: StoreFailure | None) -> None:
         """On the loop, after the writer thread finished a batch."""
         self._in_flight = False
@@ -336,7 +339,7 @@ class Recorder:
         if self.commit_seconds is not None:
             self.commit_seconds(seconds)
 
-    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[StoredEvent], list[tuple[Any, ...]]]:
         """On a writer thread: one commit. The shared writer's thread waits on no lock; the store's own thread waits
         one attempt's worth."""
         log = self.open_log(0 if shared else ATTEMPT_BUSY_TIMEOUT_MS)
@@ -354,7 +357,7 @@ class Recorder:
             self.log.set_busy_timeout(busy_ms)
         return self.log
 
-    def _landed(self, ops: list[Any]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]] | None:
+    def _landed(self, ops: list[Any]) -> tuple[list[StoredEvent], list[tuple[Any, ...]]] | None:
         """A batch the store writer process may have committed before it died: its rows if it did."""
         rows = self.open_log(ATTEMPT_BUSY_TIMEOUT_MS).landed([op.id for op in ops if type(op) is NewEvent])
         if rows is None:
@@ -363,7 +366,7 @@ class Recorder:
         return [row_to_event(row) for row in rows], rows
 
     def _commit_with_retry(self, batch: list[PendingOp], prepared: list[Any] | None = None,
-                           verify: bool = False) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+                           verify: bool = False) -> tuple[list[StoredEvent], list[tuple[Any, ...]]]:
         """Runs on the store's own thread. Retries a failing batch until it commits or the deadline passes."""
         if self.may_write is not None and not self._await_lease():
             return [], []

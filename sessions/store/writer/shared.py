@@ -33,7 +33,7 @@ from asyncio import AbstractEventLoop, Future
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol, cast
+from typing import IO, Any, Protocol, TypedDict, cast
 
 import sessions
 from sessions.core.redact import known_secrets
@@ -434,7 +434,17 @@ class _PipeWriter:
 _writers: weakref.WeakKeyDictionary[AbstractEventLoop, SharedWriter] = weakref.WeakKeyDictionary()
 
 
-def report() -> dict[str, Any]:
+class WriterReport(TypedDict):
+    """Where commits run now (`compozy status`)."""
+
+    mode: str  # thread or process
+    batches_per_second: float
+    process_pid: int | None
+    restarts: int
+    broken: str | None  # why the process is not started again
+
+
+def report() -> WriterReport:
     """For `compozy status`: where commits run now, and a process that stopped being started again (read from
     another thread: plain attributes, each read once)."""
     writers = list(_writers.values())

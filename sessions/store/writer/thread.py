@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 from sessions.store.events import EventLog
 from sessions.store.ops import PendingOp
+from sessions.store.rows import StoredEvent
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class ThreadStore(Protocol):
 
     def prepare(self, batch: list[PendingOp]) -> list[Any]: ...
     def open_log(self, busy_ms: int) -> EventLog: ...
-    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[dict[str, Any]],
+    def attempt(self, ops: list[Any], *, shared: bool = False) -> tuple[list[StoredEvent],
                                                                        list[tuple[Any, ...]]]: ...
     def close_log(self) -> None: ...
 
@@ -51,7 +52,7 @@ class Outcome:
     """What a shared writer (this thread, or the store writer process) did with one batch. `ops` (the batch
     materialized) is set when the batch goes to its store's own thread: materializing applies the private-key carry,
     which must not run twice."""
-    stored: list[dict[str, Any]]
+    stored: list[StoredEvent]
     rows: list[tuple[Any, ...]]
     detach: str | None = None  # why the store leaves the shared writer (None: it stays)
     ops: list[Any] | None = None
