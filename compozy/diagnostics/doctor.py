@@ -96,7 +96,8 @@ def check_sandbox() -> dict[str, Any]:
     if config.mode is SandboxMode.OFF:
         return item("agent_sandbox", "security", "warn", "Agent sandbox off",
                     "[sandbox] mode = \"off\": agents can read the daemon's token and reach its socket "
-                    "(approvals from their process tree are still refused)", "set [sandbox] mode = \"auto\"")
+                    "(over the socket their decisions are refused; over TCP with the token they are not)",
+                    "set [sandbox] mode = \"auto\"")
     if bwrap_path() is None:
         level = "error" if config.mode is SandboxMode.REQUIRED else "warn"
         return item("agent_sandbox", "security", level, "Agent sandbox unavailable",

@@ -72,7 +72,10 @@ def _resumable(row: Session, payload: EventContent) -> bool:
     """What `session resume` takes (issue 50: the list and the command agree): a live session it can attach to (no
     other holder's lease), or a stopped one it reactivates first."""
     if payload["state"] == SessionState.STOPPED:
-        return reactivatable(payload)
+        # From the catalog row: the payload names the session's type `type`, and reactivation reads meta.json's
+        # `session_type` (a daemon-made session read as a user's, listed, then refused by `session resume`).
+        return reactivatable({"session_type": row.session_type, "workspace_id": row.workspace_id,
+                              "agent_name": row.agent_name, "provider": row.provider})
     lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
     return bool(payload["attachable"]) and not lease_held
 
