@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sessions.acp.transport import TappedReader
@@ -97,13 +97,7 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]
                 limit: int) -> ChildProcess:
     """Start `argv` in a new session (its own process group) with three pipes; raises what Popen raises
     (FileNotFoundError, PermissionError, NotADirectoryError) for a command that cannot run."""
-    spawned = asyncio.ensure_future(starting(_popen, list(argv), str(cwd) if cwd else None, dict(env), umask))
-    try:
-        popen = await asyncio.shield(spawned)
-    except asyncio.CancelledError:
-        # Canceled while the thread was starting it: the process may exist with nobody to own it.
-        spawned.add_done_callback(_kill_orphan)
-        raise
+    popen = await _started(_popen, list(argv), str(cwd) if cwd else None, dict(env), umask)
     try:
         return await _joined(popen, limit)
     except BaseException:
@@ -111,14 +105,21 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str]
         raise
 
 
-async def spawn_output(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], umask: int) -> OutputProcess:
-    """Start `argv` as `spawn` does (its own session, off the loop), stdin from /dev/null and stderr into stdout."""
-    spawned = asyncio.ensure_future(starting(_popen_output, list(argv), str(cwd), dict(env), umask))
+async def _started(popen: Callable[[list[str], str | None, dict[str, str], int], subprocess.Popen[bytes]],
+                   argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+    """`popen` run on a start-up thread; a start cancelled meanwhile kills the process it may still have made."""
+    spawned = asyncio.ensure_future(starting(popen, argv, cwd, env, umask))
     try:
-        popen = await asyncio.shield(spawned)
+        return await asyncio.shield(spawned)
     except asyncio.CancelledError:
+        # Canceled while the thread was starting it: the process may exist with nobody to own it.
         spawned.add_done_callback(_kill_orphan)
         raise
+
+
+async def spawn_output(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], umask: int) -> OutputProcess:
+    """Start `argv` as `spawn` does (its own session, off the loop), stdin from /dev/null and stderr into stdout."""
+    popen = await _started(_popen_output, list(argv), str(cwd), dict(env), umask)
     try:
         loop = asyncio.get_running_loop()
         assert popen.stdout is not None
@@ -130,7 +131,7 @@ async def spawn_output(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]
         raise
 
 
-def _popen_output(argv: list[str], cwd: str, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+def _popen_output(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
     with forking_batch():
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=cwd, env=env, start_new_session=True, umask=umask)
