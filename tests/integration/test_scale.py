@@ -236,6 +236,8 @@ def test_status_and_doctor_show_the_nodes_their_leases_and_the_shared_services(
 def test_two_nodes_reactivating_one_session_at_once_run_it_once(cluster: Cluster, workspace: Path) -> None:
     a, b = cluster.a, cluster.b
     sid = a.create(workspace)["id"]
+    # A conversation to recover: a log without one has nothing to replay and records no recovery (issue 50).
+    a.run_turn(sid, "stream 1")
     assert a.http.post(a.scoped(sid, "/stop")).status_code == 204
     path = a.scoped(sid, "/prompt")
     results: dict[str, httpx.Response] = {}
