@@ -163,15 +163,17 @@ def read_meta(session_id: str, home: Path | None = None) -> SessionMeta | None:
         raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from exc
     if may_nest_deeper(text) and (deep := too_deep(data)) is not None:
         raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels (at {deep[:80]})")
+    # Oversized first: a file past the cap that is still past it without what its agent sent is that (its size),
+    # whatever else is wrong with it.
+    if oversized and isinstance(data, dict):
+        data = slim(data)
+        if len(_dumps(data)) >= MAX_META_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB, even without what its agent sent")
     if not isinstance(data, dict) or any(not data.get(k) for k in REQUIRED_META_KEYS):
         raise ValueError(f"{path}: missing required keys {REQUIRED_META_KEYS}")
     # A state outside the closed set cannot be repaired by any rule: refuse it here, once, for every reader.
     if not isinstance(data["state"], str) or data["state"] not in STATES:
         raise ValueError(f"{path}: unknown state {data['state']!r}")
-    if oversized:
-        data = slim(data)
-        if len(_dumps(data)) >= MAX_META_BYTES:
-            raise ValueError(f"{path}: larger than {MAX_META_BYTES // 1048576} MiB, even without what its agent sent")
     return cast(SessionMeta, data)  # its required keys checked; the rest as written (no validation on a read)
 
 
