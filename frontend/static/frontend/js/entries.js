@@ -6,7 +6,7 @@
 // delta re-sends a changed entry whole; re-rendering it whole would cost quadratic time over a long answer, so
 // parts are patched: a text part that grew gets only its new text appended, a changed part is replaced.
 import { absTime, el, pretty } from "./common.js";
-import { CLIP_CHARS, LongText, MARKDOWN_MAX_CHARS, clip, longTextNode } from "./long-text.js";
+import { CLIP_CHARS, LongText, MARKDOWN_MAX_CHARS, clip, longTextNode, visible } from "./long-text.js";
 import { renderMarkdown } from "./markdown.js";
 import { terminalNode, toolNode } from "./tool-view.js";
 
@@ -20,10 +20,10 @@ const THOUGHT_PREVIEW_CHARS = 120;
 
 const isText = (part) => part && (part.type === "text" || part.type === "reasoning");
 
-// A note says a line or two; one that says more is cut.
+// A note says a line or two; one that says more is cut (a permission's, escaped, may grow six-fold).
 const NOTE_CHARS = 16 * 1024;
-// What a person approves, cut at a length.
-const joined = (fields) => clip(fields.filter(Boolean).join(" · "), CLIP_CHARS * 4);
+// What a person approves, in the order it runs: control and bidi characters as escapes, cut at a length.
+const shownAsItRuns = (fields) => visible(clip(fields.filter(Boolean).join(" · "), CLIP_CHARS * 4));
 
 // Deep equality of two parsed JSON values; unlike comparing their JSON texts, it builds no copy of a part
 // that carries megabytes (a tool's output), and stops at the first difference.
@@ -309,7 +309,7 @@ export class EntryView {
   permissionNode(requestId, data) {
     const card = el("div", { class: "entry entry-permission", title: eventTitle(data), dataset: { requestId } },
       el("span", { class: "perm-label" }, "Permission"),
-      el("span", { class: "perm-what" }, joined([data.action, data.title || data.resource])),
+      el("span", { class: "perm-what" }, shownAsItRuns([data.action, data.title || data.resource])),
       el("span", { class: "perm-decision" }),
       el("span", { class: "perm-actions" }));
     const later = this.decided.get(requestId);
@@ -388,7 +388,7 @@ export class EntryView {
       }
     }
     return this.note(data, "muted", "permission",
-      joined([data.decision, data.title || data.resource, data.decision_source && `by ${data.decision_source}`]));
+      shownAsItRuns([data.decision, data.title || data.resource, data.decision_source && `by ${data.decision_source}`]));
   }
 
   plan(data) {

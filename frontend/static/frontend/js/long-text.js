@@ -6,6 +6,7 @@
 // - the text is laid out in pieces of PIECE_CHARS, each a block of its own, so a click lays out the pieces it added
 //   and the browser keeps the earlier ones as they were;
 // - one-line fields (titles, commands, notes) are cut at a length (`clip`).
+// Where a person approves what they read, control and bidi characters are shown as escapes (`visible`).
 import { el } from "./common.js";
 
 export const MARKDOWN_MAX_CHARS = 64 * 1024;
@@ -36,6 +37,25 @@ export function clip(text, max = CLIP_CHARS) {
 function safeEnd(text, end) {
   const code = text.charCodeAt(end - 1);
   return code >= 0xd800 && code <= 0xdbff ? end - 1 : end;
+}
+
+// ---- control and bidi characters, as escapes ----------------------------------------------------------------
+
+// Control (Cc) and format (Cf: bidi overrides, isolates and marks, zero-width characters) characters, and the line
+// and paragraph separators: the server escapes the same in permission titles (sessions/core/visible.py).
+const INVISIBLE = /[\p{Cc}\p{Cf}\u2028\u2029]/gu;
+const NAMED = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+function escapeOne(ch) {
+  if (NAMED[ch]) return NAMED[ch];
+  const code = ch.codePointAt(0);
+  return code <= 0xffff ? `\\u${code.toString(16).padStart(4, "0")}` : `\\U${code.toString(16).padStart(8, "0")}`;
+}
+
+// `text` as it runs: "invoice_\u202egpj.exe" reads so, not "invoice_exe.jpg". `lines`: newlines and tabs stay
+// (a block of several lines, such as a tool's input); every other such character is still escaped.
+export function visible(text, { lines = false } = {}) {
+  return String(text ?? "").replace(INVISIBLE, (ch) => (lines && (ch === "\n" || ch === "\t") ? ch : escapeOne(ch)));
 }
 
 // ---- long text, a piece at a time ---------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 // the terminals it ran (command, exit code, output) and its text output. Every string here is the agent's and
 // goes into the DOM as text (`el` sets textContent); ANSI colours become class names, never markup. What the agent
 // sends is shown in bounded time however long (long-text.js): lines wrap anywhere, output past a bound shows a
-// chunk at a time, a diff's lines are cut at a length and shown a bounded number at a time.
+// chunk at a time, a diff's lines are cut at a length and shown a bounded number at a time; titles and commands
+// show control and bidi characters as escapes, as they run.
 import { el, pretty } from "./common.js";
-import { CLIP_CHARS, LongText, SHOWN_CHARS, clip, longTextNode } from "./long-text.js";
+import { CLIP_CHARS, LongText, SHOWN_CHARS, clip, longTextNode, visible } from "./long-text.js";
 
 // Lines shown before "show all": enough for a typical edit or test run, short enough to scroll past.
 const DIFF_VISIBLE_LINES = 60;
@@ -152,7 +153,7 @@ export function diffNode(block) {
   const removed = rows.filter((r) => r.op === "-").length;
   const lines = [];
   for (const hunk of hunks(rows)) lines.push({ header: hunk.header }, ...hunk.rows);
-  const shownPath = clip(path, CLIP_CHARS);
+  const shownPath = visible(clip(path, CLIP_CHARS));
   const head = el("div", { class: "diff-head" },
     el("span", { class: "diff-path" }, shownPath || "(no path)"),
     isNew ? el("span", { class: "diff-new" }, "new file") : null,
@@ -249,8 +250,8 @@ export function outputBlock(text, extraClass = "") {
 export function terminalNode(terminalId, exited, settled = false) {
   const head = el("div", { class: "terminal-head" }, el("span", { class: "terminal-label" }, "terminal"),
     exited && exited.command
-      ? el("code", { class: "terminal-command" }, `$ ${clip(exited.command, CLIP_CHARS * 4)}`)
-      : el("code", { class: "terminal-id" }, clip(terminalId, CLIP_CHARS)));
+      ? el("code", { class: "terminal-command" }, `$ ${visible(clip(exited.command, CLIP_CHARS * 4))}`)
+      : el("code", { class: "terminal-id" }, visible(clip(terminalId, CLIP_CHARS))));
   const node = el("div", { class: "tool-terminal", dataset: { terminalId } }, head);
   if (!exited) {
     head.append(el("span", { class: "terminal-state muted" }, settled ? "no output reported" : "running"));
@@ -292,12 +293,12 @@ export function toolNode(part) {
   return el("div", { class: "entry entry-tool", dataset: { toolCallId: part.toolCallId || "", status } },
     el("div", { class: "tool-head" },
       el("span", { class: "tool-kind" }, part.toolKind || "tool"),
-      el("span", { class: "tool-title", title: clip(title, CLIP_CHARS * 4) }, clip(title, CLIP_CHARS)),
+      el("span", { class: "tool-title", title: visible(clip(title, CLIP_CHARS * 4)) }, visible(clip(title, CLIP_CHARS))),
       el("span", { class: `tool-status status-${status}` }, status.replace("_", " "))),
     ...diffs.map(diffNode),
     ...[...terminals].map((id) => terminalNode(id, exited[id], status === "completed" || status === "failed")),
     el("details", { class: "tool-input", hidden: !hasInput }, el("summary", {}, "Input"),
-      hasInput ? longTextNode(pretty(part.input), { tag: "pre" }) : el("pre", {})),
+      hasInput ? longTextNode(visible(pretty(part.input), { lines: true }), { tag: "pre" }) : el("pre", {})),
     // Folded like the input, except where the output is the point: a failure, a command's run.
     output ? el("details", { class: "tool-output", open: status === "failed" || part.toolKind === "execute" },
       el("summary", {}, `Result · ${lineCount(output)} lines`), outputBlock(output)) : null);
