@@ -454,6 +454,7 @@ class ScriptedAgent:
             "nans": self._cmd_nans,
             "askodd": self._cmd_askodd,
             "big": self._cmd_big,
+            "bigline": self._cmd_bigline,
             # What the session page renders (tests/e2e/test_session_render.py).
             "markdown": self._cmd_markdown,
             "diff": self._cmd_diff,
@@ -786,6 +787,59 @@ class ScriptedAgent:
             '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + json.dumps(turn.session_id)
             + ',"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' + text
             + '"}}}}\n').encode())
+        return "end_turn"
+
+    async def _cmd_bigline(self, turn: Turn) -> str:
+        """`bigline BYTES [WHERE] [CHUNKS]`: one unbroken line of BYTES characters (`b` then `x`s, no space, no
+        newline) where a page shows it: `message` (the default) or `thought`, sent in CHUNKS pieces (default 1);
+        `tool`, an executed tool call's text output; `title`, a tool call's title; `input`, its raw input; `diff`,
+        a new file of that one line; `terminal`, a client terminal printing it (the daemon keeps its last MiB, the
+        tool call reports what `terminal/output` answers)."""
+        size = self._int_arg(turn, 0, "BYTES")
+        where = turn.args[1] if len(turn.args) > 1 else "message"
+        chunks = max(1, self._int_arg(turn, 2, "CHUNKS", default=1))
+        line = "b" + "x" * max(0, size - 1)
+        if where in ("message", "thought"):
+            kind = "agent_message_chunk" if where == "message" else "agent_thought_chunk"
+            step = -(-len(line) // chunks)
+            for start in range(0, len(line), step):
+                await self._update(turn, message_chunk(line[start:start + step], kind))
+            return "end_turn"
+        tool_call_id = self._tool_call_id()
+        if where == "terminal":
+            await self._update(turn, tool_call_start(tool_call_id, "Run bigline", "execute", "in_progress",
+                                                     {"command": "bigline"}))
+            created = await self.conn.request("terminal/create", {
+                "sessionId": turn.session_id, "command": "/bin/sh",
+                "args": ["-c", f"printf b; head -c {max(0, size - 1)} /dev/zero | tr '\\0' x"]})
+            terminal_id = check_fields("CreateTerminalResponse", created, {"terminalId": str})["terminalId"]
+            await self._update(turn, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id,
+                                      "content": [terminal_block(terminal_id)]})
+            await self.conn.request("terminal/wait_for_exit", {"sessionId": turn.session_id, "terminalId": terminal_id})
+            output = await self.conn.request("terminal/output", {"sessionId": turn.session_id,
+                                                                 "terminalId": terminal_id})
+            await self.conn.request("terminal/release", {"sessionId": turn.session_id, "terminalId": terminal_id})
+            await self._update(turn, tool_call_settled(tool_call_id, "completed", [
+                terminal_block(terminal_id), {"content": text_block(output["output"]), "type": "content"}]))
+        elif where == "tool":
+            await self._update(turn, tool_call_start(tool_call_id, "Run bigline", "execute", "in_progress",
+                                                     {"command": "bigline"}))
+            await self._update(turn, tool_call_update(tool_call_id, "completed", line))
+        elif where == "title":
+            await self._update(turn, tool_call_start(tool_call_id, line, "execute", "in_progress"))
+            await self._update(turn, tool_call_update(tool_call_id, "completed", "done"))
+        elif where == "input":
+            await self._update(turn, tool_call_start(tool_call_id, "Run bigline", "execute", "in_progress",
+                                                     {"command": line}))
+            await self._update(turn, tool_call_update(tool_call_id, "completed", "done"))
+        elif where == "diff":
+            block = diff_block(os.path.join(turn.cwd, "big.txt"), line + "\n")
+            await self._update(turn, tool_call_start(tool_call_id, "Write big.txt", "edit", "in_progress",
+                                                     content=[block]))
+            await self._update(turn, tool_call_settled(tool_call_id, "completed", [block]))
+        else:
+            raise RequestError.invalid_params({"details": f"bigline: no place {where!r}"})
+        await self._say(turn, f"bigline {where} sent")
         return "end_turn"
 
     async def _cmd_slow(self, turn: Turn) -> str:

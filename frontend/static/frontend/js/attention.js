@@ -5,6 +5,7 @@ import {
   api, badge, clear, el, errorText, notificationsWanted, pageData, refreshAttention, relTime, setNotifications,
   startDaemonStatus,
 } from "./common.js";
+import { CLIP_CHARS, clip, visible } from "./long-text.js";
 
 const CATALOG_RETRY_MS = 3000;
 const KIND_BADGE = { permission: "running", elicitation: "running", auth: "waiting-for-auth", failed: "failed",
@@ -53,7 +54,9 @@ function actions(item) {
 function row(item) {
   const kind = el("td", { class: "col-status" }, badge(KIND_BADGE[item.kind] || "unknown"));
   kind.firstChild.textContent = item.kind;
-  const what = el("td", {}, el("a", { href: item.url }, item.summary));
+  // A permission's summary names what the agent will run: shown as it runs (control and bidi characters escaped).
+  const what = el("td", {},
+    el("a", { class: "attention-summary", href: item.url }, visible(clip(item.summary, CLIP_CHARS * 4))));
   const since = el("td", { title: item.since }, relTime(item.since));
   return el("tr", { dataset: { id: item.id, kind: item.kind } }, kind, what, since, actions(item));
 }

@@ -6,6 +6,7 @@
 // delta re-sends a changed entry whole; re-rendering it whole would cost quadratic time over a long answer, so
 // parts are patched: a text part that grew gets only its new text appended, a changed part is replaced.
 import { absTime, el, pretty } from "./common.js";
+import { CLIP_CHARS, LongText, MARKDOWN_MAX_CHARS, clip, longTextNode, visible } from "./long-text.js";
 import { renderMarkdown } from "./markdown.js";
 import { terminalNode, toolNode } from "./tool-view.js";
 
@@ -19,6 +20,22 @@ const THOUGHT_PREVIEW_CHARS = 120;
 
 const isText = (part) => part && (part.type === "text" || part.type === "reasoning");
 
+// A note says a line or two; one that says more is cut (a permission's, escaped, may grow six-fold).
+const NOTE_CHARS = 16 * 1024;
+// What a person approves, in the order it runs: control and bidi characters as escapes, cut at a length.
+const shownAsItRuns = (fields) => visible(clip(fields.filter(Boolean).join(" · "), CLIP_CHARS * 4));
+
+// Deep equality of two parsed JSON values; unlike comparing their JSON texts, it builds no copy of a part
+// that carries megabytes (a tool's output), and stops at the first difference.
+function sameValue(a, b) {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  return keys.every((key) => Object.hasOwn(b, key) && sameValue(a[key], b[key]));
+}
+
 function eventTitle(data) {
   return `#${data.sequence ?? "–"} · ${data.event_type} · ${absTime(data.timestamp)}`;
 }
@@ -29,18 +46,24 @@ function messageTitle(entry) {
   return `#${span} · ${m.role} · ${absTime((m.metadata || {}).created_at)}`;
 }
 
-// Text longer than this shows as plain text: re-rendering Markdown on every chunk of a huge answer would cost
-// the browser more than reading it is worth (a typical answer is a few kilobytes).
-const MARKDOWN_MAX_CHARS = 200_000;
-
+// Text longer than MARKDOWN_MAX_CHARS shows as plain text, a bounded part at a time (long-text.js): re-rendering
+// Markdown on every chunk of a huge answer, or laying out a megabyte line at once, would cost the browser more than
+// reading it is worth (a typical answer is a few kilobytes).
+//
 // Markdown is re-rendered at most once a frame per node while an answer streams in.
 const pendingRenders = new Map(); // .text node → its full text
 let renderFrame = 0;
 
 function renderText(node, text) {
+  if (node.longText) {
+    node.longText.update(text);
+    return;
+  }
   if (text.length > MARKDOWN_MAX_CHARS) {
+    node.classList.remove("md");
     node.classList.add("plain");
-    node.textContent = text;
+    node.longText = new LongText(text);
+    node.replaceChildren(...node.longText.nodes);
     return;
   }
   node.replaceChildren(renderMarkdown(text));
@@ -202,8 +225,8 @@ export class EntryView {
         view.parts.push(partNode);
         view.node.insertBefore(partNode, view.end);
       } else if (isText(part) && isText(prev) && part.type === prev.type && part.text.startsWith(prev.text)) {
-        if (part.text.length > prev.text.length) this.growText(view.parts[i], part, part.text.slice(prev.text.length));
-      } else if (JSON.stringify(part) !== JSON.stringify(prev)) {
+        if (part.text.length > prev.text.length) this.growText(view.parts[i], part);
+      } else if (!sameValue(part, prev)) {
         const partNode = this.partNode(part, m);
         view.parts[i].replaceWith(partNode);
         if (this.streamingNode === view.parts[i]) this.streamingNode = null;
@@ -247,11 +270,11 @@ export class EntryView {
     }
   }
 
-  // The text grew by `suffix`: its Markdown is rendered again (at most once a frame), as one block can change
-  // meaning with a later chunk (a fence closing, a table's second row).
-  growText(node, part, suffix) {
+  // The text grew: its Markdown is rendered again (at most once a frame), as one block can change meaning with a
+  // later chunk (a fence closing, a table's second row); plain text shows what fits under its bound.
+  growText(node, part) {
     const text = node.querySelector(".text");
-    if (text.classList.contains("plain")) text.append(suffix);
+    if (text.longText) text.longText.update(part.text);
     else scheduleRender(text, part.text);
     if (part.type === "reasoning") this.previewThought(node, part.text);
   }
@@ -272,7 +295,8 @@ export class EntryView {
     const typed = meta.authored_text || (message.parts || []).filter((p) => p.type === "text").map((p) => p.text).join("");
     return el("div", { class: `entry entry-user${meta.synthetic_reentry ? " synthetic" : ""}` },
       el("div", { class: "who" }, who),
-      el("div", { class: "bubble" }, el("span", { class: "text" }, typed)));
+      el("div", { class: "bubble" }, typed.length > MARKDOWN_MAX_CHARS ? longTextNode(typed, { className: "text" })
+        : el("span", { class: "text" }, typed)));
   }
 
   turnEnd(message) {
@@ -285,7 +309,7 @@ export class EntryView {
   permissionNode(requestId, data) {
     const card = el("div", { class: "entry entry-permission", title: eventTitle(data), dataset: { requestId } },
       el("span", { class: "perm-label" }, "Permission"),
-      el("span", { class: "perm-what" }, [data.action, data.title || data.resource].filter(Boolean).join(" · ")),
+      el("span", { class: "perm-what" }, shownAsItRuns([data.action, data.title || data.resource])),
       el("span", { class: "perm-decision" }),
       el("span", { class: "perm-actions" }));
     const later = this.decided.get(requestId);
@@ -364,7 +388,7 @@ export class EntryView {
       }
     }
     return this.note(data, "muted", "permission",
-      [data.decision, data.title || data.resource, data.decision_source && `by ${data.decision_source}`].filter(Boolean).join(" · "));
+      shownAsItRuns([data.decision, data.title || data.resource, data.decision_source && `by ${data.decision_source}`]));
   }
 
   plan(data) {
@@ -372,7 +396,7 @@ export class EntryView {
     return el("div", { class: "entry entry-plan", title: eventTitle(data) },
       el("div", { class: "plan-head" }, "Plan"),
       el("ol", { class: "plan-list" }, ...items.map((e) => el("li", { class: `plan-item plan-${e.status || "pending"}` },
-        el("span", { class: "plan-status" }, e.status || "pending"), " ", e.content || ""))));
+        el("span", { class: "plan-status" }, e.status || "pending"), " ", clip(e.content || "", CLIP_CHARS * 4)))));
   }
 
   banner(data, kind) {
@@ -385,15 +409,15 @@ export class EntryView {
     const repeated = kind === "stopped" && Boolean(text || failure) && this.errorKeys.has(key);
     if (kind === "error") this.errorKeys.add(key);
     const lines = [];
-    if (text && !repeated) lines.push(el("div", { class: "banner-text" }, text));
+    if (text && !repeated) lines.push(el("div", { class: "banner-text" }, clip(text, MARKDOWN_MAX_CHARS)));
     if (failure && !repeated) {
       lines.push(el("div", { class: "banner-failure" }, el("span", { class: "failure-kind" }, failure.kind || "failure"),
-        failure.summary ? ` ${failure.summary}` : ""));
+        failure.summary ? ` ${clip(failure.summary, CLIP_CHARS * 4)}` : ""));
       if (failure.crash_bundle_path) {
         lines.push(el("div", { class: "small" }, "crash bundle: ", el("code", {}, failure.crash_bundle_path)));
       }
     }
-    if (data.text) lines.push(el("details", {}, el("summary", {}, "agent stderr"), el("pre", {}, data.text)));
+    if (data.text) lines.push(el("details", {}, el("summary", {}, "agent stderr"), longTextNode(data.text, { tag: "pre" })));
     const tone = kind === "stopped" && !failure && data.stop_reason !== "error" ? "banner-stopped" : "banner-error";
     return el("div", { class: `entry entry-banner ${tone}`, title: eventTitle(data), dataset: { kind: `banner-${kind}` } },
       el("strong", {}, heading + reason), ...lines);
@@ -405,12 +429,15 @@ export class EntryView {
     const node = this.note(data, WARN_MARKERS.has(kind) ? "warn" : "info", kind, data.text || marker.summary || "");
     node.classList.add("entry-marker");
     node.dataset.marker = kind;
-    if (marker.evidence && Object.keys(marker.evidence).length) node.title += `\n${pretty(marker.evidence)}`;
+    if (marker.evidence && Object.keys(marker.evidence).length) {
+      node.title += `\n${clip(pretty(marker.evidence), CLIP_CHARS * 4)}`;
+    }
     return node;
   }
 
   note(data, tone, label, text) {
     return el("div", { class: `entry entry-note note-${tone}`, title: eventTitle(data) },
-      el("span", { class: "note-kind" }, label), text ? el("span", { class: "note-text" }, text) : null);
+      el("span", { class: "note-kind" }, clip(label, 80)),
+      text ? el("span", { class: "note-text" }, clip(text, NOTE_CHARS)) : null);
   }
 }

@@ -6,6 +6,7 @@
 // asks first when queued prompts would be stranded, and a canceled turn says whether the next one runs.
 // The other session modules report on that line too (setComposerStatus); of them this one imports only the record.
 import { api, clear, debounce, el, errorText } from "./common.js";
+import { CLIP_CHARS, clip } from "./long-text.js";
 import { $, data, refreshSessionSoon, scoped, session } from "./session-record.js";
 
 const composer = $("composer");
@@ -131,8 +132,9 @@ export function renderQueue() {
     cancel.addEventListener("click", () => cancelQueued(entry.queue_entry_id, cancel));
     list.append(el("li", { class: "queue-item", dataset: { entryId: entry.queue_entry_id } },
       el("span", { class: "queue-pos" }, String(index + 1)),
-      el("span", { class: "queue-text", title: entry.text || "" },
-        entry.text || el("span", { class: "muted" }, "(queued from another client)")),
+      // One line, cut: a pasted megabyte would cost the page its layout on every render.
+      el("span", { class: "queue-text", title: clip(entry.text || "", CLIP_CHARS * 4) },
+        clip(entry.text || "", CLIP_CHARS) || el("span", { class: "muted" }, "(queued from another client)")),
       el("code", { class: "queue-id", title: `generation ${entry.queue_generation ?? "?"}` }, entry.queue_entry_id),
       cancel));
   }

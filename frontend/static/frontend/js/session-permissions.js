@@ -4,6 +4,7 @@
 // The transcript's permission cards decide through here too (EntryView's onDecide) and follow the open
 // requests; the transcript sits above this module, so session.js hands its marker in (onOpenRequests).
 import { api, clear, debounce, el, errorText, pretty } from "./common.js";
+import { CLIP_CHARS, clip, longTextNode, visible } from "./long-text.js";
 import { setComposerStatus } from "./session-composer.js";
 import { $, scoped, session } from "./session-record.js";
 
@@ -32,13 +33,15 @@ export function renderPermissions(items) {
   bar.hidden = items.length === 0;
   $("permissions-count").textContent = String(items.length);
   for (const item of items) {
-    const what = [item.kind, item.title].filter(Boolean).join(" · ") || item.request_id;
+    // What is approved reads as it runs: control and bidi characters as escapes (long-text.js).
+    const what = visible(clip([item.kind, item.title].filter(Boolean).join(" · ") || item.request_id, CLIP_CHARS * 4));
     const buttons = () => [
       el("button", { type: "button", class: "button small approve", onclick: () => decidePermission(item.request_id, "approve") }, "Approve"),
       el("button", { type: "button", class: "button small deny", onclick: () => decidePermission(item.request_id, "deny") }, "Deny"),
     ];
     list.append(el("li", { dataset: { requestId: item.request_id } }, el("span", { class: "perm-what" }, what),
-      item.tool_input !== undefined && item.tool_input !== null ? el("pre", { class: "small" }, pretty(item.tool_input)) : null,
+      item.tool_input !== undefined && item.tool_input !== null
+        ? longTextNode(visible(pretty(item.tool_input), { lines: true }), { tag: "pre", className: "small" }) : null,
       el("span", { class: "button-row" }, ...buttons())));
     bar.append(el("div", { class: "permission-request", dataset: { requestId: item.request_id } },
       el("span", {}, "The agent asks: ", el("strong", {}, what)), el("span", { class: "button-row" }, ...buttons())));

@@ -1,14 +1,23 @@
 // A tool call's card: its head (kind, title, status), what it changed (a unified diff per `diff` content block),
 // the terminals it ran (command, exit code, output) and its text output. Every string here is the agent's and
-// goes into the DOM as text (`el` sets textContent); ANSI colours become class names, never markup.
+// goes into the DOM as text (`el` sets textContent); ANSI colours become class names, never markup. What the agent
+// sends is shown in bounded time however long (long-text.js): lines wrap anywhere, output past a bound shows a
+// chunk at a time, a diff's lines are cut at a length and shown a bounded number at a time; titles and commands
+// show control and bidi characters as escapes, as they run.
 import { el, pretty } from "./common.js";
+import { CLIP_CHARS, LongText, SHOWN_CHARS, clip, longTextNode, visible } from "./long-text.js";
 
 // Lines shown before "show all": enough for a typical edit or test run, short enough to scroll past.
 const DIFF_VISIBLE_LINES = 60;
 const OUTPUT_VISIBLE_LINES = 30;
-// Above this many cells (old lines × new lines) the line diff is not computed: the change shows as the old
-// text removed and the new one added, so a huge rewrite costs no noticeable time in the browser.
+// "Show all" on a diff adds at most this many lines a click, each cut at DIFF_LINE_CHARS (a minified file's one line).
+const DIFF_MORE_LINES = 1000;
+const DIFF_LINE_CHARS = 1000;
+// Above this many cells (old lines × new lines), or this many characters in the changed lines, the line diff is
+// not computed: the change shows as the old text removed and the new one added, so a huge rewrite costs no
+// noticeable time in the browser.
 const DIFF_MAX_CELLS = 4_000_000;
+const DIFF_MAX_CHARS = 2_000_000;
 const DIFF_CONTEXT = 3;
 
 function toolStatus(part) {
@@ -35,7 +44,8 @@ export function lineDiff(oldText, newText) {
   const midA = a.slice(head, a.length - tail);
   const midB = b.slice(head, b.length - tail);
   const middle = [];
-  if (midA.length * midB.length <= DIFF_MAX_CELLS) {
+  const chars = (lines) => lines.reduce((sum, line) => sum + line.length, 0);
+  if (midA.length * midB.length <= DIFF_MAX_CELLS && chars(midA) + chars(midB) <= DIFF_MAX_CHARS) {
     // Longest common subsequence, table filled from the end so the walk below runs forwards.
     const n = midA.length;
     const m = midB.length;
@@ -103,6 +113,38 @@ function bounded(node, hiddenNodes, label) {
   return el("div", { class: "bounded" }, node, button);
 }
 
+// `node` with the first `shown` of `total` rows (`make(from, to)` builds rows [from, to) into `parent`), and a
+// button under it that adds the rest, at most `step` rows a click: the rows are built only when shown.
+function stepwise(node, parent, total, shown, make, step, noun) {
+  let done = Math.min(shown, total);
+  parent.append(...make(0, done));
+  if (done >= total) return node;
+  const button = el("button", { type: "button", class: "button small show-all" });
+  const label = () => {
+    const rest = total - done;
+    button.textContent = rest <= step ? `Show all ${total} ${noun} (${rest} more)`
+      : `Show ${step} more ${noun} (${rest} not shown)`;
+  };
+  button.addEventListener("click", () => {
+    const to = Math.min(total, done + step);
+    parent.append(...make(done, to));
+    done = to;
+    if (done >= total) button.remove();
+    else label();
+  });
+  label();
+  return el("div", { class: "bounded" }, node, button);
+}
+
+// One row of a diff; a line longer than DIFF_LINE_CHARS is cut (its length said) and wraps.
+function diffLine(line) {
+  if (line.header !== undefined) return el("div", { class: "diff-line diff-hunk" }, line.header);
+  const kind = line.op === "+" ? "diff-add" : line.op === "-" ? "diff-del" : "diff-ctx";
+  const long = line.text.length > DIFF_LINE_CHARS;
+  return el("div", { class: `diff-line ${kind}${long ? " diff-long" : ""}` },
+    `${line.op}${clip(line.text, DIFF_LINE_CHARS)}`);
+}
+
 export function diffNode(block) {
   const path = String(block.path || "");
   const isNew = block.old_text === null || block.old_text === undefined;
@@ -110,25 +152,20 @@ export function diffNode(block) {
   const added = rows.filter((r) => r.op === "+").length;
   const removed = rows.filter((r) => r.op === "-").length;
   const lines = [];
-  for (const hunk of hunks(rows)) {
-    lines.push(el("div", { class: "diff-line diff-hunk" }, hunk.header));
-    for (const row of hunk.rows) {
-      const kind = row.op === "+" ? "diff-add" : row.op === "-" ? "diff-del" : "diff-ctx";
-      lines.push(el("div", { class: `diff-line ${kind}` }, `${row.op}${row.text}`));
-    }
-  }
+  for (const hunk of hunks(rows)) lines.push({ header: hunk.header }, ...hunk.rows);
+  const shownPath = visible(clip(path, CLIP_CHARS));
   const head = el("div", { class: "diff-head" },
-    el("span", { class: "diff-path" }, path || "(no path)"),
+    el("span", { class: "diff-path" }, shownPath || "(no path)"),
     isNew ? el("span", { class: "diff-new" }, "new file") : null,
     el("span", { class: "diff-count" }, el("span", { class: "diff-count-add" }, `+${added}`), " ",
       el("span", { class: "diff-count-del" }, `−${removed}`)));
-  const body = el("div", { class: "diff-body", role: "group", "aria-label": `Diff of ${path}` },
-    el("div", { class: "diff-line diff-file" }, isNew ? "--- /dev/null" : `--- ${path}`),
-    el("div", { class: "diff-line diff-file" }, `+++ ${path}`), ...lines);
+  const body = el("div", { class: "diff-body", role: "group", "aria-label": `Diff of ${shownPath}` },
+    el("div", { class: "diff-line diff-file" }, isNew ? "--- /dev/null" : `--- ${shownPath}`),
+    el("div", { class: "diff-line diff-file" }, `+++ ${shownPath}`));
   if (!lines.length) body.append(el("div", { class: "diff-line diff-ctx muted" }, "(no change)"));
-  const hidden = lines.slice(DIFF_VISIBLE_LINES);
-  return el("div", { class: "tool-diff", dataset: { path, added, removed } }, head,
-    bounded(body, hidden, `Show all ${lines.length} lines (${hidden.length} more)`));
+  return el("div", { class: "tool-diff", dataset: { path: clip(path, CLIP_CHARS), added, removed } }, head,
+    stepwise(body, body, lines.length, DIFF_VISIBLE_LINES, (from, to) => lines.slice(from, to).map(diffLine),
+      DIFF_MORE_LINES, "lines"));
 }
 
 // ---- ANSI -----------------------------------------------------------------------------------------------------
@@ -136,10 +173,11 @@ export function diffNode(block) {
 // SGR colours (30–37, 90–97 foreground; bold) become classes; every other escape sequence is dropped.
 const ESCAPES = /\x1b\[([0-9;]*)([A-Za-z])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g;
 
-export function ansiNodes(text) {
+// `state` ({fg, bold}): the colours in force where `text` starts, updated to where it ends (text shown in pieces).
+export function ansiNodes(text, state = {}) {
   const nodes = [];
-  let fg = null;
-  let bold = false;
+  let fg = state.fg ?? null;
+  let bold = Boolean(state.bold);
   let last = 0;
   const push = (chunk) => {
     if (!chunk) return;
@@ -160,6 +198,8 @@ export function ansiNodes(text) {
     }
   }
   push(source.slice(last));
+  state.fg = fg;
+  state.bold = bold;
   return nodes;
 }
 
@@ -170,8 +210,32 @@ const outputLines = (text) => {
   return lines;
 };
 
+// Where the line after the first `count` lines starts (the text's length when it has no more lines).
+function afterLines(text, count) {
+  let at = 0;
+  for (let i = 0; i < count; i += 1) {
+    const next = text.indexOf("\n", at);
+    if (next < 0) return text.length;
+    at = next + 1;
+  }
+  return at;
+}
+
+function lineCount(text) {
+  let count = 0;
+  for (let at = text.indexOf("\n"); at >= 0; at = text.indexOf("\n", at + 1)) count += 1;
+  return count + (text.length && !text.endsWith("\n") ? 1 : 0) || 1;
+}
+
 export function outputBlock(text, extraClass = "") {
-  const lines = outputLines(text);
+  const source = String(text);
+  if (source.length > SHOWN_CHARS) {
+    // Past the bound: the first lines (at most SHOWN_CHARS of them), then a chunk a click (long-text.js).
+    const view = new LongText(source, { tag: "pre", className: `tool-text ${extraClass}`.trim(),
+      render: ansiNodes, initial: afterLines(source, OUTPUT_VISIBLE_LINES) });
+    return el("div", { class: "bounded" }, ...view.nodes);
+  }
+  const lines = outputLines(source);
   const pre = el("pre", { class: `tool-text ${extraClass}`.trim() });
   const shown = lines.slice(0, OUTPUT_VISIBLE_LINES).join("\n");
   pre.append(...ansiNodes(shown));
@@ -185,8 +249,9 @@ export function outputBlock(text, extraClass = "") {
 // itself finished, so a terminal with no exit on record will not report one in this call.
 export function terminalNode(terminalId, exited, settled = false) {
   const head = el("div", { class: "terminal-head" }, el("span", { class: "terminal-label" }, "terminal"),
-    exited && exited.command ? el("code", { class: "terminal-command" }, `$ ${exited.command}`)
-      : el("code", { class: "terminal-id" }, terminalId));
+    exited && exited.command
+      ? el("code", { class: "terminal-command" }, `$ ${visible(clip(exited.command, CLIP_CHARS * 4))}`)
+      : el("code", { class: "terminal-id" }, visible(clip(terminalId, CLIP_CHARS))));
   const node = el("div", { class: "tool-terminal", dataset: { terminalId } }, head);
   if (!exited) {
     head.append(el("span", { class: "terminal-state muted" }, settled ? "no output reported" : "running"));
@@ -224,16 +289,17 @@ export function toolNode(part) {
   const exited = part.terminals && typeof part.terminals === "object" ? part.terminals : {};
   const output = textOutput(part, diffs.length > 0);
   const hasInput = part.input !== undefined && part.input !== null;
+  const title = part.title || part.toolName || part.toolCallId || "";
   return el("div", { class: "entry entry-tool", dataset: { toolCallId: part.toolCallId || "", status } },
     el("div", { class: "tool-head" },
       el("span", { class: "tool-kind" }, part.toolKind || "tool"),
-      el("span", { class: "tool-title" }, part.title || part.toolName || part.toolCallId),
+      el("span", { class: "tool-title", title: visible(clip(title, CLIP_CHARS * 4)) }, visible(clip(title, CLIP_CHARS))),
       el("span", { class: `tool-status status-${status}` }, status.replace("_", " "))),
     ...diffs.map(diffNode),
     ...[...terminals].map((id) => terminalNode(id, exited[id], status === "completed" || status === "failed")),
     el("details", { class: "tool-input", hidden: !hasInput }, el("summary", {}, "Input"),
-      el("pre", {}, hasInput ? pretty(part.input) : "")),
+      hasInput ? longTextNode(visible(pretty(part.input), { lines: true }), { tag: "pre" }) : el("pre", {})),
     // Folded like the input, except where the output is the point: a failure, a command's run.
     output ? el("details", { class: "tool-output", open: status === "failed" || part.toolKind === "execute" },
-      el("summary", {}, `Result · ${outputLines(output).length} lines`), outputBlock(output)) : null);
+      el("summary", {}, `Result · ${lineCount(output)} lines`), outputBlock(output)) : null);
 }
