@@ -13,7 +13,7 @@ from typing import TypedDict
 
 from django.db import transaction
 
-from compozy_base.config.loader import Config, ProviderConfig, get_config
+from compozy_base.config.loader import REASONING_EFFORTS, Config, ProviderConfig, get_config
 from compozy_base.config.modes import PermissionMode
 from sessions.catalog import cluster, lineage
 from sessions.catalog import index as catalog
@@ -34,7 +34,6 @@ from sessions.store.ids import is_session_id, new_session_id
 
 logger = logging.getLogger(__name__)
 
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SPEEDS = ("normal", "fast")
 
 
