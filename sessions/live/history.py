@@ -14,12 +14,12 @@ from sessions.live.transcript import (
     PAGE,
     USER_TYPES,
     Assembler,
-    UIMessage,
     _Entry,
     _marks,
     _query,
     _rows,
 )
+from sessions.live.ui_messages import UIMessage
 from sessions.store import events as event_store
 from sessions.store.rows import EventRow
 

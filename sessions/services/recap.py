@@ -24,7 +24,7 @@ from sessions.core.jsonobj import JsonObject
 from sessions.core.record import SessionMeta
 from sessions.core.redact import bound_text, redact_value
 from sessions.live import transcript
-from sessions.live.transcript import UIMessage
+from sessions.live.ui_messages import UIMessage
 from sessions.models import InputEntry
 from sessions.services.payloads import SessionPayload
 from sessions.services.prompts import QueuedInput
