@@ -7,73 +7,26 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from compozy_base.config import mcp_servers
+from compozy_base.config.agents import AgentConfig, ProviderConfig, parse_agents, parse_providers
 from compozy_base.config.checks import UnknownKey, read_toml, unknown_keys
 from compozy_base.config.errors import ConfigError
 from compozy_base.config.heartbeat import HeartbeatConfig, parse_heartbeat
 from compozy_base.config.hook_declarations import parse_hook_declarations
 from compozy_base.config.hook_spec import HookDeclaration
-from compozy_base.config.mcp_servers import McpServer
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
 from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
-from compozy_base.config.values import boolean, integer, money, parse_duration, port, string, string_table
+from compozy_base.config.values import boolean, integer, money, parse_duration, port, string
 from compozy_base.home import compozy_home
 
 __all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
 
 
-
-
-@dataclass(frozen=True)
-class NpmPackage:
-    """A built-in provider's npm fallback, run as `npx -y <name>@<version> <args…>` when its executable is
-    missing (`sessions/acp/launch.py`)."""
-
-    name: str
-    version: str
-    args: tuple[str, ...] = ()
-
-    @property
-    def spec(self) -> str:
-        return f"{self.name}@{self.version}"
-
-
-@dataclass(frozen=True)
-class ProviderConfig:
-    name: str
-    command: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-    default_model: str = ""
-    display_name: str = ""
-    npm: NpmPackage | None = None
-    # The ACP auth method to `authenticate` with when the agent offers it (sessions/acp/auth.py); "" picks the first
-    # env-var method whose variables are set.
-    auth_method: str = ""
-    # The agent's mode in which it asks the client before acting (claude-agent-acp: `default`; it opens in `auto`,
-    # where it decides alone). A new session starts in it unless the permission policy is approve-all.
-    ask_mode: str = ""
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    name: str
-    provider: str = ""
-    model: str = ""
-    reasoning_effort: str = ""
-    permissions: str = ""
-    prompt: str = ""
-    # Handed to the agent at session/new, load and resume (compozy_base/config/mcp_servers.py).
-    mcp_servers: tuple[McpServer, ...] = ()
-    max_cost_usd: float = 0.0  # this agent's sessions' cost cap (0: `[limits] max_cost_usd`)
-    network: bool | None = None  # its sandbox's network (`[agents.NAME] network`); None: `[sandbox] network`
 
 
 # The reasoning efforts a session (and a role's route) may ask for (sessions reference §3).
@@ -308,40 +261,6 @@ class Config:
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
 
-# Pinned npm packages of the built-in adapters (`npm view <package> version`, 2026-11-30). Pinned, not
-# @latest: an adapter release can change what a session runs between two starts of the same session.
-NPM_PACKAGES = {
-    "claude": NpmPackage("@agentclientprotocol/claude-agent-acp", "0.101.0"),
-    "codex": NpmPackage("@agentclientprotocol/codex-acp", "2.6.0"),
-    "gemini": NpmPackage("@google/gemini-cli", "0.61.0", ("--acp",)),
-    "opencode": NpmPackage("opencode-ai", "1.18.33", ("acp",)),
-}
-
-
-def builtin_providers() -> dict[str, ProviderConfig]:
-    """The demo agent runs with this interpreter, so it works wherever the package is installed.
-
-    The third-party built-ins set no default model: each adapter starts on its own default, and the ids they
-    offer (claude: default, opus, sonnet, haiku; gemini: none) are not ones we could name in advance."""
-    return {
-        "demo": ProviderConfig(
-            "demo", (sys.executable, "-m", "sessions.acp.demo_agent"), default_model="demo-small",
-            display_name="Compozy demo agent (offline)",
-        ),
-        "claude": ProviderConfig("claude", ("claude-agent-acp",), display_name="Claude Code",
-                                 npm=NPM_PACKAGES["claude"], ask_mode="default"),
-        "codex": ProviderConfig("codex", ("codex-acp",), display_name="Codex", npm=NPM_PACKAGES["codex"]),
-        "gemini": ProviderConfig("gemini", ("gemini", "--acp"), display_name="Gemini CLI",
-                                 npm=NPM_PACKAGES["gemini"]),
-        "opencode": ProviderConfig("opencode", ("opencode", "acp"), display_name="opencode",
-                                   npm=NPM_PACKAGES["opencode"]),
-    }
-
-
-def builtin_agents() -> dict[str, AgentConfig]:
-    return {"general": AgentConfig("general")}
-
-
 def _table(data: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -353,51 +272,6 @@ def _known(name: str, known: dict[str, Any], key: str, what: str) -> None:
     """A name that must be one of `known` (empty: not set)."""
     if name and name not in known:
         raise ConfigError(f"{key}: no {what} named {name!r:.60} (known: {', '.join(sorted(known))})")
-
-
-def _command(value: object, args: object, key: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        parts = shlex.split(value)
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        parts = list(value)
-    else:
-        raise ConfigError(f"{key}.command: expected a string or a list of strings")
-    if args is not None:
-        if not isinstance(args, list) or not all(isinstance(v, str) for v in args):
-            raise ConfigError(f"{key}.args: expected a list of strings")
-        parts += args
-    if not parts:
-        raise ConfigError(f"{key}.command is required")
-    return tuple(parts)
-
-
-def _providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
-    providers = builtin_providers()
-    for name, body in raw.items():
-        key = f"providers.{name}"
-        if not isinstance(body, dict):
-            raise ConfigError(f"[{key}] must be a table")
-        base = providers.get(name)
-        if "command" in body:
-            command = _command(body["command"], body.get("args"), key)
-        elif base is not None:
-            command = base.command + tuple(_command(base.command[0], body.get("args"), key)[1:])
-        else:
-            raise ConfigError(f"[{key}] needs a command (custom providers must name their executable)")
-        models = body.get("models", {})
-        providers[name] = ProviderConfig(
-            name,
-            command,
-            env={**(base.env if base else {}), **string_table(body.get("env"), f"{key}.env")},
-            default_model=str(models.get("default", "")) if isinstance(models, dict) and models.get("default")
-            else (base.default_model if base else ""),
-            display_name=str(body.get("display_name") or (base.display_name if base else name)),
-            # A command of one's own replaces the built-in adapter, and with it the npm fallback.
-            npm=base.npm if base is not None and command[:1] == base.command[:1] else None,
-            auth_method=string(body.get("auth_method"), f"{key}.auth_method") or (base.auth_method if base else ""),
-            ask_mode=string(body.get("ask_mode"), f"{key}.ask_mode") or (base.ask_mode if base else ""),
-        )
-    return providers
 
 
 def _hooks(raw: object) -> tuple[HookDeclaration, ...]:
@@ -479,26 +353,6 @@ def _busy_input(busy: dict[str, Any]) -> BusyInputConfig:
     return BusyInputConfig(busy_mode, queue_cap, max_text)
 
 
-def _agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
-    """The built-in agents overlaid by `[agents.NAME]` tables (`[agents.heartbeat]` taken out already)."""
-    agents = builtin_agents()
-    for name, body in agents_table.items():
-        if not isinstance(body, dict):
-            raise ConfigError(f"[agents.{name}] must be a table")
-        agents[name] = AgentConfig(
-            name=name,
-            provider=str(body.get("provider", "")),
-            model=str(body.get("model", "")),
-            reasoning_effort=str(body.get("reasoning_effort", "")),
-            permissions=str(body.get("permissions", "")),
-            prompt=str(body.get("prompt", "")),
-            mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
-            max_cost_usd=money(body.get("max_cost_usd"), f"agents.{name}.max_cost_usd"),
-            network=boolean(body["network"], f"agents.{name}.network") if "network" in body else None,
-        )
-    return agents
-
-
 def _check_agents(agents: dict[str, AgentConfig], providers: dict[str, ProviderConfig]) -> None:
     for agent in agents.values():
         if agent.permissions and agent.permissions not in set(PermissionMode):
@@ -559,8 +413,8 @@ def load_config(home: Path | None = None) -> Config:
     agents_table = dict(_table(data, "agents"))
     # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
     heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
-    agents = _agents(agents_table)
-    providers = _providers(_table(data, "providers"))
+    agents = parse_agents(agents_table)
+    providers = parse_providers(_table(data, "providers"))
     _check_agents(agents, providers)
     default_agent = str(defaults.get("agent") or "general")
     default_provider = str(defaults.get("provider") or "demo")

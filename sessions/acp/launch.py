@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from compozy_base.config.loader import NpmPackage
+from compozy_base.config.agents import NpmPackage
 from sessions.acp.driver import AgentNotFound, AgentProcess, agent_environment
 from sessions.core.jsonobj import JsonObject
 

@@ -17,7 +17,8 @@ from sessions.hooks import HookRunner
 from sessions.runtime.inputs import InputQueue
 
 if TYPE_CHECKING:
-    from compozy_base.config.loader import Config, ProviderConfig
+    from compozy_base.config.agents import ProviderConfig
+    from compozy_base.config.loader import Config
     from sessions.acp.driver import AgentProcess
     from sessions.core.enums import FailureKind, MarkerKind, SessionState, StopReason
     from sessions.core.jsonobj import EventContent

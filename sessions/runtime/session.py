@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from compozy_base import metrics
-from compozy_base.config.loader import Config, ProviderConfig
+from compozy_base.config.agents import ProviderConfig
+from compozy_base.config.loader import Config
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import MappedContent, map_update
 from sessions.catalog import cluster

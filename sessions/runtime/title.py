@@ -19,7 +19,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from compozy_base.config.loader import Config, ProviderConfig
+from compozy_base.config.agents import ProviderConfig
+from compozy_base.config.loader import Config
 from sessions.acp import client_side
 from sessions.acp.driver import AgentProcess
 from sessions.acp.mapping import map_update

@@ -13,7 +13,8 @@ from typing import TypedDict
 
 from django.db import transaction
 
-from compozy_base.config.loader import REASONING_EFFORTS, Config, ProviderConfig, get_config
+from compozy_base.config.agents import ProviderConfig
+from compozy_base.config.loader import REASONING_EFFORTS, Config, get_config
 from compozy_base.config.modes import PermissionMode
 from sessions.catalog import cluster, lineage
 from sessions.catalog import index as catalog

@@ -8,7 +8,8 @@ import logging
 from asgiref.sync import sync_to_async
 
 from compozy_base.auth import cluster_token_state
-from compozy_base.config.loader import AgentConfig, Config, ProviderConfig
+from compozy_base.config.agents import AgentConfig, ProviderConfig
+from compozy_base.config.loader import Config
 from sessions.catalog import cluster, ownership
 from sessions.catalog import index as catalog
 from sessions.core.enums import LIVE_STATES, SessionState

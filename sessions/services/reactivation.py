@@ -8,7 +8,8 @@ from typing import NotRequired, TypedDict
 
 from asgiref.sync import sync_to_async
 
-from compozy_base.config.loader import ProviderConfig, get_config
+from compozy_base.config.agents import ProviderConfig
+from compozy_base.config.loader import get_config
 from sessions.catalog import cluster, ownership
 from sessions.core.enums import FailureKind, SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from compozy_base.config.loader import NPM_PACKAGES
+from compozy_base.config.agents import NPM_PACKAGES
 from tests.conftest import Daemon, of_type, start_daemon, wait_for
 
 pytestmark = [pytest.mark.timeout(300),

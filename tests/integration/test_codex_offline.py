@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compozy_base.config.loader import NPM_PACKAGES
+from compozy_base.config.agents import NPM_PACKAGES
 from tests.conftest import Daemon, of_type, start_daemon
 
 pytestmark = [pytest.mark.timeout(300),

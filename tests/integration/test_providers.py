@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from compozy_base.config.loader import NPM_PACKAGES
+from compozy_base.config.agents import NPM_PACKAGES
 from tests.conftest import SCRIPTED, Daemon, start_daemon, toml_list
 
 OFFERED = "default,opus,sonnet,haiku"  # what claude-agent-acp offers

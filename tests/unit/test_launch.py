@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from compozy_base.config.loader import NPM_PACKAGES, NpmPackage, _providers, builtin_providers
+from compozy_base.config.agents import NPM_PACKAGES, NpmPackage, builtin_providers, parse_providers
 from sessions.acp.driver import AgentNotFound
 from sessions.acp.launch import resolve
 
@@ -58,7 +58,7 @@ def test_builtin_providers_pin_their_packages_and_name_no_model_the_adapter_may_
 
 
 def test_a_command_of_ones_own_drops_the_npm_fallback_but_env_alone_keeps_it() -> None:
-    providers = _providers({"claude": {"env": {"K": "v"}}, "codex": {"command": "my-codex --acp"}})
+    providers = parse_providers({"claude": {"env": {"K": "v"}}, "codex": {"command": "my-codex --acp"}})
     assert providers["claude"].npm is NPM_PACKAGES["claude"]
     assert providers["codex"].npm is None
 

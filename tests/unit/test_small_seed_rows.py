@@ -15,7 +15,8 @@ ensure_django()
 
 from compozy.diagnostics.doctor import check_providers  # noqa: E402
 from compozy_base.config import loader as config_module  # noqa: E402
-from compozy_base.config.loader import Config, NpmPackage, ProviderConfig, load_config  # noqa: E402
+from compozy_base.config.agents import NpmPackage, ProviderConfig  # noqa: E402
+from compozy_base.config.loader import Config, load_config  # noqa: E402
 from health.derive import last_error  # noqa: E402
 from sessions.core.record import Failure  # noqa: E402
 from sessions.runtime.title import clean_title  # noqa: E402

@@ -19,8 +19,9 @@ from tests.django_env import ensure_django
 ensure_django(migrate=True)
 
 from compozy_base.config import loader as config_module  # noqa: E402
+from compozy_base.config.agents import AgentConfig  # noqa: E402
 from compozy_base.config.heartbeat import HeartbeatConfig  # noqa: E402
-from compozy_base.config.loader import AgentConfig, Config  # noqa: E402
+from compozy_base.config.loader import Config  # noqa: E402
 from health import services, wake  # noqa: E402
 from health.derive import LiveFacts  # noqa: E402
 from health.enums import WakeReason  # noqa: E402
