@@ -200,7 +200,9 @@ def daemon_start(foreground: bool, port: int | None, timeout: float, fmt: str, a
         compozy daemon start --foreground --port 2124
         COMPOZY_HOME=~/.compozy-b compozy daemon start --port 0 -o json
     """
-    from compozy.daemon.launcher import DaemonAlreadyRunning, DaemonError, run_foreground, start_detached
+    from compozy.daemon.background import start_detached
+    from compozy.daemon.errors import DaemonAlreadyRunning, DaemonError
+    from compozy.daemon.launcher import run_foreground
 
     fmt = _fmt(fmt, as_json)
     try:
@@ -238,7 +240,8 @@ def daemon_stop(fmt: str, as_json: bool) -> None:
 
         compozy daemon stop
     """
-    from compozy.daemon.launcher import DaemonError, stop_daemon
+    from compozy.daemon.background import stop_daemon
+    from compozy.daemon.errors import DaemonError
 
     fmt = _fmt(fmt, as_json)
     try:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compozy.daemon.launcher import _clear_stale_lock, rotate_log
+from compozy.daemon.background import rotate_log
+from compozy.daemon.launcher import _clear_stale_lock
 
 
 def test_a_daemon_log_over_the_limit_is_kept_as_one_generation_at_start(tmp_path: Path) -> None:
