@@ -1364,12 +1364,9 @@ class ScriptedAgent:
         await self._update(turn, tool_call_start(tool_call_id, "Run rm -rf ~", "execute", "pending",
                                                  {"command": "rm -rf ~"}))
         asking = asyncio.ensure_future(self._permission(turn, tool_call_id, "Run rm -rf ~", "execute"))
-        status, body = 0, ""
-        for _ in range(200):  # until the request is open on the daemon's side (404 before)
-            status, body = await asyncio.to_thread(post_unix, sock, prefix + tool_call_id, {"decision": "approve"})
-            if status != 404:
-                break
-            await asyncio.sleep(0.05)
+        # The daemon looks at who asks before it looks for the request: one POST, whether or not the request is
+        # open yet, is answered as the agent's.
+        status, body = await asyncio.to_thread(post_unix, sock, prefix + tool_call_id, {"decision": "approve"})
         code = ""
         with contextlib.suppress(ValueError, AttributeError):
             code = json.loads(body).get("code", "")

@@ -48,7 +48,7 @@ def send_all(d: Daemon, sid: str, client: int, count: int, sent: list[dict[str, 
                 result = response.json()["prompt"]
                 assert result["status"] in ("accepted", "queued"), result
                 sent.append({"text": text, "sent_at": sent_at, "answered_at": answered_at, **result})
-                time.sleep(PACE)
+                time.sleep(PACE)  # the load's pace, not a wait: each prompt already waited for its answer
     except BaseException as exc:  # noqa: BLE001 - reported from the test's thread
         errors.append(exc)
 
@@ -128,7 +128,7 @@ def test_a_mode_less_prompt_between_two_turns_waits_behind_the_queue(daemon: Dae
             response = http.post(url, json={"message": text}, headers=JSON_ONLY)
             assert response.status_code in (200, 202), response.text
             sent.append(text)
-            time.sleep(0.02)
+            time.sleep(PACE)  # the audit's load: a prompt every 20 ms, arriving as turns end (no condition to wait on)
     events = wait_finished(daemon, sid, 33)
     ran = [u["content"]["text"] for u in of_type(events, "user_message")]
     assert ran == ["slow 4 0.1", "slow 2 0.01 QA", "slow 2 0.01 QB", *sent]

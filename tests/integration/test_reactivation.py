@@ -80,7 +80,7 @@ class StateWatch:
                     self.states.append(state)
                 if last:
                     return
-                time.sleep(0.02)
+                time.sleep(0.02)  # a sampler's cadence, not a wait: it records every state it reads meanwhile
 
     def __enter__(self) -> StateWatch:
         self._thread.start()

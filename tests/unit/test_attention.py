@@ -31,6 +31,7 @@ from attention.services import session_items  # noqa: E402
 from compozy_base.config.loader import ConfigError, load_config  # noqa: E402
 from compozy_base.config.notifications import NotificationsConfig, WebhookConfig, parse_notifications  # noqa: E402
 from sessions.store.folder import isoformat, utcnow  # noqa: E402
+from tests.conftest import wait_for  # noqa: E402
 
 SECRET = "s3cret-value-0123456789"
 
@@ -367,12 +368,10 @@ def test_a_receiver_trickling_its_answer_does_not_hold_a_healthy_one(monkeypatch
     started = time.monotonic()
     dispatcher.start()
     try:
-        while len(healthy.received()) < 4 and time.monotonic() - started < deadline + 10:
-            time.sleep(0.02)
+        wait_for(lambda: len(healthy.received()) >= 4, timeout=deadline + 10, what="the healthy receiver's 4 events")
         got = len(healthy.received())
         all_in = time.monotonic() - started
-        while not trickler.held and time.monotonic() - started < deadline + 10:
-            time.sleep(0.02)
+        wait_for(lambda: trickler.held, timeout=deadline + 10, what="the trickler's first attempt to end")
         held = trickler.held[0] if trickler.held else None
     finally:
         dispatcher.stop()
