@@ -37,7 +37,7 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 
 from compozy_base.home import user_umask
-from sessions.acp import sandbox, spawn, stragglers
+from sessions.acp import spawn, stragglers
 from sessions.acp.child_env import inherited_environment
 from sessions.acp.transport import STDIO_LIMIT_BYTES, RecordingTransport, UpdateSink, ViolationSink
 from sessions.core.jsonobj import JsonObject
@@ -129,7 +129,6 @@ class AgentProcess:
         self.command = list(command)
         # The argv actually spawned: `command` under the sandbox (sessions/acp/sandbox.py `wrap`), or as it is.
         self.confine = confine
-        self._confined = False
         # `[session.stop] kill_grace` and `closed_stdout_grace` (compozy_base/config/loader.py `Timeouts`).
         self.kill_grace = kill_grace
         self.closed_stdout_grace = closed_stdout_grace
@@ -159,19 +158,13 @@ class AgentProcess:
 
     @property
     def returncode(self) -> int | None:
-        if self.process is None:
-            return None
-        code = self.process.returncode
-        return sandbox.confined_exit(code) if self._confined else code
+        return self.process.returncode if self.process else None
 
     async def start(self) -> None:
         self.started_at = started_at = isoformat(utcnow())
         self.mark = stragglers.mark(self.owner, started_at)
         try:
-            argv = self.confine(self.command)
-            self._confined = sandbox.wrapped(argv)
-            if self._confined:
-                await starting(sandbox.require_executable, self.command[0], self.env.get("PATH"))
+            argv = await starting(self.confine, self.command)  # off the loop: the sandbox's paths are stat'ed
             # Spawned on a start-up thread: a fork and exec on the loop held every session's stream (spawn.py).
             self.process = await spawn.spawn(
                 argv, cwd=self.cwd, env={**self.env, stragglers.MARK_ENV: self.mark},

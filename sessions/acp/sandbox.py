@@ -99,11 +99,6 @@ def wrap(argv: Sequence[str], confinement: Confinement, config: SandboxConfig, *
     return [*args, "--", *argv]
 
 
-def wrapped(argv: Sequence[str]) -> bool:
-    """Whether `argv` is a command `wrap` confined."""
-    return bool(argv) and argv[0] == bwrap_path()
-
-
 def confined_exit(code: int | None) -> int | None:
     """A confined command's exit as asyncio says it: bubblewrap exits 128+N for a child killed by signal N, where an
     unconfined child reads -N; a crash is classified by the signal (sessions/core/lifecycle.py), so it is read back.

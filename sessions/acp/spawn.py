@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from sessions.acp import sandbox
 from sessions.acp.transport import TappedReader
 from sessions.core.batch_scheduling import forking_batch
 from sessions.core.offload import starting
@@ -32,23 +33,26 @@ _reaping: set[asyncio.Future[int]] = set()  # processes killed after a failed st
 
 
 class Exiting:
-    """A child's pid, returncode and wait(), its exit learnt from a pidfd."""
+    """A child's pid, returncode and wait(), its exit learnt from a pidfd. A sandboxed command's exit reads as the
+    command's own would (`sandbox.confined_exit`: bubblewrap exits 128+N for a child killed by signal N)."""
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self._confined = sandbox_split(list(popen.args)) is not None  # type: ignore[arg-type]
         self._exited: asyncio.Future[int] | None = None
         self._watcher: asyncio.Future[None] | None = None
 
     @property
     def returncode(self) -> int | None:
         """Negative for a signal, as asyncio says it; None until the process was reaped."""
-        return self._popen.returncode
+        code = self._popen.returncode
+        return sandbox.confined_exit(code) if self._confined else code
 
     async def wait(self) -> int:
         """Until the process itself has exited, whoever still holds its pipes (a grandchild may)."""
-        if self._popen.returncode is not None:
-            return self._popen.returncode
+        if self.returncode is not None:
+            return self.returncode
         if self._exited is None:
             self._exited = asyncio.get_running_loop().create_future()
             self._watcher = asyncio.ensure_future(self._watch(self._exited))
@@ -71,7 +75,8 @@ class Exiting:
                 os.close(pidfd)
             self._popen.poll()  # readable: the process is a zombie, so WNOHANG reaps it at once
         if not exited.done():
-            exited.set_result(self._popen.returncode if self._popen.returncode is not None else -1)
+            code = self.returncode
+            exited.set_result(code if code is not None else -1)
 
 
 class ChildProcess(Exiting):
@@ -132,6 +137,7 @@ async def spawn_output(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]
 
 
 def _popen_output(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
+    _checked(argv, env)
     with forking_batch():
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=cwd, env=env, start_new_session=True, umask=umask)
@@ -146,7 +152,7 @@ STDIO_SHIM = ("import os,sys;i,o=int(sys.argv[1]),int(sys.argv[2]);os.dup2(i,0);
 
 
 def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) -> subprocess.Popen[bytes]:
-    split = sandbox_split(argv)
+    split = _checked(argv, env)
     with forking_batch():  # sessions/core/batch_scheduling.py: an agent waking never preempts the shared loop
         if split is None:
             return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -168,6 +174,16 @@ def _popen(argv: list[str], cwd: str | None, env: dict[str, str], umask: int) ->
             os.close(out_w)
         popen.stdin, popen.stdout = os.fdopen(in_w, "wb", buffering=0), os.fdopen(out_r, "rb", buffering=0)
         return popen
+
+
+def _checked(argv: list[str], env: dict[str, str]) -> tuple[list[str], list[str]] | None:
+    """`sandbox_split(argv)`, the sandboxed command's executable found first: a command that cannot run raises
+    FileNotFoundError here as Popen would unconfined (under bubblewrap it was bubblewrap's own exit 1, after the
+    start: a crash, not a `startup_failure`). On the start-up thread (it stats PATH's directories)."""
+    split = sandbox_split(argv)
+    if split is not None:
+        sandbox.require_executable(split[1][0], env.get("PATH"))
+    return split
 
 
 def sandbox_split(argv: list[str]) -> tuple[list[str], list[str]] | None:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TypedDict
 
 from compozy_base.home import user_umask
-from sessions.acp import sandbox, spawn, stragglers, workspace_fs
+from sessions.acp import spawn, stragglers, workspace_fs
 from sessions.acp.child_env import inherited_environment
 from sessions.core.jsonobj import JsonObject
+from sessions.core.offload import starting
 from sessions.core.redact import redact_text
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,6 @@ class Terminal:
     process: spawn.OutputProcess
     limit: int
     mark: str  # its own mark (stragglers.TERMINAL_MARK_ENV)
-    confined: bool = False  # run under the sandbox: its exit by signal reads 128+N (sandbox.confined_exit)
     output: bytearray = field(default_factory=bytearray)
     truncated: bool = False
     reader: asyncio.Task[None] | None = None
@@ -78,7 +78,7 @@ class Terminal:
             self.truncated = True
 
     def exit_status(self) -> ExitStatus | None:
-        code = sandbox.confined_exit(self.process.returncode) if self.confined else self.process.returncode
+        code = self.process.returncode
         if code is None:
             return None
         if code < 0:
@@ -155,15 +155,12 @@ class Terminals:
             env[stragglers.MARK_ENV] = run_mark
         limit = params.get("outputByteLimit")
         limit = min(limit, OUTPUT_LIMIT_BYTES) if isinstance(limit, int) and limit >= 0 else OUTPUT_LIMIT_BYTES
-        argv = self._confine([command, *args])
-        confined = sandbox.wrapped(argv)
         try:
-            if confined:  # a missing command is refused as it is unconfined, not run as bubblewrap's exit 1
-                await asyncio.to_thread(sandbox.require_executable, command, env.get("PATH"))
+            argv = await starting(self._confine, [command, *args])  # off the loop: the sandbox's paths are stat'ed
             process = await spawn.spawn_output(argv, cwd=cwd, env=env, umask=user_umask())
         except OSError as exc:
             raise TerminalRefused(f"cannot run {command!r}: {exc.strerror or exc}") from exc
-        terminal = Terminal(terminal_id, [command, *args], process, limit, mark, confined)
+        terminal = Terminal(terminal_id, [command, *args], process, limit, mark)
         terminal.reader = asyncio.create_task(self._read(terminal))
         self._terminals[terminal.id] = terminal
         return terminal
