@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import os
+import secrets
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,7 +149,8 @@ class Terminals:
                 env[item["name"]] = item["value"]
         terminal_id = f"term-{next(self._ids)}"
         run_mark = self._run_mark()
-        mark = f"{run_mark or 'no-run'}#{terminal_id}"
+        # Unique on the machine: two sessions' `term-1` must never name each other's processes.
+        mark = f"{run_mark or 'no-run'}#{terminal_id}#{secrets.token_hex(6)}"
         # Set after the request's own variables: an agent cannot name a terminal out of its run.
         env[stragglers.TERMINAL_MARK_ENV] = mark
         if run_mark is not None:
