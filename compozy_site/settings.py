@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "sessions.apps.SessionsConfig",
     "tasks.apps.TasksConfig",
     "health.apps.HealthConfig",
+    "accounts.apps.AccountsConfig",
     "attention.apps.AttentionConfig",
     "frontend.apps.FrontendConfig",
 ]

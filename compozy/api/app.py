@@ -23,6 +23,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 
+from accounts.errors import AccountError
 from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
@@ -106,7 +107,7 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
-    "compozy.api.attention": "attention_api",
+    "compozy.api.attention": "attention_api", "compozy.api.accounts": "accounts_api",
 }
 
 
@@ -134,6 +135,7 @@ api.add_router("/", "compozy.api.repair.router")
 api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
+api.add_router("/", "compozy.api.accounts.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,
@@ -143,6 +145,11 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
 
 @api.exception_handler(CompozyError)
 def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(AccountError)
+def on_account_error(request: HttpRequest, exc: AccountError) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

@@ -12,6 +12,7 @@ from ninja import Header, Query, Router
 from compozy.api import prompt_stream
 from compozy.api.guard import PEER_PID
 from compozy.api.health_schemas import StatusDTO
+from compozy.api.principals import actor_of, check_create_workspace, principal_of
 from compozy.api.response_schemas import (
     AttachOut,
     ElicitationAnswerOut,
@@ -95,6 +96,7 @@ def truthy(value: str | None) -> bool:
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
     body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
+    await sync_to_async(check_create_workspace)(principal_of(request), payload.workspace or payload.workspace_path)
     return 201, {"session": await services.create_session(body)}
 
 
@@ -104,6 +106,9 @@ async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery])
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
     )
+    principal = principal_of(request)
+    if principal.limited:  # a token limited to some workspaces lists only their sessions
+        result["sessions"] = [s for s in result["sessions"] if principal.sees(str(s.get("workspace_id")))]
     if filters.include_health:
         result = await sync_to_async(decorate_list)(result)
     return result
@@ -210,7 +215,7 @@ async def permissions(request: HttpRequest, workspace: Workspace, session_id: Se
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                             payload: PermissionDecisionIn) -> PermissionAnswer:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace,
-                                            peer_pid=socket_peer(request))
+                                            peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)

@@ -6,10 +6,11 @@ as they are. The live session itself is reached through `LiveSession` (sessions/
 from __future__ import annotations
 
 import asyncio
-from typing import TypedDict
+from typing import Required, TypedDict
 
 from asgiref.sync import sync_to_async
 
+from accounts.actor import Actor
 from compozy_base.config.modes import BusyMode
 from sessions.acp import peers
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
@@ -35,8 +36,9 @@ class PermissionList(TypedDict):
     permissions: list[PermissionView]
 
 
-class PermissionDecided(PermissionView):
-    decision: str  # approved or denied
+class PermissionDecided(PermissionView, total=False):
+    decision: Required[str]  # approved or denied
+    answered_by: str  # the actor's label: a user's name, or `webhook-link`
 
 
 class PermissionAnswer(TypedDict):
@@ -198,12 +200,20 @@ async def refuse_agents(runtime: LiveSession | None, peer_pid: int | None, what:
 
 
 async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
-                            workspace_ref: str | None = None, *, peer_pid: int | None = None) -> PermissionAnswer:
+                            workspace_ref: str | None = None, *, peer_pid: int | None = None,
+                            actor: Actor | None = None) -> PermissionAnswer:
+    """`actor`: who answers (recorded in the permission event); the first answer wins, a later one answers 409
+    `permission_answered` naming who answered."""
     if decision not in ("approve", "deny"):
         raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     await refuse_agents(runtime, peer_pid, "permission", request_id)
     pending = runtime.permissions.pending.get(request_id) if runtime else None
+    answered = runtime.permissions.answered.get(request_id) if runtime else None
+    if (pending is None or pending.answer.done()) and answered is not None:
+        raise Conflict("this permission request was answered already", code="permission_answered", data={
+            "request_id": request_id, "decision": answered.decision,
+            "answered_by": answered.actor.label if answered.actor else ""})
     if runtime is None or pending is None or pending.answer.done():
         raise NotFound("no pending permission request with that id", code="permission_not_found",
                        data={"request_id": request_id})
@@ -217,8 +227,11 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
             raise InvalidRequest(f"option {option_id!r} is of kind {option.get('kind')!r}, which does not "
                                  f"{decision} the request", code="option_decision_mismatch",
                                  data={"option_id": option_id, "kind": option.get("kind"), "decision": decision})
-    runtime.decide_permission(request_id, decision, option_id)
-    return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
+    runtime.decide_permission(request_id, decision, option_id, actor)
+    decided: PermissionDecided = {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}
+    if actor is not None:
+        decided["answered_by"] = actor.label
+    return {"permission": decided}
 
 
 async def list_elicitations(session_id: str, workspace_ref: str | None = None) -> ElicitationList:
