@@ -45,3 +45,31 @@ class AuditEntry(models.Model):
     session_id = models.CharField(max_length=64, blank=True, default="")
     status = models.PositiveSmallIntegerField(default=0)
     detail = models.JSONField(default=dict)
+
+
+class LinkKey(models.Model):
+    """The key that signs action links: made once, in the catalog, so a link made on one node of a cluster opens
+    on another."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    secret = models.CharField(max_length=128)
+    created_at = models.DateTimeField()
+
+
+class ActionLink(models.Model):
+    """One signed, single-use, expiring link answering one request (a permission) of one session: its approve and
+    deny URLs share the row, so once either is used both are spent. Made by a token (the owner's for the links a
+    webhook carries); its use is logged as `webhook-link` with that token."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    kind = models.CharField(max_length=20)  # permission
+    session_id = models.CharField(max_length=64)
+    workspace_id = models.CharField(max_length=64)
+    request_id = models.CharField(max_length=200)
+    title = models.CharField(max_length=300, blank=True, default="")
+    user = models.CharField(max_length=64)
+    token_id = models.CharField(max_length=40)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_action = models.CharField(max_length=20, blank=True, default="")

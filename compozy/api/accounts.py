@@ -11,11 +11,15 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from accounts import services
+from accounts import links, services
 from accounts.errors import AccountError
 from accounts.scopes import Role, TokenScope
-from compozy.api.schemas import Ident, StrictIn, responses
+from compozy.api.principals import principal_of
+from compozy.api.schemas import Ident, Ref, StrictIn, responses
+from compozy_base.config.loader import get_config
+from sessions import services as sessions
 from sessions.catalog import index as catalog
+from sessions.core.errors import NotFound
 
 router = Router(tags=["accounts"])
 
@@ -157,3 +161,40 @@ async def audit(request: HttpRequest, filters: Query[AuditQuery]) -> dict[str, A
     answers given through action links (`webhook-link`)."""
     since = _since(filters.since, _now())
     return {"entries": await sync_to_async(services.audit)(filters.user, since, filters.limit)}
+
+
+class LinksIn(StrictIn):
+    ttl: str | None = Field(None, max_length=20, description="Shorter than `[notifications] link_ttl` (`10m`).")
+
+
+class LinkOut(Schema):
+    action: links.LinkAction
+    url: str
+
+
+class LinksOut(Schema):
+    actions: list[LinkOut]
+    expires_in: float = Field(..., description="Seconds each link answers for (`[notifications] link_ttl`).")
+
+
+@router.post("/workspaces/{workspace}/sessions/{session_id}/permissions/{request_id}/links",
+             response=responses({201: LinksOut}))
+async def permission_links(request: HttpRequest, workspace: Ref, session_id: Ident, request_id: Ident,
+                           payload: LinksIn | None = None) -> tuple[int, dict[str, Any]]:
+    """Signed, single-use approve and deny links for one pending permission request, made with this token's
+    authority (a phone or a chat may answer through them without signing in; the answer is logged as
+    `webhook-link` with this token). Each expires after `[notifications] link_ttl`, or the shorter `ttl` asked."""
+    waiting = (await sessions.list_permissions(session_id, workspace))["permissions"]
+    pending = next((p for p in waiting if p["request_id"] == request_id), None)
+    if pending is None:
+        raise NotFound("no pending permission request with that id", code="permission_not_found",
+                       data={"request_id": request_id})
+    session = await sync_to_async(sessions.get_session)(session_id, workspace)
+    ttl = get_config().notifications.link_ttl
+    if payload is not None and payload.ttl:
+        ttl = min(ttl, services.duration_seconds(payload.ttl, "ttl") or ttl)
+    title = " ".join(str(x) for x in (pending.get("kind"), pending.get("title")) if x)
+    offers = await sync_to_async(links.make)(principal_of(request), session_id, str(session["workspace_id"]),
+                                             request_id, title, ttl, _now())
+    return 201, {"actions": [{"action": o.action, "url": request.build_absolute_uri(o.path)} for o in offers],
+                 "expires_in": ttl}

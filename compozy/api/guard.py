@@ -417,8 +417,9 @@ def _audit(scope: Scope, status: int) -> None:
 
 
 def _public(path: str) -> bool:
-    """The login page's assets need no token: static files are the app's own code, never user data."""
-    return path.startswith("/static/") or path == "/favicon.ico"
+    """The login page's assets need no token: static files are the app's own code, never user data. An action
+    link (`/a/…`, frontend/action_links.py) is its own credential."""
+    return path.startswith(("/static/", "/a/")) or path == "/favicon.ico"
 
 
 def _too_large(policy: GuardPolicy) -> Refusal:

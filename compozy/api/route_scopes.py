@@ -42,7 +42,7 @@ RULES: tuple[RouteRule, ...] = (
     _rule("POST", SESSION + r"/permissions/[^/]+", A, "session.permission"),
     _rule("POST", SESSION + r"/elicitations/[^/]+", A, "session.answer"),
     _rule("POST", r"/api/attention/[^/]+/ack", A, "attention.ack"),
-    _rule("POST", r"/api/action-links", A, "link.create"),
+    _rule("POST", SESSION + r"/permissions/[^/]+/links", A, "link.create"),
     # Driving a session.
     _rule("POST", r"/api/sessions", P, "session.create"),
     _rule("POST", SESSION + r"/prompt", P, "session.prompt"),

@@ -28,7 +28,7 @@ def needs(method: str, path: str) -> str:
         return "admin"
     if method == "GET":
         return "read"
-    if re.search(r"/(permissions|elicitations)/[^/]+$|/ack$", path):
+    if re.search(r"/(permissions|elicitations)/[^/]+(/links)?$|/ack$", path):
         return "approve"
     if path.endswith("/repair") or (method == "DELETE" and re.fullmatch(r"/api/workspaces/[^/]+", path)):
         return "admin"
