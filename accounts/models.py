@@ -73,3 +73,13 @@ class ActionLink(models.Model):
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
     used_action = models.CharField(max_length=20, blank=True, default="")
+
+
+class SessionControl(models.Model):
+    """Who holds control of a session: its creator, or who took it since (`compozy session control ID --take`).
+    Others watch; their prompts are refused (409 `session_controlled_by`) unless they queue."""
+
+    session_id = models.CharField(primary_key=True, max_length=64)
+    user = models.CharField(max_length=64)
+    token_id = models.CharField(max_length=40)
+    taken_at = models.DateTimeField()

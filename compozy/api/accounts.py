@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from accounts import links, services
+from accounts import control, links, services
 from accounts.errors import AccountError
 from accounts.scopes import Role, TokenScope
 from compozy.api.principals import principal_of
@@ -20,6 +20,7 @@ from compozy_base.config.loader import get_config
 from sessions import services as sessions
 from sessions.catalog import index as catalog
 from sessions.core.errors import NotFound
+from sessions.services.controller import note_control
 
 router = Router(tags=["accounts"])
 
@@ -198,3 +199,38 @@ async def permission_links(request: HttpRequest, workspace: Ref, session_id: Ide
                                              request_id, title, ttl, _now())
     return 201, {"actions": [{"action": o.action, "url": request.build_absolute_uri(o.path)} for o in offers],
                  "expires_in": ttl}
+
+
+class ControlIn(StrictIn):
+    take: bool = Field(False, description="Take control of the session for this token's person.")
+
+
+class ControlOut(Schema):
+    session_id: str
+    controller: str | None = Field(..., description="Who holds control (a user's name); null: nobody.")
+    token_id: str | None
+    taken_at: str | None
+
+
+SESSION = "/workspaces/{workspace}/sessions/{session_id}"
+
+
+@router.get(SESSION + "/control", response=responses({200: ControlOut}))
+async def get_control(request: HttpRequest, workspace: Ref, session_id: Ident) -> control.ControlOut:
+    """Who holds control of the session: the others watch, and their prompts are refused unless they queue."""
+    await sync_to_async(sessions.get_session)(session_id, workspace)  # 404 for a session it may not see
+    return await sync_to_async(control.holder)(session_id)
+
+
+@router.post(SESSION + "/control", response=responses({200: ControlOut}))
+async def take_control(request: HttpRequest, workspace: Ref, session_id: Ident,
+                       payload: ControlIn | None = None) -> control.ControlOut:
+    """`{"take": true}`: this token's person holds control from now; the session's viewers see a `system` row
+    titled `control_taken` on its stream. Without `take`, the holder is answered unchanged."""
+    await sync_to_async(sessions.get_session)(session_id, workspace)
+    if payload is None or not payload.take:
+        return await sync_to_async(control.holder)(session_id)
+    actor = principal_of(request).actor
+    held = await sync_to_async(control.take)(session_id, actor, _now())
+    await note_control(session_id, workspace, actor)
+    return held

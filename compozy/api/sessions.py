@@ -3,12 +3,14 @@ layer acts, the route shapes the envelope."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Header, Query, Router
 
+from accounts import control
 from compozy.api import prompt_stream
 from compozy.api.guard import PEER_PID
 from compozy.api.health_schemas import StatusDTO
@@ -86,6 +88,10 @@ SessionId = Ident
 LastEventId = Annotated[Sequence | None, Header(alias="Last-Event-ID")]
 
 
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
 def truthy(value: str | None) -> bool:
     """A query flag: 1, true, yes or on (any case)."""
     return (value or "").lower() in {"1", "true", "yes", "on"}
@@ -96,8 +102,11 @@ def truthy(value: str | None) -> bool:
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
     body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
-    await sync_to_async(check_create_workspace)(principal_of(request), payload.workspace or payload.workspace_path)
-    return 201, {"session": await services.create_session(body)}
+    principal = principal_of(request)
+    await sync_to_async(check_create_workspace)(principal, payload.workspace or payload.workspace_path)
+    session = await services.create_session(body)
+    await sync_to_async(control.take)(str(session["id"]), principal.actor, now())  # the creator holds control
+    return 201, {"session": session}
 
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
@@ -143,6 +152,7 @@ async def session_status(request: HttpRequest, workspace: Workspace, session_id:
 @router.delete(WS, response=responses({204: None}))
 async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> tuple[int, None]:
     await services.remove_session(session_id, workspace)
+    await sync_to_async(control.forget)(session_id)
     return 204, None
 
 
@@ -171,6 +181,7 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
+    await sync_to_async(control.check)(session_id, actor_of(request), payload.mode == "queue")
     status, result = await services.prompt_session(session_id, message, mode=payload.mode, workspace_ref=workspace,
                                                    expected_turn_id=payload.expected_turn_id)
     started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
@@ -191,12 +202,14 @@ async def set_mode(request: HttpRequest, workspace: Workspace, session_id: Sessi
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)
 async def interrupt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                     payload: InterruptIn | None = None) -> PromptAnswer:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.interrupt_session(session_id, workspace, payload.expected_turn_id if payload else None)
 
 
 @router.post(WS + "/steer", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
 async def steer(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                 payload: SteerIn) -> tuple[int, PromptAnswer]:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.steer_session(session_id, payload.text, workspace)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
+from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg, session, session_call
 from compozy.cli.client import ApiError
 from compozy.cli.output import emit, fail_api, printable, table
 
@@ -167,3 +167,28 @@ def audit(user_name: str | None, since: str | None, limit: int, fmt: str, as_jso
     emit(data, fmt, lambda: table(None, ["AT", "ACTOR", "TOKEN", "ACTION", "SESSION", "STATUS"], [
         [e["at"], printable(e["actor"]), e["token_id"], e["action"], e["session_id"], e["status"]]
         for e in data["entries"]]), rows=data["entries"])
+
+
+@session.command("control")
+@click.argument("session_id")
+@click.option("--take", is_flag=True, help="Take control (this CLI speaks for the daemon's owner).")
+@output_option
+@json_flag
+def session_control(session_id: str, take: bool, fmt: str, as_json: bool) -> None:
+    """Who holds control of SESSION_ID; with --take, take it.
+
+    Several people may watch a session; one holds control: its creator, or who took it since. A prompt, steer
+    or interrupt from anyone else answers 409 `session_controlled_by` unless it queues (`mode: queue`). Taking
+    control shows live to the session's viewers (a `control_taken` row on its stream). `-o json` prints
+    `{session_id, controller, token_id, taken_at}`.
+
+    Examples:
+
+        compozy session control sess_0123456789abcdef
+        compozy session control sess_0123456789abcdef --take
+    """
+    fmt = _fmt(fmt, as_json)
+    data = session_call(fmt, session_id, "POST" if take else "GET", "/control", {"take": True} if take else None)
+    emit(data, fmt, lambda: click.echo(f"{data['session_id']}: "
+                                       + (f"controlled by {data['controller']}" if data["controller"]
+                                          else "nobody holds control")))

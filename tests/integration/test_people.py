@@ -162,3 +162,30 @@ def test_every_write_of_a_scripted_run_is_in_the_audit_log_with_its_actor(
     assert actions.count("session.permission") == 1  # the losing answer (409) changed nothing
     assert approval["content"]["actor"]["token_id"] == alice_token
 
+
+
+def test_one_person_holds_control_and_the_others_queue_or_take_it(
+        daemon: Daemon, people: dict[str, str], tmp_path: Path) -> None:
+    daemon.cli_json("user", "add", "bob", "--role", "operator")
+    bob_secret = token(daemon, "bob")
+    with as_person(daemon, people["alice"]) as alice, as_person(daemon, bob_secret) as bob:
+        created = alice.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(tmp_path)})
+        sid = created.json()["session"]["id"]
+        daemon.wait_state(sid, {"active"})
+        scoped = daemon.scoped(sid)
+        assert bob.get(scoped + "/control").json()["controller"] == "alice"  # the creator holds it
+        refused = bob.post(scoped + "/prompt", json={"message": "hello"}, headers=JSON_ONLY)
+        assert refused.status_code == 409 and code(refused) == "session_controlled_by"
+        assert refused.json()["diagnostic"]["evidence"]["controller"] == "alice"
+        for path, body in (("/steer", {"text": "x"}), ("/interrupt", {})):
+            assert code(bob.post(scoped + path, json=body)) == "session_controlled_by"
+        queued = bob.post(scoped + "/prompt", json={"message": "hello", "mode": "queue"}, headers=JSON_ONLY)
+        assert queued.status_code in (200, 202), queued.text  # a queued prompt takes nothing from alice
+        taken = bob.post(scoped + "/control", json={"take": True})
+        assert taken.status_code == 200 and taken.json()["controller"] == "bob"
+        shown = daemon.wait_event(sid, "system", title="control_taken")
+        assert shown["content"]["actor"]["user"] == "bob" and "bob took control" in shown["content"]["text"]
+        assert code(alice.post(scoped + "/prompt", json={"message": "hi"}, headers=JSON_ONLY)) == \
+            "session_controlled_by"
+    assert daemon.cli_json("session", "control", sid)["controller"] == "bob"
+    assert daemon.cli_json("session", "control", sid, "--take")["controller"] == "owner"
