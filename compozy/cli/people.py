@@ -55,7 +55,15 @@ def user_add(name: str, role: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def user_list(fmt: str, as_json: bool) -> None:
-    """List people and their roles. `-o json` prints `{"users": [{name, role, created_at}]}`."""
+    """List people and their roles.
+
+    `-o json` prints `{"users": [{name, role, created_at}]}`.
+
+    Examples:
+
+        compozy user list
+        compozy user list -o json | jq -r '.users[] | select(.role == "viewer") | .name'
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "GET", "/api/users")
     emit(data, fmt, lambda: table(None, ["NAME", "ROLE", "ADDED"],
@@ -114,7 +122,14 @@ def token_create(user_name: str, scopes: tuple[str, ...], workspaces: tuple[str,
 @json_flag
 def token_list(user_name: str | None, fmt: str, as_json: bool) -> None:
     """List tokens (never their secrets): id, person, scopes, workspaces, state (active, expired, revoked).
-    `-o json` prints `{"tokens": [...]}`."""
+
+    `-o json` prints `{"tokens": [...]}`.
+
+    Examples:
+
+        compozy token list --user alice
+        compozy token list -o json | jq -r '.tokens[] | select(.state == "active") | .id'
+    """
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "GET", "/api/tokens", query={"user": user_name} if user_name else None)
     emit(data, fmt, lambda: table(None, ["ID", "USER", "SCOPES", "WORKSPACES", "STATE", "EXPIRES"], [
