@@ -93,10 +93,11 @@ _SESSION_PATHS = (
     re.compile(rf"/api/sessions/(?!catalog-stream$)(?P<session>{_SEG})/?"),
     re.compile(rf"/sessions/(?P<session>{_SEG})(/|/events\.jsonl)?"),
 )
-# What a token limited to some workspaces may reach besides its sessions: its own sign-in, the session list (cut
-# to its workspaces), a create (checked against them), the dashboard's pages and the daemon's status.
-_LIMITED_OPEN = re.compile(r"/api/sessions/?|/api/auth/ticket|/api/auth/whoami|/api/status|/|/attention|/tasks"
-                           r"|/api/openapi\.json|/api/docs")
+# What a token limited to some workspaces may reach besides its sessions: its own sign-in, the session list, the
+# dashboard and the catalog stream (all cut to its workspaces), a create (checked against them) and the daemon's
+# status. The inbox and the tasks page list every workspace's items: refused.
+_LIMITED_OPEN = re.compile(r"/api/sessions/?|/api/sessions/catalog-stream|/api/auth/ticket|/api/auth/whoami"
+                           r"|/api/status|/|/api/openapi\.json|/api/docs")
 
 
 def session_of(path: str) -> str | None:

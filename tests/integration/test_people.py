@@ -99,9 +99,12 @@ def test_a_token_limited_to_workspace_a_finds_b_missing_on_routes_streams_and_ex
         assert stop_b.status_code == 404 and code(stop_b) == "session_not_found"
         create_b = limited.post("/api/sessions", json={"agent_name": "scripted", "workspace": b["workspace_id"]})
         assert create_b.status_code == 404 and code(create_b) == "workspace_not_found"
-        # Routes beyond its workspaces are refused outright.
-        tasks = limited.get("/api/tasks")
-        assert tasks.status_code == 403 and code(tasks) == "token_workspace_limited"
+        # The dashboard lists only its workspace's sessions; routes beyond its workspaces are refused outright.
+        dashboard = limited.get("/")
+        assert dashboard.status_code == 200 and a["id"] in dashboard.text and b["id"] not in dashboard.text
+        for path in ("/api/tasks", "/attention", "/api/attention", "/api/workspaces"):
+            refused = limited.get(path)
+            assert refused.status_code == 403 and code(refused) == "token_workspace_limited", path
 
 
 def test_a_revoked_token_is_refused_at_once_and_an_expired_one_when_it_expires(
