@@ -241,7 +241,7 @@ async def elicitations(request: HttpRequest, workspace: Workspace, session_id: S
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                              payload: ElicitationAnswerIn) -> ElicitationAnswer:
     return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace,
-                                             peer_pid=socket_peer(request))
+                                             peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)

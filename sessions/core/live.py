@@ -188,7 +188,8 @@ class LiveElicitations(Protocol):
 
     def waiting_items(self) -> Sequence[PendingElicitationRequest]: ...
 
-    def resolve(self, request_id: str, action: str, content: JsonObject | None) -> bool: ...
+    def resolve(self, request_id: str, action: str, content: JsonObject | None,
+                actor: Actor | None = ...) -> bool: ...
 
 
 class LiveAgent(Protocol):

@@ -241,7 +241,8 @@ async def list_elicitations(session_id: str, workspace_ref: str | None = None) -
 
 
 async def answer_elicitation(session_id: str, request_id: str, action: str, content: JsonObject | None = None,
-                             workspace_ref: str | None = None, *, peer_pid: int | None = None) -> ElicitationAnswer:
+                             workspace_ref: str | None = None, *, peer_pid: int | None = None,
+                             actor: Actor | None = None) -> ElicitationAnswer:
     """accept (with content that fits the requested schema), decline or cancel; the agent's request returns."""
     if action not in ("accept", "decline", "cancel"):
         raise InvalidRequest("action must be accept, decline or cancel", code="invalid_action")
@@ -257,7 +258,7 @@ async def answer_elicitation(session_id: str, request_id: str, action: str, cont
             what = "; ".join(f"{p['field']} {p['reason']}".strip() for p in problems)
             raise InvalidRequest(f"content does not fit the requested schema: {what}",
                                  code="invalid_elicitation_content", data={"problems": problems})
-    runtime.elicitations.resolve(request_id, action, (content or {}) if action == "accept" else None)
+    runtime.elicitations.resolve(request_id, action, (content or {}) if action == "accept" else None, actor)
     return {"elicitation": {**pending.public(), "action": action}}
 
 

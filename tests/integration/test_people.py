@@ -192,3 +192,19 @@ def test_one_person_holds_control_and_the_others_queue_or_take_it(
             "session_controlled_by"
     assert daemon.cli_json("session", "control", sid)["controller"] == "bob"
     assert daemon.cli_json("session", "control", sid, "--take")["controller"] == "owner"
+
+
+def test_an_answer_to_the_agents_question_names_who_answered(
+        daemon: Daemon, people: dict[str, str], tmp_path: Path) -> None:
+    with as_person(daemon, people["alice"]) as alice:
+        created = alice.post("/api/sessions", json={"agent_name": "scripted", "workspace_path": str(tmp_path)})
+        sid = created.json()["session"]["id"]
+        daemon.wait_state(sid, {"active"})
+        scoped = daemon.scoped(sid)
+        assert alice.post(scoped + "/prompt", json={"message": "ask Which color?"}, headers=JSON_ONLY).status_code \
+            == 200
+        [question] = wait_for(lambda: alice.get(scoped + "/elicitations").json()["elicitations"],
+                              what="the agent's question")
+        assert alice.post(scoped + f"/elicitations/{question['id']}", json={"action": "decline"}).status_code == 200
+    answered = daemon.wait_event(sid, "system", title="elicitation_answered")
+    assert answered["content"]["actor"]["user"] == "alice" and answered["content"]["text"] == "decline"
