@@ -208,3 +208,14 @@ def test_an_answer_to_the_agents_question_names_who_answered(
         assert alice.post(scoped + f"/elicitations/{question['id']}", json={"action": "decline"}).status_code == 200
     answered = daemon.wait_event(sid, "system", title="elicitation_answered")
     assert answered["content"]["actor"]["user"] == "alice" and answered["content"]["text"] == "decline"
+
+
+def test_a_stop_no_person_asked_for_is_the_daemons(daemon: Daemon, tmp_path: Path) -> None:
+    sid = daemon.create(tmp_path)["id"]
+    daemon.prompt(sid, "crash")
+    daemon.wait_state(sid, {"stopped"})
+    stopped = daemon.wait_event(sid, "session_stopped")
+    assert stopped["content"]["actor"] == {"kind": "daemon", "label": "daemon"}
+    entries = wait_for(lambda: [e for e in daemon.cli_json("audit")["entries"] if e["session_id"] == sid
+                                and e["actor"] == "daemon"], what="the daemon's stop in the audit log")
+    assert entries[0]["action"] == "session.stop" and entries[0]["detail"]["stop_reason"] != "user_canceled"
