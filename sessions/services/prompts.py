@@ -10,7 +10,9 @@ from typing import Required, TypedDict
 
 from asgiref.sync import sync_to_async
 
+from accounts import services as accounts
 from accounts.actor import Actor
+from accounts.actor import agent as agent_actor
 from compozy_base.config.modes import BusyMode
 from sessions.acp import peers
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
@@ -193,7 +195,12 @@ async def refuse_agents(runtime: LiveSession | None, peer_pid: int | None, what:
     if runtime is not None:
         runtime.record(EventType.SYSTEM, {"title": "decision_refused", "text": (
             f"{what} {request_id} refused: asked from inside session {agent}'s agent (pid {peer_pid})"), "raw": {
-            "request_id": request_id, "what": what, "source": f"agent:{agent}", "peer_pid": peer_pid}})
+            "request_id": request_id, "what": what, "source": f"agent:{agent}", "peer_pid": peer_pid},
+            "actor": dict(agent_actor(agent).fields())})
+    # The attempt is the agent's, in the audit log too (the guard logs only writes carried out).
+    await sync_to_async(accounts.record)(agent_actor(agent), f"{what}.refused", folder.utcnow(),
+                                         session_id=runtime.rec.id if runtime is not None else "", status=403,
+                                         detail={"request_id": request_id, "peer_pid": peer_pid})
     raise AgentCannotDecide(f"{what} decisions come from a person, not from an agent's process "
                             f"(pid {peer_pid} belongs to session {agent}'s agent)",
                             data={"source": f"agent:{agent}", "peer_pid": peer_pid})
