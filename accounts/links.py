@@ -1,5 +1,6 @@
-"""Action links (issue 49): signed, single-use, expiring URLs that answer one permission request from a phone or a
-chat, without the dashboard's sign-in. The link is the credential: `/a/<link id>.<action>.<signature>`.
+"""Action links (issue 49): signed, single-use, expiring URLs that answer one permission request (or one question of
+the agent's) from a phone or a chat, without the dashboard's sign-in. The link is the credential:
+`/a/<link id>.<action>.<signature>`.
 
 A link is checked in this order, each step's refusal a stable code: its form and signature (403 `link_invalid`:
 one altered byte anywhere fails here), its row (403 `link_invalid`), whether it was used (410 `link_used`), its
@@ -25,12 +26,23 @@ from accounts.models import ActionLink, ApiToken, LinkKey
 from accounts.principal import Principal
 
 LINK_PREFIX = "/a/"
-_LINK = re.compile(r"(lnk_[0-9a-f]{16})\.(approve|deny)\.([0-9a-f]{64})")
+_LINK = re.compile(r"(lnk_[0-9a-f]{16})\.(approve|deny|answer|decline)\.([0-9a-f]{64})")
 
 
 class LinkAction(StrEnum):
-    APPROVE = "approve"
+    APPROVE = "approve"  # a permission's
     DENY = "deny"
+    ANSWER = "answer"  # a question's: its page is the question's form
+    DECLINE = "decline"
+
+
+class LinkKind(StrEnum):
+    PERMISSION = "permission"
+    ELICITATION = "elicitation"
+
+
+ACTIONS = {LinkKind.PERMISSION: (LinkAction.APPROVE, LinkAction.DENY),
+           LinkKind.ELICITATION: (LinkAction.ANSWER, LinkAction.DECLINE)}
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class OpenedLink:
     """A link that may be used now: what it answers, and who made it."""
 
     link_id: str
+    kind: LinkKind
     action: LinkAction
     session_id: str
     workspace_id: str
@@ -70,15 +83,16 @@ def _sign(key: bytes, link_id: str, action: str) -> str:
 
 
 def make(maker: Principal, session_id: str, workspace_id: str, request_id: str, title: str, ttl: float,
-         now: datetime) -> list[LinkOffer]:
-    """An approve and a deny link for one pending permission request, made with `maker`'s authority."""
+         now: datetime, kind: LinkKind = LinkKind.PERMISSION) -> list[LinkOffer]:
+    """The links for one pending request, made with `maker`'s authority: approve and deny for a permission,
+    answer (the question's form) and decline for a question."""
     key = _key()
     row = ActionLink.objects.create(
-        id="lnk_" + secrets.token_hex(8), kind="permission", session_id=session_id, workspace_id=workspace_id,
+        id="lnk_" + secrets.token_hex(8), kind=kind.value, session_id=session_id, workspace_id=workspace_id,
         request_id=request_id[:200], title=title[:300], user=maker.user, token_id=maker.token_id, created_at=now,
         expires_at=now + timedelta(seconds=ttl))
     return [LinkOffer(action, f"{LINK_PREFIX}{row.id}.{action.value}.{_sign(key, row.id, action.value)}")
-            for action in LinkAction]
+            for action in ACTIONS[kind]]
 
 
 def state(expires_at: datetime, used_at: datetime | None, now: datetime) -> str:
@@ -106,7 +120,7 @@ def open_link(text: str, now: datetime) -> OpenedLink:
     if not hmac.compare_digest(signature, _sign(_key(), link_id, action)):
         raise invalid
     row = ActionLink.objects.filter(id=link_id).first()
-    if row is None:
+    if row is None or LinkAction(action) not in ACTIONS[LinkKind(row.kind)]:
         raise invalid
     found = state(row.expires_at, row.used_at, now)
     if found == "used":
@@ -116,8 +130,8 @@ def open_link(text: str, now: datetime) -> OpenedLink:
         raise AccountError(410, "link_expired", "this link has expired; answer in the dashboard or the CLI")
     if not _maker_holds(row, now):
         raise invalid
-    return OpenedLink(row.id, LinkAction(action), row.session_id, row.workspace_id, row.request_id, row.title,
-                      webhook_link(row.user, row.token_id))
+    return OpenedLink(row.id, LinkKind(row.kind), LinkAction(action), row.session_id, row.workspace_id,
+                      row.request_id, row.title, webhook_link(row.user, row.token_id))
 
 
 def spend(link: OpenedLink, now: datetime) -> None:

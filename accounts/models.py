@@ -57,12 +57,12 @@ class LinkKey(models.Model):
 
 
 class ActionLink(models.Model):
-    """One signed, single-use, expiring link answering one request (a permission) of one session: its approve and
-    deny URLs share the row, so once either is used both are spent. Made by a token (the owner's for the links a
-    webhook carries); its use is logged as `webhook-link` with that token."""
+    """One signed, single-use, expiring link answering one request (a permission, or a question) of one session: its
+    two URLs (approve and deny; answer and decline) share the row, so once either is used both are spent. Made by a
+    token (the owner's for the links a webhook carries); its use is logged as `webhook-link` with that token."""
 
     id = models.CharField(primary_key=True, max_length=40)
-    kind = models.CharField(max_length=20)  # permission
+    kind = models.CharField(max_length=20)  # permission or elicitation (accounts/links.py LinkKind)
     session_id = models.CharField(max_length=64)
     workspace_id = models.CharField(max_length=64)
     request_id = models.CharField(max_length=200)

@@ -67,7 +67,7 @@ class Notice:
                 {"type": "section", "text": {"type": "mrkdwn", "text": f"Compozy: {self.summary}"}},
                 {"type": "actions", "elements": [
                     {"type": "button", "text": {"type": "plain_text", "text": a.action.value.capitalize()},
-                     "url": absolute(a.path), "style": "primary" if a.action == "approve" else "danger"}
+                     "url": absolute(a.path), "style": "primary" if a.action in ("approve", "answer") else "danger"}
                     for a in actions]}]
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 

@@ -103,13 +103,18 @@ def _rows(planned: dict[str, tuple[Notice, WebhookConfig]], config: Notification
     return rows
 
 
+LINK_KINDS = {WebhookEvent.PERMISSION_REQUESTED: links.LinkKind.PERMISSION,
+              WebhookEvent.ELICITATION_REQUESTED: links.LinkKind.ELICITATION}
+
+
 def _links(notice: Notice, config: NotificationsConfig, now: datetime) -> list[LinkOffer]:
-    """Approve and deny links for a permission request (one pair per event, shared by its webhooks), made with
-    the owner's authority: the daemon sends them. Other events carry none."""
-    if notice.event != WebhookEvent.PERMISSION_REQUESTED or not notice.request_id or not notice.session_id:
+    """Approve and deny links for a permission request, answer and decline for a question (one pair per event,
+    shared by its webhooks), made with the owner's authority: the daemon sends them. Other events carry none."""
+    kind = LINK_KINDS.get(notice.event)
+    if kind is None or not notice.request_id or not notice.session_id:
         return []
     return links.make(OWNER_PRINCIPAL, notice.session_id, notice.workspace_id or "", notice.request_id,
-                      notice.summary, config.link_ttl, now)
+                      notice.summary, config.link_ttl, now, kind)
 
 
 def on_meta_saved(rec: SessionRecord) -> None:

@@ -1,6 +1,7 @@
-"""The page an action link opens (issue 49): `GET /a/<link>` shows what it answers and one button, `POST` (what
-the button sends) carries it out. No sign-in: the link is the credential (accounts/links.py), bound to one
-request, answerable once. A used, expired or altered link answers a clear page and changes nothing.
+"""The page an action link opens (issue 49): `GET /a/<link>` shows what it answers and one button (a question's
+`answer` link: the question's form), `POST` (what the button sends) carries it out. No sign-in: the link is the
+credential (accounts/links.py), bound to one request, answerable once. A used, expired or altered link answers a
+clear page and changes nothing.
 
 A caller that asks for JSON (`Accept: application/json`) gets the API's error shape instead of the page.
 """
@@ -8,6 +9,7 @@ A caller that asks for JSON (`Accept: application/json`) gets the API's error sh
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -20,8 +22,10 @@ from accounts import services as accounts
 from accounts.errors import AccountError
 from accounts.links import OpenedLink
 from compozy_base.errors import error_body
+from frontend import question_form
 from sessions import services
 from sessions.core.errors import CompozyError
+from sessions.core.live import ElicitationView
 
 # No script at all; the form posts back to this same address.
 LINK_CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; "
@@ -53,26 +57,63 @@ def _refusal(request: HttpRequest, status: int, code: str, message: str) -> Http
 
 
 def _form(link: OpenedLink) -> str:
-    label = "Approve" if link.action == links.LinkAction.APPROVE else "Deny"
-    return format_html('<form method="post"><button class="{}" type="submit">{}</button></form>',
-                       link.action.value, label)
+    label = link.action.value.capitalize()
+    css = "approve" if link.action in (links.LinkAction.APPROVE, links.LinkAction.ANSWER) else "deny"
+    return format_html('<form method="post"><button class="{}" type="submit">{}</button></form>', css, label)
+
+
+async def _question(link: OpenedLink) -> ElicitationView | None:
+    """The question a question's link answers, while it waits (its schema is the form)."""
+    waiting = (await services.list_elicitations(link.session_id, link.workspace_id))["elicitations"]
+    return next((q for q in waiting if q["id"] == link.request_id), None)
+
+
+async def _show(request: HttpRequest, link: OpenedLink) -> HttpResponse:
+    """GET: what the link answers, and its one button (or the question's form). Nothing is answered yet."""
+    if link.kind == links.LinkKind.PERMISSION:
+        verb = "Approve" if link.action == links.LinkAction.APPROVE else "Deny"
+        return _page(200, "open", f"{verb} this request?", link.title or link.request_id, _form(link))
+    question = await _question(link)
+    if question is None:
+        return _refusal(request, 404, "elicitation_not_found", "this question is no longer waiting for an answer")
+    if link.action == links.LinkAction.DECLINE:
+        return _page(200, "open", "Decline this question?", question["message"], _form(link))
+    return _page(200, "open", "The agent asks", question["message"], question_form.render(question["requested_schema"]))
+
+
+async def _answer(request: HttpRequest, link: OpenedLink) -> tuple[str, dict[str, Any]]:
+    """Carry the link's action out with its maker's authority, as `webhook-link`: (audit action, JSON answer)."""
+    if link.kind == links.LinkKind.PERMISSION:
+        decided = await services.decide_permission(link.session_id, link.request_id, link.action.value, None,
+                                                   link.workspace_id, actor=link.actor)
+        return "session.permission", {"permission": decided["permission"]}
+    if link.action == links.LinkAction.DECLINE:
+        answered = await services.answer_elicitation(link.session_id, link.request_id, "decline", None,
+                                                     link.workspace_id, actor=link.actor)
+    else:
+        question = await _question(link)
+        schema = question["requested_schema"] if question is not None else {}
+        answered = await services.answer_elicitation(link.session_id, link.request_id, "accept",
+                                                     question_form.content(schema, request.POST),
+                                                     link.workspace_id, actor=link.actor)
+    return "session.answer", {"elicitation": answered["elicitation"]}
 
 
 async def _carry_out(request: HttpRequest, link: OpenedLink, now: datetime) -> HttpResponse:
     await sync_to_async(links.spend)(link, now)
     try:
-        answer = await services.decide_permission(link.session_id, link.request_id, link.action.value, None,
-                                                  link.workspace_id, actor=link.actor)
+        action, answer = await _answer(request, link)
     except CompozyError as exc:
         await sync_to_async(links.unspend)(link)  # a refusal spends nothing
         return _refusal(request, exc.status, exc.code, exc.message)
-    await sync_to_async(accounts.record)(link.actor, "session.permission", now, method="POST",
+    outcome = answer.get("permission", {}).get("decision") or answer.get("elicitation", {}).get("action") or ""
+    await sync_to_async(accounts.record)(link.actor, action, now, method="POST",
                                          path=f"{links.LINK_PREFIX}{link.link_id}", session_id=link.session_id,
                                          status=200, detail={"link_id": link.link_id, "request_id": link.request_id,
-                                                             "decision": answer["permission"]["decision"]})
+                                                             "decision": outcome})
     if "application/json" in request.headers.get("Accept", ""):
-        return JsonResponse({"permission": answer["permission"]})
-    return _page(200, "done", f"{answer['permission']['decision'].capitalize()}", link.title or link.request_id)
+        return JsonResponse(answer)
+    return _page(200, "done", outcome.capitalize() or "Done", link.title or link.request_id)
 
 
 @csrf_exempt  # no cookie is involved: the link is the credential, and the guard refuses cross-site posts
@@ -85,6 +126,5 @@ async def action_link(request: HttpRequest, link: str) -> HttpResponse:
     except AccountError as exc:
         return _refusal(request, exc.status, exc.code, exc.message)
     if request.method != "POST":  # a link preview or the person opening it: nothing is answered yet
-        verb = "Approve" if opened.action == links.LinkAction.APPROVE else "Deny"
-        return _page(200, "open", f"{verb} this request?", opened.title or opened.request_id, _form(opened))
+        return await _show(request, opened)
     return await _carry_out(request, opened, now)

@@ -29,7 +29,8 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Daemon]:
-    config = webhook_config(receiver.url, SECRET, ["permission_requested"], 'action_links = true\nlink_ttl = "30m"')
+    config = webhook_config(receiver.url, SECRET, ["permission_requested", "elicitation_requested"],
+                            'action_links = true\nlink_ttl = "30m"')
     d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=config + NO_TITLE)
     yield d
     d.stop()
@@ -154,3 +155,33 @@ def test_an_expired_link_and_a_revoked_makers_link_change_nothing(daemon: Daemon
         assert refused.status_code == 403 and refused.json()["code"] == "link_invalid"
     assert [p["request_id"] for p in daemon.http.get(daemon.scoped(sid, "/permissions")).json()[
         "permissions"]] == [request_id]
+
+
+def test_a_question_link_opens_its_form_and_answers_it_once(
+        daemon: Daemon, receiver: Receiver, tmp_path: Path) -> None:
+    sid = daemon.create(tmp_path)["id"]
+    prompt = daemon.prompt(sid, "ask Which color?")
+    assert prompt.status_code == 200, prompt.text
+    [delivery] = wait_for(lambda: receiver.received("elicitation_requested", session_id=sid),
+                          what="the question's webhook")
+    actions = {a["action"]: path_of(a["url"]) for a in delivery.payload["actions"]}
+    assert set(actions) == {"answer", "decline"}
+    with anonymous(daemon) as phone:
+        form = phone.get(actions["answer"])
+        assert form.status_code == 200 and "Which color?" in form.text
+        for field in ('name="name"', 'name="count"', 'type="checkbox" name="urgent"', '<option value="green">'):
+            assert field in form.text, field
+        bad = phone.post(actions["answer"], data={"name": "Ada", "count": "many"}, headers=JSON_ONLY)
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_elicitation_content"  # nothing spent
+        done = phone.post(actions["answer"], data={"name": "Ada", "count": "3", "urgent": "on", "color": "green"},
+                          headers=JSON_ONLY)
+        assert done.status_code == 200, done.text
+        assert done.json()["elicitation"]["action"] == "accept"
+        for path in actions.values():
+            again = phone.post(path, headers=JSON_ONLY)
+            assert again.status_code == 410 and again.json()["code"] == "link_used"
+    turn = daemon.turn_events(sid, prompt.json()["prompt"]["turn_id"])
+    said = "".join(e["content"].get("text", "") for e in turn if e["type"] == "agent_message")
+    assert 'ask accept: {"color": "green", "count": 3, "name": "Ada", "urgent": true}' in said, said
+    answered = daemon.wait_event(sid, "system", title="elicitation_answered")
+    assert answered["content"]["actor"]["kind"] == "webhook-link"
