@@ -16,15 +16,17 @@ its own home before it trusts a daemon; the CLI also sends it, and a daemon of a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, urlparse
 
 from accounts.actor import Actor
@@ -339,6 +341,24 @@ class Guard:
             await _refuse(send, _too_large(policy))
 
 
+# The guard's catalog reads and audit writes have a thread of their own: on the runtime's DB thread they queued
+# with every session's saves (a stop's `stopped` waited behind the stop request's own audit row).
+_CATALOG = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compozy-guard-db")
+T = TypeVar("T")
+
+
+async def _catalog(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call() -> T:
+        from django.db import connection
+
+        # One thread, one connection kept (as sessions/core/offload.py `db`); a server database's may die under us.
+        if connection.vendor != "sqlite" and connection.connection is not None and not connection.is_usable():
+            connection.close()
+        return fn(*args, **kwargs)
+
+    return await asyncio.get_running_loop().run_in_executor(_CATALOG, call)
+
+
 TOKEN_PREFIX = "tok_"
 ROUTED_KEY = "compozy.routed"  # set when the cluster token authenticated the request
 WHOAMI_PATH = "/api/auth/whoami"
@@ -349,20 +369,16 @@ async def _person(given: str) -> tuple[Principal | None, str]:
     """A person's token checked in the catalog (off the loop, on the runtime's DB thread): the principal, or the
     refusal's code."""
     from accounts import services
-    from sessions.core.offload import db
-
     now = datetime.now(UTC)
-    principal = await db(services.authenticate, given, now)
+    principal = await _catalog(services.authenticate, given, now)
     if principal is not None:
         return principal, ""
-    return None, await db(services.token_state, given, now)
+    return None, await _catalog(services.token_state, given, now)
 
 
 async def _signed_in(token_id: str) -> Principal | None:
     from accounts import services
-    from sessions.core.offload import db
-
-    return await db(services.principal_for_id, token_id, datetime.now(UTC))
+    return await _catalog(services.principal_for_id, token_id, datetime.now(UTC))
 
 
 async def _check_scope(scope: Scope) -> None:
@@ -379,9 +395,7 @@ async def _check_scope(scope: Scope) -> None:
         return
     session_id = route_scopes.session_of(path)
     if session_id is not None:
-        from sessions.core.offload import db
-
-        workspace = await db(_workspace_of, session_id)
+        workspace = await _catalog(_workspace_of, session_id)
         if workspace is not None and not principal.sees(workspace):
             raise Refusal(404, "session_not_found", "session not found", {"session_id": session_id[:64]})
         return
@@ -407,13 +421,13 @@ def _audit(scope: Scope, status: int) -> None:
         return  # routed here by the node that took it (with the cluster token), which logged it
     _, action = route_scopes.needed(method, path)
     session_id = route_scopes.session_of(path) or ""
-    from sessions.core.offload import db, spawn
+    from sessions.core.offload import spawn
 
     async def write(actor: Actor) -> None:
         from accounts import services
 
         try:
-            await db(services.record, actor, action, datetime.now(UTC), method=method, path=path,
+            await _catalog(services.record, actor, action, datetime.now(UTC), method=method, path=path,
                      session_id=session_id, status=status)
         except Exception:
             logger.exception("audit: could not record %s %s by %s", method, path, actor.label)
