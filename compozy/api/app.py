@@ -106,7 +106,7 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
-    "compozy.api.attention": "attention_api",
+    "compozy.api.attention": "attention_api", "compozy.api.worktrees": "worktrees_api",
 }
 
 
@@ -134,6 +134,7 @@ api.add_router("/", "compozy.api.repair.router")
 api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
+api.add_router("/", "compozy.api.worktrees.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,

@@ -47,6 +47,7 @@ from compozy.api.schemas import (
     PromptIn,
     PromptQuery,
     Ref,
+    RemoveQuery,
     RenameIn,
     ResolveWorkspaceIn,
     Sequence,
@@ -136,8 +137,10 @@ async def session_status(request: HttpRequest, workspace: Workspace, session_id:
 
 
 @router.delete(WS, response=responses({204: None}))
-async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> tuple[int, None]:
-    await services.remove_session(session_id, workspace)
+async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId,
+                         filters: Query[RemoveQuery]) -> tuple[int, None]:
+    """A worktree session with uncommitted or unmerged work answers 409 `worktree_has_work` unless `?force=true`."""
+    await services.remove_session(session_id, workspace, force=filters.force)
     return 204, None
 
 

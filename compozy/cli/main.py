@@ -24,6 +24,7 @@ from compozy.cli import (  # noqa: F401
     tasks,
     turns,
     workspaces,
+    worktrees,
 )
 from compozy.cli.app import cli
 from compozy.cli.client import ApiError

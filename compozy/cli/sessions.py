@@ -88,12 +88,16 @@ def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
               help="`fast` uses the agent's fast mode where it offers one (default `normal`).")
 @click.option("--prompt", default=None, help="First prompt, trimmed, staged durably and sent once the agent is "
               "active; an empty or blank one creates the session only.")
+@click.option("--isolation", default=None, type=click.Choice(["none", "worktree"]),
+              help="`worktree`: the agent works in a git worktree of its own (branch `compozy/<id>`), with a "
+              "checkpoint per turn; the workspace must be a git repository (default: the agent's `isolation`, "
+              "else `none`).")
 @click.option("--no-wait", is_flag=True, help="Return the `starting` record at once.")
 @output_option
 @json_flag
 def session_new(agent: str | None, cwd: str | None, workspace: str | None, name: str | None, provider: str | None,
                 model: str | None, reasoning_effort: str | None, speed: str | None, prompt: str | None,
-                no_wait: bool, fmt: str, as_json: bool) -> None:
+                isolation: str | None, no_wait: bool, fmt: str, as_json: bool) -> None:
     """Create a session and wait until it is `active` (or failed to start).
 
     With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory. Start
@@ -105,13 +109,15 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
         compozy session new --cwd "$PWD" --prompt "Run the tests and fix what fails."
         compozy session new --workspace ws_0123456789abcdef --provider demo --model demo-large
         compozy session new --agent general --name review --no-wait -o json | jq -r .id
+        compozy session new --cwd "$PWD" --isolation worktree --prompt "Refactor the parser."
     """
     fmt = _fmt(fmt, as_json)
     if cwd and workspace:
         fail("--cwd and --workspace are mutually exclusive", "workspace_conflict", fmt, EXIT_USAGE)
     body: dict[str, Any] = {k: v for k, v in {
         "agent_name": agent, "name": name, "provider": provider, "model": model,
-        "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt}.items() if v is not None}
+        "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt,
+        "isolation": isolation}.items() if v is not None}
     if workspace or (not cwd and os.environ.get("COMPOZY_WORKSPACE")):
         body["workspace"] = workspace or os.environ["COMPOZY_WORKSPACE"]
     else:
@@ -262,22 +268,27 @@ def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
 
 @session.command("remove")
 @click.argument("session_id")
+@click.option("--force", is_flag=True, help="A worktree session with uncommitted or unmerged work: remove it anyway; "
+              "its state is kept as the ref refs/compozy/<id>/final until `compozy worktree prune`.")
 @output_option
 @json_flag
-def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
+def session_remove(session_id: str, force: bool, fmt: str, as_json: bool) -> None:
     """Delete a session's history for good (stops it first); prints the record as it was.
 
-    Keep a copy first with `compozy session evidence ID` if it may be needed later.
+    Keep a copy first with `compozy session evidence ID` if it may be needed later. A worktree session whose
+    worktree holds uncommitted or unmerged work is refused (`worktree_has_work`): commit and merge it first, or
+    pass `--force`.
 
     Examples:
 
         compozy session remove sess_0123456789abcdef
+        compozy session remove sess_0123456789abcdef --force
     """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
         s = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
-        client.request("DELETE", _scoped(s))
+        client.request("DELETE", _scoped(s), query={"force": "true"} if force else None)
     except ApiError as exc:
         fail_api(exc, fmt)
     emit(s, fmt, lambda: click.echo(f"removed {session_id}"))

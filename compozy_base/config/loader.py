@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from compozy_base.config.agents import AgentConfig, ProviderConfig, parse_agents, parse_providers
+from compozy_base.config.agents import AgentConfig, ProviderConfig, isolation, parse_agents, parse_providers
 from compozy_base.config.checks import UnknownKey, read_toml, unknown_keys
 from compozy_base.config.errors import ConfigError
 from compozy_base.config.heartbeat import HeartbeatConfig, parse_heartbeat
@@ -21,7 +21,7 @@ from compozy_base.config.hook_spec import HookDeclaration
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
 from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
-from compozy_base.config.values import boolean, integer, money, parse_duration, port, string
+from compozy_base.config.values import boolean, integer, money, parse_duration, parse_size, port, string
 from compozy_base.home import compozy_home
 
 __all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
@@ -257,6 +257,10 @@ class Config:
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     max_terminals_per_session: int = DEFAULT_MAX_TERMINALS
+    # `[tasks] isolation`: a task attempt's (none or worktree); "": worktree when the workspace is a git repository.
+    task_isolation: str = ""
+    # `[worktrees] max_disk`: bytes every worktree may take together before `compozy doctor` warns; 0: no bound.
+    worktrees_max_disk: int = 0
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -456,6 +460,8 @@ def load_config(home: Path | None = None) -> Config:
         sandbox=parse_sandbox(_table(data, "sandbox")),
         max_terminals_per_session=integer(limits.get("max_terminals_per_session", DEFAULT_MAX_TERMINALS),
                                           "limits.max_terminals_per_session", 1, MAX_TERMINALS_CEILING),
+        task_isolation=isolation(_table(data, "tasks").get("isolation"), "tasks.isolation"),
+        worktrees_max_disk=parse_size(_table(data, "worktrees").get("max_disk", 0), "worktrees.max_disk"),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

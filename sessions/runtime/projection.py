@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict
 
-from sessions.core.enums import EventType
+from sessions.core.enums import EventType, MarkerKind
 from sessions.store.events import MAX_PAGE, read_events
+from sessions.store.rows import EventRow
 
 INSTRUCTION = (
     "This conversation was restored by Compozy after the agent process restarted. The JSON below is a pruned "
@@ -49,11 +50,27 @@ class ReplayMessage(TypedDict, total=False):
     is_error: bool
 
 
-def collect_messages(events_path: Path) -> list[ReplayMessage]:
-    """Messages (role user|assistant|tool_call|tool_result|system) from the tail of the store."""
-    rows = read_events(events_path, limit=TAIL_EVENTS, newest=True)
+def rewound_turns(rows: list[EventRow]) -> set[str]:
+    """The turns a rewind took back (its `session_rewound` marker names them): never replayed again."""
+    found: set[str] = set()
+    for row in rows:
+        if row["type"] == EventType.TRANSCRIPT_MARKER and row["content"].get("title") == MarkerKind.SESSION_REWOUND:
+            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
+            found.update(str(t) for t in evidence.get("rewound_turns") or [])
+    return found
+
+
+def collect_messages(events_path: Path, *, until: int | None = None,
+                     exclude: set[str] | None = None) -> list[ReplayMessage]:
+    """Messages (role user|assistant|tool_call|tool_result|system) from the tail of the store: up to sequence
+    `until` when given (a fork's checkpoint), without rewound turns and the turns in `exclude`."""
+    rows = read_events(events_path, limit=TAIL_EVENTS, newest=True,
+                       before=until + 1 if until is not None else None)
+    skipped = rewound_turns(rows) | (exclude or set())
     messages: list[ReplayMessage] = []
     for row in rows:
+        if row["turn_id"] and row["turn_id"] in skipped:
+            continue
         content, kind = row["content"], row["type"]
         if kind == EventType.USER_MESSAGE and content.get("source") != "agent":
             messages.append({"role": "user", "content": content.get("authored_text") or content.get("text", "")})
@@ -109,10 +126,12 @@ def prune(messages: list[ReplayMessage]) -> list[ReplayMessage]:
     return pruned
 
 
-def build_projection(events_path: Path) -> tuple[str | None, int]:
+def build_projection(events_path: Path, *, until: int | None = None,
+                     exclude: set[str] | None = None) -> tuple[str | None, int]:
     """(text to prepend to the next prompt, message count); None when the log holds no conversation: nothing
-    anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover."""
-    messages = prune(collect_messages(events_path))
+    anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover.
+    `until` and `exclude` as `collect_messages` (a rewind's and a fork's conversation)."""
+    messages = prune(collect_messages(events_path, until=until, exclude=exclude))
     if all(m["role"] == "system" for m in messages):
         return None, 0
     payload = json.dumps({"messages": messages}, ensure_ascii=False, separators=(",", ":"))

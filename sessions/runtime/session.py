@@ -48,6 +48,7 @@ from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
+from sessions.runtime.checkpointing import Checkpointer
 from sessions.runtime.confinement import confiner
 from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
 from sessions.runtime.elicitation_desk import ElicitationDesk
@@ -111,8 +112,10 @@ class SessionRuntime:
         self.agent_state = AgentState(self)
         # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
         permissions, elicitations = PermissionBoard(), ElicitationBoard()
+        self.checkpointer = Checkpointer(self)
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
-                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations)
+                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations,
+                           checkpoint=self.checkpointer.after_turn if rec.worktree else None)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
                                    tool_titles=self.tool_titles, tool_kinds=self.tool_kinds,
                                    tool_inputs=self.tool_inputs)

@@ -311,6 +311,14 @@ class StartPath:
         finally:
             self.loading = False
 
+    async def reopen(self, projection: str | None) -> None:
+        """A fresh ACP session on the running agent, the conversation given back as `projection` with the next
+        prompt (a rewind, docs/reference/worktrees.md §Rewind): the agent forgets the turns that were taken back.
+        Raises StartFailed when the agent refuses a new session."""
+        await self._open_acp_session(reactivate=False)
+        self._turns.projection = projection
+        await self._session.persist()
+
     async def _stage_projection(self, reason: str) -> None:
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
         text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))

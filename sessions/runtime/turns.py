@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
@@ -69,8 +69,12 @@ class Turns:
 
     def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
                  heartbeat: Callable[[], None], after_reply: Callable[[Turn], None],
-                 cost: TurnCost | None = None, elicitations: ElicitationBoard | None = None) -> None:
+                 cost: TurnCost | None = None, elicitations: ElicitationBoard | None = None,
+                 checkpoint: Callable[[str], Awaitable[object]] | None = None) -> None:
         self._session = session
+        # A worktree session's checkpoint when a turn ends (checkpointing.py): taken while the turn is still the
+        # session's, so no input starts and no rewind runs before the state it ended with is kept.
+        self._checkpoint = checkpoint
         self._elicitations = elicitations  # the agent's open questions: cancelled with the turn, as permissions
         self._cost = cost  # what each turn cost, when the agent reports cost (agent_state.py)
         self._activity = activity
@@ -216,8 +220,7 @@ class Turns:
             self._permissions.cancel_all()
             if self._elicitations is not None:
                 self._elicitations.cancel_all()
-            with contextlib.suppress(StoreFailure):
-                await self._session.recorder.flush()
+            await self._settle_store(turn)
             if self.turn is turn:
                 self.turn = None
                 activity = self._session.rec.activity_to_write()
@@ -233,6 +236,14 @@ class Turns:
             await self.input.fall_back()
             await self._session.persist()
             await self.dispatch_next()
+
+    async def _settle_store(self, turn: Turn) -> None:
+        """The turn's rows committed, then a worktree session's checkpoint of what the turn left."""
+        with contextlib.suppress(StoreFailure):
+            await self._session.recorder.flush()
+        if self._checkpoint is not None and not self._session.stopping:
+            with contextlib.suppress(StoreFailure):
+                await self._checkpoint(turn.id)
 
     def _cancel_open_tools(self, turn: Turn, stop: str) -> None:
         """The agent answered the prompt: a cancelled turn's tool calls still open are cancelled with it."""

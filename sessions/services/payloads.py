@@ -21,12 +21,14 @@ from sessions.core.record import (
     ActivityDoc,
     ConfigOptionDoc,
     FailureDoc,
+    ForkedFromDoc,
     LineageDoc,
     ModeDoc,
     ReportedModel,
     Resolution,
     SessionMeta,
     UsageDoc,
+    WorktreeDoc,
 )
 from sessions.store.rows import EventRow
 
@@ -69,6 +71,9 @@ class SessionPayload(TypedDict):
     activity: ActivityDoc | None
     last_activity_at: str | None
     lineage: LineageDoc | None
+    isolation: str  # none or worktree (docs/reference/worktrees.md)
+    worktree: WorktreeDoc | None
+    forked_from: ForkedFromDoc | None
     task_id: str | None
     run_id: str | None
     created_at: str | None
@@ -155,6 +160,9 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
         "activity": activity or None,
         "last_activity_at": activity.get("last_activity_at"),
         "lineage": meta.get("lineage"),
+        "isolation": meta.get("isolation") or "none",
+        "worktree": meta.get("worktree"),
+        "forked_from": meta.get("forked_from"),
         "task_id": meta.get("task_id"),  # correlation keys of a task run's session (tasks)
         "run_id": meta.get("run_id"),
         "created_at": meta["created_at"],

@@ -423,6 +423,8 @@ class ScriptedAgent:
             "slow": self._cmd_slow,
             "think": self._cmd_think,
             "tool": self._cmd_tool,
+            "fswrite": self._cmd_fswrite,
+            "disk": self._cmd_disk,
             "toolid": self._cmd_tool,  # the same, its permission request naming only the tool call id
             "toolhang": self._cmd_toolhang,
             "ask": self._cmd_ask,
@@ -884,6 +886,48 @@ class ScriptedAgent:
         else:
             await self._say(turn, f"ask {action}")
         return "cancelled" if turn.cancel.is_set() else "end_turn"
+
+    async def _cmd_fswrite(self, turn: Turn) -> str:
+        """`fswrite PATH CONTENT...`: the client's `fs/write_text_file` (no tool call, no permission), as an agent
+        that edits through its client does; says `fswrite ok` or `fswrite error: …`."""
+        parts = turn.text.strip().split(maxsplit=2)
+        if len(parts) < 2:
+            raise RequestError.invalid_params({"details": "usage: fswrite PATH CONTENT..."})
+        abs_path = os.path.normpath(os.path.join(turn.cwd, parts[1]))
+        try:
+            await self.conn.request("fs/write_text_file", {"sessionId": turn.session_id, "path": abs_path,
+                                                           "content": (parts[2] if len(parts) > 2 else "") + "\n"})
+        except Exception as exc:  # noqa: BLE001 - reported as the agent's answer, as real agents do
+            await self._say(turn, f"fswrite error: {error_text(exc)}")
+            return "end_turn"
+        await self._say(turn, "fswrite ok")
+        return "end_turn"
+
+    async def _cmd_disk(self, turn: Turn) -> str:
+        """`disk write PATH CONTENT...`, `disk rm PATH`, `disk bytes PATH N` (N pseudo-random bytes, binary),
+        `disk git ARGS...`: straight on disk in the session's cwd, as Claude Code's own tools edit files; says
+        `disk ok` (or git's output)."""
+        parts = turn.text.strip().split(maxsplit=3)
+        if len(parts) < 3:
+            raise RequestError.invalid_params({"details": "usage: disk write|rm|bytes|git PATH [CONTENT]"})
+        action, target = parts[1].lower(), os.path.normpath(os.path.join(turn.cwd, parts[2]))
+        if action == "write":
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            Path(target).write_text((parts[3] if len(parts) > 3 else "") + "\n")
+        elif action == "rm":
+            os.unlink(target)
+        elif action == "bytes":
+            count = int(parts[3]) if len(parts) > 3 else 64
+            Path(target).write_bytes(bytes((i * 37 + 11) % 256 for i in range(count)) + b"\0")
+        elif action == "git":
+            args = turn.text.strip().split()[2:]
+            done = subprocess.run(["git", *args], cwd=turn.cwd, capture_output=True, text=True, check=False)
+            await self._say(turn, f"disk git {done.returncode}: {done.stdout.strip()} {done.stderr.strip()}")
+            return "end_turn"
+        else:
+            raise RequestError.invalid_params({"details": f"unknown disk action {action}"})
+        await self._say(turn, "disk ok")
+        return "end_turn"
 
     async def _cmd_tool(self, turn: Turn) -> str:
         parts = turn.text.strip().split(maxsplit=3)
