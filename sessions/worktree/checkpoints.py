@@ -37,9 +37,9 @@ def checkpoint(worktree: Path, index: Path, ref: str, message: str, journal_file
     leaves a ref without an event, which boot repair deletes (sessions/repair/git_ops.py)."""
     journal.begin(journal_file, {"op": "checkpoint", "ref": ref, "index": str(index), "worktree": str(worktree)})
     snap = snapshot(worktree, index)
-    journal.pause_point(journal_file, "checkpoint")
     commit = git.out(["commit-tree", snap.tree, "-p", snap.head, "-m", message], worktree, env=git.IDENTITY)
     git.run(["update-ref", ref, commit], worktree)
+    journal.pause_point(journal_file, "checkpoint")  # the crash test's moment: a ref no event names yet
     return commit
 
 
