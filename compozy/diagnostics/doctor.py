@@ -9,10 +9,12 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from compozy.diagnostics.items import item
+from compozy.diagnostics.worktree_checks import check_git, check_worktree_disk
 from compozy_base.config.loader import ConfigError, get_config, load_config
 from compozy_base.config.sandbox import SandboxMode
 from compozy_base.home import compozy_home, crash_bundles_dir, sessions_dir
@@ -34,17 +36,6 @@ from sessions.store.folder import events_path, isoformat, list_session_dirs, par
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
 LOW_DISK_BYTES = 512 * 1024 * 1024
-
-
-def item(id_: str, category: str, severity: str, title: str, message: str,
-         suggested_command: str | None = None, evidence: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": id_, "code": id_, "category": category, "severity": severity, "title": title,
-                           "message": message, "data_freshness": "live"}
-    if suggested_command:
-        out["suggested_command"] = suggested_command
-    if evidence:
-        out["evidence"] = evidence
-    return out
 
 
 def check_catalog() -> dict[str, Any]:
@@ -462,6 +453,7 @@ CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_file_modes, check_queue, check_failures, check_live_streams, check_providers, check_health_rows,
     check_session_metadata,
     check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots, check_webhooks,
+    check_git, check_worktree_disk,
 ]
 
 

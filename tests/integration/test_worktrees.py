@@ -233,6 +233,9 @@ def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Da
     rows = daemon.cli_json("worktree", "list")["worktrees"]
     mine = next(w for w in rows if w["session_id"] == created["id"])
     assert mine["dirty"] is True and mine["ahead"] == 0 and mine["size_bytes"] > 0
+    doctor = {i["id"]: i for i in daemon.cli_json("doctor", "--only", "worktrees")["items"]}
+    assert doctor["git"]["severity"] == "ok" and doctor["worktrees_disk"]["severity"] == "ok"
+    assert doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
 
 
 @pytest.mark.parametrize("isolation", ["none"])
