@@ -255,6 +255,9 @@ def guard_remove(session_id: str, meta: SessionMeta, force: bool) -> None:
     if dirty or ahead:
         take(session_id, path, "", "final", final=True)
         journal.end(layout.journal_path(session_id))
+    if any(other != session_id and (meta.get("worktree") or {}).get("path") == doc.get("path")
+           for other, meta in _sessions_with_worktrees().items()):
+        return  # a task's retry continues in this worktree: it stays with the attempt that works in it
     trees.remove(doc)
     if not ahead and not dirty:
         git.run(["branch", "-D", doc.get("branch", "")], Path(doc["repo"]), check=False)

@@ -244,3 +244,30 @@ def test_a_plain_session_has_no_worktree(daemon: Daemon, workspace: Path, isolat
     assert s["isolation"] == "none" and s["worktree"] is None and s["cwd"] == str(workspace)
     response = daemon.http.get(daemon.scoped(s["id"], "/changes"))
     assert response.status_code == 400 and response.json()["code"] == "session_not_isolated"
+
+
+def task_runs(daemon: Daemon, task_id: str) -> list[dict[str, Any]]:
+    response = daemon.http.get(f"/api/tasks/{task_id}")
+    assert response.status_code == 200, response.text
+    return list(response.json()["task"]["runs"])
+
+
+def test_a_task_in_a_git_workspace_gets_a_worktree_and_its_retry_continues_there(daemon: Daemon,
+                                                                                  tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    created = daemon.http.post("/api/tasks", json={"prompt": "error", "agent_name": "scripted",
+                                                   "workspace_path": str(repo)})
+    assert created.status_code == 201, created.text
+    task_id = created.json()["task"]["id"]
+    wait_for(lambda: daemon.http.get(f"/api/tasks/{task_id}").json()["task"]["status"] == "failed", 60,
+             "the task's first attempt to fail")
+    first = daemon.session(task_runs(daemon, task_id)[0]["session_id"])
+    assert first["isolation"] == "worktree" and Path(first["worktree"]["path"]).is_dir()
+    (Path(first["worktree"]["path"]) / "progress.txt").write_text("the first attempt's work\n")
+    daemon.cli_json("task", "retry", task_id)
+    wait_for(lambda: len([r for r in task_runs(daemon, task_id) if r.get("session_id")]) == 2, 60,
+             "the retry's session")
+    second = daemon.session(next(r["session_id"] for r in task_runs(daemon, task_id) if r["attempt"] == 2))
+    assert second["worktree"]["path"] == first["worktree"]["path"] and second["cwd"] == first["cwd"]
+    assert (Path(second["worktree"]["path"]) / "progress.txt").read_text() == "the first attempt's work\n"
+    assert git(repo, "status", "--porcelain") == ""
