@@ -42,10 +42,11 @@ def next_number(worktree: Path, session_id: str) -> int:
     return max(numbers, default=0) + 1
 
 
-def take(session_id: str, worktree: Path, turn_id: str, reason: str, *, final: bool = False) -> CheckpointDoc:
-    """Blocking: the checkpoint itself (git), numbered after the session's last; the caller records the event and
-    then ends the journal."""
-    n = 0 if final else next_number(worktree, session_id)
+def take(session_id: str, worktree: Path, turn_id: str, reason: str, *, final: bool = False,
+         n: int | None = None) -> CheckpointDoc:
+    """Blocking: the checkpoint itself (git), numbered `n` (default: after the session's last ref); the caller
+    records the event and then ends the journal."""
+    n = 0 if final else n or next_number(worktree, session_id)
     ref = layout.checkpoint_ref(session_id, layout.FINAL if final else n)
     seq = event_store.max_sequence(folder.events_path(session_id))
     commit = checkpoints.checkpoint(worktree, layout.checkpoint_index(session_id), ref,
@@ -59,6 +60,7 @@ class Checkpointer:
     def __init__(self, session: SessionCore) -> None:
         self._session = session
         self.lock = asyncio.Lock()
+        self._next: int | None = None  # the next number, once read from the refs (one git call fewer a turn)
 
     @property
     def worktree(self) -> Path | None:
@@ -73,16 +75,22 @@ class Checkpointer:
         async with self.lock:
             return await self.record(worktree, turn_id, "turn")
 
+    def _take(self, worktree: Path, turn_id: str, reason: str) -> CheckpointDoc:
+        if self._next is None:
+            self._next = next_number(worktree, self._session.rec.id)
+        return take(self._session.rec.id, worktree, turn_id, reason, n=self._next)
+
     async def record(self, worktree: Path, turn_id: str, reason: str) -> CheckpointDoc | None:
         """Under `lock`: take, record the event, flush it, end the journal (boot repair keys on that order)."""
         session = self._session
         try:
-            doc = await asyncio.to_thread(take, session.rec.id, worktree, turn_id, reason)
+            doc = await asyncio.to_thread(self._take, worktree, turn_id, reason)
         except (CompozyError, OSError) as exc:
             logger.warning("session %s: checkpoint after turn %s failed: %s", session.rec.id, turn_id, exc)
             session.record(EventType.SYSTEM, {"title": "checkpoint_failed", "text": str(exc)[:500]}, turn_id=turn_id)
             await asyncio.to_thread(journal.end, layout.journal_path(session.rec.id))
             return None
+        self._next = doc["n"] + 1
         session.record(EventType.CHECKPOINT, dict(doc), turn_id=turn_id)
         await session.recorder.flush()
         await asyncio.to_thread(journal.end, layout.journal_path(session.rec.id))

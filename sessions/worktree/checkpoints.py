@@ -18,17 +18,21 @@ class Snapshot:
 
 
 def snapshot(worktree: Path, index: Path) -> Snapshot:
+    """The worktree's state as a tree, and its HEAD."""
+    head = git.out(["rev-parse", "HEAD"], worktree)
+    return Snapshot(write_tree(worktree, index), head)
+
+
+def write_tree(worktree: Path, index: Path) -> str:
     """The worktree's state as a tree, through `index` (seeded from the worktree's own index the first time, for its
     stat cache: only files that changed since are hashed again)."""
-    head = git.out(["rev-parse", "HEAD"], worktree)
     if not index.exists():
         own = Path(git.out(["rev-parse", "--path-format=absolute", "--git-path", "index"], worktree))
         if own.exists():
             shutil.copyfile(own, index)
     env = {"GIT_INDEX_FILE": str(index)}
     git.run(["add", "-A", "--", "."], worktree, env=env)
-    tree = git.out(["write-tree"], worktree, env=env)
-    return Snapshot(tree, head)
+    return git.out(["write-tree"], worktree, env=env)
 
 
 def checkpoint(worktree: Path, index: Path, ref: str, message: str, journal_file: Path) -> str:
@@ -36,8 +40,9 @@ def checkpoint(worktree: Path, index: Path, ref: str, message: str, journal_file
     (git writes `<ref>.lock` and renames it). The caller records the event, then ends the journal: a crash between
     leaves a ref without an event, which boot repair deletes (sessions/repair/git_ops.py)."""
     journal.begin(journal_file, {"op": "checkpoint", "ref": ref, "index": str(index), "worktree": str(worktree)})
-    snap = snapshot(worktree, index)
-    commit = git.out(["commit-tree", snap.tree, "-p", snap.head, "-m", message], worktree, env=git.IDENTITY)
+    tree = write_tree(worktree, index)
+    # `-p HEAD`: git resolves it, one process fewer than reading HEAD first (a checkpoint is paid at every turn's end).
+    commit = git.out(["commit-tree", tree, "-p", "HEAD", "-m", message], worktree, env=git.IDENTITY)
     git.run(["update-ref", ref, commit], worktree)
     journal.pause_point(journal_file, "checkpoint")  # the crash test's moment: a ref no event names yet
     return commit
