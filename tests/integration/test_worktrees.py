@@ -271,3 +271,20 @@ def test_a_task_in_a_git_workspace_gets_a_worktree_and_its_retry_continues_there
     assert second["worktree"]["path"] == first["worktree"]["path"] and second["cwd"] == first["cwd"]
     assert (Path(second["worktree"]["path"]) / "progress.txt").read_text() == "the first attempt's work\n"
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_stopped_session_rewinds_and_its_reactivation_replays_only_the_earlier_turns(daemon: Daemon,
+                                                                                        tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    s = new(daemon, repo)
+    wt = Path(s["worktree"]["path"])
+    turn(daemon, s["id"], "fswrite kept.txt earlyword")
+    turn(daemon, s["id"], "disk write gone.txt lateword")
+    assert daemon.http.post(daemon.scoped(s["id"], "/stop")).status_code == 204
+    daemon.wait_state(s["id"], {"stopped"})
+    response = daemon.cli_json("session", "rewind", s["id"], "--to", "1")
+    assert response["checkpoint"] == 1 and len(response["rewound_turns"]) == 1
+    assert (wt / "kept.txt").read_text() == "earlyword\n" and not (wt / "gone.txt").exists()
+    assert daemon.meta(s["id"])["acp_session_id"] == ""  # the agent's own memory of the later turn is dropped
+    echoed = said(daemon, s["id"], turn(daemon, s["id"], "after the stop"))  # the prompt reactivates it
+    assert "fswrite kept.txt earlyword" in echoed and "lateword" not in echoed
