@@ -384,6 +384,7 @@ class WorktreeDoc(TypedDict, total=False):
     base_commit: str
     repo: str
     base_branch: str  # the branch checked out in the workspace when the session began: `merge`'s default target
+    changed_files: int  # files differing from base_commit at the last checkpoint (the session list's count)
 
 
 class ForkedFromDoc(TypedDict):

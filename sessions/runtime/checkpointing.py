@@ -16,7 +16,7 @@ from sessions.core.enums import EventType
 from sessions.core.errors import CompozyError
 from sessions.store import events as event_store
 from sessions.store import folder
-from sessions.worktree import checkpoints, journal, layout
+from sessions.worktree import changes, checkpoints, journal, layout
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -34,6 +34,7 @@ class CheckpointDoc(TypedDict):
     ref: str
     reason: str  # turn (a turn ended), rewind (the state before a rewind) or final (a forced remove)
     created_at: str
+    files_changed: int  # files that differ from the session's base commit at this checkpoint (the list's count)
 
 
 def next_number(worktree: Path, session_id: str) -> int:
@@ -43,7 +44,7 @@ def next_number(worktree: Path, session_id: str) -> int:
 
 
 def take(session_id: str, worktree: Path, turn_id: str, reason: str, *, final: bool = False,
-         n: int | None = None) -> CheckpointDoc:
+         n: int | None = None, base: str = "") -> CheckpointDoc:
     """Blocking: the checkpoint itself (git), numbered `n` (default: after the session's last ref); the caller
     records the event and then ends the journal."""
     n = 0 if final else n or next_number(worktree, session_id)
@@ -53,7 +54,8 @@ def take(session_id: str, worktree: Path, turn_id: str, reason: str, *, final: b
                                     f"compozy checkpoint {session_id} #{n or 'final'} ({reason})",
                                     layout.journal_path(session_id))
     return {"n": n, "turn_id": turn_id, "event_seq": seq, "commit": commit, "ref": ref, "reason": reason,
-            "created_at": folder.isoformat(folder.utcnow()) or ""}
+            "created_at": folder.isoformat(folder.utcnow()) or "",
+            "files_changed": changes.count(worktree, base, commit) if base else 0}
 
 
 class Checkpointer:
@@ -78,7 +80,8 @@ class Checkpointer:
     def _take(self, worktree: Path, turn_id: str, reason: str) -> CheckpointDoc:
         if self._next is None:
             self._next = next_number(worktree, self._session.rec.id)
-        return take(self._session.rec.id, worktree, turn_id, reason, n=self._next)
+        base = str((self._session.rec.worktree or {}).get("base_commit") or "")
+        return take(self._session.rec.id, worktree, turn_id, reason, n=self._next, base=base)
 
     async def record(self, worktree: Path, turn_id: str, reason: str) -> CheckpointDoc | None:
         """Under `lock`: take, record the event, flush it, end the journal (boot repair keys on that order)."""
@@ -91,6 +94,9 @@ class Checkpointer:
             await asyncio.to_thread(journal.end, layout.journal_path(session.rec.id))
             return None
         self._next = doc["n"] + 1
+        if session.rec.worktree is not None:
+            # The session list's count (written with the record at the turn's end), without a git call per row.
+            session.rec.worktree["changed_files"] = doc["files_changed"]
         session.record(EventType.CHECKPOINT, dict(doc), turn_id=turn_id)
         await session.recorder.flush()
         await asyncio.to_thread(journal.end, layout.journal_path(session.rec.id))

@@ -45,7 +45,7 @@ from sessions.services.worktrees import (
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.ops import NewEvent
-from sessions.worktree import checkpoints, journal, layout
+from sessions.worktree import changes, checkpoints, journal, layout
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,10 @@ async def _rewind_live(runtime: SessionRuntime, worktree: Path, target: Checkpoi
             raise CompozyError("the state before the rewind could not be checkpointed; nothing was changed",
                                code="checkpoint_failed", status=500)
         await asyncio.to_thread(_restore, runtime.id, worktree, target, before)
+        base = str((runtime.rec.worktree or {}).get("base_commit") or "")
+        if runtime.rec.worktree is not None and base:
+            runtime.rec.worktree["changed_files"] = await asyncio.to_thread(changes.count, worktree, base,
+                                                                            target["commit"])
         turns = await asyncio.to_thread(_turns_after, runtime.id, int(target["event_seq"]))
         runtime.marker(MarkerKind.SESSION_REWOUND, f"Rewound to checkpoint {target['n']}",
                        _evidence(target, before, turns), turn_id="")  # type: ignore[arg-type]
@@ -107,7 +111,8 @@ async def _rewind_live(runtime: SessionRuntime, worktree: Path, target: Checkpoi
 def _rewind_stopped(meta: SessionMeta, worktree: Path, target: CheckpointEntry) -> tuple[CheckpointDoc, list[str]]:
     """Blocking: the same steps with the store appended directly (no runtime writes it)."""
     session_id = meta["id"]
-    before = take(session_id, worktree, "", "rewind")
+    base = str((meta.get("worktree") or {}).get("base_commit") or "")
+    before = take(session_id, worktree, "", "rewind", base=base)
     log = event_store.EventLog(folder.events_path(session_id), meta["agent_name"])
     try:
         log.append([NewEvent(EventType.CHECKPOINT.value, "", dict(before))])
@@ -126,6 +131,8 @@ def _rewind_stopped(meta: SessionMeta, worktree: Path, target: CheckpointEntry) 
     # replays the transcript without them.
     rec = SessionRecord.from_meta(meta)
     rec.acp_session_id, rec.updated_at = "", now
+    if rec.worktree is not None:
+        rec.worktree["changed_files"] = changes.count(worktree, base, target["commit"]) if base else 0
     catalog.save_meta(rec)
     return before, turns
 

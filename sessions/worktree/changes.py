@@ -87,6 +87,12 @@ def _patches(text: bytes) -> list[bytes]:
     return chunks
 
 
+def count(repo: Path, base: str, head: str) -> int:
+    """How many files differ between two commits or trees (renames count once)."""
+    listed = git.run(["diff-tree", "-r", "-z", "-M", "--name-only", base, head], repo).stdout
+    return len([name for name in listed.split("\0") if name])
+
+
 def compare(repo: Path, base: str, head: str) -> Changes:
     """The changes from `base` to `head` (commits or trees), renames found (`-M`)."""
     args = [base, head]

@@ -86,6 +86,8 @@ def test_two_worktree_sessions_leave_the_checkout_alone_and_changes_list_what_ea
     assert by_path["blob.bin"]["patch_omitted"] == "binary" and found["truncated"] is False
     assert [f["path"] for f in changes(daemon, a["id"], turn=first)["files"]] == ["notes/a.txt"]
     assert [f["path"] for f in changes(daemon, b["id"])["files"]] == ["b-only.txt"]
+    # The list's count, kept with the record at each checkpoint (no git call per listed session).
+    wait_for(lambda: daemon.session(a["id"])["worktree"].get("changed_files") == 4, 30, "the changed-files count")
     assert git(repo, "log", "-1", "--format=%s", f"compozy/{b['id']}") == "agent-commit"
 
     # A checkpoint per turn, as refs, without moving the branch, HEAD or the index the agent sees.
@@ -126,6 +128,7 @@ def test_rewind_restores_files_byte_for_byte_and_the_agent_sees_the_earlier_conv
     assert response.status_code == 200, response.text
     rewound = response.json()
     assert {p.name: p.read_bytes() for p in wt.iterdir() if p.is_file() and p.name != ".git"} == at_one
+    assert rewound["session"]["worktree"]["changed_files"] == 1
     assert len(rewound["rewound_turns"]) == 4 and rewound["before"]["reason"] == "rewind"
     marker = [e for e in daemon.events(s["id"]) if e["type"] == "transcript_marker.created"
               and e["content"]["title"] == "session_rewound"]
