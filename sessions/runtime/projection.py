@@ -126,13 +126,33 @@ def prune(messages: list[ReplayMessage]) -> list[ReplayMessage]:
     return pruned
 
 
-def build_projection(events_path: Path, *, until: int | None = None,
-                     exclude: set[str] | None = None) -> tuple[str | None, int]:
+def fork_origin(forked_from: dict[str, object] | None, sessions_root: Path) -> list[ReplayMessage]:
+    """A fork's conversation before its own: the original session's up to the checkpoint it was forked from (the
+    checkpoint's `event_seq`, read from the original's `checkpoint` events). Empty when the original is gone."""
+    if not forked_from:
+        return []
+    path = sessions_root / str(forked_from.get("session_id") or "") / "events.db"
+    for row in read_events(path, limit=MAX_PAGE, newest=True, types=[EventType.CHECKPOINT.value]):
+        if row["content"].get("n") == forked_from.get("checkpoint"):
+            return collect_messages(path, until=int(row["content"].get("event_seq") or 0))
+    return []
+
+
+def build_projection(events_path: Path, *, until: int | None = None, exclude: set[str] | None = None,
+                     before: list[ReplayMessage] | None = None) -> tuple[str | None, int]:
     """(text to prepend to the next prompt, message count); None when the log holds no conversation: nothing
     anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover.
-    `until` and `exclude` as `collect_messages` (a rewind's and a fork's conversation)."""
-    messages = prune(collect_messages(events_path, until=until, exclude=exclude))
+    `until` and `exclude` as `collect_messages` (a rewind's and a fork's conversation); `before`: messages that come
+    first (a fork's origin, `fork_origin`)."""
+    messages = prune([*(before or []), *collect_messages(events_path, until=until, exclude=exclude)])
     if all(m["role"] == "system" for m in messages):
         return None, 0
     payload = json.dumps({"messages": messages}, ensure_ascii=False, separators=(",", ":"))
     return f"{INSTRUCTION}\n<compozy_context_replay>{payload}</compozy_context_replay>", len(messages)
+
+
+def session_projection(session_id: str, forked_from: dict[str, object] | None,
+                       sessions_root: Path) -> tuple[str | None, int]:
+    """A session's conversation to replay: a fork's origin first, then its own log without rewound turns."""
+    origin = fork_origin(forked_from, sessions_root)
+    return build_projection(sessions_root / session_id / "events.db", before=origin)

@@ -22,7 +22,7 @@ from sessions.runtime import terminal_gateway
 from sessions.runtime.confinement import confiner
 from sessions.runtime.options import plan, reported_model, with_current
 from sessions.runtime.permissions import permission_mode
-from sessions.runtime.projection import build_projection
+from sessions.runtime.projection import session_projection
 from sessions.store import folder
 
 if TYPE_CHECKING:
@@ -203,7 +203,8 @@ class StartPath:
         argv0 = self._session.agent.command[0] if self._session.agent else ""
         return auth.refusal(self._auth_methods, argv0, self._session.provider.auth_method, detail)
 
-    async def _open_acp_session(self, *, reactivate: bool) -> None:
+    async def _open_acp_session(self, *, reactivate: bool, fresh: bool = False) -> None:
+        """`fresh`: a rewind's new ACP session on a running agent; the caller stages the conversation itself."""
         session = self._session
         assert session.agent
         params: JsonObject = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
@@ -231,6 +232,9 @@ class StartPath:
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
+        elif session.rec.forked_from and not reactivate and not fresh:
+            # A fork's first start: its first prompt carries the original's conversation up to the checkpoint.
+            await self._stage_projection("forked")
 
     async def _apply_options(self, opened: JsonObject) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
@@ -315,13 +319,15 @@ class StartPath:
         """A fresh ACP session on the running agent, the conversation given back as `projection` with the next
         prompt (a rewind, docs/reference/worktrees.md §Rewind): the agent forgets the turns that were taken back.
         Raises StartFailed when the agent refuses a new session."""
-        await self._open_acp_session(reactivate=False)
+        await self._open_acp_session(reactivate=False, fresh=True)
         self._turns.projection = projection
         await self._session.persist()
 
     async def _stage_projection(self, reason: str) -> None:
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
-        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
+        # A fork's own log starts empty: the original's conversation up to its checkpoint comes first.
+        rec = self._session.rec
+        text, count = await asyncio.to_thread(session_projection, rec.id, rec.forked_from, folder.sessions_dir())
         self._turns.projection = text
         if text is None:
             return  # no conversation to rebuild (a session that never started): nothing recovered, no marker

@@ -28,7 +28,7 @@ from sessions.core.errors import CompozyError, Conflict
 from sessions.core.record import SessionMeta, SessionRecord
 from sessions.runtime.checkpointing import CheckpointDoc, take
 from sessions.runtime.manager import get_manager
-from sessions.runtime.projection import build_projection
+from sessions.runtime.projection import session_projection
 from sessions.runtime.session import SessionRuntime
 from sessions.runtime.start_path import StartFailed
 from sessions.services.create import CreateBody, create_session
@@ -99,7 +99,8 @@ async def _rewind_live(runtime: SessionRuntime, worktree: Path, target: Checkpoi
         runtime.marker(MarkerKind.SESSION_REWOUND, f"Rewound to checkpoint {target['n']}",
                        _evidence(target, before, turns), turn_id="")  # type: ignore[arg-type]
         await runtime.recorder.flush()
-        projection, _count = await asyncio.to_thread(build_projection, folder.events_path(runtime.id))
+        projection, _count = await asyncio.to_thread(session_projection, runtime.id, runtime.rec.forked_from,
+                                                     folder.sessions_dir())
         try:
             await runtime.start_path.reopen(projection)
         except (StartFailed, CompozyError) as exc:
@@ -172,11 +173,6 @@ async def fork_session(session_id: str, workspace_ref: str | None, n: int | None
                         "fork": {"session_id": session_id, "checkpoint": n, "commit": target["commit"]}}
     if meta.get("model_explicit") and meta.get("model"):
         body["model"] = meta["model"]
-    payload = await create_session(body)
-    projection, _count = await asyncio.to_thread(build_projection, folder.events_path(session_id),
-                                                 until=int(target["event_seq"]))
-    runtime = get_manager().get(payload["id"])
-    if runtime is not None and projection is not None:
-        # Set before the agent's first prompt can run: the fork's first turn carries the conversation.
-        runtime.turns.projection = projection
-    return payload
+    # The conversation follows from `forked_from`: the new session's start stages the original's, up to the
+    # checkpoint, for its first prompt (sessions/runtime/start_path.py), and so does a reactivation after a restart.
+    return await create_session(body)
