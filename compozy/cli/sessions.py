@@ -47,12 +47,24 @@ def _model_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _worktree_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A worktree session's branch, folder and changed-files count (docs/reference/worktrees.md)."""
+    tree = s.get("worktree") or {}
+    if not tree:
+        return []
+    forked = s.get("forked_from") or {}
+    return [("worktree", tree.get("path")), ("branch", tree.get("branch")),
+            ("changed files", tree.get("changed_files")),
+            ("forked from", f"{forked['session_id']} at checkpoint {forked['checkpoint']}" if forked else None)]
+
+
 def _render_session(s: dict[str, Any]) -> None:
     failure = s.get("failure") or {}
     kv(f"Session {s['id']}", [
         ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
         ("provider", s.get("provider")), *_model_rows(s), ("workspace", s["workspace_id"]),
-        ("cwd", s.get("cwd")), ("prompt", s.get("prompt_state")), ("stop reason", s.get("stop_reason")),
+        ("cwd", s.get("cwd")), *_worktree_rows(s), ("prompt", s.get("prompt_state")),
+        ("stop reason", s.get("stop_reason")),
         ("stop detail", s.get("stop_detail")), ("failure", failure.get("kind")),
         ("failure summary", failure.get("summary")), ("crash bundle", failure.get("crash_bundle_path")),
         ("last activity", s.get("last_activity_at")), ("created", s["created_at"]), ("updated", s["updated_at"]),

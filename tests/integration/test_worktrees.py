@@ -233,6 +233,8 @@ def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Da
     assert [c["n"] for c in listed] == [1]
     human = daemon.cli("session", "changes", created["id"], "--patch")
     assert human.returncode == 0 and "+via the cli" in human.stdout
+    status = daemon.cli("session", "status", created["id"])
+    assert status.returncode == 0 and f"compozy/{created['id']}" in status.stdout
     rows = daemon.cli_json("worktree", "list")["worktrees"]
     mine = next(w for w in rows if w["session_id"] == created["id"])
     assert mine["dirty"] is True and mine["ahead"] == 0 and mine["size_bytes"] > 0
