@@ -210,7 +210,13 @@ def _place_worktree(session_id: str, body: CreateBody, meta: SessionMeta) -> tre
     elif fork:
         parent = git.out(["rev-parse", f"{fork['commit']}^"], workspace)
         placed = trees.add(session_id, workspace, start=parent)
-        checkpoints.restore(Path(placed.worktree["path"]), fork["commit"], parent, layout.scratch_index(session_id))
+        try:
+            checkpoints.restore(Path(placed.worktree["path"]), fork["commit"], parent,
+                                layout.scratch_index(session_id))
+        except BaseException:
+            trees.remove(placed.worktree)  # the caller's clean-up never saw it placed
+            git.run(["branch", "-D", placed.worktree["branch"]], Path(placed.worktree["repo"]), check=False)
+            raise
         meta["forked_from"] = {"session_id": fork["session_id"], "checkpoint": fork["checkpoint"]}
     else:
         placed = trees.add(session_id, workspace)

@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from compozy_base.home import user_umask
 from sessions.core.errors import CompozyError, InvalidRequest
 
 # A checkpoint of a 10,000-file repository takes about 0.1 s (bench/); a minute is a repository on a disk that no
@@ -82,8 +83,11 @@ def run_bytes(args: Sequence[str], cwd: Path, *, env: Mapping[str, str] | None =
               timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     argv = [require_git(), "-c", "core.quotepath=off", "-c", "advice.detachedHead=false", *args]
     try:
+        # The user's umask, not the daemon's private one: git writes the user's repository and checkout (a merged
+        # file born 0600 in their checkout would be a surprise); what it writes under $COMPOZY_HOME stays in
+        # owner-only folders.
         result = subprocess.run(argv, cwd=str(cwd), env=_env(env), capture_output=True, timeout=timeout,
-                                input=input, check=False)
+                                input=input, check=False, umask=user_umask())
     except subprocess.TimeoutExpired as exc:
         raise GitFailed(f"git {args[0]} did not finish in {timeout:.0f}s", data={"command": args[0]}) from exc
     except OSError as exc:

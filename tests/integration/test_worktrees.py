@@ -4,6 +4,7 @@ do."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,9 @@ def test_fork_commit_and_merge(daemon: Daemon, tmp_path: Path) -> None:
     body = merged.json()
     assert body["merged"] is True and body["target"] == "main" and set(body["files"]) == {"feature.txt", "later.txt"}
     assert git(repo, "rev-parse", "main") == body["commit"] and (repo / "feature.txt").read_text() == "the feature\n"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (repo / "feature.txt").stat().st_mode & 0o777 == 0o666 & ~mask  # the user's umask, not the daemon's
     assert git(repo, "status", "--porcelain") == ""
 
     # A conflict names the files and changes nothing.
