@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import Daemon, module_daemon, of_type, wait_for
 from tests.gitrepos import fsck_clean, git, make_repo
 
-daemon = module_daemon()
+# An agent whose sessions get a worktree unless the create says otherwise (`[agents.NAME] isolation`).
+daemon = module_daemon('[agents.isolated]\nprovider = "scripted"\nisolation = "worktree"\n')
 
 
 def new(daemon: Daemon, repo: Path, **extra: Any) -> dict[str, Any]:
@@ -247,12 +246,17 @@ def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Da
     assert doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
 
 
-@pytest.mark.parametrize("isolation", ["none"])
-def test_a_plain_session_has_no_worktree(daemon: Daemon, workspace: Path, isolation: str) -> None:
-    s = daemon.create(workspace, isolation=isolation)
+def test_a_plain_session_has_no_worktree_and_an_agent_can_ask_for_one(daemon: Daemon, workspace: Path,
+                                                                       tmp_path: Path) -> None:
+    s = daemon.create(workspace)
     assert s["isolation"] == "none" and s["worktree"] is None and s["cwd"] == str(workspace)
     response = daemon.http.get(daemon.scoped(s["id"], "/changes"))
     assert response.status_code == 400 and response.json()["code"] == "session_not_isolated"
+    repo = make_repo(tmp_path / "repo")
+    by_agent = daemon.create(repo, agent="isolated")
+    assert by_agent["isolation"] == "worktree" and by_agent["worktree"]["branch"] == f"compozy/{by_agent['id']}"
+    overridden = daemon.create(repo, agent="isolated", isolation="none")
+    assert overridden["isolation"] == "none" and overridden["cwd"] == str(repo)
 
 
 def task_runs(daemon: Daemon, task_id: str) -> list[dict[str, Any]]:
