@@ -90,6 +90,15 @@ function syncUrl() {
 
 // ---- rendering ----------------------------------------------------------------------------------
 
+// A worktree session's branch and how many files it changed (as of its last checkpoint).
+function worktreeNote(s) {
+  const wt = s.worktree;
+  if (!wt) return null;
+  const files = typeof wt.changed_files === "number"
+    ? ` · ${wt.changed_files} file${wt.changed_files === 1 ? "" : "s"} changed` : "";
+  return el("span", { class: "muted small branch", title: wt.path || "" }, `⎇ ${wt.branch}${files}`);
+}
+
 function row(s) {
   const lastActivity = s.last_activity_at || s.updated_at;
   const failure = s.failure || null;
@@ -109,8 +118,7 @@ function row(s) {
       el("span", { class: "muted small" }, [s.provider, s.model].filter(Boolean).join(" · "))),
     el("td", { class: "col-workspace", title: s.workspace_path || s.workspace_id },
       el("span", {}, shortPath(s.workspace_path) || s.workspace_id),
-      el("span", { class: "muted small path" }, s.workspace_path || "")),
-    el("td", { class: "col-activity", title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
+XX, title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
       relTime(lastActivity)),
     costCell(s.usage),
     el("td", { class: "col-stop" }, s.stop_reason
@@ -339,6 +347,7 @@ form.addEventListener("submit", async (event) => {
   const payload = { agent_name: form.agent_name.value, workspace_path: workspacePath };
   if (form.name.value.trim()) payload.name = form.name.value.trim();
   if (form.prompt.value.trim()) payload.prompt = form.prompt.value.trim();
+  if (form.isolation.checked) payload.isolation = "worktree";
   submit.disabled = true;
   submit.textContent = "Starting…";
   try {

@@ -8,6 +8,7 @@
 //   session-diagnostics.js  the diagnostics panel, health, recap, repair
 //   session-agent.js        the agent's mode (and switcher), context meter and cost in the header
 //   session-commands.js     the agent's slash commands, offered in the composer on `/`
+//   session-changes.js      a worktree session's work: changes, checkpoints, rewind, fork, commit, merge
 //   session-head.js         the header, and what a new record means for the rest
 //
 // Imports run one way, from the head down to the record. The two calls that must run back up, a
@@ -20,6 +21,7 @@ import {
 import { loadHealth, loadRecap, setupRepair, tickTimers } from "./session-diagnostics.js";
 import { setupAgentFacts } from "./session-agent.js";
 import { setupCommands } from "./session-commands.js";
+import { setupWork, workOnRecord } from "./session-changes.js";
 import { refreshElicitations } from "./session-elicitations.js";
 import { renderHead } from "./session-head.js";
 import { onOpenRequests, refreshPermissions } from "./session-permissions.js";
@@ -28,7 +30,10 @@ import { openStream, streamRemoved, updateOlder, view, watchOlder } from "./sess
 
 startDaemonStatus();
 
-onRecord(renderHead, streamRemoved);
+onRecord(() => {
+  renderHead();
+  workOnRecord();
+}, streamRemoved);
 onOpenRequests((open) => view.refreshPermissions(open));
 
 function start() {
@@ -41,6 +46,7 @@ function start() {
   setupComposer();
   setupCommands();
   setupAgentFacts();
+  setupWork();
 
   // Stopped sessions too: the snapshot is their transcript, then the stream ends at once.
   if (session.state === "stopped") $("stream-indicator").hidden = true; // nothing live to show
