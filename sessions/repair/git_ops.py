@@ -72,14 +72,16 @@ def _settle_merge(entry: journal.Journal) -> str:
 
 
 def _settle_restore(session_id: str, entry: journal.Journal) -> str:
-    """A rewind cut short: the state before it is checkpointed already, so it is run again to its end."""
+    """A rewind cut short, its files maybe half restored: rolled back to the checkpoint taken just before it (its
+    `session_rewound` marker, written after the restore, was never written, so the conversation was not rewound
+    either). Files the rewind's target brought that the state before lacked are deleted."""
     worktree = Path(entry.get("worktree", ""))
-    if not worktree.is_dir():
+    if not worktree.is_dir() or not entry.get("new"):
         return "rolled_back"
     gitdir = Path(git.out(["rev-parse", "--absolute-git-dir"], worktree))
     _clear_lock(gitdir / "index")
-    checkpoints.restore(worktree, entry["commit"], entry.get("new", ""), layout.scratch_index(session_id))
-    return "finished"
+    checkpoints.restore(worktree, entry["new"], entry["commit"], layout.scratch_index(session_id))
+    return "rolled_back"
 
 
 def repair_git_ops(session_id: str) -> str | None:

@@ -72,8 +72,8 @@ def _restore(session_id: str, worktree: Path, target: CheckpointEntry, before: C
     path = layout.journal_path(session_id)
     journal.begin(path, {"op": "restore", "session_id": session_id, "worktree": str(worktree),
                          "commit": target["commit"], "new": before["commit"]})
-    journal.pause_point(path, "restore")
-    checkpoints.restore(worktree, target["commit"], before["commit"], layout.scratch_index(session_id))
+    checkpoints.restore(worktree, target["commit"], before["commit"], layout.scratch_index(session_id),
+                        midway=lambda: journal.pause_point(path, "restore"))
     journal.end(path)
 
 

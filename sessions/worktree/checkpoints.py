@@ -5,6 +5,7 @@ never move. Rewind and fork read a checkpoint back into a worktree."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def refs_of(repo: Path, session_id: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in listed.splitlines() if " " in line)
 
 
-def restore(worktree: Path, commit: str, current: str, scratch: Path) -> None:
+def restore(worktree: Path, commit: str, current: str, scratch: Path,
+            midway: Callable[[], None] | None = None) -> None:
     """The worktree's files made exactly `commit`'s tree (byte for byte, modes too), its branch and index reset to
     the commit's parent (HEAD when the checkpoint was taken). `current` is the checkpoint of the state before,
     taken by the caller: files it has and `commit` lacks are deleted."""
@@ -71,6 +73,8 @@ def restore(worktree: Path, commit: str, current: str, scratch: Path) -> None:
         git.run(["checkout-index", "-a", "-f"], worktree, env=env)
     finally:
         scratch.unlink(missing_ok=True)
+    if midway is not None:
+        midway()  # the crash test's moment: the files written, the later ones not yet deleted
     added = git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-only", "--diff-filter=A", commit, current],
                     worktree).stdout
     for name in filter(None, added.split("\0")):

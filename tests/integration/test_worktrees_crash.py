@@ -80,3 +80,39 @@ def test_kill_during_a_merge_leaves_fsck_clean_and_boot_repair_finishes_it(tmp_p
         assert fsck_clean(repo) == ""
     finally:
         second.stop()
+
+
+def test_kill_during_a_rewind_rolls_its_files_back_to_the_state_before_it(tmp_path: Path) -> None:
+    home, repo = tmp_path / "home", make_repo(tmp_path / "repo")
+    first = start_daemon(home, env_extra={PAUSE: "restore"})
+    try:
+        s = first.create(repo, isolation="worktree")
+        wt = Path(s["worktree"]["path"])
+        for n, message in enumerate(["disk write a.txt first", "disk write a.txt changed", "disk write b.txt second"],
+                                    start=1):
+            assert first.prompt(s["id"], message).status_code == 200
+            wait_for(lambda n=n: len(first.http.get(first.scoped(s["id"], "/checkpoints")).json()["checkpoints"]) == n,
+                     30, f"checkpoint {n}")
+        before = {p.name: p.read_bytes() for p in wt.iterdir() if p.is_file()}
+        try:
+            first.http.post(first.scoped(s["id"], "/rewind"), json={"checkpoint": 1}, timeout=2)
+        except Exception:  # noqa: BLE001 - the rewind waits at its pause: the answer never comes
+            pass
+        wait_for((home / "sessions" / s["id"] / "git-journal.json.paused").exists, 30, "the rewind's pause")
+        # Half done: checkpoint 1's files written, the later file not yet deleted.
+        assert (wt / "a.txt").read_text() == "first\n" and (wt / "b.txt").exists()
+    finally:
+        first.stop(signal.SIGKILL)
+    assert fsck_clean(repo) == ""
+
+    second = start_daemon(home)
+    try:
+        journal = home / "sessions" / s["id"] / "git-journal.json"
+        wait_for(lambda: not journal.exists(), 60, "boot repair to settle the journal")
+        assert {p.name: p.read_bytes() for p in wt.iterdir() if p.is_file()} == before
+        assert (wt / "a.txt").read_text() == "changed\n"
+        rows = second.all_events(s["id"])
+        assert not [e for e in rows if e["content"].get("title") == "session_rewound"]
+        assert fsck_clean(repo) == ""
+    finally:
+        second.stop()
