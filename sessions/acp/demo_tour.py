@@ -3,7 +3,7 @@
 A prompt that starts with one or more of these words runs their parts, in this order, in one turn:
 
 - ``tour``: every part below but ``slow``;
-- ``plan``: a plan whose entries advance as the turn goes;
+- ``plan``: a plan of the turn's steps, then the same plan done;
 - ``ask``: a question (ACP elicitation, a form) that a person answers;
 - ``edit``: an edit of ``compozy-tour.md`` in the workspace, after a permission request (``approve-reads`` leaves
   it to a person; ``approve-all`` approves it), shown as a diff;
@@ -63,7 +63,7 @@ SLOW_TOOL_EVERY = 5
 
 MARKDOWN_REPLY = """## What you just saw
 
-1. A **plan** that advanced as the turn went.
+1. A **plan**, sent first and again once done.
 2. A **question** you answered in a form.
 3. A **permission request**, then an **edit** of `{file}` shown as a diff.
 4. A **terminal** command and its output.
@@ -116,16 +116,20 @@ class Tour:
         self._plan: dict[str, PlanEntry] = {}
 
     async def run(self, parts: list[str]) -> None:
+        """The parts in order; with `plan`, the plan first (its first step running) and again at the end, all
+        done. Not once per step: every plan update is an entry in the transcript, and nine of them buried the rest."""
+        steps = [p for p in parts if p != "plan"]
         if "plan" in parts:
-            self._plan = {p: plan_entry(STEPS[p], priority="medium", status="pending") for p in parts if p != "plan"}
+            self._plan = {p: plan_entry(STEPS[p], priority="medium", status="in_progress" if i == 0 else "pending")
+                          for i, p in enumerate(steps)}
             await self._send_plan()
-        for part in parts:
-            if part == "plan":
-                continue
-            await self._mark(part, "in_progress")
+        for part in steps:
             await getattr(self, f"_{part}")()
-            await self._mark(part, "completed")
-        if "plan" in parts and parts == ["plan"]:
+        if "plan" in parts:
+            for entry in self._plan.values():
+                entry.status = "completed"
+            await self._send_plan()
+        if parts == ["plan"]:
             await self.say("The plan above is all this prompt asked for.")
 
     async def say(self, text: str) -> None:
@@ -133,12 +137,6 @@ class Tour:
 
     async def _send_plan(self) -> None:
         await self.client.session_update(session_id=self.session_id, update=update_plan(list(self._plan.values())))
-
-    async def _mark(self, part: str, status: str) -> None:
-        entry = self._plan.get(part)
-        if entry is not None:
-            entry.status = status  # type: ignore[assignment]  # a PlanEntryStatus literal
-            await self._send_plan()
 
     def _tool_id(self, kind: str) -> str:
         return f"{kind}-{self._tool_ids()}"

@@ -34,6 +34,31 @@ class QuietDoc(TypedDict):
     attention: bool
 
 
+class PreviewDoc(TypedDict):
+    """What the sessions list shows of a session: the tool its turn runs now, else the start of its last reply."""
+
+    kind: Literal["tool", "message"]
+    text: str
+
+
+# One line of a list row: enough to tell sessions apart, and small in every listed payload.
+PREVIEW_CHARS = 160
+
+
+def preview_text(reply: str) -> str:
+    """A reply as one line, cut at `PREVIEW_CHARS` (the agent's Markdown stays as text: the list never renders it)."""
+    line = " ".join(reply.split())
+    return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS - 1] + "…"
+
+
+def preview(*, prompting: bool, current_tool: str | None, live_reply: str, last_reply: str) -> PreviewDoc | None:
+    """The running turn's tool, else its reply so far, else the last turn's reply; None when there is none."""
+    if prompting and current_tool:
+        return {"kind": "tool", "text": preview_text(current_tool)}
+    text = preview_text(live_reply) if prompting and live_reply else last_reply
+    return {"kind": "message", "text": text} if text else None
+
+
 # Stop reasons that are not a failure, each as a person says it. A failure on the record wins over any of them.
 _NEUTRAL_STOPS: dict[str, tuple[str, OutcomeTone]] = {
     StopReason.COMPLETED: ("completed", "ok"),

@@ -15,7 +15,7 @@ from typing_extensions import ReadOnly
 from compozy_base.config.loader import get_config
 from sessions.catalog import ownership
 from sessions.core import display, lifecycle
-from sessions.core.display import OutcomeDoc, QuietDoc
+from sessions.core.display import OutcomeDoc, PreviewDoc, QuietDoc
 from sessions.core.enums import FailureKind, SessionState
 from sessions.core.live import LiveSession
 from sessions.core.record import (
@@ -65,6 +65,7 @@ class SessionPayload(TypedDict):
     # What a person reads (sessions/core/display.py): how a stopped session ended, and a running turn's silence.
     outcome: OutcomeDoc | None
     quiet: QuietDoc | None
+    preview: PreviewDoc | None  # the list's line: the running tool, else the last reply's start
     acp_session_id: str | None
     acp_caps: AcpCapsDoc | None
     mode: ModeDoc | None
@@ -154,6 +155,10 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
         "failure": meta.get("failure"),
         "outcome": display.outcome(meta["state"], meta.get("stop_reason"), (meta.get("failure") or {}).get("kind")),
         "quiet": _quiet(prompting, pending_permissions + pending_elicitations > 0, activity),
+        "preview": display.preview(
+            prompting=prompting, current_tool=activity.get("current_tool"),
+            live_reply=runtime.turn.reply if runtime is not None and runtime.turn is not None else "",
+            last_reply=str((liveness.get("last_turn") or {}).get("reply_preview") or "")),
         "acp_session_id": meta.get("acp_session_id") or None,
         "acp_caps": meta.get("acp_caps"),
         # What the agent says of the session (sessions/runtime/agent_state.py); None until it says it.
