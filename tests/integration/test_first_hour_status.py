@@ -119,3 +119,26 @@ def test_a_prompt_in_plain_english_with_tour_words_is_echoed_as_before(daemon: D
     sid = daemon.create(workspace, agent="general")["id"]
     turn = daemon.run_turn(sid, "please edit the plan")
     assert said(turn) == "Hello from the Compozy demo agent. You said: please edit the plan"
+
+
+def test_the_list_previews_the_last_reply_and_the_running_tool(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="general")["id"]
+    assert daemon.session(sid)["preview"] is None  # nothing said yet
+    daemon.run_turn(sid, "hello there")
+    [row] = [s for s in daemon.http.get("/api/sessions").json()["sessions"] if s["id"] == sid]
+    assert row["preview"] == {"kind": "message",
+                              "text": "Hello from the Compozy demo agent. You said: hello there"}
+
+
+def test_an_interrupt_names_each_prompt_it_drops(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace)["id"]
+    assert daemon.prompt(sid, "hang").status_code == 200
+    wait_for(lambda: daemon.session(sid)["prompt_state"] == "prompting", what="the turn")
+    queued = daemon.prompt(sid, "the prompt I queued", mode="queue").json()["prompt"]
+    assert queued["status"] == "queued"
+    answer = daemon.http.post(daemon.scoped(sid, "/interrupt"), json={})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["prompt"]["canceled_queued_entries"] == [queued["queue_entry_id"]]
+    dropped = wait_for(lambda: [e for e in daemon.events(sid, type="transcript_marker.created")
+                                if e["content"].get("title") == "prompt_dropped"] or None, what="the marker")
+    assert "“the prompt I queued”" in dropped[0]["content"]["text"]

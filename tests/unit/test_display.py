@@ -81,3 +81,16 @@ def test_quiet_text_counts_seconds_minutes_and_hours() -> None:
     assert quiet_text(59.9) == "no output for 59s"
     assert quiet_text(60) == "no output for 1m 0s"
     assert quiet_text(3 * 3600 + 5 * 60 + 7) == "no output for 3h 5m"
+
+
+def test_the_preview_is_the_running_tool_else_the_reply_so_far_else_the_last_reply() -> None:
+    from sessions.core.display import preview, preview_text
+
+    assert preview(prompting=True, current_tool="Run: npm test", live_reply="x", last_reply="y") == \
+        {"kind": "tool", "text": "Run: npm test"}
+    assert preview(prompting=True, current_tool=None, live_reply="so\nfar", last_reply="y") == \
+        {"kind": "message", "text": "so far"}
+    assert preview(prompting=False, current_tool="stale", live_reply="", last_reply="done") == \
+        {"kind": "message", "text": "done"}
+    assert preview(prompting=False, current_tool=None, live_reply="", last_reply="") is None
+    assert len(preview_text("word " * 100)) == 160 and preview_text("word " * 100).endswith("…")

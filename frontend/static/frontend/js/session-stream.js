@@ -172,7 +172,9 @@ function runningTool(parts) {
   const tools = parts.filter((p) => p.type === "dynamic-tool");
   if (!tools.length) return undefined;
   const last = tools[tools.length - 1];
-  return ["output-available", "output-error"].includes(last.state) ? null : (last.title || last.toolName || "a tool");
+  // Cut: a title can be a pasted megabyte, and this line is rewritten every second.
+  return ["output-available", "output-error"].includes(last.state) ? null
+    : String(last.title || last.toolName || "a tool").slice(0, 200);
 }
 
 // ---- the stream ------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ export function renderWorking() {
   const noticeAfter = (data.supervision || {}).quiet_notice_after || 0;
   const silent = Number.isFinite(last) ? (now - last) / 1000 : 0;
   const quiet = !waiting && noticeAfter > 0 && silent >= noticeAfter;
-  const tool = streamTool ?? a.current_tool ?? null;
+  const tool = streamTool ?? (a.current_tool ? String(a.current_tool).slice(0, 200) : null);
   line.hidden = false;
   line.dataset.quiet = quiet ? "true" : "";
   if (quiet) {
