@@ -24,6 +24,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from acp import RequestError
 from acp.helpers import (
     plan_entry,
     start_tool_call,
@@ -174,7 +175,7 @@ class Tour:
             await self.say("The edit was not allowed; nothing was written.\n\n")
             return
         old: str | None = None
-        with contextlib.suppress(Exception):  # a missing file is a new one: the diff shows it whole
+        with contextlib.suppress(RequestError):  # a missing file is a new one: the diff shows it whole
             old = (await self.race(self.client.read_text_file(session_id=self.session_id, path=path))).content
         base = old or "# Compozy tour\n\n"
         new = base + ("" if base.endswith("\n") else "\n") + f"- {self.greeting} from the Compozy demo tour.\n"
@@ -195,7 +196,9 @@ class Tour:
         try:
             created = await self.race(self.client.create_terminal(
                 session_id=self.session_id, command="/bin/sh", args=["-c", command], cwd=self.cwd))
-        except Exception as exc:  # noqa: BLE001 - a refused command fails the tool call, not the turn
+        except Exception as exc:  # a refused command fails the tool call, not the turn
+            if self.cancel.is_set():
+                raise  # the turn was cancelled while the command was being set up: the turn ends
             await self._settle(tool_call_id, "failed", f"The command did not run: {exc}")
             return
         terminal_id = created.terminal_id
