@@ -167,6 +167,7 @@ def _session_context(session_id: str) -> dict[str, Any]:
             "inactivity_warning_after": supervision.inactivity_warning_after,
             "inactivity_timeout": supervision.inactivity_timeout,
             "timeout_cancel_grace": supervision.timeout_cancel_grace,
+            "quiet_notice_after": supervision.quiet_notice_after,
         },
         "busy_input": {"default_mode": str(config.busy_input.default_mode), "queue_cap": config.busy_input.queue_cap,
                        "max_text_bytes": config.busy_input.max_text_bytes},

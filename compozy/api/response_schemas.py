@@ -37,6 +37,23 @@ class FailureOut(Open):
                               "(`handshake`: a startup_failure whose agent never completed the ACP handshake)")
 
 
+class OutcomeOut(Open):
+    label: str = Field(description="how a stopped session ended: `completed`, `stopped by you`, `failed: KIND`…")
+    tone: str = Field(description="`ok`, `neutral` or `failed`")
+
+
+class QuietOut(Open):
+    since: str = Field(description="when the agent's last output came (or the turn began)")
+    seconds: float
+    text: str = Field(description="`no output for 1m 20s`")
+    attention: bool = Field(description="past `quiet_attention_after`: also an attention item of kind `quiet`")
+
+
+class PreviewOut(Open):
+    kind: str = Field(description="`tool` (the running turn's tool) or `message` (the start of the last reply)")
+    text: str
+
+
 class SessionOut(Open):
     """SessionPayload (docs/reference/surfaces.md §4.1)."""
 
@@ -64,6 +81,10 @@ class SessionOut(Open):
     stop_reason: str | None = None
     stop_detail: str | None = None
     failure: FailureOut | None = None
+    # What a person reads (sessions/core/display.py, issue 48).
+    outcome: OutcomeOut | None = None
+    quiet: QuietOut | None = None
+    preview: PreviewOut | None = None
     acp_session_id: str | None = None
     acp_caps: dict[str, Any] | None = None
     mode: dict[str, Any] | None = None  # {"current", "available": [{"id", "name"}]}

@@ -22,6 +22,7 @@ from compozy.cli.app import (
     session_call,
 )
 from compozy.cli.client import ApiError, Client
+from compozy.cli.events_view import status_text
 from compozy.cli.output import (
     EXIT_FAILED,
     EXIT_UNAVAILABLE,
@@ -61,7 +62,7 @@ def _worktree_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
 def _render_session(s: dict[str, Any]) -> None:
     failure = s.get("failure") or {}
     kv(f"Session {s['id']}", [
-        ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
+        ("name", s.get("name")), ("state", status_text(s)), ("badge", s.get("badge")), ("agent", s["agent_name"]),
         ("provider", s.get("provider")), *_model_rows(s), ("workspace", s["workspace_id"]),
         ("cwd", s.get("cwd")), *_worktree_rows(s), ("prompt", s.get("prompt_state")),
         ("stop reason", s.get("stop_reason")),
@@ -180,7 +181,12 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 
     def human() -> None:
         _render_session(s)
-        kv("Health", health_pairs(data["health"]))
+        health = data["health"]
+        if s["state"] == "stopped":
+            # `dead`/`session_unhealthy` are for the wake service (JSON keeps them): a stopped session has no
+            # agent process, which is no alarm; its outcome is in the state line above.
+            health = {**health, "health": "no agent process (stopped)", "ineligibility_reason": "stopped"}
+        kv("Health", health_pairs(health))
 
     emit(data, fmt, human)
 

@@ -199,11 +199,14 @@ def check_queue() -> dict[str, Any]:
 
 
 def check_failures() -> dict[str, Any]:
+    """Sessions that failed, counted as information: each is history (its page and the inbox say what failed), not
+    something wrong with the daemon now. As a warning, one failed session kept the dashboard's doctor chip amber
+    for good (issue 48)."""
     failed = Session.objects.filter(failure__isnull=False).exclude(failure__kind="cancellation").count()
     if failed:
-        return item("session_failures", "sessions", "warn", "Sessions with failures",
-                    f"{failed} session(s) stopped with a failure", "compozy status -o json",
-                    evidence={"count": failed})
+        return item("session_failures", "sessions", "info", "Sessions with failures",
+                    f"{failed} session(s) stopped with a failure; the inbox lists those not yet acknowledged",
+                    "compozy attention", evidence={"count": failed})
     return item("session_failures", "sessions", "ok", "Session failures", "none")
 
 

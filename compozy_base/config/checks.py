@@ -24,7 +24,8 @@ MAX_CONFIG_BYTES = 1024 * 1024
 # refuses what it does not know (`[agents.heartbeat]`, hook declarations).
 FREE: dict[str, Any] = {}
 _SUPERVISION = ("activity_heartbeat_interval", "progress_notify_interval", "inactivity_warning_after",
-                "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace")
+                "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace", "quiet_notice_after",
+                "quiet_attention_after")
 SCHEMA: dict[str, Any] = {
     "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes", "header_timeout", "body_timeout",
                            "idle_timeout", "stream_stall_timeout", "max_connections",

@@ -68,6 +68,13 @@ class SupervisionConfig:
     # verified process-tree stop once `stop_grace` more has passed (0 turns the stop off, the warning stays).
     quiet_after: float = 1800.0
     stop_grace: float = 600.0
+    # What a person sees of a quiet turn (sessions/core/display.py), long before supervision acts on it: a running
+    # turn without agent output for `quiet_notice_after` says "no output for 1m 20s" on the page, the list and
+    # `session status`; past `quiet_attention_after` it is an attention item too. A minute is longer than any
+    # healthy agent's silence between chunks or tool updates (a model's first token, a tool's start); five minutes
+    # is when a person would want to look. 0 turns either off.
+    quiet_notice_after: float = 60.0
+    quiet_attention_after: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -334,9 +341,13 @@ def _supervision(sup: dict[str, Any]) -> SupervisionConfig:
         timeout_cancel_grace=sup_duration("timeout_cancel_grace", positive=True),
         quiet_after=sup_duration("quiet_after"),
         stop_grace=sup_duration("stop_grace"),
+        quiet_notice_after=sup_duration("quiet_notice_after"),
+        quiet_attention_after=sup_duration("quiet_attention_after"),
     )
     if supervision.quiet_after < 0 or supervision.stop_grace < 0:
         raise ConfigError("session.supervision.quiet_after and stop_grace must not be negative")
+    if supervision.quiet_notice_after < 0 or supervision.quiet_attention_after < 0:
+        raise ConfigError("session.supervision.quiet_notice_after and quiet_attention_after must not be negative")
     return supervision
 
 

@@ -275,6 +275,7 @@ class LastTurnDoc(TypedDict, total=False):
     source: str
     ended_at: str | None
     outcome: str
+    reply_preview: str  # the start of the agent's reply, one line (sessions/core/display.py preview_text)
 
 
 class LivenessDoc(TypedDict, total=False):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 from compozy_base import metrics
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
-from sessions.core import lifecycle
+from sessions.core import display, lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.core.errors import Conflict, HookDenied, StorageError
 from sessions.core.failures import StoreFailure
@@ -227,9 +227,10 @@ class Turns:
                 activity.prompt_active, activity.current_tool, activity.tool_call_id = False, None, None
                 self._session.rec.liveness.stall_state = ""
                 # The turn that ended last, for the `turn_finished` webhook (derived from saved metadata).
+                # Its reply's start is the sessions list's preview of the session (display.preview_text).
                 self._session.rec.liveness.last_turn = {
                     "turn_id": turn.id, "source": turn.source, "ended_at": folder.isoformat(folder.utcnow()),
-                    "outcome": outcome}
+                    "outcome": outcome, "reply_preview": display.preview_text(redact_text(turn.reply))}
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
         if self._session.rec.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:

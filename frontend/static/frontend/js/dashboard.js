@@ -110,10 +110,16 @@ function row(s) {
       // A running badge alone hides that the agent is blocked on a person.
       waiting ? el("span", { class: "chip chip-approval", title: `${waiting} permission request${waiting > 1 ? "s" : ""} waiting for a decision` },
         waiting > 1 ? `needs approval · ${waiting}` : "needs approval") : null,
-      el("span", { class: `state-text state-${s.state}` }, s.state)),
+      el("span", { class: `state-text state-${s.state}` }, s.state),
+      // How a stopped session ended, and a running turn that has gone quiet (sessions/core/display.py).
+      s.state === "stopped" && s.outcome
+        ? el("span", { class: `outcome outcome-${s.outcome.tone}`, title: s.stop_detail || "" }, s.outcome.label) : null,
+      s.quiet ? el("span", { class: "quiet-notice", title: "The agent has said nothing for this long" }, s.quiet.text)
+        : null),
     el("td", { class: "col-session" },
       el("a", { href, class: "session-link" }, s.name || "Unnamed session"),
-      el("code", { class: "session-id" }, s.id)),
+      el("code", { class: "session-id" }, s.id),
+      previewLine(s.preview)),
     el("td", { class: "col-agent" }, el("span", {}, s.agent_name),
       el("span", { class: "muted small" }, [s.provider, s.model].filter(Boolean).join(" · "))),
     el("td", { class: "col-workspace", title: s.workspace_path || s.workspace_id },
@@ -138,6 +144,13 @@ XX, title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
   return tr;
 }
 
+// The session's last message, or the tool its turn runs now: one line, as text (agent output never runs here).
+function previewLine(preview) {
+  if (!preview || !preview.text) return null;
+  return el("span", { class: `preview preview-${preview.kind}`, title: preview.text },
+    preview.kind === "tool" ? `running: ${preview.text}` : preview.text);
+}
+
 // What the agent reports the session has cost; the context it has used in the tooltip.
 function costCell(usage) {
   const cost = formatCost(usage && usage.cost);
@@ -151,6 +164,13 @@ function costCell(usage) {
 function healthCell(s) {
   const h = s.health;
   if (!h) return el("td", { class: "col-health" }, el("span", { class: "muted" }, "–"));
+  // A stopped session has no agent process: `dead` is the wake service's word for it, no alarm. Its outcome is in
+  // the status cell; only a failure is shown as one (there).
+  if (s.state === "stopped") {
+    return el("td", { class: "col-health", dataset: { health: h.health, clean: cleanlyStopped(s) ? "true" : "" } },
+      el("span", { class: "muted small", title: `health ${h.health}: no agent process runs; wake: ${h.ineligibility_reason || "–"}` },
+        "not running"));
+  }
   const wake = h.eligible_for_wake ? "wake ok" : h.ineligibility_reason || "no wake";
   const clean = h.health === "dead" && cleanlyStopped(s);
   return el("td", { class: "col-health", dataset: { health: h.health, clean: clean ? "true" : "" } },

@@ -9,6 +9,7 @@
 //   session-agent.js        the agent's mode (and switcher), context meter and cost in the header
 //   session-commands.js     the agent's slash commands, offered in the composer on `/`
 //   session-changes.js      a worktree session's work: changes, checkpoints, rewind, fork, commit, merge
+//   session-working.js      the running turn's line in the header: elapsed, its tool, or "no output for …"
 //   session-head.js         the header, and what a new record means for the rest
 //
 // Imports run one way, from the head down to the record. The two calls that must run back up, a
@@ -27,6 +28,7 @@ import { renderHead } from "./session-head.js";
 import { onOpenRequests, refreshPermissions } from "./session-permissions.js";
 import { $, data, onRecord, pollSession, session } from "./session-record.js";
 import { openStream, streamRemoved, updateOlder, view, watchOlder } from "./session-stream.js";
+import { renderWorking } from "./session-working.js";
 
 startDaemonStatus();
 
@@ -53,7 +55,10 @@ function start() {
   openStream();
   watchOlder();
   pollSession();
-  setInterval(tickTimers, 1_000);
+  setInterval(() => {
+    tickTimers();
+    renderWorking();
+  }, 1_000);
   refreshPermissions();
   refreshElicitations();
   refreshQueue();
