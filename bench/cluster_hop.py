@@ -2,10 +2,11 @@
 
 Three measurements on the machine's PostgreSQL and Redis (tests/shared_services.py; skipped with the reason without
 them), each printed as p50/p95/p99:
-1. **forwarded request**: two nodes with sessions folders of their own; a session on A; `GET …/status` of it sent
+1. **forwarded request**: two nodes with sessions folders of their own; a session on A; `GET /api/sessions/ID` sent
    to A directly and to B (which forwards it to A with the cluster token through its pooled client), alternating,
    REQUESTS each on kept-alive client connections. The added latency is B's minus A's, percentile by percentile
-   (target < 5 ms p50 on loopback). Beside it, the cost the pool removes: a request to A on a new
+   (target < 5 ms p50 on loopback), and the CPU each node spent per read (B's is all the hop's own), which does not
+   depend on what else the machine runs. Beside it, the cost the pool removes: a request to A on a new
    `httpx.AsyncClient` each time (what routing did before), against one pooled client.
 2. **doorbells**: one publisher and one subscriber, DOORBELLS messages sent one at a time, each timed from its send
    to its receipt: Redis pub/sub (what channels-redis's group send rides on) against PostgreSQL `LISTEN/NOTIFY`
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness import daemon_cpu_seconds
 from tests.conftest import Daemon, start_daemon
 from tests.integration.test_scale import CLUSTER_CONFIG
 from tests.shared_services import fresh_database, fresh_redis, postgres_unavailable, redis_unavailable
@@ -87,20 +89,28 @@ def forwarded(root: Path, requests: int) -> dict[str, dict[str, float]]:
     workspace.mkdir(parents=True)
     with two_nodes(root) as (a, b, _):
         sid = a.create(workspace)["id"]
-        path = a.scoped(sid, "/status")
+        # The lightest routed read (one catalog row and meta.json): what the owner spends is small beside the hop.
+        path = f"/api/sessions/{sid}"
         with a.client(timeout=30) as to_a, b.client(timeout=30) as to_b:
             for _ in range(20):  # warm-up: connections, the pool, Django's first requests
                 timed(lambda: to_a.get(path))
                 timed(lambda: to_b.get(path))
             direct, hop = [], []
+            cpu_a, cpu_b = daemon_cpu_seconds(a.proc.pid), daemon_cpu_seconds(b.proc.pid)
             for _ in range(requests):
                 direct.append(timed(lambda: to_a.get(path)))
                 hop.append(timed(lambda: to_b.get(path), node="node-a"))
+            # CPU does not depend on what else the machine runs: B's is all the hop's (it only forwards), A's
+            # served both reads of each pair.
+            cpu_a = (daemon_cpu_seconds(a.proc.pid) - cpu_a) * 1000 / (2 * requests)
+            cpu_b = (daemon_cpu_seconds(b.proc.pid) - cpu_b) * 1000 / requests
         new_client, pooled = client_cost(a, path, requests // 2)
-        a.http.post(path.removesuffix("/status") + "/stop")
+        a.http.post(a.scoped(sid, "/stop"))
     through, owner = percentiles(hop), percentiles(direct)
     added = {key: through[key] - owner[key] for key in ("p50", "p95", "p99")} | {"n": owner["n"]}
-    return {"direct to the owner": owner, "through another node": through,
+    return {"owner's CPU per read": {"p50": cpu_a, "p95": cpu_a, "p99": cpu_a, "n": owner["n"]},
+            "forwarding node's CPU per forwarded read": {"p50": cpu_b, "p95": cpu_b, "p99": cpu_b, "n": owner["n"]},
+            "direct to the owner": owner, "through another node": through,
             "added by the hop (percentile by percentile)": added,
             "owner, a new AsyncClient per request": percentiles(new_client),
             "owner, one pooled AsyncClient": percentiles(pooled)}
@@ -168,8 +178,11 @@ def postgres_doorbells(url: str, count: int) -> tuple[list[float], float]:
             if not one():
                 raise RuntimeError("a notification did not arrive within 5 s")
             samples.append((time.perf_counter() - started) * 1000)
+        # The burst reads with one generator (a generator per message would bound the rate by its own set-up).
+        stream = listener.notifies(timeout=30.0, stop_after=count)
         burst = _burst(lambda i: publisher.execute("SELECT pg_notify(%s, %s)", (channel, json.dumps({"sequence": i}))),
-                       one, count)
+                       lambda: next(stream, None) is not None, count)
+        stream.close()  # a suspended notifies() holds the connection's lock: closing the connection would wait
     return samples, burst
 
 
