@@ -27,8 +27,8 @@ _SUPERVISION = ("activity_heartbeat_interval", "progress_notify_interval", "inac
                 "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace", "quiet_notice_after",
                 "quiet_attention_after")
 SCHEMA: dict[str, Any] = {
-    "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes", "header_timeout", "body_timeout",
-                           "idle_timeout", "stream_stall_timeout", "max_connections",
+    "http": dict.fromkeys(("host", "port", "allow_remote", "allowed_hosts", "max_body_bytes", "header_timeout",
+                           "body_timeout", "idle_timeout", "stream_stall_timeout", "max_connections",
                            "max_connections_per_peer")),
     "daemon": {"socket": None},
     "defaults": dict.fromkeys(("agent", "provider")),
@@ -56,7 +56,7 @@ SCHEMA: dict[str, Any] = {
     "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None},
                         "auth_method": None, "ask_mode": None}},
     "hooks": {"declarations": FREE},
-    "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url")),
+    "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url", "tls_cert", "tls_key", "ca")),
     # Each webhook's keys are checked by its own reader (compozy_base/config/notifications.py), which refuses others.
     "notifications": {"webhooks": FREE, **dict.fromkeys(("retry_min", "retry_max", "max_attempts", "timeout"))},
 }

@@ -93,8 +93,18 @@ DEFAULT_LEASE_TTL = 15.0
 class ClusterConfig:
     node_id: str = ""  # COMPOZY_NODE_ID wins; empty: `hostname:COMPOZY_HOME` (sessions/claims.owner_id)
     lease_ttl: float = DEFAULT_LEASE_TTL
-    # How other nodes reach this one (routing work to a session's owner); empty: http://<http host>:<port>.
+    # How other nodes reach this one (routing work to a session's owner); empty: http(s)://<http host>:<port>.
     advertise_url: str = ""
+    # `tls_cert` and `tls_key` (PEM files, both or neither): the TCP listener serves HTTPS with them; `ca`: the PEM
+    # bundle this node verifies other nodes' certificates with (empty: the system's trust store). The cluster token
+    # is required all the same: TLS keeps the traffic private, the token says who may send it.
+    tls_cert: str = ""
+    tls_key: str = ""
+    ca: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
 
 
 # Request bodies are small JSON (a prompt is at most 64 KiB); 1 MiB leaves room and bounds what a client can
@@ -231,6 +241,9 @@ class Config:
     http_port: int = 2123
     # Binding beyond loopback needs an explicit yes; token auth applies either way.
     http_allow_remote: bool = False
+    # `[http] allowed_hosts`: Host names served besides loopback, the bound host and `[cluster] advertise_url`'s (the
+    # name a load balancer or a Kubernetes Service is reached by). Lower-case, without a port.
+    http_allowed_hosts: tuple[str, ...] = ()
     http_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     socket: Path = field(default_factory=lambda: compozy_home() / "daemon.sock")
     default_agent: str = "general"
@@ -307,8 +320,20 @@ def _http(http: dict[str, Any], daemon: dict[str, Any], home: Path) -> dict[str,
     max_body = http.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
     if isinstance(max_body, bool) or not isinstance(max_body, int) or not 1024 <= max_body <= MAX_BODY_BYTES_CEILING:
         raise ConfigError(f"http.max_body_bytes: must be an integer in 1024..{MAX_BODY_BYTES_CEILING}")
+    allowed = http.get("allowed_hosts", [])
+    if not isinstance(allowed, list) or not all(_host_name_only(name) for name in allowed):
+        raise ConfigError("http.allowed_hosts: must be a list of host names without a port, e.g. "
+                          '["compozy.example.com"]')
     return {"http_host": host, "http_port": http_port, "http_allow_remote": allow_remote,
+            "http_allowed_hosts": tuple(name.lower() for name in allowed),
             "http_max_body_bytes": max_body, "socket": socket}
+
+
+def _host_name_only(name: object) -> bool:
+    """A host name or an IP address, an IPv6 one in brackets; no port."""
+    if not isinstance(name, str) or not name:
+        return False
+    return (name.startswith("[") and name.endswith("]")) or ":" not in name
 
 
 def _max_agents(limits: dict[str, Any]) -> int:
@@ -391,6 +416,25 @@ def _advertise_url(cluster: dict[str, Any]) -> str:
     return advertise_url
 
 
+def _cluster_tls(cluster: dict[str, Any], home: Path) -> dict[str, str]:
+    """`[cluster] tls_cert`, `tls_key` and `ca`: readable files (relative paths are under the home), checked at
+    load so that a typo refuses the start rather than the first routed request."""
+    found: dict[str, str] = {}
+    for key in ("tls_cert", "tls_key", "ca"):
+        value = str(cluster.get(key) or "")
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else home / path
+        if not os.access(path, os.R_OK) or not path.is_file():
+            raise ConfigError(f"cluster.{key}: {path} is not a readable file")
+        found[key] = str(path)
+    if bool(found.get("tls_cert")) != bool(found.get("tls_key")):
+        raise ConfigError("cluster.tls_cert and cluster.tls_key: set both (the listener's certificate and its key) "
+                          "or neither")
+    return found
+
+
 def load_config(home: Path | None = None) -> Config:
     """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key.
 
@@ -441,6 +485,7 @@ def load_config(home: Path | None = None) -> Config:
     lease_ttl = _lease_ttl(cluster)
     auto_title = _auto_title(_table(roles, "auto_title", "roles."), agents, providers)
     advertise_url = _advertise_url(cluster)
+    cluster_tls = _cluster_tls(cluster, home)
     hooks_table = _table(data, "hooks")
     max_connections, max_connections_per_peer = _connection_limits(data)
     return Config(
@@ -461,7 +506,7 @@ def load_config(home: Path | None = None) -> Config:
         hooks=_hooks(hooks_table.get("declarations")),
         heartbeat=heartbeat,
         cluster=ClusterConfig(node_id=str(os.environ.get("COMPOZY_NODE_ID") or cluster.get("node_id") or ""),
-                              lease_ttl=lease_ttl, advertise_url=advertise_url),
+                              lease_ttl=lease_ttl, advertise_url=advertise_url, **cluster_tls),
         allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
                                  "workspaces.allow_hard_links"),
         timeouts=_timeouts(data),
