@@ -18,6 +18,8 @@ from compozy_base.config.errors import ConfigError
 from compozy_base.config.heartbeat import HeartbeatConfig, parse_heartbeat
 from compozy_base.config.hook_declarations import parse_hook_declarations
 from compozy_base.config.hook_spec import HookDeclaration
+from compozy_base.config.mcp_servers import CentralServer, parse_central
+from compozy_base.config.memory import MemoryConfig, parse_memory
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
 from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
@@ -257,6 +259,10 @@ class Config:
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     max_terminals_per_session: int = DEFAULT_MAX_TERMINALS
+    # `[memory]` (compozy_base/config/memory.py) and `[[mcp.servers]]`, the central MCP servers handed to the agents
+    # and workspaces they name (compozy_base/config/mcp_servers.py).
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    mcp_servers: tuple[CentralServer, ...] = ()
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -456,6 +462,8 @@ def load_config(home: Path | None = None) -> Config:
         sandbox=parse_sandbox(_table(data, "sandbox")),
         max_terminals_per_session=integer(limits.get("max_terminals_per_session", DEFAULT_MAX_TERMINALS),
                                           "limits.max_terminals_per_session", 1, MAX_TERMINALS_CEILING),
+        memory=parse_memory(_table(data, "memory")),
+        mcp_servers=parse_central(_table(data, "mcp").get("servers"), os.environ),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class DreamsConfig(AppConfig):
+    """No models: a dream's records live in memory's journal (memory/dreams.py)."""
+
+    name = "dreams"
+    default_auto_field = "django.db.models.BigAutoField"
