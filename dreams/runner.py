@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from compozy_base.config.loader import get_config
+from dreams.answer import parse_answer
 from dreams.gates import GateInputs, blocked
 from memory import dreams as records
 from memory import store
@@ -34,7 +33,6 @@ ANSWER_TIMEOUT = 600.0  # a dream whose agent says nothing for this long fails, 
 POLL_SECONDS = 0.5
 RECENT_SESSIONS = 10
 _following: set[asyncio.Task[None]] = set()
-JSON_BLOCK = re.compile(r"```json\s*(\{.*?\})\s*```", re.S)
 
 
 class DreamBlocked(Conflict):
@@ -134,17 +132,6 @@ def _outcome(session_id: str) -> tuple[str, str] | None:
     if meta is not None and meta.get("state") == SessionState.STOPPED:
         return "failed", f"the dream session stopped: {meta.get('stop_reason')}"
     return None
-
-
-def parse_answer(text: str) -> list[dict[str, Any]]:
-    """The decisions of the last fenced json block of the answer."""
-    blocks = JSON_BLOCK.findall(text)
-    if not blocks:
-        raise ValueError("the dream's answer holds no fenced json block")
-    decisions = json.loads(blocks[-1]).get("decisions")
-    if not isinstance(decisions, list):
-        raise ValueError("the dream's json block has no decisions list")
-    return [d for d in decisions if isinstance(d, dict)]
 
 
 async def _follow(dream_id: str, session_id: str, workspace: Path, material: list[records.Candidate]) -> None:
