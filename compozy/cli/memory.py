@@ -61,7 +61,9 @@ def memory() -> None:
 @output_option
 @json_flag
 def memory_health(workspace: str | None, fmt: str, as_json: bool) -> None:
-    """Each scope's files, the index's state (fresh, stale, rebuilding, failed with its cause), the last write,
+    """Memory's health: is every file readable and the index fresh?
+
+    Each scope's files, the index's state (fresh, stale, rebuilding, failed with its cause), the last write,
     the last dream, and problems (bad frontmatter, files the index lacks). Exits 1 when not healthy.
 
     Examples:
@@ -94,8 +96,10 @@ def memory_health(workspace: str | None, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def memory_list(scope: str | None, workspace: str | None, agent: str | None, fmt: str, as_json: bool) -> None:
-    """Entries of the global scope, plus the workspace's and the agent's when named. `-o json`:
-    `{"entries": [{slug, name, description, type, scope, agent, workspace, provenance, path, updated_at}]}`.
+    """List entries: the global scope's, plus the workspace's and the agent's when named.
+
+    `-o json`: `{"entries": [{slug, name, description, type, scope, agent, workspace, provenance, path,
+    updated_at}]}`.
 
     Examples:
 
@@ -123,7 +127,9 @@ def _where(scope: str | None, type_: str | None, workspace: str | None, agent: s
 @json_flag
 def memory_show(slug: str, scope: str | None, type_: str | None, workspace: str | None, agent: str | None,
                 fmt: str, as_json: bool) -> None:
-    """One entry whole, where it resolves first (agent ▸ workspace ▸ global). Exits 69 when there is none.
+    """One entry whole, where it resolves first (agent ▸ workspace ▸ global).
+
+    `-o json`: `{"entry": {..., "body"}}`. Exits 69 when there is none.
 
     Examples:
 
@@ -168,9 +174,10 @@ def _body(body: str | None, file: str | None, fmt: str) -> str:
 @json_flag
 def memory_write(body: str | None, scope: str, type_: str, name: str, description: str, workspace: str | None,
                  agent: str | None, file: str | None, fmt: str, as_json: bool) -> None:
-    """Write an entry (BODY, or --file F); the same scope, type and name again replaces it. Prints its slug;
-    `-o json`: `{slug, scope, type, path, created}`. `--workspace` for the workspace scope, `--agent` for the
-    agent scope.
+    """Write an entry (BODY, or --file F); the same scope, type and name again replaces it.
+
+    Prints its slug; `-o json`: `{slug, scope, type, path, created}`. `--workspace` for the workspace scope,
+    `--agent` for the agent scope. The change is journalled before its file changes.
 
     Examples:
 
@@ -200,7 +207,9 @@ def memory_write(body: str | None, scope: str, type_: str, name: str, descriptio
 def memory_edit(slug: str, scope: str | None, type_: str | None, workspace: str | None, agent: str | None,
                 name: str | None, description: str | None, body: str | None, file: str | None, fmt: str,
                 as_json: bool) -> None:
-    """Change an entry's name, description or body; what is not given stays. Prints its (new) slug.
+    """Change an entry's name, description or body; what is not given stays.
+
+    Prints its (new) slug: a new name moves the entry.
 
     Examples:
 
@@ -226,7 +235,9 @@ def memory_edit(slug: str, scope: str | None, type_: str | None, workspace: str 
 @json_flag
 def memory_delete(slug: str, scope: str | None, type_: str | None, workspace: str | None, agent: str | None,
                   fmt: str, as_json: bool) -> None:
-    """Delete the entry a slug resolves to (journalled like a write). Exits 69 when there is none.
+    """Delete the entry a slug resolves to.
+
+    Journalled like a write; `-o json`: `{"deleted": {...}}`. Exits 69 when there is none.
 
     Examples:
 
@@ -245,8 +256,9 @@ def memory_delete(slug: str, scope: str | None, type_: str | None, workspace: st
 @output_option
 @json_flag
 def memory_search(query: str, workspace: str | None, agent: str | None, limit: int, fmt: str, as_json: bool) -> None:
-    """Search every scope that resolves (global, plus the workspace's and the agent's when named); every word
-    must match, the last as a prefix. `-o json`: `{"results": [{slug, name, scope, type, snippet}]}`.
+    """Search memory: global, plus the workspace's and the agent's scopes when named.
+
+    Every word must match, the last as a prefix. `-o json`: `{"results": [{slug, name, scope, type, snippet}]}`.
 
     Examples:
 
@@ -265,7 +277,9 @@ def memory_search(query: str, workspace: str | None, agent: str | None, limit: i
 @output_option
 @json_flag
 def memory_reindex(fmt: str, as_json: bool) -> None:
-    """Rebuild the search index from the files (it is derived: deleting it loses nothing).
+    """Rebuild the search index from the files.
+
+    The index is derived: deleting it loses nothing. `-o json`: `{entries, index{state, ...}}`.
 
     Examples:
 
@@ -293,8 +307,10 @@ def dream() -> None:
 @output_option
 @json_flag
 def dream_trigger(workspace: str | None, fmt: str, as_json: bool) -> None:
-    """Start a dream for the workspace (default: the current directory). A gate that does not pass is named in
-    the one-line error (code `dream_gate_closed`, `.diagnostic.evidence.gate` in JSON).
+    """Start a dream for the workspace (default: the current directory).
+
+    A gate that does not pass is named in the one-line error (code `dream_gate_closed`,
+    `.diagnostic.evidence.gate` in JSON). `-o json`: `{"dream": {id, session_id, state, ...}}`.
 
     Examples:
 
@@ -310,7 +326,9 @@ def dream_trigger(workspace: str | None, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def dream_status(fmt: str, as_json: bool) -> None:
-    """The latest dreams, newest first, each with its decisions (action, source sessions, reverted or not).
+    """The latest dreams, newest first, each with its decisions.
+
+    A decision shows its action, its source sessions and whether it was reverted. `-o json`: `{"dreams": [...]}`.
 
     Examples:
 
@@ -338,7 +356,9 @@ def dream_status(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def dream_revert(decision_id: str, fmt: str, as_json: bool) -> None:
-    """Undo one dream decision: every file it changed put back, through the same journalled write path.
+    """Undo one dream decision.
+
+    Every file it changed is put back, through the same journalled write path.
 
     Examples:
 
@@ -359,8 +379,9 @@ def mcp() -> None:
 @output_option
 @json_flag
 def mcp_list(fmt: str, as_json: bool) -> None:
-    """Every configured MCP server: where it is configured, its transport, whom it is for. Secrets are named,
-    never shown.
+    """Every configured MCP server: where it is configured, its transport, whom it is for.
+
+    Secrets are named, never shown. `-o json`: `{"servers": [...]}`.
 
     Examples:
 
