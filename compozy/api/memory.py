@@ -21,9 +21,10 @@ from memory import dreams as dream_records
 from memory import health, service
 from memory.entry import MemoryType, Scope
 from sessions.catalog.index import canonical_dir, find_workspace
-from sessions.core.errors import NotFound
+from sessions.core.errors import InvalidRequest, NotFound
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.store.ids import is_session_id
 
 router = Router(tags=["memory"])
 
@@ -227,7 +228,8 @@ async def reindex(request: HttpRequest) -> dict[str, Any]:
 @router.post("/memory/dreams/trigger", response=responses({202: DreamEnvelope}))
 async def trigger_dream(request: HttpRequest, body: TriggerIn) -> tuple[int, dict[str, Any]]:
     root = await sync_to_async(workspace_root)(body.workspace)
-    assert root is not None
+    if root is None:
+        raise InvalidRequest("a dream needs its workspace", code="workspace_required")
     return 202, {"dream": await runner.trigger(root)}
 
 
@@ -243,7 +245,7 @@ async def revert_decision(request: HttpRequest, decision_id: Ident) -> dict[str,
 
 def session_snapshot(session_id: str) -> dict[str, Any]:
     """What the session was given at its start: its `memory_snapshot` row, or null."""
-    if folder.read_meta(session_id) is None:
+    if not is_session_id(session_id) or folder.read_meta(session_id) is None:
         raise NotFound("session not found", code="session_not_found", data={"session_id": session_id})
     rows = event_store.read_events(folder.events_path(session_id), types=["system"], limit=200)
     row = next((r for r in rows if (r.get("content") or {}).get("title") == "memory_snapshot"), None)
