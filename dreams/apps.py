@@ -8,3 +8,7 @@ class DreamsConfig(AppConfig):
 
     name = "dreams"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the dream cycle's huey job wherever Django runs (as sessions/apps.py does for its jobs).
+        from dreams import jobs  # noqa: F401

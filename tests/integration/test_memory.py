@@ -36,7 +36,8 @@ def spaces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def daemon(tmp_path_factory: pytest.TempPathFactory, spaces: tuple[Path, Path]) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("home")
     extra = (provider("mcpa", home) + provider("mcpb", home)
-             + '[memory.dream]\nagent = "scripted"\nmin_interval = 0\nmin_sessions = 0\nmin_candidates = 0\n\n'
+             + '[memory.dream]\nauto = false\nagent = "scripted"\nmin_interval = 0\nmin_sessions = 0\n'
+             + 'min_candidates = 0\n\n'
              + '[[mcp.servers]]\nname = "tracker"\ncommand = "/usr/local/bin/tracker-mcp"\n'
              + 'env_from = { TRACKER_TOKEN = "COMPOZY_TEST_TRACKER" }\n'
              + f'agents = ["mcpa"]\nworkspaces = [{json.dumps(str(spaces[0]))}]\n')
@@ -180,6 +181,25 @@ def test_a_dream_promotes_records_decisions_and_is_revertible(daemon: Daemon, wo
     assert agent_file.read_text() == original and not promoted.exists()
     again = daemon.cli("memory", "dream", "revert", decision["id"], "-o", "json")
     assert again.returncode == 65 and json.loads(again.stderr)["code"] == "already_reverted"
+
+
+def test_the_daemon_dreams_by_itself_once_a_workspace_has_material(tmp_path: Path, workspace: Path) -> None:
+    d = start_daemon(tmp_path / "home", extra_config='[memory.dream]\ncheck_every = "1s"\nmin_interval = "1h"\n'
+                     'min_sessions = 0\nmin_candidates = 1\n')
+    try:
+        writer = d.create(workspace)["id"]
+        say(d, writer, "memwrite user workspace terse-answers answer in one line")
+        assert d.cli_json("memory", "dream", "status")["dreams"] == []  # written, not yet recalled by anyone
+        say(d, d.create(workspace)["id"], "memsearch terse")
+        dream = wait_for(lambda: (d.cli_json("memory", "dream", "status")["dreams"] or [None])[0], 30,
+                         "a dream started by the daemon")
+        assert dream["workspace"] == str(workspace) and dream["session_id"]
+        # Its interval gate now holds the next one back.
+        blocked = d.http.post("/api/memory/dreams/trigger", json={"workspace": str(workspace)})
+        assert blocked.status_code == 409 and blocked.json()["diagnostic"]["evidence"]["gate"] in {"one_runner",
+                                                                                                   "min_interval"}
+    finally:
+        d.stop()
 
 
 def test_central_mcp_servers_reach_only_the_agents_and_workspaces_they_name(

@@ -34,7 +34,8 @@ def test_the_first_closed_gate_is_named(changes: dict[str, object], gate: str) -
 def test_open_gates_let_a_dream_run() -> None:
     assert blocked(inputs(), CONFIG, NOW) is None
     assert blocked(inputs(last_dream_at=None), CONFIG, NOW) is None  # never dreamt: no interval to wait
-    assert blocked(inputs(last_dream_at=NOW, completed_since=0, candidates=0), DreamConfig(0, 0, 0, 0), NOW) is None
+    open_config = DreamConfig(min_interval=0, min_sessions=0, min_candidates=0)
+    assert blocked(inputs(last_dream_at=NOW, completed_since=0, candidates=0), open_config, NOW) is None
 
 
 def test_a_dreams_answer_is_its_last_json_block() -> None:
