@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "tasks.apps.TasksConfig",
     "health.apps.HealthConfig",
     "dreams.apps.DreamsConfig",
+    "coordination.apps.CoordinationConfig",
     "attention.apps.AttentionConfig",
     "frontend.apps.FrontendConfig",
 ]

@@ -253,7 +253,7 @@ def session_snapshot(session_id: str) -> dict[str, Any]:
         return {"session_id": session_id, "snapshot": None}
     content = row["content"]
     return {"session_id": session_id, "snapshot": {"text": content.get("text"), **(content.get("raw") or {}),
-                                                   "at": row.get("ts")}}
+                                                   "at": row.get("timestamp")}}
 
 
 @router.get("/memory/sessions/{session_id}/snapshot", response=responses({200: SnapshotOut}))

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "attention", "frontend", "memory",
-            "dreams")
+            "dreams", "coordination")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
