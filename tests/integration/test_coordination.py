@@ -54,6 +54,9 @@ def test_a_plan_runs_through_one_coordinator_and_a_spawned_child_per_step(daemon
     spawned = {s["id"] for s in daemon.cli_json("session", "list", "--all", "--type", "spawned",
                                                 "--workspace", str(workspace))["sessions"]}
     assert spawned == {s["session_id"] for s in done.values()}
+    tree = daemon.http.get(daemon.scoped(coordinator, "/children")).json()["children"]
+    assert sorted((c["role"], c["parent_session_id"]) for c in tree) == [
+        ("step:a", coordinator), ("step:b", coordinator), ("step:c", coordinator)]
     # No work left: the coordinator is stopped.
     wait_for(lambda: daemon.session(coordinator)["state"] == "stopped", 60, "the idle coordinator to stop")
 
