@@ -70,6 +70,8 @@ def _index_state(on_disk: dict[str, float], problems: list[Problem]) -> IndexRep
     if failure:
         return IndexReport("failed", failure, count)
     if held is None:
+        if not on_disk:
+            return IndexReport("fresh", None, 0)  # no memory yet: nothing to index (the first write builds it)
         return IndexReport("stale", "no index file (run `compozy memory reindex`)", 0)
     lacking = [p for p, mtime in on_disk.items() if held.get(p) != mtime]
     extra = [p for p in held if p not in on_disk]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory import dreams, index, journal, service, store
+from memory import dreams, health, index, journal, service, store
 from memory.entry import BadFrontmatter, Entry, MemoryType, Scope, parse, render, slugify
 from memory.errors import InvalidMemory
 
@@ -88,3 +88,11 @@ def test_a_recalled_session_entry_is_dream_material(tmp_path: Path) -> None:
     service.search("brief", workspace=ws, session_id="sess_reader")
     [candidate] = dreams.candidates(ws)
     assert candidate.written_by == "sess_writer" and candidate.recalled_in == ["sess_reader"]
+
+
+def test_a_home_without_memory_is_healthy_and_a_missing_index_is_stale_once_there_is_some() -> None:
+    assert health.report().ok and health.report().index.state == "fresh"
+    service.write(scope="global", type_="user", name="One", description="", body="x")
+    index.index_path().unlink()
+    report = health.report()
+    assert not report.ok and report.index.state == "stale" and "no index file" in (report.index.cause or "")
