@@ -129,30 +129,121 @@ class SearchOut(Schema):
     results: list[HitOut]
 
 
+class IndexOut(Schema):
+    state: str = Field(..., description="fresh, stale, rebuilding or failed")
+    cause: str | None
+    entries: int
+
+
 class ReindexOut(Schema):
     entries: int
-    index: dict[str, Any]
+    index: IndexOut
+
+
+class ScopeOut(Schema):
+    scope: str
+    path: str
+    files: int
+    workspace: str | None
+    agent: str | None
+
+
+class ProblemOut(Schema):
+    path: str
+    problem: str
+
+
+class LastWriteOut(Schema):
+    at: str
+    actor: str
+    session_id: str
+    op: str
+    scope: str
+    type: str
+    slug: str
+
+
+class ChangeOut(Schema):
+    path: str
+    scope: str
+    workspace: str
+    agent: str
+    journal_id: int
+
+
+class DecisionOut(Schema):
+    id: str
+    dream_id: str
+    at: str
+    action: str
+    reason: str
+    source_sessions: list[str]
+    changes: list[ChangeOut]
+    reverted_at: str | None
+
+
+class DreamOut(Schema):
+    id: str
+    workspace: str
+    session_id: str
+    state: str = Field(..., description="running, done or failed")
+    started_at: str
+    finished_at: str | None
+    detail: str
+    candidates: int
+    decisions: list[DecisionOut] = []
+
+
+class HealthOut(Schema):
+    ok: bool
+    scopes: list[ScopeOut]
+    index: IndexOut
+    last_write: LastWriteOut | None
+    last_dream: DreamOut | None
+    problems: list[ProblemOut]
 
 
 class DreamsOut(Schema):
-    dreams: list[dict[str, Any]]
+    dreams: list[DreamOut]
 
 
 class DreamEnvelope(Schema):
-    dream: dict[str, Any]
+    dream: DreamOut
 
 
 class DecisionEnvelope(Schema):
-    decision: dict[str, Any]
+    decision: DecisionOut
+
+
+class SnapshotDoc(Schema):
+    text: str
+    entries: list[str]
+    left_out: int
+    chars: int
+    at: str | None
 
 
 class SnapshotOut(Schema):
     session_id: str
-    snapshot: dict[str, Any] | None
+    snapshot: SnapshotDoc | None
+
+
+class McpServerOut(Schema):
+    name: str
+    type: str
+    command: str
+    args: list[str]
+    url: str
+    env: list[str] = Field(..., description="The environment's names; their values are secrets, never shown.")
+    headers: list[str] = Field(..., description="The headers' names; their values are secrets, never shown.")
+    source: str
+    agents: list[str]
+    workspaces: list[str]
+    enabled: bool | None = None
 
 
 class McpServersOut(Schema):
-    servers: list[dict[str, Any]]
+    servers: list[McpServerOut]
 
 
 def _where(q: Where) -> dict[str, Any]:
@@ -160,7 +251,7 @@ def _where(q: Where) -> dict[str, Any]:
             "workspace": workspace_root(q.workspace), "agent": q.agent or ""}
 
 
-@router.get("/memory/health", response=responses({200: dict[str, Any]}))
+@router.get("/memory/health", response=responses({200: HealthOut}))
 async def memory_health(request: HttpRequest, query: Query[HealthQuery]) -> dict[str, Any]:
     def run() -> dict[str, Any]:
         return health.report(workspace_root(query.workspace)).to_dict()

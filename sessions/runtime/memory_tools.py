@@ -36,6 +36,12 @@ MAX_REQUEST = 1024 * 1024
 SCRIPT = Path(memory.mcp_server.__file__).resolve()
 
 
+def _socket_folder() -> Path:
+    """A fresh owner-only (0700) folder under /tmp, the folder the sandbox shares with the agent."""
+    base = "/tmp" if Path("/tmp").is_dir() else None
+    return Path(tempfile.mkdtemp(prefix="compozy-mcp-", dir=base))
+
+
 class MemoryTools:
     def __init__(self, session: SessionCore) -> None:
         self._session = session
