@@ -37,6 +37,8 @@ from attention.services import list_items
 from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
+from memory import health as memory_health
+from memory import service as memory_service
 from sessions import services
 from sessions.core.enums import Badge, SessionState
 from sessions.core.errors import CompozyError
@@ -135,6 +137,21 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     tasks = await sync_to_async(list_tasks)()
     page = {"initial": tasks}
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
+
+
+def _memory_context() -> dict[str, Any]:
+    return {"health": memory_health.report().to_dict(), "entries": memory_service.listing(),
+            "workspaces": [{"id": w["id"], "name": w["name"], "root_dir": w["root_dir"]}
+                           for w in services.list_workspaces()]}
+
+
+@csrf_exempt
+@require_safe
+async def memory_page(request: HttpRequest) -> HttpResponse:
+    """Memory: browse, search and edit entries, and what a session was given at its start (docs/reference/memory.md
+    §2). Entries are shown as text, never as HTML: an agent wrote some of them."""
+    context = await sync_to_async(_memory_context)()
+    return _secure(render(request, "frontend/memory.html", {"memory": context, "page": {"initial": context}}))
 
 
 def _queue(session_id: str) -> list[QueuedInput]:

@@ -31,6 +31,7 @@ from compozy.api.validation import describe_errors
 from compozy_base import strict_json
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
+from memory.errors import MemoryFailure
 from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
 from sessions.core.failures import classify
 
@@ -135,6 +136,7 @@ api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
 api.add_router("/", "compozy.api.worktrees.router")
+api.add_router("/", "compozy.api.memory.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,
@@ -144,6 +146,11 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
 
 @api.exception_handler(CompozyError)
 def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(MemoryFailure)
+def on_memory_error(request: HttpRequest, exc: MemoryFailure) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

@@ -200,6 +200,8 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
               "or provider is gone).")
 @click.option("--workspace", default=None, help="Only this workspace (id, name or absolute path).")
 @click.option("--agent", default=None, help="Only sessions of this agent name.")
+@click.option("--type", "session_type", type=click.Choice(["user", "dream", "system", "coordinator", "spawned"]),
+              default=None, help="Only sessions of this type; `dream` sessions are listed only when asked for.")
 @click.option("--query", default=None, help="Only sessions whose name or id contains this text.")
 @click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True,
               help="Sessions per page (1-100).")
@@ -209,6 +211,7 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
+                 session_type: str | None,
                  query: str | None, limit: int, cursor: str | None, wide: bool, include_health: bool, fmt: str,
                  as_json: bool) -> None:
     """List sessions (active ones by default), most recently updated first.
@@ -221,13 +224,14 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
         compozy session list --all --wide
         compozy session list --state stopped --workspace "$PWD" --limit 20
         compozy session list --resumable -o jsonl | jq -r .id
+        compozy session list --all --type dream
     """
     from compozy.cli.events_view import session_rows
 
     fmt = _fmt(fmt, as_json)
     client = _client()
     filters = {"all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
-               "workspace": workspace, "agent": agent, "q": query, "limit": limit,
+               "workspace": workspace, "agent": agent, "type": session_type, "q": query, "limit": limit,
                "include_health": "true" if include_health else None}
     try:
         data = client.request("GET", "/api/sessions", query={**filters, "cursor": cursor})

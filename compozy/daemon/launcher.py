@@ -177,6 +177,7 @@ def run_foreground(port: int | None = None) -> int:
     _register_secrets(config, home)
     _warn_if_cluster_token_refused()
     migrate_or_say_why()
+    _recover_memory()
     http_port = config.http_port if port is None else port
     _check_port_free(config.http_host, http_port)
     sock = config.socket
@@ -221,9 +222,22 @@ def _register_secrets(config: Config, home: Path) -> None:
 
     mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
                    for secret in server.secrets())
+    central_secrets = (secret for central in config.mcp_servers for secret in central.server.secrets())
     for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
-                   *mcp_secrets):
+                   *mcp_secrets, *central_secrets):
         register_secret(secret)
+
+
+def _recover_memory() -> None:
+    """Memory's journal finished (a change a crash left between its journal row and its file lands now, once),
+    and a dream its daemon died in marked failed, before any request or session reads memory."""
+    from memory import dreams, store  # daemon-only (see above run_foreground)
+
+    finished = store.recover()
+    if finished:
+        logger.info("memory: finished %d journalled change(s) a crash interrupted", finished)
+    if abandoned := dreams.abandon_running("the daemon stopped during the dream"):
+        logger.warning("memory: %d dream(s) interrupted by the last stop marked failed", abandoned)
 
 
 def _warn_if_cluster_token_refused() -> None:

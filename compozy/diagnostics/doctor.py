@@ -451,12 +451,39 @@ def check_webhooks() -> dict[str, Any]:
                 "pending", evidence=evidence)
 
 
+def check_memory() -> dict[str, Any]:
+    """Memory's files and index (docs/reference/memory.md §2): a file with bad frontmatter or an index that
+    lags its files can make a session look broken (it was not given what it should have known)."""
+    from memory import health
+
+    report = health.report()
+    idx = report.index
+    evidence = {"index": {"state": idx.state, "cause": idx.cause, "entries": idx.entries},
+                "scopes": len(report.scopes), "problems": [{"path": p.path, "problem": p.problem}
+                                                          for p in report.problems[:20]]}
+    bad = [p for p in report.problems if p.problem.startswith(("bad frontmatter", "misplaced", "unreadable"))]
+    if idx.state == "failed":
+        return item("memory", "memory", "error", "Memory index failed", idx.cause or "the index failed",
+                    "compozy memory reindex", evidence)
+    if bad:
+        return item("memory", "memory", "warn", "Memory files unreadable",
+                    f"{len(bad)} file(s) left out of memory: {bad[0].path}: {bad[0].problem}",
+                    "compozy memory health", evidence)
+    if idx.state != "fresh":
+        return item("memory", "memory", "warn", "Memory index stale", idx.cause or idx.state,
+                    "compozy memory reindex", evidence)
+    files = sum(s.files for s in report.scopes)
+    return item("memory", "memory", "ok", "Memory", f"{files} entr(y/ies) in {len(report.scopes)} scope(s), index "
+                "fresh", evidence=evidence)
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_config, check_catalog, check_event_storage, check_socket, check_sandbox, check_crash_bundles,
     check_file_modes, check_queue, check_failures, check_live_streams, check_providers, check_health_rows,
     check_session_metadata,
     check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots, check_webhooks,
     check_git, check_worktree_disk,
+    check_memory,
 ]
 
 

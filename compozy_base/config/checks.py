@@ -42,6 +42,11 @@ SCHEMA: dict[str, Any] = {
     },
     "limits": {"max_concurrent_agents": None, "max_cost_usd": None, "max_terminals_per_session": None},
     "sandbox": dict.fromkeys(("mode", "network", "writable", "hidden", "expose")),
+    "memory": {"enabled": None, "snapshot_max_chars": None,
+               "dream": dict.fromkeys(("auto", "check_every", "agent", "min_interval", "min_sessions",
+                                        "min_candidates"))},
+    # Each server's keys are checked by its own reader (compozy_base/config/mcp_servers.py), which refuses others.
+    "mcp": {"servers": FREE},
     # `fallback_chain` is an array of tables, each checked key by key by its reader (compozy_base/config/loader.py).
     "roles": {"auto_title": dict.fromkeys(("enabled", "agent", "provider", "model", "reasoning_effort",
                                            "fallback_chain"))},

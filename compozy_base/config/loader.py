@@ -18,6 +18,8 @@ from compozy_base.config.errors import ConfigError
 from compozy_base.config.heartbeat import HeartbeatConfig, parse_heartbeat
 from compozy_base.config.hook_declarations import parse_hook_declarations
 from compozy_base.config.hook_spec import HookDeclaration
+from compozy_base.config.mcp_servers import CentralServer, parse_central
+from compozy_base.config.memory import MemoryConfig, parse_memory
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
 from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
@@ -281,6 +283,10 @@ class Config:
     task_isolation: str = ""
     # `[worktrees] max_disk`: bytes every worktree may take together before `compozy doctor` warns; 0: no bound.
     worktrees_max_disk: int = 0
+    # `[memory]` (compozy_base/config/memory.py) and `[[mcp.servers]]`, the central MCP servers handed to the agents
+    # and workspaces they name (compozy_base/config/mcp_servers.py).
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    mcp_servers: tuple[CentralServer, ...] = ()
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -518,6 +524,8 @@ def load_config(home: Path | None = None) -> Config:
                                           "limits.max_terminals_per_session", 1, MAX_TERMINALS_CEILING),
         task_isolation=isolation(_table(data, "tasks").get("isolation"), "tasks.isolation"),
         worktrees_max_disk=parse_size(_table(data, "worktrees").get("max_disk", 0), "worktrees.max_disk"),
+        memory=parse_memory(_table(data, "memory")),
+        mcp_servers=parse_central(_table(data, "mcp").get("servers"), os.environ),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )

@@ -46,6 +46,7 @@ class UserMessageContent(TurnExtra, total=False):
     source: str
     authored_text: str  # what was typed, when a prompt hook changed `text`
     context_replay: bool
+    memory_snapshot: bool  # the agent received the session's frozen memory snapshot before `text`
 
 
 class DoneContent(TypedDict, total=False):
@@ -88,6 +89,8 @@ class Turns:
         self.admission = asyncio.Lock()
         # Provider context recovery: a projection of this session's log, prepended to the next prompt.
         self.projection: str | None = None
+        # The frozen memory snapshot (sessions/runtime/memory_tools.py), prepended to the first prompt once.
+        self.memory_block: str | None = None
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
         # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
         self.handover = False
@@ -96,6 +99,22 @@ class Turns:
     @property
     def busy(self) -> bool:
         return self.turn is not None
+
+    def _context_for(self, turn: Turn) -> tuple[bool, bool]:
+        """What the agent receives before the typed text, once each: the context projection, then the frozen memory
+        snapshot. A slash command goes to the agent as typed (a prefix would make it text): the next prompt carries
+        them instead. Returns (replayed, gave memory)."""
+        if turn.text.startswith("/"):
+            return False, False
+        replayed, gave_memory = self.projection is not None, self.memory_block is not None
+        if self.projection is not None:
+            # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
+            turn.sent = f"{self.projection}\n\nUser request: {turn.text}"
+            self.projection = None
+        if self.memory_block is not None:
+            turn.sent = f"{self.memory_block}\n\n{turn.sent or turn.text}"
+            self.memory_block = None
+        return replayed, gave_memory
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
                          extra: TurnExtra | None = None) -> Turn:
@@ -113,12 +132,7 @@ class Turns:
                 if patched != text:
                     authored, text = authored if authored is not None else text, patched
             turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "")
-            if self.projection is not None and not text.startswith("/"):
-                # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
-                # A slash command goes to the agent as typed (a prefix would make it text): the next prompt
-                # carries the projection instead.
-                turn.sent = f"{self.projection}\n\nUser request: {text}"
-                self.projection = None
+            replayed, gave_memory = self._context_for(turn)
             self.turn = turn
             if self._cost is not None:
                 self._cost.turn_started()
@@ -130,8 +144,10 @@ class Turns:
             if authored is not None and authored != text:
                 content["authored_text"] = authored
                 turn.authored = authored
-            if turn.sent:
+            if replayed:
                 content["context_replay"] = True
+            if gave_memory:
+                content["memory_snapshot"] = True
             # A daemon-originated prompt (a heartbeat wake) is stored as such, never as something a user typed.
             kind = EventType.SYNTHETIC_REENTRY if source == "synthetic" else EventType.USER_MESSAGE
             self._session.record(kind, content, turn_id=turn.id)
