@@ -172,6 +172,7 @@ def run_foreground(port: int | None = None) -> int:
     config = _accepted_config()
     check_database_url()
     _prepare_django()
+    _log_to_file(home)
     for unknown in config.unknown_keys:
         logger.warning("config.toml: %s", unknown.message())
     _register_secrets(config, home)
@@ -201,6 +202,19 @@ class _Start:
     http_port: int  # as asked: 0 lets the OS pick
     sock: Path
     started_at: str  # this daemon start: the run of its leases and of boot repair
+
+
+def _log_to_file(home: Path) -> None:
+    """The log also in `logs/daemon.log`, rotated (compozy/daemon/logs.py), from here on."""
+    import logging.config
+
+    from django.conf import settings
+
+    from compozy.daemon.logs import add_log_file, log_file
+
+    if (path := log_file(home)) is not None:
+        add_log_file(settings.LOGGING, path)
+        logging.config.dictConfig(settings.LOGGING)
 
 
 def _claim_home() -> Path:
