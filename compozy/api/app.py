@@ -134,6 +134,7 @@ api.add_router("/", "compozy.api.repair.router")
 api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
+api.add_router("/", "compozy.api.providers.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,

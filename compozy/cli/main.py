@@ -17,6 +17,7 @@ from compozy.cli import (  # noqa: F401
     evidence,
     health,
     hooks,
+    providers,
     reads,
     repair,
     sessions,
