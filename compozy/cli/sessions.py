@@ -134,7 +134,39 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
              fmt, EXIT_FAILED, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
+    if prompt and not no_wait and s["state"] == "active":
+        s = _first_turn_refused(client, s, fmt)
     emit(s, fmt, lambda: _render_session(s))
+
+
+# How long `session new --prompt` watches its first turn for an agent that refuses it at once for want of a login
+# (claude without a key answers in well under a second): the turn's first output, or its end, ends the watch sooner.
+FIRST_TURN_WATCH_SECONDS = 10.0
+
+
+def _first_turn_refused(client: Client, s: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The record once the first turn has spoken, ended, or the watch passed; exit 70 when the agent refused that
+    turn for want of a login (it exited 0, and a script went on with a session that could do nothing)."""
+    deadline, seen_turn = time.monotonic() + FIRST_TURN_WATCH_SECONDS, False
+    try:
+        while time.monotonic() < deadline:
+            failure = s.get("failure") or {}
+            if failure.get("kind") == "provider_auth_failure":
+                fail(f'session "{s["id"]}": its first prompt failed: {failure.get("summary")}',
+                     "provider_auth_failure", fmt, EXIT_FAILED,
+                     {"error": f"first prompt failed: {failure.get('summary')}", "code": "provider_auth_failure",
+                      "session": s})
+            activity = s.get("activity") or {}
+            # Idle before the staged prompt was dispatched is not its end.
+            seen_turn = seen_turn or s.get("prompt_state") == "prompting" or bool(activity.get("turn_id"))
+            spoke = activity.get("last_activity_kind") not in (None, "prompt_started")
+            if s["state"] != "active" or spoke or (seen_turn and s.get("prompt_state") == "idle"):
+                return s
+            time.sleep(0.1)
+            s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    return s
 
 
 @session.command("status")

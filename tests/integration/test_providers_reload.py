@@ -209,3 +209,15 @@ def test_a_key_for_an_unknown_provider_or_a_bad_variable_is_refused(daemon: Daem
     assert KEY not in bad.text
     nameless = daemon.http.put("/api/providers/scripted/key", json={"value": KEY})
     assert nameless.status_code == 400 and nameless.json()["code"] == "key_variable_required", nameless.text
+
+
+def test_session_new_exits_non_zero_when_its_first_prompt_is_refused_for_want_of_a_login(
+        daemon: Daemon, workspace: Path) -> None:
+    refused = daemon.cli("session", "new", "--agent", "scripted", "--cwd", str(workspace), "--prompt", "autherr")
+    assert refused.returncode == 70, (refused.stdout, refused.stderr)
+    assert "its first prompt failed" in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert "`compozy session resume sess_" in refused.stderr, refused.stderr
+    fine = daemon.cli("session", "new", "--agent", "scripted", "--cwd", str(workspace), "--prompt", "slow 3 0.1",
+                      "-o", "json")
+    assert fine.returncode == 0, fine.stderr
+    assert json.loads(fine.stdout)["state"] == "active"
