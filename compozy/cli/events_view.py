@@ -266,3 +266,30 @@ def history_lines(turns: Sequence[dict[str, Any]], session_id: str, width: int |
         for message in turn.get("messages") or []:
             lines += message_lines(message, width)
     return lines
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> list[str]:
+    """`text` (made printable, on one line) wrapped at word boundaries under `indent`, each line at most `width`
+    columns; a word longer than the room (a path, a URL) is broken, never cut."""
+    import textwrap
+
+    room = max(width - len(indent), 20)
+    return [indent + line for line in textwrap.wrap(" ".join(printable(str(text)).split()), room,
+                                                    break_on_hyphens=False)]
+
+
+def fit_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], below: str, width: int | None) -> list[str]:
+    """One line per row when the whole table fits `width`; else the table without the `below` column, each row
+    followed by that column's text wrapped beneath it. At 80 columns a summary cut to a few characters could not be
+    read (`compozy attention`, a task's history); this way every column keeps all it says."""
+    whole = fit_table(columns, rows, set(), None)
+    if width is None or max(map(len, whole)) <= width:
+        return whole
+    at = list(columns).index(below)
+    kept = [c for i, c in enumerate(columns) if i != at]
+    table_lines = fit_table(kept, [[v for i, v in enumerate(row) if i != at] for row in rows], set(), width)
+    lines = [table_lines[0]]
+    for line, row in zip(table_lines[1:], rows, strict=True):
+        lines.append(line)
+        lines += wrap(row[at] or "", width) if row[at] else []
+    return lines
