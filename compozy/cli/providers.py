@@ -10,6 +10,7 @@ import rich_click as click
 
 from compozy.cli.app import _fmt, cli, daemon, json_flag, output_option, seg
 from compozy.cli.client import ApiError, Client
+from compozy.cli.health import agent
 from compozy.cli.output import EXIT_USAGE, emit, fail, fail_api, kv
 
 # A test or login through npx may first download the agent's package (minutes on a slow link).
@@ -26,11 +27,6 @@ def provider() -> None:
     `compozy provider list` first; `compozy provider test NAME` starts the agent for its ACP handshake;
     `compozy provider set-key NAME` stores a key (read from stdin) in `$COMPOZY_HOME/secrets.toml` and reloads.
     """
-
-
-@cli.group()
-def agent() -> None:
-    """The agents sessions run as (config.toml `[agents.NAME]`, and the built-in `general`)."""
 
 
 def _call(fmt: str, method: str, path: str, body: Any = None, timeout: float = 60.0) -> Any:
