@@ -293,3 +293,25 @@ def fit_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], below: str, 
         lines.append(line)
         lines += wrap(row[at] or "", width) if row[at] else []
     return lines
+
+
+# The rows a turn streams in chunks: `session events` shows each run of them as one line (`--raw`: a line each).
+CHUNK_TYPES = ("agent_message", "thought")
+
+
+def merge_chunks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive chunk rows of one type and turn as one row: the first's sequence, the last's time, the texts
+    joined, `content.chunks` their count. A reply of 300 chunks was 300 lines."""
+    merged: list[dict[str, Any]] = []
+    for row in rows:
+        last = merged[-1] if merged else None
+        if (last is not None and row.get("type") in CHUNK_TYPES and last.get("type") == row.get("type")
+                and last.get("turn_id") == row.get("turn_id")):
+            content = last["content"]
+            content["text"] = str(content.get("text") or "") + str((row.get("content") or {}).get("text") or "")
+            content["chunks"] = int(content.get("chunks") or 1) + 1
+            last["timestamp"] = row.get("timestamp")
+            continue
+        merged.append({**row, "content": dict(row.get("content") or {})} if row.get("type") in CHUNK_TYPES
+                      else row)
+    return merged

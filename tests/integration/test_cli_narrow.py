@@ -35,7 +35,7 @@ def test_session_events_prints_one_line_per_event_within_80_columns(daemon: Daem
     daemon.run_turn(sid, "a long message " + "that goes on and on " * 20)
     rows = daemon.all_events(sid)
 
-    lines = assert_fits(narrow(daemon, "session", "events", sid).stdout)
+    lines = assert_fits(narrow(daemon, "session", "events", sid, "--raw").stdout)
     assert len(lines) == len(rows)  # one line per event, no header, no wrapped cells
     for line, row in zip(lines, rows, strict=True):
         seq, age, ago_word, type_ = line.split()[:4]
@@ -183,3 +183,27 @@ def test_attention_keeps_the_whole_reason_at_80_columns(daemon: Daemon, workspac
     for item in items:
         assert any(line.startswith(item["id"] + "  ") and sid in line for line in lines), lines
         assert squeezed(item["summary"]) in squeezed(output), (item["summary"], output)
+
+
+def test_session_events_merges_a_replys_chunks_into_one_line_unless_raw(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    turn = daemon.run_turn(sid, "slow 6 0")
+    chunks = of_type(turn, "agent_message")
+    assert len(chunks) >= 2  # the store may coalesce chunks that came together; several rows stay
+    merged = assert_fits(narrow(daemon, "session", "events", sid).stdout)
+    [reply] = [line for line in merged if line.split()[3] == "agent_message"]
+    assert int(reply.split()[0]) == chunks[0]["sequence"] and reply.endswith("c0 c1 c2 c3 c4 c5"), reply
+    raw = narrow(daemon, "session", "events", sid, "--raw").stdout.splitlines()
+    assert len([line for line in raw if line.split()[3] == "agent_message"]) == len(chunks)
+    assert len(raw) == len(merged) + len(chunks) - 1
+
+
+def test_session_prompt_shows_each_tool_call_as_one_line(daemon: Daemon, workspace: Path) -> None:
+    sid = daemon.create(workspace, agent="scripted")["id"]
+    sent = narrow(daemon, "session", "prompt", sid, "tool read README.md")
+    calls = of_type(daemon.all_events(sid), "tool_call")
+    results = of_type(daemon.all_events(sid), "tool_result")
+    assert calls and results
+    title = calls[0]["content"].get("title") or calls[0]["content"].get("tool_name")
+    expected = f"tool {title}: {results[0]['content']['status']}"
+    assert sent.stdout.splitlines().count(expected) == 1, (sent.stdout, calls[0])
