@@ -376,7 +376,8 @@ def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None
 @click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
               help="Holder lease in seconds.")
 @click.option("--holder", default=None, metavar="NAME",
-              help="Who holds the lease (default `cli:<pid>`); a script names itself so it can detach later.")
+              help="Who holds the lease (default `cli:<host>:<pid>:<start>`, this process: when it is gone, so is "
+              "the lease); a script names itself so it can detach later.")
 @output_option
 @json_flag
 def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int,
@@ -398,7 +399,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
     if bool(session_id) == bool(latest):
         fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
-    holder = holder or f"cli:{os.getpid()}"
+    holder = holder or _own_holder()
     try:
         if latest:
             listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
@@ -442,8 +443,26 @@ def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> Non
     emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 
 
+def _own_holder() -> str:
+    """This process as the lease's holder (sessions/core/attach_holders.py): the daemon frees the lease of a
+    holder of this shape whose process is gone, so a closed terminal locks no one out."""
+    from compozy_base import process
+    from sessions.core.attach_holders import cli_holder
+
+    return cli_holder(os.getpid(), process.start_ticks(os.getpid()))
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    """The terminal closed (SIGHUP) or the process is told to end: leave through `finally`, which detaches."""
+    raise SystemExit(128 + signum)
+
+
 def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
+    import signal
+
     click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _hang_up)
     try:
         while True:
             try:
