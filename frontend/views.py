@@ -43,6 +43,7 @@ from sessions.core.errors import CompozyError
 from sessions.core.record import SessionMeta
 from sessions.live import transcript
 from sessions.services.prompts import QueuedInput
+from sessions.services.providers import list_providers
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.rows import EventRow
@@ -135,6 +136,15 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     tasks = await sync_to_async(list_tasks)()
     page = {"initial": tasks}
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
+
+
+@csrf_exempt
+@require_safe
+async def providers_page(request: HttpRequest) -> HttpResponse:
+    """Each provider's state and a form to set its key (which the API writes to secrets.toml, then reloads)."""
+
+    providers = await sync_to_async(list_providers)()
+    return _secure(render(request, "frontend/providers.html", {"page": {"initial": providers}}))
 
 
 def _queue(session_id: str) -> list[QueuedInput]:
