@@ -57,4 +57,6 @@ def test_a_named_holder_keeps_its_lease_and_the_refusal_names_the_way_out(daemon
     daemon.cli_json("session", "detach", sid, "--holder", "ci-job-42")
     mine = daemon.cli_json("session", "resume", sid)["attach"]["attached_to"]
     assert mine.startswith("cli:") and mine.count(":") == 3, mine
+    listed = daemon.cli_json("session", "list", "--resumable")["sessions"]
+    assert sid in {s["id"] for s in listed}  # the list and the command agree: a gone holder holds nothing
     assert attach(daemon, sid, "someone-else")[0] == 200
