@@ -98,7 +98,8 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
 
     With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory. Start
     progress (an npx install) goes to stderr; stdout gets the session record (`-o json`: the record itself, so
-    `jq -r .id` reads its id). Exits 70 when the session fails to start.
+    `jq -r .id` reads its id). Exits 70 when the session fails to start, or when the agent refuses the `--prompt`
+    turn at once for want of a login (the error names the key to set or the login to run).
 
     Examples:
 
