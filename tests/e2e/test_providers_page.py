@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import Daemon, of_type, start_daemon
+from tests.conftest import SCRIPTED, Daemon, of_type, start_daemon, toml_list
 
 KEY = "sk-test-compozy-page-key-0123456789abcdef"
 VARIABLE = "SCRIPTED_SECRET_KEY"
@@ -20,8 +21,10 @@ VARIABLE = "SCRIPTED_SECRET_KEY"
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("providers-page-home"),
-                     extra_config='[providers.gone]\ncommand = ["no-such-agent-acp-binary"]\n')
+    extra = ('[providers.gone]\ncommand = ["no-such-agent-acp-binary"]\n\n[providers.authy]\n'
+             f'command = {toml_list([sys.executable, str(SCRIPTED), "--require-auth"])}\n'
+             'env = { SCRIPTED_API_KEY = "scripted-login-key-0123456789" }\n')
+    d = start_daemon(tmp_path_factory.mktemp("providers-page-home"), extra_config=extra)
     yield d
     d.stop()
 
@@ -57,3 +60,14 @@ def test_the_page_shows_each_providers_state_and_sets_a_key_that_reaches_the_age
     page.locator("form.provider-key[data-provider='gone']").get_by_role("button", name="Test").click()
     expect(page.locator("#providers-error")).to_contain_text("'no-such-agent-acp-binary' is not on PATH")
     assert KEY not in page.content()
+
+
+def test_the_page_offers_the_login_methods_the_agent_lists(page: Page, daemon: Daemon) -> None:
+    page.goto(daemon.base_url + "/providers")
+    page.locator("form.provider-key[data-provider='authy']").get_by_role("button", name="Test").click()
+    expect(page.locator("#providers-note")).to_contain_text("login methods")
+    expect(page.locator("#providers-login")).to_contain_text("login (Log in): run `")  # a terminal method: named
+    page.locator("#providers-login button[data-method='env-key']").click()
+    expect(page.locator("#providers-note")).to_contain_text("authy: logged in with env-key")
+    page.locator("#providers-login button[data-method='api-key']").click()
+    expect(page.locator("#providers-note")).to_contain_text("authy: logged in with api-key")

@@ -10,6 +10,7 @@ const AUTH = { not_needed: "not needed", key_set: "key set", no_key: "no key", u
 const body = document.getElementById("providers-body");
 const error = document.getElementById("providers-error");
 const note = document.getElementById("providers-note");
+const logins = document.getElementById("providers-login");
 
 function say(text, failed) {
   error.hidden = !failed;
@@ -31,14 +32,43 @@ async function save(provider, variable, input) {
   }
 }
 
+async function login(provider, method) {
+  say(`${provider.name}: logging in with ${method.id}…`, false);
+  try {
+    const { data } = await api("POST", `/api/providers/${encodeURIComponent(provider.name)}/login`,
+      { method: method.id });
+    say(data.ok ? `${provider.name}: logged in with ${data.method}` : `${provider.name}: ${data.error}`, !data.ok);
+  } catch (err) {
+    say(`${provider.name}: ${errorText(err)}`, true);
+  }
+}
+
+// The login methods the agent offered at `initialize`: one button each (ACP `authenticate`); a terminal method is
+// named with its command instead, to run in a terminal.
+function offerLogins(provider, methods) {
+  clear(logins);
+  for (const method of methods) {
+    if (method.type === "terminal") {
+      logins.append(el("div", { class: "muted" }, `${provider.name}: ${method.how}`));
+      continue;
+    }
+    const button = el("button", { type: "button", class: "button small", dataset: { method: method.id } },
+      `Log in ${provider.name} with ${method.name || method.id}`);
+    button.addEventListener("click", () => login(provider, method));
+    logins.append(button, " ");
+  }
+}
+
 async function test(provider, button) {
   button.disabled = true;
+  clear(logins);
   say(`${provider.name}: starting its agent for the ACP handshake…`, false);
   try {
     const { data } = await api("POST", `/api/providers/${encodeURIComponent(provider.name)}/test`);
     const methods = data.auth_methods.map((m) => m.how).join("; ");
     say(data.ok ? `${provider.name}: ${data.agent_name || "agent"} ${data.version} answered`
       + (methods ? `; login methods: ${methods}` : "") : `${provider.name}: ${data.error}`, !data.ok);
+    if (data.ok) offerLogins(provider, data.auth_methods);
   } catch (err) {
     say(`${provider.name}: ${errorText(err)}`, true);
   } finally {
