@@ -45,6 +45,7 @@ from sessions.core.errors import CompozyError
 from sessions.core.record import SessionMeta
 from sessions.live import transcript
 from sessions.services.prompts import QueuedInput
+from sessions.services.providers import list_providers
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.rows import EventRow
@@ -152,6 +153,15 @@ async def memory_page(request: HttpRequest) -> HttpResponse:
     §2). Entries are shown as text, never as HTML: an agent wrote some of them."""
     context = await sync_to_async(_memory_context)()
     return _secure(render(request, "frontend/memory.html", {"memory": context, "page": {"initial": context}}))
+
+
+@csrf_exempt
+@require_safe
+async def providers_page(request: HttpRequest) -> HttpResponse:
+    """Each provider's state and a form to set its key (which the API writes to secrets.toml, then reloads)."""
+
+    providers = await sync_to_async(list_providers)()
+    return _secure(render(request, "frontend/providers.html", {"page": {"initial": providers}}))
 
 
 def _queue(session_id: str) -> list[QueuedInput]:

@@ -137,6 +137,7 @@ api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
 api.add_router("/", "compozy.api.worktrees.router")
 api.add_router("/", "compozy.api.memory.router")
+api.add_router("/", "compozy.api.providers.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,

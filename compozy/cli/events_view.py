@@ -277,3 +277,52 @@ def history_lines(turns: Sequence[dict[str, Any]], session_id: str, width: int |
         for message in turn.get("messages") or []:
             lines += message_lines(message, width)
     return lines
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> list[str]:
+    """`text` (made printable, on one line) wrapped at word boundaries under `indent`, each line at most `width`
+    columns; a word longer than the room (a path, a URL) is broken, never cut."""
+    import textwrap
+
+    room = max(width - len(indent), 20)
+    return [indent + line for line in textwrap.wrap(" ".join(printable(str(text)).split()), room,
+                                                    break_on_hyphens=False)]
+
+
+def fit_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], below: str, width: int | None) -> list[str]:
+    """One line per row when the whole table fits `width`; else the table without the `below` column, each row
+    followed by that column's text wrapped beneath it. At 80 columns a summary cut to a few characters could not be
+    read (`compozy attention`, a task's history); this way every column keeps all it says."""
+    whole = fit_table(columns, rows, set(), None)
+    if width is None or max(map(len, whole)) <= width:
+        return whole
+    at = list(columns).index(below)
+    kept = [c for i, c in enumerate(columns) if i != at]
+    table_lines = fit_table(kept, [[v for i, v in enumerate(row) if i != at] for row in rows], set(), width)
+    lines = [table_lines[0]]
+    for line, row in zip(table_lines[1:], rows, strict=True):
+        lines.append(line)
+        lines += wrap(row[at] or "", width) if row[at] else []
+    return lines
+
+
+# The rows a turn streams in chunks: `session events` shows each run of them as one line (`--raw`: a line each).
+CHUNK_TYPES = ("agent_message", "thought")
+
+
+def merge_chunks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive chunk rows of one type and turn as one row: the first's sequence, the last's time, the texts
+    joined, `content.chunks` their count. A reply of 300 chunks was 300 lines."""
+    merged: list[dict[str, Any]] = []
+    for row in rows:
+        last = merged[-1] if merged else None
+        if (last is not None and row.get("type") in CHUNK_TYPES and last.get("type") == row.get("type")
+                and last.get("turn_id") == row.get("turn_id")):
+            content = last["content"]
+            content["text"] = str(content.get("text") or "") + str((row.get("content") or {}).get("text") or "")
+            content["chunks"] = int(content.get("chunks") or 1) + 1
+            last["timestamp"] = row.get("timestamp")
+            continue
+        merged.append({**row, "content": dict(row.get("content") or {})} if row.get("type") in CHUNK_TYPES
+                      else row)
+    return merged

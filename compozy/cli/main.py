@@ -18,6 +18,7 @@ from compozy.cli import (  # noqa: F401
     health,
     hooks,
     memory,
+    providers,
     reads,
     repair,
     sessions,

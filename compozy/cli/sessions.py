@@ -115,7 +115,8 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
 
     With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory. Start
     progress (an npx install) goes to stderr; stdout gets the session record (`-o json`: the record itself, so
-    `jq -r .id` reads its id). Exits 70 when the session fails to start.
+    `jq -r .id` reads its id). Exits 70 when the session fails to start, or when the agent refuses the `--prompt`
+    turn at once for want of a login (the error names the key to set or the login to run).
 
     Examples:
 
@@ -153,7 +154,39 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
              fmt, EXIT_FAILED, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
+    if prompt and not no_wait and s["state"] == "active":
+        s = _first_turn_refused(client, s, fmt)
     emit(s, fmt, lambda: _render_session(s))
+
+
+# How long `session new --prompt` watches its first turn for an agent that refuses it at once for want of a login
+# (claude without a key answers in well under a second): the turn's first output, or its end, ends the watch sooner.
+FIRST_TURN_WATCH_SECONDS = 10.0
+
+
+def _first_turn_refused(client: Client, s: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The record once the first turn has spoken, ended, or the watch passed; exit 70 when the agent refused that
+    turn for want of a login (it exited 0, and a script went on with a session that could do nothing)."""
+    deadline, seen_turn = time.monotonic() + FIRST_TURN_WATCH_SECONDS, False
+    try:
+        while time.monotonic() < deadline:
+            failure = s.get("failure") or {}
+            if failure.get("kind") == "provider_auth_failure":
+                fail(f'session "{s["id"]}": its first prompt failed: {failure.get("summary")}',
+                     "provider_auth_failure", fmt, EXIT_FAILED,
+                     {"error": f"first prompt failed: {failure.get('summary')}", "code": "provider_auth_failure",
+                      "session": s})
+            activity = s.get("activity") or {}
+            # Idle before the staged prompt was dispatched is not its end.
+            seen_turn = seen_turn or s.get("prompt_state") == "prompting" or bool(activity.get("turn_id"))
+            spoke = activity.get("last_activity_kind") not in (None, "prompt_started")
+            if s["state"] != "active" or spoke or (seen_turn and s.get("prompt_state") == "idle"):
+                return s
+            time.sleep(0.1)
+            s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    return s
 
 
 @session.command("status")
@@ -377,7 +410,8 @@ def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None
 @click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
               help="Holder lease in seconds.")
 @click.option("--holder", default=None, metavar="NAME",
-              help="Who holds the lease (default `cli:<pid>`); a script names itself so it can detach later.")
+              help="Who holds the lease (default `cli:<host>:<pid>:<start>`, this process: when it is gone, so is "
+              "the lease); a script names itself so it can detach later.")
 @output_option
 @json_flag
 def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int,
@@ -399,7 +433,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
     if bool(session_id) == bool(latest):
         fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
-    holder = holder or f"cli:{os.getpid()}"
+    holder = holder or _own_holder()
     try:
         if latest:
             listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
@@ -443,8 +477,26 @@ def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> Non
     emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 
 
+def _own_holder() -> str:
+    """This process as the lease's holder (sessions/core/attach_holders.py): the daemon frees the lease of a
+    holder of this shape whose process is gone, so a closed terminal locks no one out."""
+    from compozy_base import process
+    from sessions.core.attach_holders import cli_holder
+
+    return cli_holder(os.getpid(), process.start_ticks(os.getpid()))
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    """The terminal closed (SIGHUP) or the process is told to end: leave through `finally`, which detaches."""
+    raise SystemExit(128 + signum)
+
+
 def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
+    import signal
+
     click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _hang_up)
     try:
         while True:
             try:

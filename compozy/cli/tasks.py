@@ -69,13 +69,33 @@ def _show(data: dict[str, Any]) -> None:
                            ("workspace", t["workspace_id"]), ("cwd", t["cwd"]),
                            ("attempts", f"{t['attempts']} of max {t['max_attempts']}"),
                            ("requeued", str(t["requeued"]))])
-    table("Attempts", ["#", "Run", "Status", "Outcome", "Session", "Recovers", "Lease until"],
-          [(r["attempt"], r["id"], r["status"], r.get("outcome"), r.get("session_id"), r.get("recovers_run_id"),
-            r.get("lease_expires_at")) for r in t["runs"]])
+    from compozy.cli.events_view import fit_rows, fit_table, terminal_width
+
+    # Plain lines that never wrap (a boxed table of seven columns squeezed Status and Outcome to nothing at 80
+    # columns): the ids whole, what an attempt recovers and its lease on a line of their own when set.
+    width = terminal_width()
+    click.echo("\nAttempts")
+    attempts = fit_table(["#", "RUN", "STATUS", "OUTCOME", "SESSION"],
+                         [(r["attempt"], r["id"], r["status"], r.get("outcome") or "-", r.get("session_id") or "-")
+                          for r in t["runs"]], {"OUTCOME"}, width)
+    click.echo(attempts[0])
+    for line, run in zip(attempts[1:], t["runs"], strict=True):
+        click.echo(line)
+        extra = [f"recovers {run['recovers_run_id']}" if run.get("recovers_run_id") else "",
+                 f"lease until {run['lease_expires_at']}" if run.get("lease_expires_at") else ""]
+        if any(extra):
+            click.echo("    " + "; ".join(e for e in extra if e))
     if data.get("history"):
-        table("History", ["When", "Event", "Reason", "Action", "Run"],
-              [(e["created_at"], e["kind"], e.get("reason"), e.get("action"), e.get("run_id"))
-               for e in data["history"]])
+        click.echo("\nHistory")
+        rows = [(_short_time(e["created_at"]), e["kind"], e.get("run_id") or "-",
+                 " · ".join(v for v in (e.get("reason"), e.get("action")) if v)) for e in data["history"]]
+        for line in fit_rows(["WHEN", "EVENT", "RUN", "REASON · ACTION"], rows, "REASON · ACTION", width):
+            click.echo(line)
+
+
+def _short_time(timestamp: str | None) -> str:
+    """`2026-12-05 10:31:02` of an RFC3339 stamp: the date and the second, without the zone's width (UTC)."""
+    return (timestamp or "").replace("T", " ")[:19]
 
 
 @task.command("create")

@@ -172,6 +172,7 @@ def run_foreground(port: int | None = None) -> int:
     config = _accepted_config()
     check_database_url()
     _prepare_django()
+    _log_to_file(home)
     for unknown in config.unknown_keys:
         logger.warning("config.toml: %s", unknown.message())
     _register_secrets(config, home)
@@ -204,6 +205,19 @@ class _Start:
     started_at: str  # this daemon start: the run of its leases and of boot repair
 
 
+def _log_to_file(home: Path) -> None:
+    """The log also in `logs/daemon.log`, rotated (compozy/daemon/logs.py), from here on."""
+    import logging.config
+
+    from django.conf import settings
+
+    from compozy.daemon.logs import add_log_file, log_file
+
+    if (path := log_file(home)) is not None:
+        add_log_file(settings.LOGGING, path)
+        logging.config.dictConfig(settings.LOGGING)
+
+
 def _claim_home() -> Path:
     """This home, made private, with no daemon running in it."""
     home = compozy_home()
@@ -218,13 +232,14 @@ def _claim_home() -> Path:
 def _register_secrets(config: Config, home: Path) -> None:
     """Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     key, from before the first request (the guard's policy, which also reads them, is built lazily then)."""
+    from compozy_base.config.secrets import secret_values
     from sessions.core.redact import register_secret  # daemon-only (see above run_foreground)
 
     mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
                    for secret in server.secrets())
     central_secrets = (secret for central in config.mcp_servers for secret in central.server.secrets())
     for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
-                   *mcp_secrets, *central_secrets):
+                   *mcp_secrets, *central_secrets, *secret_values(config.providers)):
         register_secret(secret)
 
 
@@ -384,6 +399,21 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, state: dict[str, Any], man
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(loop, state))
+
+
+def _reload_on_signal(loop: asyncio.AbstractEventLoop, state: dict[str, Any]) -> None:
+    """SIGHUP: `compozy daemon reload` (sessions/services/config_reload.py); a refused file is logged there."""
+    from sessions.core.errors import CompozyError
+    from sessions.services.config_reload import reload_config
+
+    async def reload() -> None:
+        with contextlib.suppress(CompozyError):  # refused: logged with its line, the daemon keeps what it had
+            await reload_config()
+
+    if not state["stopping"]:
+        state.setdefault("reloads", set()).add(task := loop.create_task(reload()))
+        task.add_done_callback(state["reloads"].discard)
 
 
 def _serve(server: GuardedServer, start: _Start, state: dict[str, Any]) -> None:

@@ -59,7 +59,7 @@ SCHEMA: dict[str, Any] = {
                                       "max_cost_usd", "network")),
                      "mcp_servers": FREE}},
     "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None},
-                        "auth_method": None, "ask_mode": None}},
+                        "auth_method": None, "ask_mode": None, "key_env": None}},
     "hooks": {"declarations": FREE},
     "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url", "tls_cert", "tls_key", "ca")),
     # Each webhook's keys are checked by its own reader (compozy_base/config/notifications.py), which refuses others.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from compozy_base.config import secrets
 from compozy_base.config.agents import AgentConfig, ProviderConfig, isolation, parse_agents, parse_providers
 from compozy_base.config.checks import UnknownKey, read_toml, unknown_keys
 from compozy_base.config.errors import ConfigError
@@ -479,7 +480,7 @@ def load_config(home: Path | None = None) -> Config:
     # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
     heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
     agents = parse_agents(agents_table)
-    providers = parse_providers(_table(data, "providers"))
+    providers = secrets.overlay(parse_providers(_table(data, "providers")), secrets.read_secrets(home))
     _check_agents(agents, providers)
     default_agent = str(defaults.get("agent") or "general")
     default_provider = str(defaults.get("provider") or "demo")
@@ -535,8 +536,15 @@ _cached: Config | None = None
 
 
 def get_config() -> Config:
-    """The daemon's config, loaded once per process (restart to change, as the reference says)."""
+    """The daemon's config, loaded once per process; `[providers.*]` and `[agents.*]` change on a reload
+    (sessions/services/config_reload.py, the one place that calls `replace_config`), the rest on a restart."""
     global _cached
     if _cached is None:
         _cached = load_config()
     return _cached
+
+
+def replace_config(config: Config) -> None:
+    """The config a reload accepted, for every later reader of get_config()."""
+    global _cached
+    _cached = config

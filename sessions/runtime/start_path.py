@@ -211,7 +211,9 @@ class StartPath:
 
     def _auth_refusal(self, detail: str) -> str:
         argv0 = self._session.agent.command[0] if self._session.agent else ""
-        return auth.refusal(self._auth_methods, argv0, self._session.provider.auth_method, detail)
+        provider = self._session.provider
+        return auth.refusal(self._auth_methods, argv0, provider.auth_method, detail, provider=provider.name,
+                            session_id=self._session.rec.id, key_env=provider.key_env)
 
     async def _open_acp_session(self, *, reactivate: bool, fresh: bool = False) -> None:
         """`fresh`: a rewind's new ACP session on a running agent; the caller stages the conversation itself."""

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
+from sessions.acp import auth
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
 from sessions.core import display, lifecycle
@@ -214,9 +215,7 @@ class Turns:
             if turn.reply and turn.source != "synthetic":
                 self._after_reply(turn)
         except AgentRequestError as exc:
-            kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
-                else FailureKind.PROMPT_FAILURE
-            failure = await self._turn_failure(kind, str(exc))
+            failure = await self._turn_failure(*self._classify_prompt_error(exc))
             self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
@@ -339,6 +338,15 @@ class Turns:
             raise
         await db(self._session.manager.inputs.mark, entry.id, "sent")
         return False
+
+    def _classify_prompt_error(self, exc: AgentRequestError) -> tuple[FailureKind, str]:
+        """A prompt the agent refused for want of a login is `provider_auth_failure`, its summary naming the exact
+        variable and commands; any other refusal is a `prompt_failure`."""
+        if not lifecycle.is_auth_error(exc.code, str(exc)):
+            return FailureKind.PROMPT_FAILURE, str(exc)
+        provider = self._session.provider
+        return FailureKind.PROVIDER_AUTH_FAILURE, f"{exc}; " + auth.next_step(provider.name, self._session.rec.id,
+                                                                             provider.key_env)
 
     async def _turn_failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session

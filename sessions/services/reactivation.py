@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.loader import get_config
 from sessions.catalog import cluster, ownership
+from sessions.core.attach_holders import holder_gone
 from sessions.core.enums import FailureKind, SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest
 from sessions.core.jsonobj import EventContent
@@ -176,12 +177,18 @@ def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_sec
     from django.db.models import Q
 
     free = Q(attached_to="") | Q(attach_expires_at__lt=now) | Q(attached_to=attached_to)
+    held_by = Session.objects.filter(id=session_id).values_list("attached_to", flat=True).first() or ""
+    if held_by and holder_gone(held_by):  # a `session resume` whose terminal closed: its process is gone
+        free |= Q(attached_to=held_by)
     changed = Session.objects.filter(Q(id=session_id) & free).update(attached_to=attached_to,
                                                                       attach_expires_at=expires)
     if changed != 1:
         row = Session.objects.get(id=session_id)
-        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}",
-                       code="session_attach_locked", data={"attached_to": row.attached_to})
+        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}; "
+                       f"release it with `compozy session detach {session_id} --holder {row.attached_to}` (a "
+                       "`session resume` whose process is gone releases it by itself)",
+                       code="session_attach_locked", data={"attached_to": row.attached_to,
+                                                           "until": folder.isoformat(row.attach_expires_at)})
     # The lease lives in catalog columns the session payload does not show: the payload read above stands.
     return {"session": payload, "attach": {
         "session_id": session_id, "attached_to": attached_to, "attached_at": folder.isoformat(now),

@@ -441,6 +441,7 @@ class ScriptedAgent:
             "plan": self._cmd_plan,
             "usage": self._cmd_usage,
             "env": self._cmd_env,
+            "envhash": self._cmd_envhash,
             "silent": self._cmd_silent,
             "error": self._cmd_error,
             "autherr": self._cmd_autherr,
@@ -1275,6 +1276,14 @@ class ScriptedAgent:
     async def _cmd_env(self, turn: Turn) -> str:
         name = turn.args[0] if turn.args else ""
         await self._say(turn, os.environ.get(name, "<unset>") if name else "<unset>")
+        return "end_turn"
+
+    async def _cmd_envhash(self, turn: Turn) -> str:
+        """The SHA-256 of a variable's value: proves a secret reached the agent without the reply carrying it."""
+        import hashlib
+
+        value = os.environ.get(turn.args[0]) if turn.args else None
+        await self._say(turn, hashlib.sha256(value.encode()).hexdigest() if value is not None else "<unset>")
         return "end_turn"
 
     async def _cmd_silent(self, turn: Turn) -> str:

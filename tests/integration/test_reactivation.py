@@ -327,9 +327,11 @@ def test_resume_takes_the_lease_and_a_second_holder_is_refused(daemon: Daemon, w
     other = daemon.create(workspace, agent="scripted")["id"]
     assert set(resumable_ids(daemon, workspace)) == {sid, other}
 
-    result = daemon.cli_json("session", "resume", sid)
+    # A named holder: a bare `session resume -o json` holds the lease as its own process, gone once it printed it
+    # (tests/integration/test_resume_holder.py).
+    result = daemon.cli_json("session", "resume", sid, "--holder", "script-1")
     holder = result["attach"]["attached_to"]
-    assert holder.startswith("cli:")
+    assert holder == "script-1"
     assert result["attach"]["session_id"] == sid and result["attach"]["attach_expires_at"]
     assert cli_error_code(daemon.cli("session", "resume", sid, "-o", "json")) == "session_attach_locked"
     taken = daemon.http.post(daemon.scoped(sid, "/attach"), json={"attached_to": "http:someone", "ttl_seconds": 60})
