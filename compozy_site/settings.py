@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "health.apps.HealthConfig",
     "dreams.apps.DreamsConfig",
     "coordination.apps.CoordinationConfig",
+    "accounts.apps.AccountsConfig",
     "attention.apps.AttentionConfig",
     "frontend.apps.FrontendConfig",
 ]

@@ -33,6 +33,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from accounts.principal import PRINCIPAL_KEY, Principal
 from attention.services import list_items
 from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body, not_found
@@ -113,6 +114,12 @@ def _dashboard_context() -> dict[str, Any]:
 @require_safe
 async def dashboard(request: HttpRequest) -> HttpResponse:
     context = await sync_to_async(_dashboard_context)()
+    principal = getattr(request, "scope", {}).get(PRINCIPAL_KEY)
+    if isinstance(principal, Principal) and principal.limited:
+        # A token limited to some workspaces sees only their sessions, as `GET /api/sessions` answers it.
+        context["sessions"]["sessions"] = [s for s in context["sessions"]["sessions"]
+                                           if principal.sees(str(s.get("workspace_id")))]
+        context["workspaces"] = [w for w in context["workspaces"] if principal.sees(str(w.get("id")))]
     page = {
         "initial": context["sessions"],
         "workspaces": context["workspaces"],

@@ -23,6 +23,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 
+from accounts.errors import AccountError
 from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
@@ -108,6 +109,7 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
     "compozy.api.attention": "attention_api", "compozy.api.worktrees": "worktrees_api",
+    "compozy.api.accounts": "accounts_api",
 }
 
 
@@ -138,6 +140,7 @@ api.add_router("/", "compozy.api.attention.router")
 api.add_router("/", "compozy.api.worktrees.router")
 api.add_router("/", "compozy.api.memory.router")
 api.add_router("/", "compozy.api.providers.router")
+api.add_router("/", "compozy.api.accounts.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,
@@ -152,6 +155,11 @@ def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
 
 @api.exception_handler(MemoryFailure)
 def on_memory_error(request: HttpRequest, exc: MemoryFailure) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(AccountError)
+def on_account_error(request: HttpRequest, exc: AccountError) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

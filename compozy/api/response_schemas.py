@@ -218,6 +218,7 @@ class PermissionOut(Open):
     options: list[dict[str, Any]] = []
     created_at: str | None = None
     decision: str | None = None
+    answered_by: str | None = Field(None, description="Who answered: a user's name, or `webhook-link`.")
 
 
 class PermissionsOut(Schema):

@@ -3,15 +3,18 @@ layer acts, the route shapes the envelope."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Header, Query, Router, Schema
 
+from accounts import control
 from compozy.api import prompt_stream
 from compozy.api.guard import PEER_PID
 from compozy.api.health_schemas import StatusDTO
+from compozy.api.principals import actor_of, check_create_workspace, principal_of
 from compozy.api.response_schemas import (
     AttachOut,
     ElicitationAnswerOut,
@@ -87,6 +90,10 @@ SessionId = Ident
 LastEventId = Annotated[Sequence | None, Header(alias="Last-Event-ID")]
 
 
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
 def truthy(value: str | None) -> bool:
     """A query flag: 1, true, yes or on (any case)."""
     return (value or "").lower() in {"1", "true", "yes", "on"}
@@ -97,7 +104,11 @@ def truthy(value: str | None) -> bool:
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
     body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
-    return 201, {"session": await services.create_session(body)}
+    principal = principal_of(request)
+    await sync_to_async(check_create_workspace)(principal, payload.workspace or payload.workspace_path)
+    session = await services.create_session(body)
+    await sync_to_async(control.take)(str(session["id"]), principal.actor, now())  # the creator holds control
+    return 201, {"session": session}
 
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
@@ -106,6 +117,9 @@ async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery])
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
     )
+    principal = principal_of(request)
+    if principal.limited:  # a token limited to some workspaces lists only their sessions
+        result["sessions"] = [s for s in result["sessions"] if principal.sees(str(s.get("workspace_id")))]
     if filters.include_health:
         result = await sync_to_async(decorate_list)(result)
     return result
@@ -142,6 +156,7 @@ async def remove_session(request: HttpRequest, workspace: Workspace, session_id:
                          filters: Query[RemoveQuery]) -> tuple[int, None]:
     """A worktree session with uncommitted or unmerged work answers 409 `worktree_has_work` unless `?force=true`."""
     await services.remove_session(session_id, workspace, force=filters.force)
+    await sync_to_async(control.forget)(session_id)
     return 204, None
 
 
@@ -170,6 +185,7 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
+    await sync_to_async(control.check)(session_id, actor_of(request), payload.mode == "queue")
     status, result = await services.prompt_session(session_id, message, mode=payload.mode, workspace_ref=workspace,
                                                    expected_turn_id=payload.expected_turn_id)
     started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
@@ -190,12 +206,14 @@ async def set_mode(request: HttpRequest, workspace: Workspace, session_id: Sessi
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)
 async def interrupt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                     payload: InterruptIn | None = None) -> PromptAnswer:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.interrupt_session(session_id, workspace, payload.expected_turn_id if payload else None)
 
 
 @router.post(WS + "/steer", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
 async def steer(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                 payload: SteerIn) -> tuple[int, PromptAnswer]:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.steer_session(session_id, payload.text, workspace)
 
 
@@ -214,7 +232,7 @@ async def permissions(request: HttpRequest, workspace: Workspace, session_id: Se
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                             payload: PermissionDecisionIn) -> PermissionAnswer:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace,
-                                            peer_pid=socket_peer(request))
+                                            peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
@@ -227,7 +245,7 @@ async def elicitations(request: HttpRequest, workspace: Workspace, session_id: S
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                              payload: ElicitationAnswerIn) -> ElicitationAnswer:
     return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace,
-                                             peer_pid=socket_peer(request))
+                                             peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)

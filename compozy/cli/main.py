@@ -19,6 +19,7 @@ from compozy.cli import (  # noqa: F401
     hooks,
     memory,
     providers,
+    people,
     reads,
     repair,
     sessions,

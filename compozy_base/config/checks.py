@@ -63,7 +63,8 @@ SCHEMA: dict[str, Any] = {
     "hooks": {"declarations": FREE},
     "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url", "tls_cert", "tls_key", "ca")),
     # Each webhook's keys are checked by its own reader (compozy_base/config/notifications.py), which refuses others.
-    "notifications": {"webhooks": FREE, **dict.fromkeys(("retry_min", "retry_max", "max_attempts", "timeout"))},
+    "notifications": {"webhooks": FREE, **dict.fromkeys(("retry_min", "retry_max", "max_attempts", "timeout",
+                                                       "action_links", "link_ttl"))},
 }
 
 

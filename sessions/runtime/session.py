@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accounts.actor import Actor
 from compozy_base import metrics
 from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.loader import Config
@@ -271,8 +272,9 @@ class SessionRuntime:
             return await self.desk.ask(params)
         return await self.gate.on_request(method, params)
 
-    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
-        return self.gate.decide_permission(request_id, decision, option_id)
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None,
+                          actor: Actor | None = None) -> bool:
+        return self.gate.decide_permission(request_id, decision, option_id, actor)
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
         self.activity.touch(kind, detail, tool)

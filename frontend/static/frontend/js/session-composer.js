@@ -5,7 +5,7 @@
 // They share one status line (`#composer-status`), which every write reports to, and the queue: a stop
 // asks first when queued prompts would be stranded, and a canceled turn says whether the next one runs.
 // The other session modules report on that line too (setComposerStatus); of them this one imports only the record.
-import { api, clear, debounce, el, errorText } from "./common.js";
+import { api, clear, debounce, el, errorText, mayUse, whoami } from "./common.js";
 import { CLIP_CHARS, clip } from "./long-text.js";
 import { $, data, refreshSessionSoon, scoped, session } from "./session-record.js";
 
@@ -39,10 +39,19 @@ export function setupComposer() {
   });
 }
 
-// Prompts go to an active session, and to a stopped one, which the daemon reactivates under the same id first.
+// Prompts go to an active session, and to a stopped one, which the daemon reactivates under the same id first;
+// from a token that may prompt (a viewer's read-only token watches).
 function canSend(s) {
-  return s.state === "active" || s.state === "stopped";
+  return (s.state === "active" || s.state === "stopped") && mayUse("prompt");
 }
+
+whoami().then(() => {
+  if (mayUse("prompt")) return;
+  sendButton.disabled = true;
+  input.disabled = true;
+  composer.dataset.readOnly = "1";
+  setComposerStatus("You are watching: this sign-in may read this session, not send to it.", "", true);
+});
 
 let sending = false; // a prompt is in flight
 

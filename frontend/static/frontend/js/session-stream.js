@@ -10,7 +10,7 @@
 //
 // The stream is where the page first hears of news, so it tells the others: the record, the queue and
 // the permission requests and the agent's questions are refetched from here.
-import { api, errorText } from "./common.js";
+import { api, errorText, mayUse } from "./common.js";
 import { EntryView } from "./entries.js";
 import { applyQueueMarker, refreshQueueSoon, renderQueue } from "./session-composer.js";
 import { refreshElicitationsSoon } from "./session-elicitations.js";
@@ -39,7 +39,7 @@ const indicator = $("stream-indicator");
 // ---- transcript ----------------------------------------------------------------------------------
 
 export const view = new EntryView(entriesRoot, {
-  canDecide: () => session.state === "active",
+  canDecide: () => session.state === "active" && mayUse("approve"),
   onDecide: decidePermission,
 });
 
