@@ -155,18 +155,25 @@ class Guard:
             self._policy = GuardPolicy.for_daemon()
         return self._policy
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _before_checks(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """What is answered or passed on before any check (True when it was): websockets, non-HTTP scopes and
+        the two probes."""
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # no websocket routes: nothing to guard
-            return
+            return True
         if scope["type"] != "http":
             await self.app(scope, receive, send)
-            return
+            return True
         if probes.is_probe(scope["method"], scope["path"]):
             # Before the Host and token checks: an orchestrator probes the pod's address without the token. These
             # two answers say nothing but ok / ready and which check failed (compozy/api/probes.py).
             status, body = await probes.answer(scope["path"])
             await send_json(send, status, body, head=scope["method"] == "HEAD")
+            return True
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await self._before_checks(scope, receive, send):
             return
         policy = self.policy
         headers = _headers(scope)
