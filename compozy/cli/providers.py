@@ -80,7 +80,9 @@ def _provider_kv(p: dict[str, Any]) -> None:
 @output_option
 @json_flag
 def provider_show(name: str, fmt: str, as_json: bool) -> None:
-    """One provider, in full. Exits 69 (`provider_not_found`) for a name config.toml does not define.
+    """One provider, in full: where it was found, its version, its key variable and auth state.
+
+    Exits 69 (`provider_not_found`) for a name config.toml does not define.
 
     Examples:
 
@@ -128,15 +130,16 @@ def provider_test(name: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def provider_set_key(name: str, variable: str, fmt: str, as_json: bool) -> None:
-    """Store the provider's key, read from stdin (never the command line, which other users can see), in
-    `$COMPOZY_HOME/secrets.toml` (0600, never config.toml), then reload the providers: sessions started from now on
-    have it. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes
+    """Store a provider's key in secrets.toml, then reload the providers.
+
+    The key is read from stdin (never the command line, which other users can see) and written to
+    `$COMPOZY_HOME/secrets.toml` (0600, never config.toml); sessions started from now on have it. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes
     it. Live sessions keep the environment they started with.
 
     Examples:
 
-        printf %s "$ANTHROPIC_API_KEY" | compozy provider set-key claude
-        compozy provider set-key codex OPENAI_API_KEY < ~/.openai-key
+        compozy provider set-key claude          # then paste the key and press Enter
+        cat ~/.openai-key | compozy provider set-key codex OPENAI_API_KEY
     """
     fmt = _fmt(fmt, as_json)
     if sys.stdin.isatty():
@@ -192,6 +195,8 @@ def provider_login(name: str, method: str, fmt: str, as_json: bool) -> None:
 def agent_list(fmt: str, as_json: bool) -> None:
     """Every agent, its provider, model and permission policy, and whether its provider can start.
 
+    The default agent is marked `*`; `compozy provider show NAME` says what a provider that cannot start lacks.
+
     Examples:
 
         compozy agent list
@@ -217,8 +222,10 @@ def agent_list(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def daemon_reload(fmt: str, as_json: bool) -> None:
-    """Reload `[providers.*]` and `[agents.*]` from config.toml (and the keys in secrets.toml) without a restart:
-    live sessions keep running as they started. A file a start would refuse is refused whole with its one-line
+    """Reload the providers and agents from config.toml without a restart.
+
+    `[providers.*]` and `[agents.*]` (and the keys in secrets.toml) are read again; live sessions keep running as
+    they started. A file a start would refuse is refused whole with its one-line
     error (exit 78) and the daemon keeps what it had. `kill -HUP <pid>` does the same.
 
     Examples:
