@@ -7,15 +7,16 @@ the supervision sweep when their TTL expires or their coordinator stops (session
 
 Like the task cycle it never waits on a runtime: creates, spawns and stops are handed to the loop.
 
-Isolation seam: every child runs in the workspace's root. A worktree per step (when the workspace is a git
-repository) belongs where `_spawn` builds the child's body: create the worktree there and pass it as the child's
-cwd, and remove it when the step settles."""
+Isolation: when the workspace is a git repository, each step's child gets a worktree of its own (the worktree
+sessions' `isolation = "worktree"`, docs/reference/worktrees.md), so parallel steps never write over each other;
+elsewhere children share the workspace's root."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
@@ -28,6 +29,7 @@ from sessions.core.offload import db
 from sessions.models import Session
 from sessions.services.create import CreateBody
 from sessions.store import folder
+from sessions.worktree import git
 from tasks.enums import RunOutcome, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
 from tasks.models import Task
@@ -59,7 +61,8 @@ def _idle_coordinators() -> list[Session]:
 
 def cycle(manager: Any) -> dict[str, int]:
     counts: Counter[str] = Counter()
-    tasks = Task.objects.filter(status__in=ACTIVE, steps__isnull=False).distinct().order_by("created_at")
+    tasks = (Task.objects.filter(status__in=ACTIVE, steps__isnull=False).distinct().select_related("workspace")
+             .order_by("created_at"))
     by_workspace: dict[str, list[Task]] = defaultdict(list)
     for task in tasks:
         by_workspace[task.workspace_id].append(task)
@@ -127,8 +130,8 @@ def _dispatch(manager: Any, task: Task, coordinator_id: str) -> int:
                 note(task.id, TaskEventKind.RUN_STARTED, detail={"coordinator": coordinator_id})
         _spawning.add(step.pk)
         try:
-            asyncio.run_coroutine_threadsafe(_spawn(step.pk, coordinator_id, task.title, step.step_id, step.prompt),
-                                             manager.loop)
+            asyncio.run_coroutine_threadsafe(_spawn(step.pk, coordinator_id, task.title, step.step_id, step.prompt,
+                                                    task.workspace.root_dir), manager.loop)
         except RuntimeError:
             _spawning.discard(step.pk)
             Step.objects.filter(pk=step.pk).update(status="queued", attempts=step.attempts)
@@ -137,11 +140,14 @@ def _dispatch(manager: Any, task: Task, coordinator_id: str) -> int:
     return started
 
 
-async def _spawn(step_pk: int, coordinator_id: str, title: str, step_id: str, prompt: str) -> None:
+async def _spawn(step_pk: int, coordinator_id: str, title: str, step_id: str, prompt: str,
+                 workspace_root: str) -> None:
     try:
-        child = await services.spawn_child(coordinator_id, {
-            "role": f"step:{step_id}", "ttl_seconds": STEP_TTL_SECONDS, "prompt": prompt,
-            "name": f"{title} · {step_id}"[:300]})
+        body: dict[str, Any] = {"role": f"step:{step_id}", "ttl_seconds": STEP_TTL_SECONDS, "prompt": prompt,
+                                "name": f"{title} · {step_id}"[:300]}
+        if await asyncio.to_thread(git.is_repository, Path(workspace_root)):
+            body["isolation"] = "worktree"
+        child = await services.spawn_child(coordinator_id, body)
         await db(_bind, step_pk, child["id"])
     except Exception as exc:  # noqa: BLE001 - a step whose child cannot start fails, as an attempt, visibly
         logger.warning("step %s: its child could not start: %s", step_id, exc)

@@ -291,7 +291,7 @@ async def spawn_child(parent_id: str, body: JsonObject, workspace_ref: str | Non
         raise InvalidRequest("role is required", code="role_required")
     if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= lineage.MAX_TTL_SECONDS:
         raise InvalidRequest(f"ttl_seconds must be between 1 and {lineage.MAX_TTL_SECONDS}", code="invalid_ttl")
-    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name"}
+    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name", "isolation"}
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}", code="unknown_field")
     permissions = body.get("permissions")
@@ -300,6 +300,8 @@ async def spawn_child(parent_id: str, body: JsonObject, workspace_ref: str | Non
     child_body: CreateBody = {
         "workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
         "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
+    if body.get("isolation") is not None:  # a coordinated step's child: a worktree of its own (coordination/)
+        child_body["isolation"] = str(body["isolation"])
     return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import Daemon, wait_for
+from tests.gitrepos import make_repo
 
 
 def create(d: Daemon, workspace: Path, steps: list[dict[str, Any]]) -> str:
@@ -93,3 +94,13 @@ def test_stopping_the_coordinator_reaps_its_children(daemon: Daemon, workspace: 
     left = steps(daemon, task_id)
     assert left["long"]["status"] == "needs_attention" and "coordinator" in left["long"]["detail"]
     assert left["next"]["status"] == "queued" and left["next"]["session_id"] is None
+
+
+def test_in_a_repository_each_step_works_in_a_worktree_of_its_own(daemon: Daemon, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    task_id = create(daemon, repo, [{"id": "left", "prompt": "echo left"}, {"id": "right", "prompt": "echo right"}])
+    wait_for(lambda: status(daemon, task_id) == "succeeded", 90, "the coordinated task to succeed")
+    children = [daemon.meta(s["session_id"]) for s in steps(daemon, task_id).values()]
+    trees = [Path(m["worktree"]["path"]) for m in children]
+    assert len(set(trees)) == 2 and all(t.is_dir() and t != repo for t in trees)
+    assert all(Path(m["cwd"]).is_relative_to(t) for m, t in zip(children, trees, strict=True))
