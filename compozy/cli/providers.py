@@ -80,7 +80,9 @@ def _provider_kv(p: dict[str, Any]) -> None:
 @output_option
 @json_flag
 def provider_show(name: str, fmt: str, as_json: bool) -> None:
-    """One provider, in full. Exits 69 (`provider_not_found`) for a name config.toml does not define.
+    """One provider, in full: where its agent is found, its key variable and where it is set, what is missing.
+
+    Exits 69 (`provider_not_found`) for a name config.toml does not define.
 
     Examples:
 
@@ -128,15 +130,16 @@ def provider_test(name: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def provider_set_key(name: str, variable: str, fmt: str, as_json: bool) -> None:
-    """Store the provider's key, read from stdin (never the command line, which other users can see), in
-    `$COMPOZY_HOME/secrets.toml` (0600, never config.toml), then reload the providers: sessions started from now on
-    have it. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes
-    it. Live sessions keep the environment they started with.
+    """Store the provider's key, read from stdin, in secrets.toml; then reload the providers.
+
+    Read from stdin, never the command line (which other users can see); written to `$COMPOZY_HOME/secrets.toml`
+    (0600, never config.toml). Sessions started from now on have it; live ones keep the environment they started
+    with. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes it.
 
     Examples:
 
         printf %s "$ANTHROPIC_API_KEY" | compozy provider set-key claude
-        compozy provider set-key codex OPENAI_API_KEY < ~/.openai-key
+        compozy provider set-key codex OPENAI_API_KEY   # then paste the key and press Enter
     """
     fmt = _fmt(fmt, as_json)
     if sys.stdin.isatty():
@@ -192,6 +195,8 @@ def provider_login(name: str, method: str, fmt: str, as_json: bool) -> None:
 def agent_list(fmt: str, as_json: bool) -> None:
     """Every agent, its provider, model and permission policy, and whether its provider can start.
 
+    `-o json` prints `{agents: [{name, provider, model, permissions, default, provider_found, provider_auth}]}`.
+
     Examples:
 
         compozy agent list
@@ -217,8 +222,9 @@ def agent_list(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def daemon_reload(fmt: str, as_json: bool) -> None:
-    """Reload `[providers.*]` and `[agents.*]` from config.toml (and the keys in secrets.toml) without a restart:
-    live sessions keep running as they started. A file a start would refuse is refused whole with its one-line
+    """Reload `[providers.*]` and `[agents.*]` from config.toml (and the keys in secrets.toml) without a restart.
+
+    Live sessions keep running as they started. A file a start would refuse is refused whole with its one-line
     error (exit 78) and the daemon keeps what it had. `kill -HUP <pid>` does the same.
 
     Examples:
