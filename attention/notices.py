@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from accounts.links import LinkOffer
 from attention.enums import AttentionKind, WebhookEvent
 from sessions.core.enums import FailureKind, SessionState
 from sessions.core.record import SessionMeta
@@ -48,13 +49,26 @@ class Notice:
     def event_id(self) -> str:
         return "evt_" + hashlib.sha256(self.key.encode()).hexdigest()[:24]
 
-    def body(self, base_url: str) -> str:
-        """The JSON POSTed (issue 31), with `text` for chat tools' incoming webhooks."""
-        url = base_url.rstrip("/") + self.path if base_url else self.path
-        payload = {"id": self.event_id, "event": self.event.value, "occurred_at": self.occurred_at,
-                   "session_id": self.session_id, "workspace_id": self.workspace_id, "task_id": self.task_id,
-                   "agent": self.agent or None, "summary": self.summary, "url": url,
-                   "text": f"Compozy: {self.summary} {url}"}
+    def body(self, base_url: str, actions: list[LinkOffer] | None = None) -> str:
+        """The JSON POSTed (issue 31), with `text` for chat tools' incoming webhooks. With action links (issue
+        49): `actions: [{action, url}]`, and Slack's `blocks` with a button for each, so a Slack-compatible
+        incoming webhook shows Approve and Deny."""
+        def absolute(path: str) -> str:
+            return base_url.rstrip("/") + path if base_url else path
+
+        url = absolute(self.path)
+        payload: dict[str, object] = {
+            "id": self.event_id, "event": self.event.value, "occurred_at": self.occurred_at,
+            "session_id": self.session_id, "workspace_id": self.workspace_id, "task_id": self.task_id,
+            "agent": self.agent or None, "summary": self.summary, "url": url, "text": f"Compozy: {self.summary} {url}"}
+        if actions:
+            payload["actions"] = [{"action": a.action.value, "url": absolute(a.path)} for a in actions]
+            payload["blocks"] = [
+                {"type": "section", "text": {"type": "mrkdwn", "text": f"Compozy: {self.summary}"}},
+                {"type": "actions", "elements": [
+                    {"type": "button", "text": {"type": "plain_text", "text": a.action.value.capitalize()},
+                     "url": absolute(a.path), "style": "primary" if a.action in ("approve", "answer") else "danger"}
+                    for a in actions]}]
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -14,6 +14,10 @@ import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta
 
+from accounts import links
+from accounts.links import LinkOffer
+from accounts.principal import OWNER_PRINCIPAL
+from attention.enums import WebhookEvent
 from attention.models import WebhookDelivery
 from attention.notices import Notice, session_notices, task_notice
 from compozy_base.config.loader import get_config
@@ -71,10 +75,7 @@ def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | 
     if not planned:
         return 0
     present = set(WebhookDelivery.objects.filter(id__in=list(planned)).values_list("id", flat=True))
-    base = _base_url()
-    rows = [WebhookDelivery(id=row_id, event_id=notice.event_id, event=notice.event.value, webhook=hook.key,
-                            target=hook.target, body=notice.body(base), next_attempt_at=now, created_at=now)
-            for row_id, (notice, hook) in planned.items() if row_id not in present]
+    rows = _rows({row_id: plan for row_id, plan in planned.items() if row_id not in present}, config, now)
     if rows:
         # Two nodes (or a save racing a failover) may write the same event: the primary key keeps one.
         WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
@@ -86,6 +87,34 @@ def enqueue(notices: list[Notice], config: NotificationsConfig, now: datetime | 
     while len(_known) > _KNOWN_CAP:
         _known.popitem(last=False)
     return len(rows)
+
+
+def _rows(planned: dict[str, tuple[Notice, WebhookConfig]], config: NotificationsConfig,
+          now: datetime) -> list[WebhookDelivery]:
+    base = _base_url()
+    offers: dict[str, list[LinkOffer]] = {}
+    rows = []
+    for row_id, (notice, hook) in planned.items():
+        if config.action_links and notice.event_id not in offers:
+            offers[notice.event_id] = _links(notice, config, now)
+        rows.append(WebhookDelivery(id=row_id, event_id=notice.event_id, event=notice.event.value, webhook=hook.key,
+                                    target=hook.target, body=notice.body(base, offers.get(notice.event_id)),
+                                    next_attempt_at=now, created_at=now))
+    return rows
+
+
+LINK_KINDS = {WebhookEvent.PERMISSION_REQUESTED: links.LinkKind.PERMISSION,
+              WebhookEvent.ELICITATION_REQUESTED: links.LinkKind.ELICITATION}
+
+
+def _links(notice: Notice, config: NotificationsConfig, now: datetime) -> list[LinkOffer]:
+    """Approve and deny links for a permission request, answer and decline for a question (one pair per event,
+    shared by its webhooks), made with the owner's authority: the daemon sends them. Other events carry none."""
+    kind = LINK_KINDS.get(notice.event)
+    if kind is None or not notice.request_id or not notice.session_id:
+        return []
+    return links.make(OWNER_PRINCIPAL, notice.session_id, notice.workspace_id or "", notice.request_id,
+                      notice.summary, config.link_ttl, now, kind)
 
 
 def on_meta_saved(rec: SessionRecord) -> None:

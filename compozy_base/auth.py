@@ -77,18 +77,28 @@ def cluster_token_state() -> dict[str, str]:
 COOKIE_MAX_AGE = 7 * 24 * 3600
 
 
-def cookie_value(token: str, issued: int | None = None) -> str:
-    """`<issued epoch seconds>.<HMAC of the token over it>`: never the token itself, and dated."""
+def cookie_value(token: str, issued: int | None = None, token_id: str = "") -> str:
+    """`<issued epoch seconds>.<HMAC of the token over it>`: never the token itself, and dated. A person's cookie
+    (signed in with their own API token, issue 49) ends `.<token id>`, which the MAC covers: the daemon's token
+    signs it, and the named token must still be valid when the cookie is used."""
     issued = int(time.time()) if issued is None else issued
-    mac = hmac.new(token.encode(), f"compozy dashboard cookie {issued}".encode(), hashlib.sha256).hexdigest()
-    return f"{issued}.{mac}"
+    label = f"compozy dashboard cookie {issued}" + (f" {token_id}" if token_id else "")
+    mac = hmac.new(token.encode(), label.encode(), hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}" + (f".{token_id}" if token_id else "")
+
+
+def cookie_token(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> str | None:
+    """The token id a valid cookie signs in with: "" for the owner's, None when the cookie is not valid."""
+    issued, _, rest = value.partition(".")
+    _, _, token_id = rest.partition(".")
+    if not issued.isdigit() or not -60 <= time.time() - int(issued) <= max_age:  # a minute of clock skew
+        return None
+    return token_id if same_secret(value, cookie_value(token, int(issued), token_id)) else None
 
 
 def cookie_valid(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> bool:
-    issued, _, _ = value.partition(".")
-    if not issued.isdigit() or not -60 <= time.time() - int(issued) <= max_age:  # a minute of clock skew
-        return False
-    return same_secret(value, cookie_value(token, int(issued)))
+    """The owner's cookie (one without a token id)."""
+    return cookie_token(token, value, max_age) == ""
 
 
 # The CLI asks a TCP listener to prove it holds this home's token before it sends the token (cli/client.py).
@@ -179,18 +189,19 @@ class Tickets:
 
     def __init__(self, ttl: float = TICKET_TTL_SECONDS) -> None:
         self.ttl = ttl
-        self._expiry: dict[str, float] = {}
+        self._expiry: dict[str, tuple[float, str]] = {}  # ticket → (expiry, the token id it signs in; "" the owner)
 
-    def mint(self) -> tuple[str, float]:
-        """A new ticket and its expiry (epoch seconds)."""
+    def mint(self, token_id: str = "") -> tuple[str, float]:
+        """A new ticket and its expiry (epoch seconds); redeemed, it signs the browser in as `token_id`."""
         now = time.monotonic()
-        self._expiry = {t: exp for t, exp in self._expiry.items() if exp > now}
+        self._expiry = {t: exp for t, exp in self._expiry.items() if exp[0] > now}
         while len(self._expiry) >= MAX_OUTSTANDING_TICKETS:
             self._expiry.pop(next(iter(self._expiry)))  # the oldest goes first
         ticket = secrets.token_urlsafe(24)
-        self._expiry[ticket] = now + self.ttl
+        self._expiry[ticket] = (now + self.ttl, token_id)
         return ticket, time.time() + self.ttl
 
-    def redeem(self, ticket: str) -> bool:
-        expiry = self._expiry.pop(ticket, None)
-        return expiry is not None and expiry > time.monotonic()
+    def redeem(self, ticket: str) -> str | None:
+        """The token id the ticket signs in ("" for the owner), None when it is unknown, used or expired."""
+        entry = self._expiry.pop(ticket, None)
+        return entry[1] if entry is not None and entry[0] > time.monotonic() else None

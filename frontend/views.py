@@ -33,10 +33,13 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
+from accounts.principal import PRINCIPAL_KEY, Principal
 from attention.services import list_items
 from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
+from memory import health as memory_health
+from memory import service as memory_service
 from sessions import services
 from sessions.core.enums import Badge, SessionState
 from sessions.core.errors import CompozyError
@@ -111,6 +114,12 @@ def _dashboard_context() -> dict[str, Any]:
 @require_safe
 async def dashboard(request: HttpRequest) -> HttpResponse:
     context = await sync_to_async(_dashboard_context)()
+    principal = getattr(request, "scope", {}).get(PRINCIPAL_KEY)
+    if isinstance(principal, Principal) and principal.limited:
+        # A token limited to some workspaces sees only their sessions, as `GET /api/sessions` answers it.
+        context["sessions"]["sessions"] = [s for s in context["sessions"]["sessions"]
+                                           if principal.sees(str(s.get("workspace_id")))]
+        context["workspaces"] = [w for w in context["workspaces"] if principal.sees(str(w.get("id")))]
     page = {
         "initial": context["sessions"],
         "workspaces": context["workspaces"],
@@ -136,6 +145,21 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     tasks = await sync_to_async(list_tasks)()
     page = {"initial": tasks}
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
+
+
+def _memory_context() -> dict[str, Any]:
+    return {"health": memory_health.report().to_dict(), "entries": memory_service.listing(),
+            "workspaces": [{"id": w["id"], "name": w["name"], "root_dir": w["root_dir"]}
+                           for w in services.list_workspaces()]}
+
+
+@csrf_exempt
+@require_safe
+async def memory_page(request: HttpRequest) -> HttpResponse:
+    """Memory: browse, search and edit entries, and what a session was given at its start (docs/reference/memory.md
+    §2). Entries are shown as text, never as HTML: an agent wrote some of them."""
+    context = await sync_to_async(_memory_context)()
+    return _secure(render(request, "frontend/memory.html", {"memory": context, "page": {"initial": context}}))
 
 
 @csrf_exempt
@@ -177,6 +201,7 @@ def _session_context(session_id: str) -> dict[str, Any]:
             "inactivity_warning_after": supervision.inactivity_warning_after,
             "inactivity_timeout": supervision.inactivity_timeout,
             "timeout_cancel_grace": supervision.timeout_cancel_grace,
+            "quiet_notice_after": supervision.quiet_notice_after,
         },
         "busy_input": {"default_mode": str(config.busy_input.default_mode), "queue_cap": config.busy_input.queue_cap,
                        "max_text_bytes": config.busy_input.max_text_bytes},

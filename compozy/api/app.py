@@ -23,6 +23,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 
+from accounts.errors import AccountError
 from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
@@ -31,6 +32,7 @@ from compozy.api.validation import describe_errors
 from compozy_base import strict_json
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
+from memory.errors import MemoryFailure
 from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
 from sessions.core.failures import classify
 
@@ -106,7 +108,8 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
-    "compozy.api.attention": "attention_api",
+    "compozy.api.attention": "attention_api", "compozy.api.worktrees": "worktrees_api",
+    "compozy.api.accounts": "accounts_api",
 }
 
 
@@ -134,7 +137,10 @@ api.add_router("/", "compozy.api.repair.router")
 api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
+api.add_router("/", "compozy.api.worktrees.router")
+api.add_router("/", "compozy.api.memory.router")
 api.add_router("/", "compozy.api.providers.router")
+api.add_router("/", "compozy.api.accounts.router")
 
 
 def error_response(request: HttpRequest, message: str, code: str, status: int,
@@ -144,6 +150,16 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
 
 @api.exception_handler(CompozyError)
 def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(MemoryFailure)
+def on_memory_error(request: HttpRequest, exc: MemoryFailure) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(AccountError)
+def on_account_error(request: HttpRequest, exc: AccountError) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

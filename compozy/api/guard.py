@@ -1,6 +1,8 @@
 """The one ASGI guard in front of every route, Django views and channels consumers (the SSE streams) alike.
 
 In order, for each HTTP request:
+0. `GET /healthz` and `GET /readyz` are answered first, on any transport, with no token and no Host check: the
+   orchestrator's probes (compozy/api/probes.py). They are the only unauthenticated answers besides static files.
 1. On the UDS: the peer must be the daemon's own uid (the socket's 0600 mode is the first guard, this the second).
 2. Over TCP: the Host must be a loopback name or the bound host (stops DNS rebinding), a browser's Origin must be
    the daemon's own, and a cross-site fetch without one may neither write nor open a stream.
@@ -27,6 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
+from accounts.actor import Actor
+from accounts.principal import OWNER_PRINCIPAL, PRINCIPAL_KEY, Principal
+from compozy.api import probes, route_scopes
 from compozy_base.auth import (
     COOKIE_MAX_AGE,
     COOKIE_NAME,
@@ -36,7 +41,7 @@ from compozy_base.auth import (
     Tickets,
     cluster_token,
     connection_pair,
-    cookie_valid,
+    cookie_token,
     cookie_value,
     daemon_proof,
     ensure_token,
@@ -108,6 +113,7 @@ class GuardPolicy:
     max_body_bytes: int
     owner_uid: int
     cluster_token: str = ""  # COMPOZY_CLUSTER_TOKEN: accepted from the cluster's other nodes
+    audit: bool = False  # writes go to the audit log (the daemon's; a test's bare guard has no catalog)
 
     @classmethod
     def for_daemon(cls) -> GuardPolicy:
@@ -115,8 +121,14 @@ class GuardPolicy:
         home = compozy_home()
         bound = config.http_host.lower()
         hosts = LOOPBACK_HOSTS | {f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound}
+        # The name other nodes reach this one by (`[cluster] advertise_url`: a container's service name, say) is
+        # this daemon's own, and what routed requests carry as their Host.
+        advertised = (urlparse(config.cluster.advertise_url).hostname or "").lower()
+        if advertised:
+            hosts |= {f"[{advertised}]" if ":" in advertised else advertised}
+        hosts |= set(config.http_allowed_hosts)  # `[http] allowed_hosts`: a load balancer's or a Service's name
         return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(),
-                   cluster_token())
+                   cluster_token(), audit=True)
 
 
 class Refusal(Exception):
@@ -143,18 +155,32 @@ class Guard:
             self._policy = GuardPolicy.for_daemon()
         return self._policy
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _before_checks(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """What is answered or passed on before any check (True when it was): websockets, non-HTTP scopes and
+        the two probes."""
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # no websocket routes: nothing to guard
-            return
+            return True
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return True
+        if probes.is_probe(scope["method"], scope["path"]):
+            # Before the Host and token checks: an orchestrator probes the pod's address without the token. These
+            # two answers say nothing but ok / ready and which check failed (compozy/api/probes.py).
+            status, body = await probes.answer(scope["path"])
+            await send_json(send, status, body, head=scope["method"] == "HEAD")
+            return True
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await self._before_checks(scope, receive, send):
             return
         policy = self.policy
         headers = _headers(scope)
         try:
             if scope.get(LOCAL_SOCKET) is True:
                 self._check_peer(scope, policy)
+                scope[PRINCIPAL_KEY] = OWNER_PRINCIPAL  # the daemon's own user: the owner
             else:
                 self._check_host_and_origin(scope, headers, policy)
                 if scope["path"] == LOGIN_PATH:
@@ -164,7 +190,8 @@ class Guard:
                     await self._prove(scope, send, policy)
                     return
                 if not _public(scope["path"]):
-                    self._check_auth(scope, headers, policy)
+                    scope[PRINCIPAL_KEY] = await self._check_auth(scope, headers, policy)
+                    await _check_scope(scope)
             expected = headers.get(HOME_HEADER.decode())
             if expected is not None and expected != quote(policy.home):
                 # The CLI names the home it means; a daemon of another home must not act on the request at all.
@@ -177,7 +204,10 @@ class Guard:
             await _refuse(send, refusal)
             return
         if scope["path"] == TICKET_PATH and scope["method"] == "POST":
-            await self._mint_ticket(send, policy)
+            await self._mint_ticket(send, policy, scope.get(PRINCIPAL_KEY) or OWNER_PRINCIPAL)
+            return
+        if scope["path"] == WHOAMI_PATH and scope.get(PRINCIPAL_KEY) is not None:
+            await send_json(send, 200, {"principal": scope[PRINCIPAL_KEY].public()})
             return
         # Static files are public; only an authenticated (or local) caller learns which home answers.
         await self._forward(scope, receive, send, policy, identify=not _public(scope["path"]))
@@ -206,20 +236,34 @@ class Guard:
                           {"origin": origin or "", "host": host})
 
     @staticmethod
-    def _check_auth(scope: Scope, headers: dict[str, str], policy: GuardPolicy) -> None:
+    async def _check_auth(scope: Scope, headers: dict[str, str], policy: GuardPolicy) -> Principal:
+        """Who the request speaks for: the owner (the home's token, a cluster peer, the owner's cookie), or a
+        person's token (`<id>.<secret>`, checked in the catalog, issue 49) or the cookie it signed a browser in."""
         scheme, _, given = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and same_secret(given.strip(), policy.token):
-            return
-        if scheme.lower() == "bearer" and policy.cluster_token and same_secret(given.strip(), policy.cluster_token):
-            return  # another node of the cluster routing work to the session this node owns
+        given = given.strip()
+        if scheme.lower() == "bearer" and same_secret(given, policy.token):
+            return OWNER_PRINCIPAL
+        if scheme.lower() == "bearer" and policy.cluster_token and same_secret(given, policy.cluster_token):
+            return OWNER_PRINCIPAL  # another node of the cluster routing work to the session this node owns
+        if scheme.lower() == "bearer" and given.startswith(TOKEN_PREFIX):
+            principal, refused = await _person(given)
+            if principal is not None:
+                return principal
+            raise Refusal(401, refused, _REFUSED_WHY.get(refused, "this token is not valid"),
+                          headers=[(b"www-authenticate", b'Bearer realm="compozy"')])
         cookie = _cookie(headers.get("cookie", ""), COOKIE_NAME)
-        if cookie and cookie_valid(policy.token, cookie):
+        signed_in = cookie_token(policy.token, cookie) if cookie else None
+        if signed_in is not None:
             # Cookies ignore ports, so a page on another loopback port is "same-site" and its sub-resource GETs
             # carry our cookie: only our own pages and top-level navigations may use it.
             site = headers.get("sec-fetch-site", "")
             if site in ("same-site", "cross-site") and headers.get("sec-fetch-mode") != "navigate":
                 raise Refusal(403, "origin_forbidden", "cross-origin requests are refused", {"site": site})
-            return
+            if signed_in == "":
+                return OWNER_PRINCIPAL
+            principal = await _signed_in(signed_in)
+            if principal is not None:
+                return principal
         # Pages get a sign-in page; the API and the Prometheus scrape (a machine, not a person) get JSON.
         if scope["method"] in ("GET", "HEAD") and not is_machine_path(scope["path"]):
             raise Refusal(401, "auth_required", "sign in with `compozy dashboard`", page=True)
@@ -249,11 +293,13 @@ class Guard:
                               headers=[(b"retry-after", str(max(math.ceil(wait), 1)).encode())])
             return
         self._login_limited = False
-        if scope["method"] != "GET" or not self.tickets.redeem(ticket):
+        signs_in = self.tickets.redeem(ticket) if scope["method"] == "GET" else None
+        if signs_in is None:
             self.login_failures.spend(now)
             await _login_page(send, "This login link has expired or was already used; ask for a new one.")
             return
-        cookie = (f"{COOKIE_NAME}={cookie_value(policy.token)}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; "
+        value = cookie_value(policy.token, token_id=signs_in)
+        cookie = (f"{COOKIE_NAME}={value}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; "
                   "SameSite=Strict")
         await send({"type": "http.response.start", "status": 302, "headers": [
             (b"location", b"/"), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
@@ -275,8 +321,9 @@ class Guard:
                 "proof_bound": daemon_proof(policy.token, policy.home, nonce, pair) if pair is not None else None}
         await send_json(send, 200, body)
 
-    async def _mint_ticket(self, send: Send, policy: GuardPolicy) -> None:
-        ticket, expires = self.tickets.mint()
+    async def _mint_ticket(self, send: Send, policy: GuardPolicy, principal: Principal) -> None:
+        # The browser the ticket signs in speaks for the token that asked for it (the owner's: no token id).
+        ticket, expires = self.tickets.mint("" if principal is OWNER_PRINCIPAL else principal.token_id)
         body = {"ticket": ticket, "login_path": f"{LOGIN_PATH}?ticket={ticket}",
                 "expires_at": datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")}
         await send_json(send, 201, body, [(HOME_HEADER, quote(policy.home).encode())])
@@ -299,6 +346,8 @@ class Guard:
         async def marked_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["started"] = True
+                if policy.audit:
+                    _audit(scope, int(message.get("status", 0)))
             if message["type"] == "http.response.start" and identify:
                 message = {**message, "headers": [*message.get("headers", []),
                                                   (HOME_HEADER, quote(policy.home).encode())]}
@@ -309,9 +358,89 @@ class Guard:
             await _refuse(send, _too_large(policy))
 
 
+TOKEN_PREFIX = "tok_"
+WHOAMI_PATH = "/api/auth/whoami"
+_REFUSED_WHY = {"token_revoked": "this token was revoked", "token_expired": "this token has expired"}
+
+
+async def _person(given: str) -> tuple[Principal | None, str]:
+    """A person's token checked in the catalog (off the loop, on the runtime's DB thread): the principal, or the
+    refusal's code."""
+    from accounts import services
+    from sessions.core.offload import db
+
+    now = datetime.now(UTC)
+    principal = await db(services.authenticate, given, now)
+    if principal is not None:
+        return principal, ""
+    return None, await db(services.token_state, given, now)
+
+
+async def _signed_in(token_id: str) -> Principal | None:
+    from accounts import services
+    from sessions.core.offload import db
+
+    return await db(services.principal_for_id, token_id, datetime.now(UTC))
+
+
+async def _check_scope(scope: Scope) -> None:
+    """The route's declared scope (compozy/api/route_scopes.py), then a token limited to some workspaces: a session
+    outside them is answered as if it did not exist (404: it may not know of it), other routes are refused."""
+    principal: Principal = scope[PRINCIPAL_KEY]
+    method, path = scope["method"], scope["path"]
+    needed, _ = route_scopes.needed(method, path)
+    if not principal.may(needed):
+        raise Refusal(403, "insufficient_scope", f"this route needs the {needed.value} scope; this token has "
+                      f"{', '.join(sorted(principal.scopes)) or 'none'}",
+                      {"needed": needed.value, "scopes": sorted(principal.scopes)})
+    if not principal.limited or _public(path):
+        return
+    session_id = route_scopes.session_of(path)
+    if session_id is not None:
+        from sessions.core.offload import db
+
+        workspace = await db(_workspace_of, session_id)
+        if workspace is not None and not principal.sees(workspace):
+            raise Refusal(404, "session_not_found", "session not found", {"session_id": session_id[:64]})
+        return
+    if not route_scopes.open_to_limited(path):
+        raise Refusal(403, "token_workspace_limited", "this token is limited to some workspaces; this route "
+                      "reaches beyond them", {"workspaces": sorted(principal.workspaces)})
+
+
+def _workspace_of(session_id: str) -> str | None:
+    from sessions.models import Session
+
+    return Session.objects.filter(id=session_id).values_list("workspace_id", flat=True).first()
+
+
+def _audit(scope: Scope, status: int) -> None:
+    """A write that was carried out (a 2xx or 3xx) goes to the audit log with its actor, off the loop and not
+    awaited: the answer does not wait for the log. A failure to log is logged with its cause."""
+    method, path = scope["method"], scope["path"]
+    principal: Principal | None = scope.get(PRINCIPAL_KEY)
+    if method in SAFE_METHODS or status >= 400 or principal is None:
+        return
+    _, action = route_scopes.needed(method, path)
+    session_id = route_scopes.session_of(path) or ""
+    from sessions.core.offload import db, spawn
+
+    async def write(actor: Actor) -> None:
+        from accounts import services
+
+        try:
+            await db(services.record, actor, action, datetime.now(UTC), method=method, path=path,
+                     session_id=session_id, status=status)
+        except Exception:
+            logger.exception("audit: could not record %s %s by %s", method, path, actor.label)
+
+    spawn(write(principal.actor))
+
+
 def _public(path: str) -> bool:
-    """The login page's assets need no token: static files are the app's own code, never user data."""
-    return path.startswith("/static/") or path == "/favicon.ico"
+    """The login page's assets need no token: static files are the app's own code, never user data. An action
+    link (`/a/…`, frontend/action_links.py) is its own credential."""
+    return path.startswith(("/static/", "/a/")) or path == "/favicon.ico"
 
 
 def _too_large(policy: GuardPolicy) -> Refusal:
@@ -338,12 +467,12 @@ def _cookie(header: str, name: str) -> str:
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
-                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+                    headers: list[tuple[bytes, bytes]] | None = None, head: bool = False) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
         (b"cache-control", b"no-store"), *(headers or [])]})
-    await send({"type": "http.response.body", "body": data})
+    await send({"type": "http.response.body", "body": b"" if head else data})
 
 
 async def _refuse(send: Send, refusal: Refusal) -> None:

@@ -3,15 +3,18 @@ layer acts, the route shapes the envelope."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Header, Query, Router
+from ninja import Header, Query, Router, Schema
 
+from accounts import control
 from compozy.api import prompt_stream
 from compozy.api.guard import PEER_PID
 from compozy.api.health_schemas import StatusDTO
+from compozy.api.principals import actor_of, check_create_workspace, principal_of
 from compozy.api.response_schemas import (
     AttachOut,
     ElicitationAnswerOut,
@@ -47,6 +50,7 @@ from compozy.api.schemas import (
     PromptIn,
     PromptQuery,
     Ref,
+    RemoveQuery,
     RenameIn,
     ResolveWorkspaceIn,
     Sequence,
@@ -63,6 +67,7 @@ from sessions import services
 from sessions.catalog import index as catalog
 from sessions.core.errors import InvalidRequest
 from sessions.live.pressure import ABORT, BACKLOG
+from sessions.services import lineage_tree
 from sessions.services.create import CreateBody
 from sessions.services.prompts import (
     ElicitationAnswer,
@@ -85,6 +90,10 @@ SessionId = Ident
 LastEventId = Annotated[Sequence | None, Header(alias="Last-Event-ID")]
 
 
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
 def truthy(value: str | None) -> bool:
     """A query flag: 1, true, yes or on (any case)."""
     return (value or "").lower() in {"1", "true", "yes", "on"}
@@ -95,7 +104,11 @@ def truthy(value: str | None) -> bool:
 @router.post("/sessions", response=responses({201: SessionEnvelope}), exclude_unset=True)
 async def create_session(request: HttpRequest, payload: CreateSessionIn) -> tuple[int, dict[str, Any]]:
     body = cast(CreateBody, payload.model_dump(exclude_unset=True))  # CreateSessionIn's fields are CreateBody's
-    return 201, {"session": await services.create_session(body)}
+    principal = principal_of(request)
+    await sync_to_async(check_create_workspace)(principal, payload.workspace or payload.workspace_path)
+    session = await services.create_session(body)
+    await sync_to_async(control.take)(str(session["id"]), principal.actor, now())  # the creator holds control
+    return 201, {"session": session}
 
 
 @router.get("/sessions", response=responses({200: SessionListOut}), exclude_unset=True)
@@ -104,6 +117,9 @@ async def list_sessions(request: HttpRequest, filters: Query[ListSessionsQuery])
         workspace=filters.workspace, state=filters.state, resumable=filters.resumable, all_states=filters.all,
         agent=filters.agent, query=filters.q, limit=filters.limit, cursor=filters.cursor, session_type=filters.type,
     )
+    principal = principal_of(request)
+    if principal.limited:  # a token limited to some workspaces lists only their sessions
+        result["sessions"] = [s for s in result["sessions"] if principal.sees(str(s.get("workspace_id")))]
     if filters.include_health:
         result = await sync_to_async(decorate_list)(result)
     return result
@@ -136,8 +152,11 @@ async def session_status(request: HttpRequest, workspace: Workspace, session_id:
 
 
 @router.delete(WS, response=responses({204: None}))
-async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> tuple[int, None]:
-    await services.remove_session(session_id, workspace)
+async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId,
+                         filters: Query[RemoveQuery]) -> tuple[int, None]:
+    """A worktree session with uncommitted or unmerged work answers 409 `worktree_has_work` unless `?force=true`."""
+    await services.remove_session(session_id, workspace, force=filters.force)
+    await sync_to_async(control.forget)(session_id)
     return 204, None
 
 
@@ -166,6 +185,7 @@ async def prompt(request: HttpRequest, workspace: Workspace, session_id: Session
     message = payload.text()
     if message is None:
         raise InvalidRequest("message is required", code="message_required")
+    await sync_to_async(control.check)(session_id, actor_of(request), payload.mode == "queue")
     status, result = await services.prompt_session(session_id, message, mode=payload.mode, workspace_ref=workspace,
                                                    expected_turn_id=payload.expected_turn_id)
     started = result["prompt"].get("turn_id") if result["prompt"].get("status") == "accepted" else None
@@ -186,12 +206,14 @@ async def set_mode(request: HttpRequest, workspace: Workspace, session_id: Sessi
 @router.post(WS + "/interrupt", response=responses({200: PromptOut}), exclude_unset=True)
 async def interrupt(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                     payload: InterruptIn | None = None) -> PromptAnswer:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.interrupt_session(session_id, workspace, payload.expected_turn_id if payload else None)
 
 
 @router.post(WS + "/steer", response=responses({200: PromptOut, 202: PromptOut}), exclude_unset=True)
 async def steer(request: HttpRequest, workspace: Workspace, session_id: SessionId,
                 payload: SteerIn) -> tuple[int, PromptAnswer]:
+    await sync_to_async(control.check)(session_id, actor_of(request), False)
     return await services.steer_session(session_id, payload.text, workspace)
 
 
@@ -210,7 +232,7 @@ async def permissions(request: HttpRequest, workspace: Workspace, session_id: Se
 async def decide_permission(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                             payload: PermissionDecisionIn) -> PermissionAnswer:
     return await services.decide_permission(session_id, request_id, payload.decision, payload.option_id, workspace,
-                                            peer_pid=socket_peer(request))
+                                            peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.get(WS + "/elicitations", response=responses({200: ElicitationsOut}), exclude_unset=True)
@@ -223,7 +245,7 @@ async def elicitations(request: HttpRequest, workspace: Workspace, session_id: S
 async def answer_elicitation(request: HttpRequest, workspace: Workspace, session_id: SessionId, request_id: Ident,
                              payload: ElicitationAnswerIn) -> ElicitationAnswer:
     return await services.answer_elicitation(session_id, request_id, payload.action, payload.content, workspace,
-                                             peer_pid=socket_peer(request))
+                                             peer_pid=socket_peer(request), actor=actor_of(request))
 
 
 @router.post(WS + "/prompt/cancel", response=responses({200: PromptOut}), exclude_unset=True)
@@ -242,6 +264,27 @@ async def spawn_child(request: HttpRequest, workspace: Workspace, session_id: Se
                       payload: SpawnChildIn) -> tuple[int, dict[str, Any]]:
     body = payload.model_dump(exclude_unset=True, mode="json")
     return 201, {"session": await services.spawn_child(session_id, body, workspace)}
+
+
+class ChildOut(Schema):
+    id: str
+    name: str
+    state: str
+    stop_detail: str
+    role: str
+    depth: int
+    parent_session_id: str
+    ttl_expires_at: str | None
+
+
+class ChildrenOut(Schema):
+    children: list[ChildOut]
+
+
+@router.get(WS + "/children", response=responses({200: ChildrenOut}))
+async def children(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+    """Every spawned session whose lineage roots at this one (a coordinator's steps), oldest first."""
+    return {"children": await sync_to_async(lineage_tree.descendants)(session_id, workspace)}
 
 
 @router.post(WS + "/reactivate", response=responses({200: SessionEnvelope}), exclude_unset=True)

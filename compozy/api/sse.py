@@ -24,6 +24,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 from pydantic import ValidationError
 
+from accounts.principal import PRINCIPAL_KEY, Principal
 from compozy.api.schemas import StreamQuery
 from compozy.api.stream_tails import RawTail, TranscriptTail, frame, terminal_frame
 from compozy.api.validation import describe_errors
@@ -388,6 +389,10 @@ class CatalogStreamConsumer(StreamingConsumer):
         await self.start_stream([CATALOG_GROUP])
 
     async def catalog_changed(self, message: dict[str, Any]) -> None:
+        principal = self.scope.get(PRINCIPAL_KEY)
+        workspace = message.get("workspace_id")
+        if isinstance(principal, Principal) and workspace and not principal.sees(str(workspace)):
+            return  # a token limited to some workspaces hears nothing of the others
         self.pending.append({k: message.get(k) for k in ("kind", "workspace_id", "session_id")})
         self.wake.set()
 

@@ -150,6 +150,17 @@ def cost_text(usage: dict[str, Any] | None) -> str | None:
         else None
 
 
+def status_text(s: dict[str, Any]) -> str:
+    """What a person reads of a session's state (sessions/core/display.py): a stopped one's outcome (`completed`,
+    `stopped by you`, `failed: timeout`), a quiet turn's notice, else its state."""
+    outcome, quiet = s.get("outcome") or {}, s.get("quiet") or {}
+    if outcome.get("label"):
+        return f"{s['state']}: {outcome['label']}"
+    if quiet.get("text"):
+        return f"{s['state']}: {quiet['text']}"
+    return str(s["state"])
+
+
 def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime | None = None) -> list[str]:
     """`session list`: id, state, agent, last activity and name; `--wide` adds the rest, unshrunk."""
     now = now or datetime.now(UTC)
@@ -157,14 +168,14 @@ def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime |
         columns = ["ID", "NAME", "STATE", "BADGE", "AGENT", "PROVIDER", "MODE", "COST", "STOP REASON", "FAILURE",
                    "WORKSPACE", "ACTIVE", "CREATED"]
         rows: list[tuple[Any, ...]] = [
-            (s["id"], s.get("name"), s["state"], s.get("badge"), s["agent_name"], s.get("provider"),
+            (s["id"], s.get("name"), status_text(s), s.get("badge"), s["agent_name"], s.get("provider"),
              (s.get("mode") or {}).get("current"), cost_text(s.get("usage")), s.get("stop_reason"),
              (s.get("failure") or {}).get("kind"), s.get("workspace_id"),
              ago(s.get("last_activity_at") or s["updated_at"], now), ago(s.get("created_at"), now))
             for s in sessions]
         return fit_table(columns, rows, set(), None)
     columns = ["ID", "STATE", "AGENT", "ACTIVE", "NAME"]
-    rows = [(s["id"], s["state"], s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
+    rows = [(s["id"], status_text(s), s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
              s.get("name")) for s in sessions]
     return fit_table(columns, rows, {"AGENT", "NAME"}, terminal_width())
 

@@ -127,6 +127,8 @@ class Ticker:
     def _loop(self) -> None:
         from huey.contrib.djhuey import close_db
 
+        from coordination import jobs as coordination_jobs
+        from dreams import jobs as dream_jobs
         from health import jobs as health_jobs
         from sessions import jobs
         from tasks import jobs as task_jobs
@@ -138,6 +140,8 @@ class Ticker:
             "health_sweep": (health_jobs.health_sweep, (), health_jobs.sweep_every),
             "wake": (health_jobs.wake_cycle, (self.run,), health_jobs.wake_every),
             "tasks": (task_jobs.task_cycle, (), task_jobs.task_every),
+            "dreams": (dream_jobs.dream_cycle, (), dream_jobs.dream_every),
+            "coordination": (coordination_jobs.coordination_cycle, (), coordination_jobs.coordination_every),
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)

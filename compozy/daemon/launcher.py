@@ -178,6 +178,7 @@ def run_foreground(port: int | None = None) -> int:
     _register_secrets(config, home)
     _warn_if_cluster_token_refused()
     migrate_or_say_why()
+    _recover_memory()
     http_port = config.http_port if port is None else port
     _check_port_free(config.http_host, http_port)
     sock = config.socket
@@ -186,7 +187,7 @@ def run_foreground(port: int | None = None) -> int:
     start = _Start(config, home, http_port, sock, started_at=_take_cluster_identity(config, http_port))
     state: dict[str, Any] = {"stopping": False}
     consumer = _huey_consumer()
-    server = _guarded_server(config, _endpoints(config.http_host, http_port, sock),
+    server = _guarded_server(config, _endpoints(config, http_port, sock),
                              on_ready=lambda listening: _when_listening(start, listening, state, manager, consumer))
     _stop_on_signals(loop, state, manager, consumer)
     _serve(server, start, state)
@@ -236,9 +237,22 @@ def _register_secrets(config: Config, home: Path) -> None:
 
     mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
                    for secret in server.secrets())
+    central_secrets = (secret for central in config.mcp_servers for secret in central.server.secrets())
     for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
-                   *mcp_secrets, *secret_values(config.providers)):
+                   *mcp_secrets, *central_secrets, *secret_values(config.providers)):
         register_secret(secret)
+
+
+def _recover_memory() -> None:
+    """Memory's journal finished (a change a crash left between its journal row and its file lands now, once),
+    and a dream its daemon died in marked failed, before any request or session reads memory."""
+    from memory import dreams, store  # daemon-only (see above run_foreground)
+
+    finished = store.recover()
+    if finished:
+        logger.info("memory: finished %d journalled change(s) a crash interrupted", finished)
+    if abandoned := dreams.abandon_running("the daemon stopped during the dream"):
+        logger.warning("memory: %d dream(s) interrupted by the last stop marked failed", abandoned)
 
 
 def _warn_if_cluster_token_refused() -> None:
@@ -280,7 +294,8 @@ def _take_cluster_identity(config: Config, http_port: int) -> str:
 
 
 def _advertised(config: Config, port: int) -> str:
-    return config.cluster.advertise_url or f"http://{config.http_host}:{port}"
+    scheme = "https" if config.cluster.tls else "http"
+    return config.cluster.advertise_url or f"{scheme}://{config.http_host}:{port}"
 
 
 def _huey_consumer() -> InProcessConsumer:
@@ -289,10 +304,16 @@ def _huey_consumer() -> InProcessConsumer:
     return InProcessConsumer.build()
 
 
-def _endpoints(host: str, http_port: int, sock: Path) -> list[str]:
+def _endpoints(config: Config, http_port: int, sock: Path) -> list[str]:
+    """The TCP listener (HTTPS with `[cluster] tls_cert` and `tls_key`) and the control socket."""
     # Twisted listens with a backlog of 50: a burst of creates or of reconnecting viewers overflowed it into resets.
-    return [f"tcp:port={http_port}:interface={_endpoint_escape(host)}:backlog={LISTEN_BACKLOG}",
-            f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
+    tcp = f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}"
+    if config.cluster.tls:
+        # Twisted's TLS listener (pyOpenSSL, the `[scale]` extra); the certificate file may carry its chain.
+        tcp = (f"ssl:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}"
+               f":privateKey={_endpoint_escape(config.cluster.tls_key)}"
+               f":certKey={_endpoint_escape(config.cluster.tls_cert)}")
+    return [tcp, f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
 
 
 def _guarded_server(config: Config, endpoints: list[str], on_ready: Callable[[GuardedServer], None]) -> GuardedServer:
@@ -322,9 +343,10 @@ def _when_listening(start: _Start, server: GuardedServer, state: dict[str, Any],
     _publish_address(start, actual_port)
     _freeze_startup_objects()
     _start_background_work(start, state, manager, consumer)
-    logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", start.config.http_host, actual_port,
-                start.sock, start.home)
-    print(f"compozy daemon ready: http://{start.config.http_host}:{actual_port} socket={start.sock}\n"  # noqa: T201 - the ready line on stdout
+    scheme = "https" if start.config.cluster.tls else "http"
+    logger.info("compozy daemon listening on %s://%s:%s and %s (home %s)", scheme, start.config.http_host,
+                actual_port, start.sock, start.home)
+    print(f"compozy daemon ready: {scheme}://{start.config.http_host}:{actual_port} socket={start.sock}\n"  # noqa: T201 - the ready line on stdout
           f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
           f"{token_path(start.home)}", flush=True)
 
@@ -423,6 +445,7 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
         await manager.shutdown()
         await _drain_live_tails()
     finally:
+        await _close_peer_clients()
         if "ticker" in state:
             state["ticker"].stop()
         if "leases" in state:
@@ -434,6 +457,12 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
             reactor.stop()
         except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
             logger.info("the reactor had stopped already")
+
+
+async def _close_peer_clients() -> None:
+    from compozy.api import peers  # daemon-only (see above run_foreground)
+
+    await peers.close_all()
 
 
 # How long a shutdown waits for the live tails of the sessions it stopped to send their closing frame: a page open

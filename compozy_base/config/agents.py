@@ -62,6 +62,7 @@ class AgentConfig:
     mcp_servers: tuple[McpServer, ...] = ()
     max_cost_usd: float = 0.0  # this agent's sessions' cost cap (0: `[limits] max_cost_usd`)
     network: bool | None = None  # its sandbox's network (`[agents.NAME] network`); None: `[sandbox] network`
+    isolation: str = ""  # `none` or `worktree` (docs/reference/worktrees.md); "": a create's own, else none
 
 
 # Pinned npm packages of the built-in adapters (`npm view <package> version`, 2026-11-30). Pinned, not
@@ -152,6 +153,18 @@ def parse_providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
     return providers
 
 
+ISOLATIONS = ("none", "worktree")
+
+
+def isolation(value: object, key: str) -> str:
+    """`none` or `worktree`; "" when unset."""
+    if value is None or value == "":
+        return ""
+    if value not in ISOLATIONS:
+        raise ConfigError(f"{key}: must be none or worktree")
+    return str(value)
+
+
 def parse_agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
     """The built-in agents overlaid by `[agents.NAME]` tables (`[agents.heartbeat]` taken out already)."""
     agents = builtin_agents()
@@ -168,6 +181,7 @@ def parse_agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
             mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
             max_cost_usd=money(body.get("max_cost_usd"), f"agents.{name}.max_cost_usd"),
             network=boolean(body["network"], f"agents.{name}.network") if "network" in body else None,
+            isolation=isolation(body.get("isolation"), f"agents.{name}.isolation"),
         )
     return agents
 

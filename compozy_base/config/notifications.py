@@ -40,6 +40,9 @@ DEFAULT_MAX_ATTEMPTS = 12
 # that a stuck receiver's backlog moves; each webhook has its own worker, so it holds up only its own deliveries.
 DEFAULT_TIMEOUT = 10.0
 WEBHOOK_KEYS = frozenset({"url", "secret", "events", "agents", "workspaces"})
+# An action link answers for an hour by default: long enough to see a phone's notification in a meeting, short
+# enough that a link left in a chat's history is useless by the next day.
+DEFAULT_LINK_TTL = 3600.0
 MAX_WEBHOOKS = 32
 
 
@@ -80,6 +83,9 @@ class NotificationsConfig:
     retry_max: float = DEFAULT_RETRY_MAX
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout: float = DEFAULT_TIMEOUT
+    # Signed, single-use approve/deny links in a permission's webhook payload (`actions`, issue 49).
+    action_links: bool = False
+    link_ttl: float = DEFAULT_LINK_TTL
 
     def backoff(self, attempts: int) -> float:
         """Seconds before the next attempt after `attempts` failed ones: retry_min doubling, capped at retry_max."""
@@ -186,6 +192,13 @@ def parse_notifications(table: dict[str, Any]) -> NotificationsConfig:
     timeout = parse_duration(table.get("timeout", DEFAULT_TIMEOUT), "notifications.timeout")
     if not 0.1 <= timeout <= 300:
         raise ConfigError("notifications.timeout: must be between 100ms and 5m")
+    action_links = table.get("action_links", False)
+    if not isinstance(action_links, bool):
+        raise ConfigError("notifications.action_links: must be true or false")
+    link_ttl = parse_duration(table.get("link_ttl", DEFAULT_LINK_TTL), "notifications.link_ttl")
+    if not 1 <= link_ttl <= 7 * 86400:
+        raise ConfigError("notifications.link_ttl: must be between 1s and 168h")
     return NotificationsConfig(
-        webhooks=hooks, retry_min=retry_min, retry_max=retry_max, timeout=timeout,
+        webhooks=hooks, retry_min=retry_min, retry_max=retry_max, timeout=timeout, action_links=action_links,
+        link_ttl=link_ttl,
         max_attempts=integer(table.get("max_attempts", DEFAULT_MAX_ATTEMPTS), "notifications.max_attempts", 1, 100))

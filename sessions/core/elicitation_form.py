@@ -25,7 +25,7 @@ MAX_SCHEMA_FIELDS = 64
 
 
 
-def _enum_of(prop: JsonObject) -> list[str] | None:
+def enum_of(prop: JsonObject) -> list[str] | None:
     if isinstance(prop.get("enum"), list):
         return [str(v) for v in prop["enum"]]
     if isinstance(prop.get("oneOf"), list):
@@ -36,7 +36,7 @@ def _enum_of(prop: JsonObject) -> list[str] | None:
 def _string_problem(prop: JsonObject, value: Any) -> str | None:
     if not isinstance(value, str):
         return "must be a string"
-    choices = _enum_of(prop)
+    choices = enum_of(prop)
     if choices is not None and value not in choices:
         return f"must be one of {', '.join(choices)}"
     if isinstance(prop.get("minLength"), int) and len(value) < prop["minLength"]:
@@ -65,7 +65,7 @@ def _field_problem(prop: JsonObject, value: Any) -> str | None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return "must be a list of strings"
         items = prop.get("items")
-        choices = _enum_of(items) if isinstance(items, dict) else None
+        choices = enum_of(items) if isinstance(items, dict) else None
         bad = [v for v in value if choices is not None and v not in choices]
         return f"{', '.join(bad)} not among {', '.join(choices or [])}" if bad else None
     return None  # a type this client does not know: the agent reads what it gets

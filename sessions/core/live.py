@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, Required, TypedDict
 
+from accounts.actor import Actor
 from sessions.core.acp_shapes import PermissionOption
 from sessions.core.enums import MarkerKind, StopReason
 from sessions.core.jsonobj import EventContent, JsonObject
@@ -135,6 +137,9 @@ class LiveTurn(Protocol):
     def id(self) -> str: ...
 
     @property
+    def reply(self) -> str: ...  # the start of the agent's reply so far (the sessions list's preview)
+
+    @property
     def ended(self) -> asyncio.Event: ...
 
 
@@ -158,9 +163,20 @@ class PendingElicitationRequest(Protocol):
     def public(self) -> ElicitationView: ...
 
 
+@dataclass(frozen=True)
+class AnsweredPermission:
+    """A permission request a person answered: the first answer wins, later ones learn who gave it."""
+
+    decision: str
+    actor: Actor | None
+
+
 class LivePermissions(Protocol):
     @property
     def pending(self) -> Mapping[str, PendingPermissionRequest]: ...
+
+    @property
+    def answered(self) -> Mapping[str, AnsweredPermission]: ...
 
     @property
     def waiting_count(self) -> int: ...
@@ -175,7 +191,8 @@ class LiveElicitations(Protocol):
 
     def waiting_items(self) -> Sequence[PendingElicitationRequest]: ...
 
-    def resolve(self, request_id: str, action: str, content: JsonObject | None) -> bool: ...
+    def resolve(self, request_id: str, action: str, content: JsonObject | None,
+                actor: Actor | None = ...) -> bool: ...
 
 
 class LiveAgent(Protocol):
@@ -253,7 +270,8 @@ class LiveSession(Protocol):
 
     async def stage_steer(self, text: str) -> PromptResult: ...
 
-    def decide_permission(self, request_id: str, decision: str, option_id: str | None = ...) -> bool: ...
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = ...,
+                          actor: Actor | None = ...) -> bool: ...
 
     def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = ...,
                turn_id: str | None = ...) -> None: ...

@@ -43,6 +43,9 @@ _SECRET_KEY_RE = re.compile(
     r"|auth(?!or(?!i[sz])|_?(?:methods?|type|mode|required|enabled))"
 )
 _KEY_FOLD_RE = re.compile(r"[-.\s]+")
+# Keys that name a credential's id, never the credential: an actor's `token_id` (issue 49) says which token acted,
+# and is what `compozy token revoke` takes.
+_ID_KEYS = frozenset({"token_id"})
 
 
 @lru_cache(maxsize=4096)
@@ -51,7 +54,7 @@ def is_secret_key(key: str) -> bool:
     if not key:
         return False
     norm = _KEY_FOLD_RE.sub("_", key.lower())
-    return _SECRET_KEY_RE.search(norm) is not None
+    return norm not in _ID_KEYS and _SECRET_KEY_RE.search(norm) is not None
 
 
 # --- free-text patterns ----------------------------------------------------------------------------

@@ -15,10 +15,11 @@ from sessions.store.ops import UsageColumns
 
 # Content keys copied into a data-compozy-event part (the rest, e.g. `raw`, stays in the event store).
 EventDataKey = Literal["title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action",
-                       "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries"]
+                       "resource", "decision", "decision_source", "option_id", "tool_call_id", "runtime", "entries",
+                       "actor"]
 EVENT_DATA_KEYS: tuple[EventDataKey, ...] = (
     "title", "text", "error", "failure", "stop_reason", "stop_detail", "request_id", "action", "resource", "decision",
-    "decision_source", "option_id", "tool_call_id", "runtime", "entries")
+    "decision_source", "option_id", "tool_call_id", "runtime", "entries", "actor")
 # Content keys a user message keeps in its metadata, and those `done` adds to the message it closes.
 UserMetadataKey = Literal["source", "authored_text", "client_message_id", "synthetic", "action", "decision"]
 USER_METADATA_KEYS: tuple[UserMetadataKey, ...] = ("source", "authored_text", "client_message_id", "synthetic",
@@ -77,6 +78,7 @@ class EventData(TypedDict, total=False):
     tool_call_id: str
     runtime: Any  # a runtime event's facts, as recorded: free-form
     entries: list[JsonObject]  # a plan's entries, as the agent sent them
+    actor: JsonObject  # who answered a permission or took control (accounts/actor.py `Actor.fields`)
     marker: MarkerData
     options: list[OptionData]  # a permission request's choices
     terminal: TerminalData

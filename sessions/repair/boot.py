@@ -20,6 +20,7 @@ from sessions.catalog.ownership import LocalManager, local_manager
 from sessions.core.enums import LIVE_STATES, EventType, SessionState
 from sessions.core.failures import classify
 from sessions.core.record import SessionMeta, SessionRecord
+from sessions.repair.git_ops import repair_git_ops
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.repair.transcript import (
     NO_TURN_IDS,
@@ -167,7 +168,7 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
     # Sessions this daemon created are never stale; only state older than our start can be.
     started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None
     counts = dict.fromkeys(("scanned", "repaired", "transcripts_checked", "transcripts_repaired", "invalid",
-                            "failed"), 0)
+                            "failed", "git_ops_repaired"), 0)
     needs_a_person: dict[str, list[str]] = {"invalid": [], "failed": []}
     for session_id in folder.list_session_dirs():
         if manager is not None and manager.owns(session_id):
@@ -197,6 +198,9 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
             if fixed is not None:
                 meta = repair_stale_meta(meta, fixed)
                 counts["repaired"] += 1
+            # A checkpoint, rewind or merge a crash cut short: finished or rolled back before anything reads it.
+            if repair_git_ops(session_id) is not None:
+                counts["git_ops_repaired"] += 1
             # Not limited to state older than our start: a read may already have repaired the stale meta.
             outcome = check_transcript_once(session_id, meta, manager)
             if outcome is not None:

@@ -74,8 +74,9 @@ class ElicitationDesk:
         finally:
             self.board.close(pending.request_id)
             self._share()
+        who = {"actor": dict(pending.answered_by.fields())} if pending.answered_by is not None else {}
         self._session.record(EventType.SYSTEM, {
-            "title": "elicitation_answered", "text": action,
+            "title": "elicitation_answered", "text": action, **who,
             "raw": {"request_id": pending.request_id, "message": message, "action": action,
                     "content": content if action == "accept" else None}}, turn_id=turn_id)
         self._activity.touch("elicitation", action)

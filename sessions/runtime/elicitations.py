@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from accounts.actor import Actor
 from sessions.core.jsonobj import JsonObject
 from sessions.core.live import ElicitationView
 from sessions.store.folder import isoformat, utcnow
@@ -24,6 +25,7 @@ class PendingElicitation:
     # (action, content): action is accept, decline or cancel.
     answer: asyncio.Future[tuple[str, JsonObject | None]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    answered_by: Actor | None = None  # who answered (recorded in `elicitation_answered`)
 
     def public(self) -> ElicitationView:
         return {"id": self.request_id, "message": self.message, "requested_schema": self.requested_schema,
@@ -41,10 +43,11 @@ class ElicitationBoard:
         self.pending[item.request_id] = item
         return item
 
-    def resolve(self, request_id: str, action: str, content: JsonObject | None) -> bool:
+    def resolve(self, request_id: str, action: str, content: JsonObject | None, actor: Actor | None = None) -> bool:
         item = self.pending.get(request_id)
         if item is None or item.answer.done():
             return False
+        item.answered_by = actor
         item.answer.set_result((action, content))
         return True
 

@@ -8,6 +8,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from accounts.actor import Actor
 from sessions.acp import client_side, workspace_fs
 from sessions.core.acp_shapes import PermissionOption, ToolCall
 from sessions.core.enums import EventType
@@ -157,6 +158,7 @@ class PermissionGate:
         turn = self._turns.turn
         turn_id = turn.id if turn else ""
         gate = await self._permission_hooks(tool_call, options, base, mode)
+        decided_by: Actor | None = None
         if gate is not None:
             decision, option_id, source = gate
         elif mode == "approve-reads" and str(tool_call.get("kind", "")) not in client_side.READ_KINDS:
@@ -173,6 +175,7 @@ class PermissionGate:
                 self._share_waiting()
                 try:
                     person, chosen = await pending.answer
+                    decided_by = pending.decided_by
                 finally:
                     self.permissions.close(pending.request_id)
                     self._share_waiting()
@@ -189,7 +192,8 @@ class PermissionGate:
             decision, option_id = client_side.policy_decision(mode, tool_call, options)
             source = f"policy:{mode}"
         self._session.record(EventType.PERMISSION, {**base, "decision": decision, "decision_source": source,
-                                           "option_id": option_id, "raw": {"toolCall": sent, "options": options}},
+                                           "option_id": option_id, "raw": {"toolCall": sent, "options": options},
+                                           **({"actor": decided_by.fields()} if decided_by else {})},
                     turn_id=turn_id)
         self._activity.touch("permission", decision)
         if decision == "approved" and source == "person" and tool_call.get("kind") == "execute":
@@ -241,5 +245,6 @@ class PermissionGate:
         self._session.announce()
         spawn(self._session.persist())
 
-    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
-        return self.permissions.resolve(request_id, decision, option_id)
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None,
+                          actor: Actor | None = None) -> bool:
+        return self.permissions.resolve(request_id, decision, option_id, actor)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from accounts.actor import Actor
 from sessions.acp import client_side
 from sessions.core.acp_shapes import PermissionOption, ToolCall
-from sessions.core.live import PermissionView
+from sessions.core.live import AnsweredPermission, PermissionView
 from sessions.store.folder import isoformat, utcnow
 
 
@@ -24,6 +25,7 @@ class PendingPermission:
     created_at: str = field(default_factory=lambda: isoformat(utcnow()) or "")
     answer: asyncio.Future[tuple[str, str | None]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    decided_by: Actor | None = None  # who answered (the first answer wins)
 
     def public(self) -> PermissionView:
         return {
@@ -43,9 +45,15 @@ def option_for(options: list[PermissionOption], decision: str, option_id: str | 
     return client_side.allow_option(options) if decision == "approve" else client_side.reject_option(options)
 
 
+# Answered requests remembered per session, so a second person answering learns who was first (409
+# `permission_answered`) rather than "no such request": bounded, the oldest forgotten first.
+ANSWERED_KEPT = 64
+
+
 class PermissionBoard:
     def __init__(self) -> None:
         self.pending: dict[str, PendingPermission] = {}
+        self.answered: dict[str, AnsweredPermission] = {}
 
     def open(self, request_id: str, turn_id: str, tool_call: ToolCall,
              options: list[PermissionOption]) -> PendingPermission:
@@ -59,11 +67,15 @@ class PermissionBoard:
         self.pending[unique] = item
         return item
 
-    def resolve(self, request_id: str, decision: str, option_id: str | None) -> bool:
+    def resolve(self, request_id: str, decision: str, option_id: str | None, actor: Actor | None = None) -> bool:
         item = self.pending.get(request_id)
         if item is None or item.answer.done():
             return False
+        item.decided_by = actor
         item.answer.set_result((decision, option_id))
+        self.answered[request_id] = AnsweredPermission(decision, actor)
+        while len(self.answered) > ANSWERED_KEPT:
+            self.answered.pop(next(iter(self.answered)))
         return True
 
     def cancel_all(self) -> int:

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accounts.actor import Actor
 from compozy_base import metrics
 from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.loader import Config
@@ -48,6 +49,7 @@ from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
+from sessions.runtime.checkpointing import Checkpointer
 from sessions.runtime.confinement import confiner
 from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
 from sessions.runtime.elicitation_desk import ElicitationDesk
@@ -111,8 +113,10 @@ class SessionRuntime:
         self.agent_state = AgentState(self)
         # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
         permissions, elicitations = PermissionBoard(), ElicitationBoard()
+        self.checkpointer = Checkpointer(self)
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
-                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations)
+                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations,
+                           checkpoint=self.checkpointer.after_turn if rec.worktree else None)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
                                    tool_titles=self.tool_titles, tool_kinds=self.tool_kinds,
                                    tool_inputs=self.tool_inputs)
@@ -268,8 +272,9 @@ class SessionRuntime:
             return await self.desk.ask(params)
         return await self.gate.on_request(method, params)
 
-    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None) -> bool:
-        return self.gate.decide_permission(request_id, decision, option_id)
+    def decide_permission(self, request_id: str, decision: str, option_id: str | None = None,
+                          actor: Actor | None = None) -> bool:
+        return self.gate.decide_permission(request_id, decision, option_id, actor)
 
     def touch_activity(self, kind: str, detail: str = "", tool: str | None = None) -> None:
         self.activity.touch(kind, detail, tool)

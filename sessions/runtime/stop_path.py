@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
+from accounts.actor import DAEMON, ActorFields
 from compozy_base import metrics
 from compozy_base.home import crash_bundles_dir
 from sessions.acp.driver import AgentRequestError, TransportClosed
@@ -38,8 +39,21 @@ class SessionStoppedContent(TypedDict, total=False):
     failure: FailureDoc
     error: str
     text: str  # the end of the agent's stderr, with a failure
+    actor: ActorFields  # `daemon` for a stop no person asked for (a person's stop is in the audit log by the API)
 
 STDERR_IN_EVENTS_BYTES = 4096
+
+
+async def _audit_daemon_stop(session_id: str, reason: str, detail: str) -> None:
+    """A stop the daemon decided (a timeout, a reap, a shutdown, the agent's exit) in the audit log as `daemon`'s:
+    not awaited by the stop, and a failure to log is logged with its cause."""
+    from accounts import services as accounts
+
+    try:
+        await db(accounts.record, DAEMON, "session.stop", utcnow(), session_id=session_id,
+                 detail={"stop_reason": reason, "stop_detail": detail[:200]})
+    except Exception:  # the stop stands; the lost row is logged
+        logger.exception("session %s: the audit row of its stop could not be written", session_id)
 
 
 class TurnsToStop(Protocol):
@@ -204,6 +218,10 @@ class StopPath:
         tail = self.stderr_excerpt()
         if tail and failure:
             stopped["text"] = tail
+        if reason != StopReason.USER_CANCELED:
+            stopped["actor"] = DAEMON.fields()
+            if reason != StopReason.SHUTDOWN:  # the daemon's own end is its log's, and its DB thread is closing
+                spawn(_audit_daemon_stop(session.rec.id, reason.value, detail))
         session.record(EventType.SESSION_STOPPED, stopped, turn_id="")
         logger.info("session %s stopped: %s%s", session.rec.id, reason.value,
                     f" ({failure['kind']})" if failure else "")

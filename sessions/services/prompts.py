@@ -6,10 +6,13 @@ as they are. The live session itself is reached through `LiveSession` (sessions/
 from __future__ import annotations
 
 import asyncio
-from typing import TypedDict
+from typing import Required, TypedDict
 
 from asgiref.sync import sync_to_async
 
+from accounts import services as accounts
+from accounts.actor import Actor
+from accounts.actor import agent as agent_actor
 from compozy_base.config.modes import BusyMode
 from sessions.acp import peers
 from sessions.acp.client_side import ALLOW_KINDS, REJECT_KINDS
@@ -35,8 +38,9 @@ class PermissionList(TypedDict):
     permissions: list[PermissionView]
 
 
-class PermissionDecided(PermissionView):
-    decision: str  # approved or denied
+class PermissionDecided(PermissionView, total=False):
+    decision: Required[str]  # approved or denied
+    answered_by: str  # the actor's label: a user's name, or `webhook-link`
 
 
 class PermissionAnswer(TypedDict):
@@ -191,19 +195,32 @@ async def refuse_agents(runtime: LiveSession | None, peer_pid: int | None, what:
     if runtime is not None:
         runtime.record(EventType.SYSTEM, {"title": "decision_refused", "text": (
             f"{what} {request_id} refused: asked from inside session {agent}'s agent (pid {peer_pid})"), "raw": {
-            "request_id": request_id, "what": what, "source": f"agent:{agent}", "peer_pid": peer_pid}})
+            "request_id": request_id, "what": what, "source": f"agent:{agent}", "peer_pid": peer_pid},
+            "actor": dict(agent_actor(agent).fields())})
+    # The attempt is the agent's, in the audit log too (the guard logs only writes carried out).
+    await sync_to_async(accounts.record)(agent_actor(agent), f"{what}.refused", folder.utcnow(),
+                                         session_id=runtime.rec.id if runtime is not None else "", status=403,
+                                         detail={"request_id": request_id, "peer_pid": peer_pid})
     raise AgentCannotDecide(f"{what} decisions come from a person, not from an agent's process "
                             f"(pid {peer_pid} belongs to session {agent}'s agent)",
                             data={"source": f"agent:{agent}", "peer_pid": peer_pid})
 
 
 async def decide_permission(session_id: str, request_id: str, decision: str, option_id: str | None = None,
-                            workspace_ref: str | None = None, *, peer_pid: int | None = None) -> PermissionAnswer:
+                            workspace_ref: str | None = None, *, peer_pid: int | None = None,
+                            actor: Actor | None = None) -> PermissionAnswer:
+    """`actor`: who answers (recorded in the permission event); the first answer wins, a later one answers 409
+    `permission_answered` naming who answered."""
     if decision not in ("approve", "deny"):
         raise InvalidRequest("decision must be approve or deny", code="invalid_decision")
     runtime, _ = await _runtime_for(session_id, workspace_ref)
     await refuse_agents(runtime, peer_pid, "permission", request_id)
     pending = runtime.permissions.pending.get(request_id) if runtime else None
+    answered = runtime.permissions.answered.get(request_id) if runtime else None
+    if (pending is None or pending.answer.done()) and answered is not None:
+        raise Conflict("this permission request was answered already", code="permission_answered", data={
+            "request_id": request_id, "decision": answered.decision,
+            "answered_by": answered.actor.label if answered.actor else ""})
     if runtime is None or pending is None or pending.answer.done():
         raise NotFound("no pending permission request with that id", code="permission_not_found",
                        data={"request_id": request_id})
@@ -217,8 +234,11 @@ async def decide_permission(session_id: str, request_id: str, decision: str, opt
             raise InvalidRequest(f"option {option_id!r} is of kind {option.get('kind')!r}, which does not "
                                  f"{decision} the request", code="option_decision_mismatch",
                                  data={"option_id": option_id, "kind": option.get("kind"), "decision": decision})
-    runtime.decide_permission(request_id, decision, option_id)
-    return {"permission": {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}}
+    runtime.decide_permission(request_id, decision, option_id, actor)
+    decided: PermissionDecided = {**pending.public(), "decision": "approved" if decision == "approve" else "denied"}
+    if actor is not None:
+        decided["answered_by"] = actor.label
+    return {"permission": decided}
 
 
 async def list_elicitations(session_id: str, workspace_ref: str | None = None) -> ElicitationList:
@@ -228,7 +248,8 @@ async def list_elicitations(session_id: str, workspace_ref: str | None = None) -
 
 
 async def answer_elicitation(session_id: str, request_id: str, action: str, content: JsonObject | None = None,
-                             workspace_ref: str | None = None, *, peer_pid: int | None = None) -> ElicitationAnswer:
+                             workspace_ref: str | None = None, *, peer_pid: int | None = None,
+                             actor: Actor | None = None) -> ElicitationAnswer:
     """accept (with content that fits the requested schema), decline or cancel; the agent's request returns."""
     if action not in ("accept", "decline", "cancel"):
         raise InvalidRequest("action must be accept, decline or cancel", code="invalid_action")
@@ -244,7 +265,7 @@ async def answer_elicitation(session_id: str, request_id: str, action: str, cont
             what = "; ".join(f"{p['field']} {p['reason']}".strip() for p in problems)
             raise InvalidRequest(f"content does not fit the requested schema: {what}",
                                  code="invalid_elicitation_content", data={"problems": problems})
-    runtime.elicitations.resolve(request_id, action, (content or {}) if action == "accept" else None)
+    runtime.elicitations.resolve(request_id, action, (content or {}) if action == "accept" else None, actor)
     return {"elicitation": {**pending.public(), "action": action}}
 
 

@@ -20,6 +20,7 @@ from sessions.core.record import SessionRecord
 from sessions.models import Session, Workspace
 from sessions.repair.transcript import repair_transcript
 from sessions.runtime.manager import get_manager
+from sessions.services.create import session_roots
 from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
 from sessions.services.payloads import SessionPayload
 from sessions.store import events as event_store
@@ -104,12 +105,13 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
         # Its last turn could not be closed while the disk was full: close it now, append-only, so the
         # transcript never reads as if that turn were still running.
         repair_transcript(session_id, dry_run=False, force=False)
-    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
     try:
         rec = SessionRecord.from_meta(meta)
     except ValueError as exc:  # read_meta checked its keys and state; a field of the wrong type is found here
         raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
-    return rec, provider, roots
+    if rec.worktree and not Path(str(rec.worktree.get("path") or "")).is_dir():
+        raise refuse("its worktree was removed", "worktree_missing")
+    return rec, provider, session_roots(rec, ws.root_dir, ws.add_dirs or [])
 
 
 class AttachLease(TypedDict):

@@ -97,8 +97,10 @@ def test_a_write_waits_for_a_person_and_a_cli_approval_writes_the_file(daemon: D
     assert of_type(turn, "tool_result")[0]["content"]["status"] == "completed"
     assert listed(daemon, sid) == []
     assert daemon.session(sid)["pending_permissions"] == 0
-    again = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"), json={"decision": "approve"})
-    assert again.status_code == 404 and again.json()["code"] == "permission_not_found"
+    # The first answer wins; a later one learns who gave it (issue 49).
+    again = daemon.http.post(daemon.scoped(sid, f"/permissions/{request_id}"), json={"decision": "deny"})
+    assert again.status_code == 409 and again.json()["code"] == "permission_answered", again.text
+    assert again.json()["diagnostic"]["evidence"]["answered_by"] == "owner"
 
 
 def test_a_denial_from_the_api_fails_the_tool_call(daemon: Daemon, workspace: Path) -> None:

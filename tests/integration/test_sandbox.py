@@ -81,6 +81,10 @@ def test_without_a_sandbox_the_agent_reaches_the_socket_but_its_self_approval_is
 
     [row] = wait_for(refused_row, timeout=30, what="the refusal to be recorded")
     assert row["content"]["raw"]["source"] == f"agent:{sid}", row
+    assert row["content"]["actor"] == {"kind": "agent", "label": f"agent:{sid}", "session_id": sid}
+    audited = d.cli_json("audit")["entries"]  # the attempt is the agent's in the audit log too (issue 49)
+    assert [(e["actor"], e["action"], e["status"]) for e in audited if e["session_id"] == sid
+            and e["actor_kind"] == "agent"] == [(f"agent:{sid}", "permission.refused", 403)]
     [request] = d.http.get(d.scoped(sid, "/permissions")).json()["permissions"]  # still waiting on a person
     assert d.http.post(d.scoped(sid, f"/permissions/{request['request_id']}"),
                        json={"decision": "deny"}).status_code == 200

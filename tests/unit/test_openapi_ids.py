@@ -19,4 +19,5 @@ def test_every_operation_keeps_its_operation_id() -> None:
     ids = sorted(op["operationId"] for path in schema["paths"].values() for op in path.values()
                  if isinstance(op, dict) and "operationId" in op)
     before = json.loads((ROOT / "tests" / "fixtures" / "openapi-operation-ids.json").read_text())
-    assert ids == before
+    # New operations may join (issue 49 added people, tokens, the audit log); none of these may be renamed.
+    assert sorted(set(before) - set(ids)) == []

@@ -345,3 +345,12 @@ def test_a_registered_secret_of_any_shape_is_redacted() -> None:
     assert redact_text(f"my token is {token}.") == f"my token is {REDACTED}."
     register_secret("short")  # too short to be a credential: never registered, so prose stays whole
     assert redact_text("a short note") == "a short note"
+
+
+def test_a_token_id_names_a_credential_and_is_not_one() -> None:
+    # An actor's `token_id` (issue 49) is what `compozy token revoke` takes; the tokens themselves stay secret.
+    from sessions.core.redact import is_secret_key
+
+    assert not is_secret_key("token_id") and not is_secret_key("Token-ID")
+    for key in ("token", "api_token", "access_token", "token_secret", "id_token"):
+        assert is_secret_key(key), key

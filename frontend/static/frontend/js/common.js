@@ -178,8 +178,47 @@ export function shortPath(path) {
 // ---- the daemon status in the header -------------------------------------------------------
 
 const STATUS_POLL_MS = 10_000;
+// Doctor runs every check (the disk, the queue, the catalog): a slower pace than the status line's.
+const DOCTOR_POLL_MS = 30_000;
+
+// Who this page is signed in as (issue 49): the owner, or a person with their own token and its scopes.
+let whoamiPromise = null;
+let principalKnown = null;
+export function whoami() {
+  if (!whoamiPromise) {
+    whoamiPromise = api("GET", "/api/auth/whoami")
+      .then(({ data }) => { principalKnown = data.principal || null; return principalKnown; })
+      .catch(() => null);
+  }
+  return whoamiPromise;
+}
+
+// Whether the signed-in token may use a route that needs `scope` (unknown yet: yes, the daemon decides).
+export function mayUse(scope) {
+  if (!principalKnown) return true;
+  const scopes = principalKnown.scopes || [];
+  return scopes.includes("admin") || scopes.includes(scope) || (scope === "read" && scopes.length > 0);
+}
+
+export function signedInUser() {
+  return principalKnown ? principalKnown.user : "";
+}
+
+function showSignedIn() {
+  const box = document.getElementById("signed-in");
+  if (!box) return;
+  whoami().then((principal) => {
+    if (!principal) return;
+    box.textContent = `signed in as ${principal.user}`;
+    box.title = `token ${principal.token_id} · ${(principal.scopes || []).join(", ")}`
+      + (principal.workspaces && principal.workspaces.length ? ` · workspaces ${principal.workspaces.join(", ")}` : "");
+    box.dataset.user = principal.user;
+    box.hidden = false;
+  });
+}
 
 export function startDaemonStatus({ doctor = true } = {}) {
+  showSignedIn();
   const box = document.getElementById("daemon-status");
   if (!box) return { refresh() {}, last: null };
   const text = box.querySelector(".daemon-text");
@@ -211,7 +250,13 @@ export function startDaemonStatus({ doctor = true } = {}) {
 
   refresh();
   setInterval(refresh, STATUS_POLL_MS);
-  if (doctor) startDoctorSummary();
+  // The active count follows the catalog at once on pages that hold its stream (a start, a stop), not a poll later.
+  document.addEventListener("compozy:catalog", debounce(refresh, 300));
+  if (doctor) {
+    // The chip says what doctor finds now: read again now and then, not once per page load.
+    startDoctorSummary();
+    setInterval(startDoctorSummary, DOCTOR_POLL_MS);
+  }
   startAttentionCount();
   state.refresh = refresh;
   return state;

@@ -86,6 +86,14 @@ function markdownNode(text) {
   return node;
 }
 
+// The actor of a decision, as a person reads it: `alice`, or `webhook-link (alice's link)`.
+function answeredBy(data) {
+  const actor = data && data.actor;
+  if (!actor || typeof actor !== "object") return "";
+  if (actor.kind === "webhook-link") return actor.user ? `webhook-link (${actor.user}'s link)` : "webhook-link";
+  return String(actor.label || actor.user || "");
+}
+
 export class EntryView {
   constructor(root, options = {}) {
     this.root = root;
@@ -321,9 +329,11 @@ export class EntryView {
     const decision = data.decision && data.decision !== "" ? data.decision : "pending";
     card.dataset.decision = decision;
     const pill = card.querySelector(".perm-decision");
-    pill.textContent = decision === "pending" ? "waiting for a decision" : decision;
+    // Who answered (issue 49): a person's name, or `webhook-link` (and whose link it was).
+    const who = answeredBy(data);
+    pill.textContent = decision === "pending" ? "waiting for a decision" : who ? `${decision} by ${who}` : decision;
     pill.className = `perm-decision decision-${decision}`;
-    if (data.decision_source) pill.title = `decided by ${data.decision_source}`;
+    if (data.decision_source) pill.title = `decided by ${who || data.decision_source}`;
     const actions = card.querySelector(".perm-actions");
     actions.textContent = "";
     const id = card.dataset.requestId;
@@ -387,8 +397,9 @@ export class EntryView {
         this.showDecision(card, data);
       }
     }
+    const who = answeredBy(data) || data.decision_source;
     return this.note(data, "muted", "permission",
-      shownAsItRuns([data.decision, data.title || data.resource, data.decision_source && `by ${data.decision_source}`]));
+      shownAsItRuns([data.decision, data.title || data.resource, who && `by ${who}`]));
   }
 
   plan(data) {

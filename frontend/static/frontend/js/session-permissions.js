@@ -3,7 +3,7 @@
 //
 // The transcript's permission cards decide through here too (EntryView's onDecide) and follow the open
 // requests; the transcript sits above this module, so session.js hands its marker in (onOpenRequests).
-import { api, clear, debounce, el, errorText, pretty } from "./common.js";
+import { api, clear, debounce, el, errorText, mayUse, pretty } from "./common.js";
 import { CLIP_CHARS, clip, longTextNode, visible } from "./long-text.js";
 import { setComposerStatus } from "./session-composer.js";
 import { $, scoped, session } from "./session-record.js";
@@ -35,10 +35,11 @@ export function renderPermissions(items) {
   for (const item of items) {
     // What is approved reads as it runs: control and bidi characters as escapes (long-text.js).
     const what = visible(clip([item.kind, item.title].filter(Boolean).join(" · ") || item.request_id, CLIP_CHARS * 4));
-    const buttons = () => [
+    // A token without the approve scope watches the request; the buttons are for those who may answer.
+    const buttons = () => (mayUse("approve") ? [
       el("button", { type: "button", class: "button small approve", onclick: () => decidePermission(item.request_id, "approve") }, "Approve"),
       el("button", { type: "button", class: "button small deny", onclick: () => decidePermission(item.request_id, "deny") }, "Deny"),
-    ];
+    ] : [el("span", { class: "muted" }, "waiting for someone who may approve")]);
     list.append(el("li", { dataset: { requestId: item.request_id } }, el("span", { class: "perm-what" }, what),
       item.tool_input !== undefined && item.tool_input !== null
         ? longTextNode(visible(pretty(item.tool_input), { lines: true }), { tag: "pre", className: "small" }) : null,
