@@ -80,7 +80,7 @@ def _provider_kv(p: dict[str, Any]) -> None:
 @output_option
 @json_flag
 def provider_show(name: str, fmt: str, as_json: bool) -> None:
-    """One provider, in full: where it was found, its version, its key variable and auth state.
+    """One provider, in full: where its agent is found, its key variable and where it is set, what is missing.
 
     Exits 69 (`provider_not_found`) for a name config.toml does not define.
 
@@ -130,16 +130,16 @@ def provider_test(name: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def provider_set_key(name: str, variable: str, fmt: str, as_json: bool) -> None:
-    """Store a provider's key in secrets.toml, then reload the providers.
+    """Store the provider's key, read from stdin, in secrets.toml; then reload the providers.
 
-    The key is read from stdin (never the command line, which other users can see) and written to
-    `$COMPOZY_HOME/secrets.toml` (0600, never config.toml); sessions started from now on have it. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes
-    it. Live sessions keep the environment they started with.
+    Read from stdin, never the command line (which other users can see); written to `$COMPOZY_HOME/secrets.toml`
+    (0600, never config.toml). Sessions started from now on have it; live ones keep the environment they started
+    with. VARIABLE defaults to the provider's key variable (`compozy provider show NAME`); an empty stdin removes it.
 
     Examples:
 
-        compozy provider set-key claude          # then paste the key and press Enter
-        cat ~/.openai-key | compozy provider set-key codex OPENAI_API_KEY
+        printf %s "$ANTHROPIC_API_KEY" | compozy provider set-key claude
+        compozy provider set-key codex OPENAI_API_KEY   # then paste the key and press Enter
     """
     fmt = _fmt(fmt, as_json)
     if sys.stdin.isatty():
@@ -195,7 +195,7 @@ def provider_login(name: str, method: str, fmt: str, as_json: bool) -> None:
 def agent_list(fmt: str, as_json: bool) -> None:
     """Every agent, its provider, model and permission policy, and whether its provider can start.
 
-    The default agent is marked `*`; `compozy provider show NAME` says what a provider that cannot start lacks.
+    `-o json` prints `{agents: [{name, provider, model, permissions, default, provider_found, provider_auth}]}`.
 
     Examples:
 
@@ -222,10 +222,9 @@ def agent_list(fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def daemon_reload(fmt: str, as_json: bool) -> None:
-    """Reload the providers and agents from config.toml without a restart.
+    """Reload `[providers.*]` and `[agents.*]` from config.toml (and the keys in secrets.toml) without a restart.
 
-    `[providers.*]` and `[agents.*]` (and the keys in secrets.toml) are read again; live sessions keep running as
-    they started. A file a start would refuse is refused whole with its one-line
+    Live sessions keep running as they started. A file a start would refuse is refused whole with its one-line
     error (exit 78) and the daemon keeps what it had. `kill -HUP <pid>` does the same.
 
     Examples:

@@ -187,7 +187,7 @@ def test_attention_keeps_the_whole_reason_at_80_columns(daemon: Daemon, workspac
 
 def test_session_events_merges_a_replys_chunks_into_one_line_unless_raw(daemon: Daemon, workspace: Path) -> None:
     sid = daemon.create(workspace, agent="scripted")["id"]
-    turn = daemon.run_turn(sid, "slow 6 0")
+    turn = daemon.run_turn(sid, "slow 6 0.2")  # apart in time: the store keeps them as rows of their own
     chunks = of_type(turn, "agent_message")
     assert len(chunks) >= 2  # the store may coalesce chunks that came together; several rows stay
     merged = assert_fits(narrow(daemon, "session", "events", sid).stdout)
