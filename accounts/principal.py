@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from accounts.actor import OWNER_TOKEN_ID, OWNER_USER, Actor, ActorKind
@@ -9,6 +10,9 @@ from accounts.scopes import TokenScope, allows
 
 # The ASGI scope key the guard sets; a request without it came from no token the guard knows (fail closed).
 PRINCIPAL_KEY = "compozy.principal"
+# A request one node routes to a session's owner carries who asked (compozy/api/routing.py); the owner believes it
+# only beside the cluster token, and the node that took the request has checked its scopes and logged it.
+ACTOR_HEADER = "x-compozy-actor"
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,20 @@ class Principal:
 
     def sees(self, workspace_id: str) -> bool:
         return not self.workspaces or workspace_id in self.workspaces
+
+    def to_header(self) -> str:
+        return json.dumps({"user": self.user, "token_id": self.token_id, "scopes": sorted(self.scopes),
+                           "workspaces": sorted(self.workspaces)}, separators=(",", ":"))
+
+    @classmethod
+    def from_header(cls, value: str) -> Principal | None:
+        """The principal a routed request names, None when the header is not one (then it is the owner's)."""
+        try:
+            raw = json.loads(value)
+            return cls(str(raw["user"]), str(raw["token_id"]), frozenset(TokenScope(s) for s in raw["scopes"]),
+                       frozenset(str(w) for w in raw["workspaces"]))
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def public(self) -> dict[str, object]:
         return {"user": self.user, "token_id": self.token_id, "scopes": sorted(s.value for s in self.scopes),

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 from accounts.actor import Actor
-from accounts.principal import OWNER_PRINCIPAL, PRINCIPAL_KEY, Principal
+from accounts.principal import ACTOR_HEADER, OWNER_PRINCIPAL, PRINCIPAL_KEY, Principal
 from compozy.api import probes, route_scopes
 from compozy_base.auth import (
     COOKIE_MAX_AGE,
@@ -244,7 +244,9 @@ class Guard:
         if scheme.lower() == "bearer" and same_secret(given, policy.token):
             return OWNER_PRINCIPAL
         if scheme.lower() == "bearer" and policy.cluster_token and same_secret(given, policy.cluster_token):
-            return OWNER_PRINCIPAL  # another node of the cluster routing work to the session this node owns
+            # Another node of the cluster routing work to the session this node owns, for the person who asked it.
+            scope[ROUTED_KEY] = True
+            return Principal.from_header(headers.get(ACTOR_HEADER, "")) or OWNER_PRINCIPAL
         if scheme.lower() == "bearer" and given.startswith(TOKEN_PREFIX):
             principal, refused = await _person(given)
             if principal is not None:
@@ -359,6 +361,7 @@ class Guard:
 
 
 TOKEN_PREFIX = "tok_"
+ROUTED_KEY = "compozy.routed"  # set when the cluster token authenticated the request
 WHOAMI_PATH = "/api/auth/whoami"
 _REFUSED_WHY = {"token_revoked": "this token was revoked", "token_expired": "this token has expired"}
 
@@ -421,6 +424,8 @@ def _audit(scope: Scope, status: int) -> None:
     principal: Principal | None = scope.get(PRINCIPAL_KEY)
     if method in SAFE_METHODS or status >= 400 or principal is None:
         return
+    if scope.get(ROUTED_KEY):
+        return  # routed here by the node that took it (with the cluster token), which logged it
     _, action = route_scopes.needed(method, path)
     session_id = route_scopes.session_of(path) or ""
     from sessions.core.offload import db, spawn

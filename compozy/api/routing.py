@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from accounts.principal import ACTOR_HEADER, PRINCIPAL_KEY, Principal
 from compozy.api import peers
 from compozy.api.guard import ASGIApp, Receive, Scope, Send, send_json
 from compozy_base.auth import cluster_token
@@ -138,6 +139,9 @@ def _owner_request(scope: Scope, address: str, token: str) -> tuple[str, dict[st
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])
                if name in PASSED_HEADERS}
     headers.update({"authorization": f"Bearer {token}", ROUTED_HEADER.decode(): cluster.node_id()})
+    principal = scope.get(PRINCIPAL_KEY)
+    if isinstance(principal, Principal):  # who asked, so the owner's events name them (issue 49)
+        headers[ACTOR_HEADER] = principal.to_header()
     url = scope["path"]
     if scope.get("query_string"):
         url += "?" + scope["query_string"].decode("latin-1")

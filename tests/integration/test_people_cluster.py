@@ -53,6 +53,19 @@ def test_a_token_revoked_on_one_node_is_refused_on_the_other_within_5_s(tmp_path
                                   if e["action"] == "session.create" and e["token_id"] == made["token"]["id"]],
                          what="node B's write in the shared audit log")
                 assert a.cli_json("session", "control", sid)["controller"] == "dana"
+                # Node B runs the session; a prompt taken by node A is routed there for dana (not for the owner):
+                # she holds control, and the write is logged once, by the node that took it.
+                with httpx.Client(base_url=a.base_url, timeout=30,
+                                  headers={"Authorization": f"Bearer {made['secret']}"}) as on_a:
+                    routed = on_a.post(a.scoped(sid, "/prompt"), json={"message": "say hi"},
+                                       headers={"Accept": "application/json"})
+                assert routed.status_code == 200, routed.text  # not 409: the owner node knows it is dana
+                assert routed.headers.get("x-compozy-node") == "node-b"  # answered by the node that runs it
+                prompts = wait_for(lambda: [e for e in a.cli_json("audit", "--user", "dana")["entries"]
+                                            if e["action"] == "session.prompt"], what="the routed prompt's row")
+                assert len(prompts) == 1 and prompts[0]["token_id"] == made["token"]["id"]
+                assert not [e for e in a.cli_json("audit")["entries"]
+                            if e["action"] == "session.prompt" and e["actor"] != "dana"]
                 revoked_at = time.monotonic()
                 a.cli_json("token", "revoke", made["token"]["id"])
                 refused = wait_for(lambda: (r := on_b.get("/api/sessions")).status_code == 401 and r,
