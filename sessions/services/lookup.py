@@ -92,6 +92,7 @@ def pull_copy(session_id: str) -> None:
         replica.pull(session_id)
     except DatabaseError as exc:  # answered from what this node has (the catalog row, or its copy)
         logger.warning("session %s: the cluster's copy was not read (%s)", session_id, exc)
+        replica.drop_connection()
 
 
 def _runtime_meta(session_id: str) -> SessionMeta | None:

@@ -477,6 +477,7 @@ def pull_events(session_id: str) -> None:
                 _pull_events(session_id, path)
     except DatabaseError as exc:  # the tail goes on from this node's copy; the next read tries again
         logger.warning("replica: %s not brought up to the database (%s)", session_id, exc)
+        drop_connection()
 
 
 def _pull_events(session_id: str, path: Path) -> None:
@@ -517,6 +518,15 @@ def _pull_events(session_id: str, path: Path) -> None:
             local = int(page[-1][0])
     finally:
         conn.close()
+
+
+def drop_connection() -> None:
+    """This thread's catalog connection closed after it failed (a worker thread's, which no request cycle closes):
+    the next read opens a new one instead of failing on the dead one for ever."""
+    from django.db import connection
+
+    with contextlib.suppress(Exception):
+        connection.close()
 
 
 def forget(session_id: str) -> None:
