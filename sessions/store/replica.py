@@ -166,8 +166,8 @@ class Shipper:
         params.pop("context", None)
         params.setdefault("connect_timeout", 3)
         # A server that stopped answering (a cut network) fails the round in seconds, never blocks it for good.
-        params.update(keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2,
-                      options="-c statement_timeout=10000")
+        options = f"{params.get('options') or ''} -c statement_timeout=10000".strip()
+        params.update(keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2, options=options)
         self._conn = psycopg.connect(**params, autocommit=False)
         return self._conn
 
