@@ -92,9 +92,13 @@ class TcpProxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Closed with a reset (SO_LINGER 0), as a partition that the peer's kernel reports."""
+    """Closed with a reset (SO_LINGER 0), as a partition that the peer's kernel reports. Shut down first: a close
+    alone leaves the connection up while a pipe thread is still blocked in recv() on it, and the daemon's side then
+    waits on a connection that acknowledges everything and answers nothing."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()
 

@@ -229,7 +229,7 @@ class LeaseKeeper:
                 logger.error("session %s: lease lost to %s while this node was cut off; stopping its agent here "
                              "without writing", session_id, taker)
                 self.manager.hand_off_fence(session_id, taker)
-        if cluster.connection_state.may_fail_over(me.lease_ttl, time.monotonic()):
+        if cluster.may_judge_leases():
             failover.recover_expired()
 
     def _loop(self) -> None:

@@ -120,6 +120,14 @@ class Connection:
 connection_state = Connection()
 
 
+def may_judge_leases() -> bool:
+    """Whether this process may take an expired lease for a dead owner's (failover, a read's stale repair): outside
+    a cluster's daemon always (embedded, the catalog is this machine's file: there is no outage to come back from);
+    in one, once connected for a full TTL (rule 6)."""
+    me = _identity
+    return me is None or not clustered() or connection_state.may_fail_over(me.lease_ttl, time.monotonic())
+
+
 def identity() -> Identity | None:
     """This daemon's identity; None outside a daemon (manage.py, a test process)."""
     return _identity

@@ -116,7 +116,10 @@ def _unsaved_meta(session_id: str) -> SessionMeta | None:
 def _daemon_may_own(session_id: str) -> bool:
     """A live state is live while this daemon runs (or is creating) the session, or while another node holds its
     unexpired lease. Outside a daemon (manage.py, tests) a running daemon of this home may own it too: leave it."""
-    return ownership.owner(session_id).anyone
+    if ownership.owner(session_id).anyone:
+        return True
+    # An expired lease is not yet a dead owner to a node back from a database outage: the owner renews first.
+    return not cluster.may_judge_leases() and cluster.leased(session_id)
 
 
 def row_meta_unreadable(row: Session) -> SessionMeta:

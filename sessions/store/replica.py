@@ -167,7 +167,10 @@ class Shipper:
         params.setdefault("connect_timeout", 3)
         # A server that stopped answering (a cut network) fails the round in seconds, never blocks it for good.
         options = f"{params.get('options') or ''} -c statement_timeout=10000".strip()
-        params.update(keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2, options=options)
+        # tcp_user_timeout: data the server never acknowledged (a partition) fails the round in 10 s, not the
+        # kernel's quarter of an hour of retransmissions.
+        params.update(keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2,
+                      tcp_user_timeout=10000, options=options)
         self._conn = psycopg.connect(**params, autocommit=False)
         return self._conn
 

@@ -228,13 +228,15 @@ def test_a_database_outage_stops_no_session_and_loses_no_acknowledged_event(
         node.proxy.cut()
     cut_at = time.monotonic()
     seen_at_cut = [len(v.frames) for v in viewers]
-    # The streams go on through the outage (events held in each events.db), and no session stops.
-    wait_for(lambda: time.monotonic() - cut_at >= OUTAGE_SECONDS and all(
-        len(v.frames) > seen + 20 for v, seen in zip(viewers, seen_at_cut, strict=True)),
-        timeout=OUTAGE_SECONDS + 30, what="the outage to last while the streams go on")
-    # C first: the node that, reconnecting before the owners, once failed their sessions over.
-    for node in (cluster.c, cluster.a, cluster.b):
-        node.proxy.restore()
+    try:
+        # The streams go on through the outage (events held in each events.db), and no session stops.
+        wait_for(lambda: time.monotonic() - cut_at >= OUTAGE_SECONDS and all(
+            len(v.frames) > seen + 20 for v, seen in zip(viewers, seen_at_cut, strict=True)),
+            timeout=OUTAGE_SECONDS + 30, what="the outage to last while the streams go on")
+    finally:
+        # C first: the node that, reconnecting before the owners, once failed their sessions over.
+        for node in (cluster.c, cluster.a, cluster.b):
+            node.proxy.restore()
     for viewer in viewers:
         viewer.join(120)
         assert not viewer.is_alive() and viewer.error is None, viewer.error
@@ -252,8 +254,12 @@ def test_a_database_outage_stops_no_session_and_loses_no_acknowledged_event(
 
 
 def test_a_killed_owners_session_is_read_at_once_and_continued_on_a_survivor(
-        cluster: Cluster, workspace: Path) -> None:
+        cluster: Cluster, workspace: Path, tmp_path: Path) -> None:
     a, b = cluster.a, cluster.b
+    elsewhere = tmp_path / "only-on-node-a"  # a workspace the survivor's machine does not have (removed below)
+    elsewhere.mkdir()
+    stranded = a.daemon.create(elsewhere)["id"]
+    stranded_path = a.daemon.scoped(stranded)
     sid = a.daemon.create(workspace)["id"]
     scoped = a.daemon.scoped(sid)
     viewer = Viewer(a.daemon, sid)
@@ -291,4 +297,13 @@ def test_a_killed_owners_session_is_read_at_once_and_continued_on_a_survivor(
     lease = lease_of(cluster, sid)
     assert lease is not None and lease[0] == "node-b"
     wait_for(_in_database(cluster, b, sid), timeout=10, what="B's rows in the database")
+
+    # A session whose workspace path does not exist on the survivor's machine is not continued there, and says so.
+    elsewhere.rmdir()
+    wait_for(lambda: b.daemon.session(stranded)["state"] == "stopped", timeout=60, what="the other failover")
+    refused = b.daemon.http.post(f"{stranded_path}/prompt", json={"message": "stream 2"},
+                                 headers={"Accept": "application/json"})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["code"] == "workspace_unavailable"
+    assert str(elsewhere) in refused.json()["error"]
     assert b.daemon.http.post(f"{scoped}/stop").status_code == 204
