@@ -42,7 +42,7 @@ from typing import Any
 from sessions.core.failures import StoreFailure, classify
 from sessions.core.jsonobj import EventContent
 from sessions.core.redact_stream import PrivateKeyCarry, secret_tail
-from sessions.store import replica
+from sessions.store import replica, shipper
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog, row_to_event
 from sessions.store.ops import (
@@ -327,7 +327,7 @@ class Recorder:
             self._hand_off()  # what was recorded while this batch was in flight is the next batch
 
     def _shipped(self, weight: int, stored: list[StoredEvent], rows: list[tuple[Any, ...]],
-                 outcome: replica.Outcome) -> None:
+                 outcome: shipper.Outcome) -> None:
         """On the replica's thread: what the database did with the batch, back to the loop in order."""
         loop = self._loop
         assert loop is not None
@@ -335,10 +335,10 @@ class Recorder:
             loop.call_soon_threadsafe(self._after_ship, weight, stored, rows, outcome)
 
     def _after_ship(self, weight: int, stored: list[StoredEvent], rows: list[tuple[Any, ...]],
-                    outcome: replica.Outcome) -> None:
+                    outcome: shipper.Outcome) -> None:
         self._shipping -= 1
-        if outcome is replica.Outcome.OVERFLOW and self.failure is None:
-            self._fail(StoreFailure("replica_backlog_full", f"more than {replica.HELD_LIMIT} events held while the "
+        if outcome is shipper.Outcome.OVERFLOW and self.failure is None:
+            self._fail(StoreFailure("replica_backlog_full", f"more than {shipper.HELD_LIMIT} events held while the "
                                     "cluster's database did not answer"))
         self._publish(weight, stored, rows)
 
