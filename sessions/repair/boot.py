@@ -31,7 +31,7 @@ from sessions.repair.transcript import (
     repair_transcript,
 )
 from sessions.store import events as event_store
-from sessions.store import folder
+from sessions.store import folder, replica
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +114,13 @@ def _mark_checked(session_id: str, outcome: str, manager: LocalManager | None) -
 TRANSCRIPT_CLAIM_LEASE = 60.0
 
 
-def check_transcript_once(session_id: str, meta: SessionMeta, manager: LocalManager | None) -> str | None:
+def check_transcript_once(session_id: str, meta: SessionMeta, manager: LocalManager | None, *,
+                          writer: bool = False) -> str | None:
     """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
-    or another node claimed it."""
-    if not transcript_check_pending(meta):
+    or another node claimed it. In a cluster whose nodes keep their own disks only the node that continues the
+    session (`writer`: it holds the lease) repairs it: another's events.db is a copy of the database's, and a row
+    written into it would be nobody's."""
+    if not transcript_check_pending(meta) or (replica.enabled() and not writer):
         return None
     if not claim_lease(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_LEASE):
         return None
@@ -131,8 +134,8 @@ def transcript_settled(session_id: str, meta: SessionMeta) -> bool:
     it first, boot repair or this read) before a reader is told the session stopped, so a follower never closes
     on `session_stopped` one repair row short. False while another node holds the judgement: ask again later.
     Reads the store; callers on the event loop test `transcript_check_pending` first, which reads nothing."""
-    if not transcript_check_pending(meta):
-        return True
+    if not transcript_check_pending(meta) or replica.enabled():
+        return True  # (a copy: the node that continues the session closes the cut turn, check_transcript_once)
     try:
         if check_transcript_once(session_id, meta, local_manager()) is not None:
             return True

@@ -63,7 +63,7 @@ from sessions.runtime.title import TITLE_PASSES, generate_title, title_routes
 from sessions.runtime.title import Route as TitleRoute
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
-from sessions.store import folder
+from sessions.store import folder, replica
 from sessions.store.ops import HookRunRow
 from sessions.store.rows import StoredEvent
 from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
@@ -101,6 +101,11 @@ class SessionRuntime:
         if cluster.clustered() and os.environ.get("COMPOZY_SESSIONS_DIR"):
             # A shared store: a node cut off from the others must not write what a survivor may be writing.
             self.recorder.may_write = functools.partial(cluster.lease_confirmed, self.id)
+        me = cluster.identity()
+        if me is not None and replica.enabled():
+            # Each own disk: every batch is also stored in the cluster's database, fenced by this run's lease.
+            self.recorder.replica = replica.Link(self.id, replica.Lease(me.node_id, me.run),
+                                                 folder.events_path(self.id))
         self.agent: AgentProcess | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}

@@ -18,13 +18,20 @@ from sessions.core.jsonobj import EventContent
 from sessions.core.offload import db
 from sessions.core.record import SessionRecord
 from sessions.models import Session, Workspace
+from sessions.repair.boot import check_transcript_once
 from sessions.repair.transcript import repair_transcript
 from sessions.runtime.manager import get_manager
 from sessions.services.create import session_roots
-from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
+from sessions.services.lookup import (
+    SessionOwnedElsewhere,
+    check_workspace_scope,
+    get_session,
+    pull_copy,
+    read_session_meta,
+)
 from sessions.services.payloads import SessionPayload
 from sessions.store import events as event_store
-from sessions.store import folder
+from sessions.store import folder, replica
 
 
 def reactivation_hint(session_id: str) -> str:
@@ -56,6 +63,9 @@ def _reactivatable(meta: EventContent) -> tuple[Workspace, ProviderConfig]:
     if ws is None:
         raise NotReactivatable("workspace_not_found", "its workspace is no longer registered")
     if not Path(ws.root_dir).is_dir():
+        if replica.enabled():  # a cluster on own disks: the session may have run on another machine
+            raise NotReactivatable("workspace_unavailable", f"its workspace {ws.root_dir} does not exist on this "
+                                   f"machine (node {cluster.node_id()}); continue it on a node that has it")
         raise NotReactivatable("workspace_root_missing", f"the workspace root {ws.root_dir} no longer exists")
     config = get_config()
     agent = config.agents.get(meta["agent_name"])
@@ -78,6 +88,7 @@ def reactivatable(meta: EventContent) -> bool:
 
 def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, list[Path]]:
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
+    pull_copy(session_id)  # a dead node's session: this node's copy of it, from the cluster's database
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
         # Another node's reactivation won the race since the caller read `stopped`: the session is that node's.
@@ -114,6 +125,17 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
     return rec, provider, session_roots(rec, ws.root_dir, ws.add_dirs or [])
 
 
+def _adopt(session_id: str) -> None:
+    """The lease is ours: in a cluster on own disks the session's events.db is rebuilt from the database's copy
+    (the rows a dead owner committed, up to its last), and a turn cut by its death is closed here, the one node
+    that writes the session now (its rows reach the database with the first batch)."""
+    if not replica.pull(session_id):
+        return
+    meta = folder.read_meta(session_id)
+    if meta is not None:
+        check_transcript_once(session_id, meta, None, writer=True)
+
+
 class AttachLease(TypedDict):
     session_id: str
     attached_to: str
@@ -143,6 +165,7 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
             holder = await db(cluster.take, session_id)
             if holder is not None:
                 raise SessionOwnedElsewhere(session_id, holder)
+            await db(_adopt, session_id)
             runtime = manager.get(session_id) or manager.launch(rec, provider=provider, roots=roots,
                                                                 reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
