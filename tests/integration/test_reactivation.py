@@ -351,10 +351,11 @@ def test_resume_latest_picks_the_most_recently_active_resumable_session(daemon: 
     daemon.run_turn(older, "first")
     daemon.run_turn(newer, "second")
 
-    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace))
+    # A named holder keeps its lease after the command exits (the default holder is the CLI process itself).
+    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace), "--holder", "script-a")
     assert picked["attach"]["session_id"] == newer
     # The newer one is leased now, so it is no longer resumable; --latest moves on to the other.
-    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace))
+    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace), "--holder", "script-a")
     assert picked["attach"]["session_id"] == older
     nothing = daemon.cli("session", "resume", "--latest", "--workspace", str(workspace), "-o", "json")
     assert nothing.returncode != 0 and json.loads(nothing.stderr)["code"] == "no_resumable_session"
@@ -366,8 +367,8 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     stop(daemon, sid)
     assert resumable_ids(daemon, workspace) == [sid]  # what resume takes: it reactivates it
 
-    result = daemon.cli_json("session", "resume", sid)
-    assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"].startswith("cli:")
+    result = daemon.cli_json("session", "resume", sid, "--holder", "script-b")
+    assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"] == "script-b"
     session = daemon.session(sid)
     assert session["state"] == "active" and session["id"] == sid
     assert resumable_ids(daemon, workspace) == []  # active, but leased
