@@ -3,20 +3,29 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two stamps: `make run` installs the package alone (its runtime dependencies); the tests, the linters and the
+# benchmarks add the dev extra (pytest, Playwright, mypy, schemathesis…: ~90 packages, ~500 MB a user who only
+# runs the daemon never needs).
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test fuzz coverage system-deps lint bench bench-catalog venv clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 ## Run the daemon in the foreground on its embedded defaults (SQLite, in-process queue and channel layer, demo agent).
-run: $(STAMP)
+# Its log also goes to $COMPOZY_HOME/logs/daemon.log (rotated), where evidence bundles read it.
+run: $(RUN_STAMP)
 	$(BIN)/compozy daemon start --foreground
 
 ## Run the whole test suite (unit, integration against the real daemon, browser tests in Chromium).

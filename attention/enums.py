@@ -18,6 +18,7 @@ class AttentionKind(StrEnum):
     FAILED = "failed"
     TASK = "task"
     BUDGET = "budget"
+    QUIET = "quiet"  # a running turn without agent output past `quiet_attention_after` (sessions/core/display.py)
 
 
 class DeliveryStatus(StrEnum):

@@ -77,8 +77,28 @@ def _session_meta(row: Session) -> SessionMeta | None:
         return None  # meta.json unreadable: doctor's session_metadata check names it
 
 
+def _quiet_item(meta: SessionMeta) -> AttentionItem | None:
+    """A turn quiet past `quiet_attention_after`: read from the payload, whose activity is the live runtime's."""
+    from sessions.services.payloads import session_payload
+
+    if meta["state"] != SessionState.ACTIVE:
+        return None
+    payload = session_payload(meta)
+    quiet = payload["quiet"]
+    if quiet is None or not quiet["attention"]:
+        return None
+    sid = meta["id"]
+    # One item per turn: acknowledged, it stays away for this turn and comes back for a later quiet one.
+    return AttentionItem(item_id(f"quiet:{sid}:{payload['current_turn_id']}"), AttentionKind.QUIET,
+                         f"{meta.get('name') or sid}: the running turn has had {quiet['text']}", quiet["since"],
+                         f"/sessions/{sid}", sid, None, meta.get("workspace_id"), meta.get("agent_name") or None)
+
+
 def session_items(meta: SessionMeta) -> list[AttentionItem]:
     items = [item for item in map(_item, session_notices(meta)) if item is not None]
+    quiet = _quiet_item(meta)
+    if quiet is not None:
+        items.append(quiet)
     if meta.get("task_id"):
         # A task's attempt that failed is its task's business: recovery retries it or the task needs attention
         # (its own item), so the person sees one item, not one per attempt.

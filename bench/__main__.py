@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 
-from bench import cadence, capacity, cpu_split, harness, latency, memory, redaction, throughput  # noqa: E402
+from bench import cadence, capacity, cpu_split, harness, latency, memory, redaction, throughput, worktrees  # noqa: E402
 from bench.harness import cpu_probe, load_average  # noqa: E402
 from bench.report import BenchResult, print_result, summary_table, write_json  # noqa: E402
 
@@ -43,6 +43,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Path, bool], BenchResult]]] = {
     "memory": ("daemon RSS around reads of a 1M-event session", memory.run),
     "redaction": ("redact_text on ordinary text per call, and on adversarial text per KiB at two sizes",
                   redaction.run),
+    "worktrees": ("a checkpoint of a 10,000-file worktree; a worktree session's turns a second against a plain "
+                  "session's", worktrees.run),
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 

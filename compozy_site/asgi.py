@@ -13,6 +13,7 @@ from django.urls import path, re_path
 django_app = get_asgi_application()
 
 from compozy.api.guard import Guard  # noqa: E402
+from compozy.api.placement import Placement  # noqa: E402
 from compozy.api.routing import OwnerRouter  # noqa: E402
 from compozy.api.sse import CatalogStreamConsumer, SessionStreamConsumer  # noqa: E402
 
@@ -25,4 +26,4 @@ routes = URLRouter([
 # Host, Origin, token and body cap are checked here, once, for every route: Django's ALLOWED_HOSTS and middleware
 # never see the channels consumers.
 # Then work on a session another node runs is routed to that node (compozy/api/routing.py).
-application = Guard(OwnerRouter(ProtocolTypeRouter({"http": routes})))
+application = Guard(Placement(OwnerRouter(ProtocolTypeRouter({"http": routes}))))

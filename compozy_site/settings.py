@@ -32,9 +32,12 @@ INSTALLED_APPS = [
     # Only for its templates and static files: /api/docs then loads Swagger UI from this daemon, not from a CDN.
     "ninja",
     "huey.contrib.djhuey",
+    "memory.apps.MemoryConfig",
     "sessions.apps.SessionsConfig",
     "tasks.apps.TasksConfig",
     "health.apps.HealthConfig",
+    "dreams.apps.DreamsConfig",
+    "coordination.apps.CoordinationConfig",
     "accounts.apps.AccountsConfig",
     "attention.apps.AttentionConfig",
     "frontend.apps.FrontendConfig",

@@ -7,6 +7,8 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("tasks", views.tasks_page, name="tasks"),
     path("attention", views.attention_page, name="attention"),
+    path("memory", views.memory_page, name="memory"),
+    path("providers", views.providers_page, name="providers"),
     path("tasks/", RedirectView.as_view(url="/tasks", query_string=True), name="tasks-slash"),
     path("sessions/<str:session_id>", views.session_page, name="session"),
     # A pasted or hand-typed URL often ends with a slash; the page has one canonical address.

@@ -38,12 +38,15 @@ from attention.services import list_items
 from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body, not_found
 from health.services import decorate_list
+from memory import health as memory_health
+from memory import service as memory_service
 from sessions import services
 from sessions.core.enums import Badge, SessionState
 from sessions.core.errors import CompozyError
 from sessions.core.record import SessionMeta
 from sessions.live import transcript
 from sessions.services.prompts import QueuedInput
+from sessions.services.providers import list_providers
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.rows import EventRow
@@ -144,6 +147,30 @@ async def tasks_page(request: HttpRequest) -> HttpResponse:
     return _secure(render(request, "frontend/tasks.html", {"tasks": tasks, "page": page}))
 
 
+def _memory_context() -> dict[str, Any]:
+    return {"health": memory_health.report().to_dict(), "entries": memory_service.listing(),
+            "workspaces": [{"id": w["id"], "name": w["name"], "root_dir": w["root_dir"]}
+                           for w in services.list_workspaces()]}
+
+
+@csrf_exempt
+@require_safe
+async def memory_page(request: HttpRequest) -> HttpResponse:
+    """Memory: browse, search and edit entries, and what a session was given at its start (docs/reference/memory.md
+    §2). Entries are shown as text, never as HTML: an agent wrote some of them."""
+    context = await sync_to_async(_memory_context)()
+    return _secure(render(request, "frontend/memory.html", {"memory": context, "page": {"initial": context}}))
+
+
+@csrf_exempt
+@require_safe
+async def providers_page(request: HttpRequest) -> HttpResponse:
+    """Each provider's state and a form to set its key (which the API writes to secrets.toml, then reloads)."""
+
+    providers = await sync_to_async(list_providers)()
+    return _secure(render(request, "frontend/providers.html", {"page": {"initial": providers}}))
+
+
 def _queue(session_id: str) -> list[QueuedInput]:
     """Pending input entries, exactly as the queue route gives them (the page refreshes from it later)."""
     return list(services.pending_inputs(session_id)["queue"])
@@ -174,6 +201,7 @@ def _session_context(session_id: str) -> dict[str, Any]:
             "inactivity_warning_after": supervision.inactivity_warning_after,
             "inactivity_timeout": supervision.inactivity_timeout,
             "timeout_cancel_grace": supervision.timeout_cancel_grace,
+            "quiet_notice_after": supervision.quiet_notice_after,
         },
         "busy_input": {"default_mode": str(config.busy_input.default_mode), "queue_cap": config.busy_input.queue_cap,
                        "max_text_bytes": config.busy_input.max_text_bytes},

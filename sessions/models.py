@@ -115,3 +115,36 @@ class SessionLease(models.Model):
     address = models.CharField(max_length=300, blank=True, default="")
     acquired_at = models.DateTimeField()
     expires_at = models.DateTimeField(db_index=True)
+
+
+class EventCopy(models.Model):
+    """A committed event's durable copy in a cluster's database (sessions/store/replica.py): any node reads, tails
+    and exports a session from these rows, and a new owner rebuilds its `events.db` from them. A table apart from
+    the catalog's, keyed by session and sequence, written only by the holder of the session's lease (the insert
+    locks the lease row in its own transaction). No foreign key: it outlives nothing, a removal deletes it."""
+
+    pk = models.CompositePrimaryKey("session_id", "sequence")
+    session_id = models.CharField(max_length=64)
+    sequence = models.BigIntegerField()
+    event_id = models.CharField(max_length=64)
+    turn_id = models.CharField(max_length=64)
+    type = models.CharField(max_length=64)
+    agent_name = models.CharField(max_length=200)
+    content = models.TextField()
+    timestamp = models.CharField(max_length=40)
+    archived = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "compozy_event_copy"
+
+
+class MetaCopy(models.Model):
+    """`meta.json`'s content, durable in a cluster's database: written with every catalog mirror, read by any node
+    that has no copy of the session's folder (or an older one: `version` grows with every save)."""
+
+    session_id = models.CharField(primary_key=True, max_length=64)
+    version = models.BigIntegerField(default=1)
+    meta = models.TextField()
+
+    class Meta:
+        db_table = "compozy_meta_copy"

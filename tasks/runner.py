@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, TypedDict
 
 from django.db import transaction
 
@@ -25,10 +26,12 @@ from sessions.core.enums import LIVE_STATES, StopReason
 from sessions.core.errors import AgentLimitReached, CompozyError, Unavailable
 from sessions.core.live import LiveSession
 from sessions.core.offload import db
+from sessions.core.record import WorktreeDoc
 from sessions.runtime.supervision import SILENCE_DETAIL
 from sessions.services.create import CreateBody, TaskBinding
 from sessions.store import events as event_store
 from sessions.store import folder
+from sessions.worktree import git
 from tasks.costs import budget_left
 from tasks.enums import RunOutcome, RunStatus, TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
@@ -181,7 +184,9 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
                  "the task's attempts reached its cost budget")
         _starting.discard(run.id)
         return
-    binding: TaskBinding = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left}
+    isolation = await db(_isolation, task, manager.config)
+    binding: TaskBinding = {"task_id": task.id, "run_id": run.id, "cwd": task.cwd, "budget_usd": left,
+                            **isolation}
     body: CreateBody = {"workspace": task.workspace_id, "agent_name": task.agent_name, "prompt": task.prompt,
             "name": f"{task.title} (attempt {run.attempt})"[:300], "task_binding": binding}
     try:
@@ -200,6 +205,31 @@ async def _start(manager: Any, run: TaskRun, owner: str) -> None:
             manager.hand_off_stop(payload["id"], StopReason.USER_CANCELED, "task run lease lost before start")
     finally:
         _starting.discard(run.id)
+
+
+class _Isolation(TypedDict, total=False):
+    isolation: str
+    worktree: WorktreeDoc
+
+
+def _isolation(task: Task, config: Config) -> _Isolation:
+    """`[tasks] isolation` (default: `worktree` when the workspace is a git repository), and a retry's worktree:
+    the earlier attempt's, continued (its work is the retry's starting point, not thrown away). Blocking (git)."""
+    chosen = config.task_isolation or ("worktree" if git.is_repository(Path(task.workspace.root_dir)) else "none")
+    found: _Isolation = {"isolation": chosen}
+    if chosen != "worktree":
+        return found
+    for session_id in (TaskRun.objects.filter(task_id=task.id).exclude(session_id="").order_by("-attempt")
+                       .values_list("session_id", flat=True)):
+        try:
+            meta = folder.read_meta(session_id)
+        except ValueError:
+            continue
+        doc = meta.get("worktree") if meta is not None else None
+        if doc and Path(doc.get("path", "")).is_dir():
+            found["worktree"] = doc
+            break
+    return found
 
 
 def _bind(run: TaskRun, owner: str, session_id: str) -> bool:

@@ -62,8 +62,9 @@ def _task(task_id: str) -> Task:
 
 # ---- create, read ----------------------------------------------------------------------------------------
 
-def create_task(body: dict[str, Any]) -> dict[str, Any]:
-    """A queued task and its first queued run; the dispatcher starts it when an agent slot is free."""
+def create_task(body: dict[str, Any], *, coordinated: bool = False) -> dict[str, Any]:
+    """A queued task and its first queued run; the dispatcher starts it when an agent slot is free. A coordinated
+    task (coordination/) has no run: its steps, run by the workspace's coordinator, are its attempts."""
     config = get_config()
     prompt = (body.get("prompt") or "").strip()
     if not prompt:
@@ -109,6 +110,9 @@ def create_task(body: dict[str, Any]) -> dict[str, Any]:
         task = Task.objects.create(id=new_task_id(), title=title, prompt=prompt, agent_name=agent_name,
                                    workspace=ws, cwd=str(resolved), max_attempts=max_attempts,
                                    status=TaskStatus.QUEUED, created_at=now, updated_at=now)
+        if coordinated:
+            note(task.id, TaskEventKind.CREATED, detail={"coordinated": True}, now=now)
+            return {"task": task_record(task, [])}
         run = TaskRun.objects.create(id=new_run_id(), task=task, attempt=1, status=RunStatus.QUEUED, created_at=now)
         note(task.id, TaskEventKind.CREATED, run_id=run.id, detail={"max_attempts": max_attempts}, now=now)
     return {"task": task_record(task, [run])}

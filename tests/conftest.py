@@ -198,10 +198,12 @@ class Daemon:
 
     def create(self, workspace: Path, agent: str = "scripted", prompt: str | None = None,
                wait: bool = True, **extra: Any) -> dict[str, Any]:
+        """A session created on this daemon: pinned here (`X-Compozy-Placement: here`), so a cluster test knows
+        which node runs it; tests/integration/test_placement.py creates without the pin."""
         body: dict[str, Any] = {"agent_name": agent, "workspace_path": str(workspace), **extra}
         if prompt is not None:
             body["prompt"] = prompt
-        response = self.http.post("/api/sessions", json=body)
+        response = self.http.post("/api/sessions", json=body, headers={"x-compozy-placement": "here"})
         assert response.status_code == 201, response.text
         session = response.json()["session"]
         if wait:

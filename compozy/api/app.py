@@ -32,6 +32,7 @@ from compozy.api.validation import describe_errors
 from compozy_base import strict_json
 from compozy_base.auth import is_machine_path
 from compozy_base.errors import error_body
+from memory.errors import MemoryFailure
 from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
 from sessions.core.failures import classify
 
@@ -107,7 +108,8 @@ OPERATION_ID_PREFIXES = {
     "compozy.api.sessions": "sessions_api", "compozy.api.reads": "sessions_api_reads",
     "compozy.api.repair": "sessions_api_repair", "compozy.api.evidence": "sessions_api_evidence",
     "compozy.api.health": "health_api", "compozy.api.tasks": "sessions_work_api",
-    "compozy.api.attention": "attention_api", "compozy.api.accounts": "accounts_api",
+    "compozy.api.attention": "attention_api", "compozy.api.worktrees": "worktrees_api",
+    "compozy.api.accounts": "accounts_api",
 }
 
 
@@ -135,6 +137,9 @@ api.add_router("/", "compozy.api.repair.router")
 api.add_router("/", "compozy.api.evidence.router")
 api.add_router("/", "compozy.api.tasks.router")
 api.add_router("/", "compozy.api.attention.router")
+api.add_router("/", "compozy.api.worktrees.router")
+api.add_router("/", "compozy.api.memory.router")
+api.add_router("/", "compozy.api.providers.router")
 api.add_router("/", "compozy.api.accounts.router")
 
 
@@ -145,6 +150,11 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
 
 @api.exception_handler(CompozyError)
 def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
+    return error_response(request, exc.message, exc.code, exc.status, exc.data)
+
+
+@api.exception_handler(MemoryFailure)
+def on_memory_error(request: HttpRequest, exc: MemoryFailure) -> HttpResponse:
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

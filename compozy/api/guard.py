@@ -1,6 +1,8 @@
 """The one ASGI guard in front of every route, Django views and channels consumers (the SSE streams) alike.
 
 In order, for each HTTP request:
+0. `GET /healthz` and `GET /readyz` are answered first, on any transport, with no token and no Host check: the
+   orchestrator's probes (compozy/api/probes.py). They are the only unauthenticated answers besides static files.
 1. On the UDS: the peer must be the daemon's own uid (the socket's 0600 mode is the first guard, this the second).
 2. Over TCP: the Host must be a loopback name or the bound host (stops DNS rebinding), a browser's Origin must be
    the daemon's own, and a cross-site fetch without one may neither write nor open a stream.
@@ -31,7 +33,7 @@ from urllib.parse import parse_qs, quote, urlparse
 
 from accounts.actor import Actor
 from accounts.principal import ACTOR_HEADER, OWNER_PRINCIPAL, PRINCIPAL_KEY, Principal
-from compozy.api import route_scopes
+from compozy.api import probes, route_scopes
 from compozy_base.auth import (
     COOKIE_MAX_AGE,
     COOKIE_NAME,
@@ -121,6 +123,12 @@ class GuardPolicy:
         home = compozy_home()
         bound = config.http_host.lower()
         hosts = LOOPBACK_HOSTS | {f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound}
+        # The name other nodes reach this one by (`[cluster] advertise_url`: a container's service name, say) is
+        # this daemon's own, and what routed requests carry as their Host.
+        advertised = (urlparse(config.cluster.advertise_url).hostname or "").lower()
+        if advertised:
+            hosts |= {f"[{advertised}]" if ":" in advertised else advertised}
+        hosts |= set(config.http_allowed_hosts)  # `[http] allowed_hosts`: a load balancer's or a Service's name
         return cls(ensure_token(home), str(home), frozenset(hosts), config.http_max_body_bytes, os.getuid(),
                    cluster_token(), audit=True)
 
@@ -149,12 +157,25 @@ class Guard:
             self._policy = GuardPolicy.for_daemon()
         return self._policy
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _before_checks(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """What is answered or passed on before any check (True when it was): websockets, non-HTTP scopes and
+        the two probes."""
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # no websocket routes: nothing to guard
-            return
+            return True
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return True
+        if probes.is_probe(scope["method"], scope["path"]):
+            # Before the Host and token checks: an orchestrator probes the pod's address without the token. These
+            # two answers say nothing but ok / ready and which check failed (compozy/api/probes.py).
+            status, body = await probes.answer(scope["path"])
+            await send_json(send, status, body, head=scope["method"] == "HEAD")
+            return True
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await self._before_checks(scope, receive, send):
             return
         policy = self.policy
         headers = _headers(scope)
@@ -465,12 +486,12 @@ def _cookie(header: str, name: str) -> str:
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
-                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+                    headers: list[tuple[bytes, bytes]] | None = None, head: bool = False) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
         (b"cache-control", b"no-store"), *(headers or [])]})
-    await send({"type": "http.response.body", "body": data})
+    await send({"type": "http.response.body", "body": b"" if head else data})
 
 
 async def _refuse(send: Send, refusal: Refusal) -> None:

@@ -20,6 +20,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.server import Server
 from twisted.internet import reactor as _reactor
 from twisted.internet.address import UNIXAddress
+from twisted.internet.interfaces import ISSLTransport
 
 from compozy.api.guard import LOCAL_SOCKET, PEER_PID, PEER_UID
 from compozy.api.raw_bodies import keep_request_bodies_raw
@@ -355,6 +356,11 @@ def write_through(transport: Any) -> None:
     another `epoll_ctl` to stop watching, per viewer per event. A send the socket cannot take whole (a slow
     client) leaves the rest to Twisted's queue, so flow control and error handling stay Twisted's. What it relies
     on in Twisted, and the test that guards it: the comment above `_QUEUE_ATTRS`."""
+    if ISSLTransport.providedBy(transport):
+        # TLS (`[cluster] tls_cert`): the TLS protocol wraps the TCP transport and hands it unknown attributes, so
+        # the socket below looked plain; a send on it went out unencrypted (the client's `WRONG_VERSION_NUMBER`).
+        # Its writes keep Twisted's path; the backlog the streams wait on is still the TCP transport's queue.
+        return
     sock = getattr(transport, "socket", None)
     if sock is None or not has_queue(transport) or not hasattr(transport, "_writeDisconnected"):
         return  # not a plain TCP/UNIX connection of the Twisted version this was written against: keep its path

@@ -37,6 +37,23 @@ class FailureOut(Open):
                               "(`handshake`: a startup_failure whose agent never completed the ACP handshake)")
 
 
+class OutcomeOut(Open):
+    label: str = Field(description="how a stopped session ended: `completed`, `stopped by you`, `failed: KIND`…")
+    tone: str = Field(description="`ok`, `neutral` or `failed`")
+
+
+class QuietOut(Open):
+    since: str = Field(description="when the agent's last output came (or the turn began)")
+    seconds: float
+    text: str = Field(description="`no output for 1m 20s`")
+    attention: bool = Field(description="past `quiet_attention_after`: also an attention item of kind `quiet`")
+
+
+class PreviewOut(Open):
+    kind: str = Field(description="`tool` (the running turn's tool) or `message` (the start of the last reply)")
+    text: str
+
+
 class SessionOut(Open):
     """SessionPayload (docs/reference/surfaces.md §4.1)."""
 
@@ -64,6 +81,10 @@ class SessionOut(Open):
     stop_reason: str | None = None
     stop_detail: str | None = None
     failure: FailureOut | None = None
+    # What a person reads (sessions/core/display.py, issue 48).
+    outcome: OutcomeOut | None = None
+    quiet: QuietOut | None = None
+    preview: PreviewOut | None = None
     acp_session_id: str | None = None
     acp_caps: dict[str, Any] | None = None
     mode: dict[str, Any] | None = None  # {"current", "available": [{"id", "name"}]}
@@ -74,6 +95,11 @@ class SessionOut(Open):
     activity: dict[str, Any] | None = None
     last_activity_at: str | None = None
     lineage: dict[str, Any] | None = None
+    # docs/reference/worktrees.md: `none` or `worktree`; the worktree (path, branch, base_commit, repo,
+    # base_branch); a fork's origin (session_id, checkpoint).
+    isolation: str = "none"
+    worktree: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
     created_at: str
     updated_at: str
 
@@ -138,6 +164,7 @@ class TurnOut(Schema):
     messages: list[dict[str, Any]]
     truncated: bool | None = None
     omitted_events: int | None = None
+    rewound: bool | None = None  # a rewind took this turn back (docs/reference/worktrees.md): kept, marked
 
 
 class HistoryOut(Schema):
@@ -317,3 +344,107 @@ class RepairReportOut(Open):
 
 class RepairOut(Schema):
     repair: RepairReportOut
+
+
+# ---- worktree sessions (docs/reference/worktrees.md) ---------------------------------------------------------------
+
+
+class FileChangeOut(Open):
+    path: str
+    old_path: str | None = None  # a rename's source
+    status: str = Field(description="added, modified, deleted or renamed")
+    additions: int
+    deletions: int
+    binary: bool = False
+    patch: str | None = Field(default=None, description="the file's unified diff; null when left out "
+                              "(`patch_omitted`: binary, too_large or budget)")
+    patch_bytes: int = 0
+    patch_omitted: str | None = None
+
+
+class ChangesOut(Open):
+    base: str = Field(description="the commit compared from: the session's base, or the state the turn began from")
+    head: str
+    files: list[FileChangeOut]
+    additions: int
+    deletions: int
+    patch_bytes: int = Field(description="every patch's size together, inlined or not")
+    patch_limit: int
+    truncated: bool = Field(description="some patch was left out for size (binary files do not count)")
+    turn_id: str | None = None
+    checkpoint: int | None = None
+
+
+class CheckpointOut(Open):
+    n: int
+    turn_id: str
+    event_seq: int
+    commit: str
+    ref: str
+    reason: str = Field(description="turn, rewind (the state before a rewind) or final")
+    created_at: str
+    sequence: int | None = None
+    rewound: bool = False
+
+
+class CheckpointsOut(Schema):
+    session_id: str
+    checkpoints: list[CheckpointOut]
+    final: str | None = None
+
+
+class RewindOut(Schema):
+    session: SessionOut
+    checkpoint: int
+    turn_id: str
+    before: CheckpointOut = Field(description="the state before the rewind, itself a checkpoint: rewind to it "
+                                  "to undo")
+    rewound_turns: list[str]
+
+
+class CommitOut(Schema):
+    committed: bool
+    commit: str | None = None
+    branch: str
+    message: str
+
+
+class MergeOut(Schema):
+    merged: bool
+    up_to_date: bool
+    target: str
+    commit: str
+    previous: str
+    squash: bool
+    files: list[str]
+    uncommitted: bool = Field(description="the worktree holds changes not committed on its branch: not merged")
+
+
+class WorktreeOut(Schema):
+    session_id: str
+    path: str
+    branch: str
+    repo: str
+    state: str | None = None
+    exists: bool
+    size_bytes: int
+    ahead: int
+    behind: int
+    dirty: bool
+
+
+class WorktreesOut(Schema):
+    worktrees: list[WorktreeOut]
+    size_bytes: int
+    max_disk: int
+
+
+class PrunedOut(Schema):
+    kind: str
+    session_id: str
+    name: str
+
+
+class PruneOut(Schema):
+    dry_run: bool
+    pruned: list[PrunedOut]

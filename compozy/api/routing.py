@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from accounts.principal import ACTOR_HEADER, PRINCIPAL_KEY, Principal
+from compozy.api import peers
 from compozy.api.guard import ASGIApp, Receive, Scope, Send, send_json
 from compozy_base.auth import cluster_token
 from compozy_base.errors import error_body
@@ -35,8 +36,7 @@ logger = logging.getLogger(__name__)
 
 ROUTED_HEADER = b"x-compozy-routed"  # set on a routed request: the owner answers it itself
 NODE_HEADER = b"x-compozy-node"  # on a routed answer: which node ran it
-# A routed prompt may reactivate the session on its owner first (up to 90 s there); a stop waits for the agent.
-ROUTE_TIMEOUT_SECONDS = 120.0
+ROUTE_TIMEOUT_SECONDS = peers.REQUEST_TIMEOUT_SECONDS
 RUNTIME_PATH = re.compile(
     r"^/api/workspaces/[^/]+/sessions/(sess_[0-9a-f]{16})"
     r"(?:/(?:prompt|prompt/cancel|prompt/queue(?:/[^/]+)?|stop|interrupt|steer|mode|permissions(?:/[^/]+)?|elicitations(?:/[^/]+)?|children))?$")
@@ -78,18 +78,18 @@ class OwnerRouter:
             await self.app(scope, receive, send)
             return
         if read_id is not None and scope["path"].endswith("/stream"):
-            _, messages = await _read_body(receive)
+            _, messages = await read_body(receive)
             if not await _relay_stream(scope, receive, send, holder, token):
-                await self.app(scope, _replay(messages, then=receive), send)
+                await self.app(scope, replay(messages, then=receive), send)
             return
-        body, messages = await _read_body(receive)
+        body, messages = await read_body(receive)
         if messages[-1]["type"] != "http.request":  # client gone, or over the body cap: the guard answers that
-            await self.app(scope, _replay(messages), send)
+            await self.app(scope, replay(messages), send)
             return
-        answer = await _send_to_owner(scope, body, holder.address, token)
+        answer = await send_to_peer(scope, body, holder.address, token)
         if answer is None:  # owner unreachable: answered here (409 with the owner, or repaired once expired)
             # The caller's own receive follows the replayed body: a bare disconnect made Django drop the answer.
-            await self.app(scope, _replay(messages, then=receive), send)
+            await self.app(scope, replay(messages, then=receive), send)
             return
         status, headers, content = answer
         if status == 401:  # the owner refused our cluster token, not the caller's: say so, or the CLI blames its own
@@ -135,13 +135,14 @@ def _read_session(scope: Scope) -> str | None:
 
 
 def _owner_request(scope: Scope, address: str, token: str) -> tuple[str, dict[str, str]]:
+    """The URL (relative to the peer's pooled client) and headers of the request sent to the node at `address`."""
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])
                if name in PASSED_HEADERS}
     headers.update({"authorization": f"Bearer {token}", ROUTED_HEADER.decode(): cluster.node_id()})
     principal = scope.get(PRINCIPAL_KEY)
     if isinstance(principal, Principal):  # who asked, so the owner's events name them (issue 49)
         headers[ACTOR_HEADER] = principal.to_header()
-    url = address.rstrip("/") + scope["path"]
+    url = scope["path"]
     if scope.get("query_string"):
         url += "?" + scope["query_string"].decode("latin-1")
     return url, headers
@@ -161,8 +162,9 @@ async def _relay_stream(scope: Scope, receive: Any, send: Any, holder: Any, toke
     async def pump() -> None:
         nonlocal started
         # No read timeout: a quiet tail sends keep-alive comments, and the caller decides when to leave.
-        async with httpx.AsyncClient(timeout=httpx.Timeout(ROUTE_TIMEOUT_SECONDS, read=None)) as client, \
-                client.stream("GET", url, headers=headers) as response:
+        client = peers.client_for(holder.address)
+        async with client.stream("GET", url, headers=headers,
+                                 timeout=httpx.Timeout(ROUTE_TIMEOUT_SECONDS, read=None)) as response:
             if response.status_code == 401:
                 started = True
                 await _token_rejected(send, holder)
@@ -199,7 +201,7 @@ async def _relay_stream(scope: Scope, receive: Any, send: Any, holder: Any, toke
     return True
 
 
-async def _read_body(receive: Any) -> tuple[bytes, list[dict[str, Any]]]:
+async def read_body(receive: Any) -> tuple[bytes, list[dict[str, Any]]]:
     messages, chunks = [], []
     while True:
         message = await receive()
@@ -212,7 +214,7 @@ async def _read_body(receive: Any) -> tuple[bytes, list[dict[str, Any]]]:
     return b"".join(chunks), messages
 
 
-def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
+def replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
     """The request messages already read, then the caller's own receive (or a disconnect)."""
     pending = list(messages)
 
@@ -224,16 +226,16 @@ def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
     return receive
 
 
-async def _send_to_owner(scope: Scope, body: bytes, address: str,
+async def send_to_peer(scope: Scope, body: bytes, address: str,
                          token: str) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    """The peer's answer (status, the content type, the body), or None when it could not be reached."""
     try:
         import httpx
     except ImportError:  # the scale extra is not installed: no routing
         return None
     url, headers = _owner_request(scope, address, token)
     try:
-        async with httpx.AsyncClient(timeout=ROUTE_TIMEOUT_SECONDS) as client:
-            response = await client.request(scope["method"], url, content=body, headers=headers)
+        response = await peers.client_for(address).request(scope["method"], url, content=body, headers=headers)
     except httpx.HTTPError as exc:
         logger.warning("could not route %s %s to %s: %s", scope["method"], scope["path"], address, exc)
         return None

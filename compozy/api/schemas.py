@@ -117,7 +117,7 @@ class ErrorOut(Schema):
 
 
 # 429: max_concurrent_agents reached; 507: the disk is full (storage_full).
-ERROR_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 429, 500, 503, 507})
+ERROR_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 429, 500, 502, 503, 507})
 
 
 def responses(ok: dict[int, Any]) -> dict[Any, Any]:
@@ -142,6 +142,8 @@ class CreateSessionIn(StrictIn):
     reasoning_effort: ReasoningEffort | None = None
     speed: Literal["normal", "fast"] | None = None
     prompt: Text | None = None
+    # docs/reference/worktrees.md: `worktree` runs the agent in a git worktree of its own.
+    isolation: Literal["none", "worktree"] | None = None
 
 
 class RenameIn(StrictIn):
@@ -350,6 +352,10 @@ class RepairQuery(Schema):
     force: bool = False
 
 
+class RemoveQuery(Schema):
+    force: bool = False  # a worktree session with unsaved work: removed anyway, its state kept as a final ref
+
+
 class DetachQuery(Schema):
     attached_to: QueryText = ""
 
@@ -378,3 +384,33 @@ class DoctorQuery(Schema):
     only: list[Ident] | None = Field(None, max_length=MAX_REPEAT)
     exclude: list[Ident] | None = Field(None, max_length=MAX_REPEAT)
     quiet: bool = False
+
+
+# ---- worktree sessions (docs/reference/worktrees.md) ---------------------------------------------------------------
+
+Checkpoint = Annotated[int, Field(ge=1, le=MAX_SEQUENCE)]
+
+
+class ChangesQuery(Schema):
+    turn: Ident | None = None  # one turn's changes (between the state it began from and its checkpoint)
+
+
+class CheckpointIn(StrictIn):
+    checkpoint: Checkpoint
+
+
+class ForkIn(StrictIn):
+    checkpoint: Checkpoint | None = None  # default: the newest
+
+
+class CommitIn(StrictIn):
+    message: Text | None = None  # default: the session's title
+
+
+class MergeIn(StrictIn):
+    into: Ref | None = None  # default: the branch checked out when the session began
+    squash: bool = False
+
+
+class PruneIn(StrictIn):
+    dry_run: bool = False

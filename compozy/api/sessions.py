@@ -8,7 +8,7 @@ from typing import Annotated, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Header, Query, Router
+from ninja import Header, Query, Router, Schema
 
 from accounts import control
 from compozy.api import prompt_stream
@@ -50,6 +50,7 @@ from compozy.api.schemas import (
     PromptIn,
     PromptQuery,
     Ref,
+    RemoveQuery,
     RenameIn,
     ResolveWorkspaceIn,
     Sequence,
@@ -66,6 +67,7 @@ from sessions import services
 from sessions.catalog import index as catalog
 from sessions.core.errors import InvalidRequest
 from sessions.live.pressure import ABORT, BACKLOG
+from sessions.services import lineage_tree
 from sessions.services.create import CreateBody
 from sessions.services.prompts import (
     ElicitationAnswer,
@@ -150,8 +152,10 @@ async def session_status(request: HttpRequest, workspace: Workspace, session_id:
 
 
 @router.delete(WS, response=responses({204: None}))
-async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> tuple[int, None]:
-    await services.remove_session(session_id, workspace)
+async def remove_session(request: HttpRequest, workspace: Workspace, session_id: SessionId,
+                         filters: Query[RemoveQuery]) -> tuple[int, None]:
+    """A worktree session with uncommitted or unmerged work answers 409 `worktree_has_work` unless `?force=true`."""
+    await services.remove_session(session_id, workspace, force=filters.force)
     await sync_to_async(control.forget)(session_id)
     return 204, None
 
@@ -260,6 +264,27 @@ async def spawn_child(request: HttpRequest, workspace: Workspace, session_id: Se
                       payload: SpawnChildIn) -> tuple[int, dict[str, Any]]:
     body = payload.model_dump(exclude_unset=True, mode="json")
     return 201, {"session": await services.spawn_child(session_id, body, workspace)}
+
+
+class ChildOut(Schema):
+    id: str
+    name: str
+    state: str
+    stop_detail: str
+    role: str
+    depth: int
+    parent_session_id: str
+    ttl_expires_at: str | None
+
+
+class ChildrenOut(Schema):
+    children: list[ChildOut]
+
+
+@router.get(WS + "/children", response=responses({200: ChildrenOut}))
+async def children(request: HttpRequest, workspace: Workspace, session_id: SessionId) -> dict[str, Any]:
+    """Every spawned session whose lineage roots at this one (a coordinator's steps), oldest first."""
+    return {"children": await sync_to_async(lineage_tree.descendants)(session_id, workspace)}
 
 
 @router.post(WS + "/reactivate", response=responses({200: SessionEnvelope}), exclude_unset=True)

@@ -361,6 +361,7 @@ class SessionStreamConsumer(StreamingConsumer):
             # Every quiet viewer asks twice a second; this answers without a thread hop and a meta.json read.
             return False
         try:
+            await sync_to_async(services.pull_copy)(self.session_id)  # another node's: its newest record first
             meta = await sync_to_async(services.read_session_meta)(self.session_id)
         except CompozyError:
             await self.send_body(frame(error_body("session not found", "not_found", 404), event="error"),

@@ -22,6 +22,7 @@ from sessions.core.record import SessionMeta
 from sessions.live import feed as live_feed
 from sessions.live import transcript
 from sessions.store import events as event_store
+from sessions.store import replica
 from sessions.store.rows import EventRow
 
 PAGE = 1000  # rows read from the store per catch-up page
@@ -114,8 +115,12 @@ class RawTail:
         if self.conn is None and self.path.exists():
             self.conn = event_store.connect(self.path, readonly=True)
         rows = event_store.read_rows(self.path, after=self.cursor, limit=PAGE, conn=self.conn, **self.filters)
+        full = len(rows) == PAGE
+        cap = replica.visible_upto(self.meta["id"])  # written here in a cluster: no row the database may not get
+        if cap is not None:
+            rows = [raw for raw in rows if int(raw[0]) <= cap]
         out, terminal = self._emit(live_feed.FeedRow(raw) for raw in rows)
-        return out, terminal, not terminal and len(rows) == PAGE
+        return out, terminal, not terminal and full and (cap is None or bool(rows))
 
     def _emit(self, rows: Iterable[live_feed.FeedRow]) -> tuple[list[bytes], bool]:
         """Frames for rows after the cursor, up to a stored `session_stopped` (then True: terminal). Not joined

@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from compozy.api.schemas import Ident, Name, PathText, Ref, StrictIn, Text, WholeInt, responses
+from coordination import services as coordination
 from tasks import services
 from tasks.enums import TaskStatus
 
@@ -26,6 +27,9 @@ class TaskCreateIn(StrictIn):
     workspace_path: PathText | None = Field(None, description="An absolute path; registered when new.")
     cwd: PathText | None = Field(None, description="Where the agent works, inside the workspace; defaults to its root.")
     max_attempts: WholeInt = Field(2, description="Attempts in all, automatic recoveries included; 1 disables them.")
+    plan: dict[str, Any] | None = Field(None, description='Coordinated sub-work: {"steps": [{"id", "prompt", '
+                                        '"after": [ids]}]}, run by the workspace\'s coordinator session, each step in '
+                                        "a spawned child; `prompt` is then the task's description.")
 
 
 class RunOut(Schema):
@@ -102,9 +106,41 @@ class TaskListQuery(Schema):
     limit: int = Field(100, ge=1, le=500)
 
 
-@router.post("/tasks", response=responses({201: TaskEnvelope}))
+class StepOut(Schema):
+    id: str
+    prompt: str
+    after: list[str]
+    status: str
+    attempts: int
+    session_id: str | None
+    sessions: list[str]
+    coordinator_id: str | None
+    detail: str
+
+
+class StepsOut(Schema):
+    task_id: str
+    steps: list[StepOut]
+
+
+class TaskCreatedOut(Schema):
+    task: TaskOut
+    steps: list[StepOut]  # a coordinated task's plan, as made; empty for a plain task
+
+
+@router.post("/tasks", response=responses({201: TaskCreatedOut}))
 async def create_task(request: HttpRequest, body: TaskCreateIn) -> tuple[int, dict[str, Any]]:
-    return 201, await sync_to_async(services.create_task)(body.model_dump())
+    fields = body.model_dump()
+    if fields.get("plan") is not None:
+        return 201, await sync_to_async(coordination.create)(fields)
+    fields.pop("plan", None)
+    return 201, {**await sync_to_async(services.create_task)(fields), "steps": []}
+
+
+@router.get("/tasks/{task_id}/steps", response=responses({200: StepsOut}))
+async def task_steps(request: HttpRequest, task_id: Ident) -> dict[str, Any]:
+    """A coordinated task's steps: status, attempts, each attempt's spawned child (empty for a plain task)."""
+    return await sync_to_async(coordination.steps_of)(task_id)
 
 
 @router.get("/tasks", response=responses({200: TaskListOut}))

@@ -30,14 +30,14 @@ def _call(fmt: str, method: str, path: str) -> Any:
 
 
 def _human(items: list[dict[str, Any]]) -> None:
-    from compozy.cli.events_view import ago, fit_table, terminal_width
+    from compozy.cli.events_view import ago, fit_rows, terminal_width
 
     if not items:
         click.echo("nothing needs attention")
         return
     rows = [[i["id"], i["kind"], ago(i["since"]), i.get("session_id") or i.get("task_id") or "",
              i["summary"]] for i in items]
-    for line in fit_table(["ID", "KIND", "SINCE", "FOR", "SUMMARY"], rows, {"SUMMARY"}, terminal_width()):
+    for line in fit_rows(["ID", "KIND", "SINCE", "FOR", "SUMMARY"], rows, "SUMMARY", terminal_width()):
         click.echo(line)
     kinds = sorted({i["kind"] for i in items} & set(NEXT_STEP))
     click.echo("")

@@ -49,15 +49,17 @@ def _print_event(row: dict[str, Any], fmt: str) -> None:
               help="Only these event types, e.g. `error`, `system`, `tool_call` (repeatable).")
 @click.option("--since", default=None, help="Events from this time on: RFC3339, or a duration back (`5m`, `1h30m`).")
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming new events until the session stops.")
+@click.option("--raw", is_flag=True, help="One line per stored event: a reply's chunks each on its own line.")
 @output_option
 @json_flag
 def session_events(session_id: str, last: int | None, after: int | None, types: tuple[str, ...], since: str | None,
-                   follow: bool, fmt: str, as_json: bool) -> None:
+                   follow: bool, raw: bool, fmt: str, as_json: bool) -> None:
     """Read the append-only event store: the best evidence of what happened.
 
     One page: the newest 200 events (`--last N`: the newest N, up to 1000), or with `--after SEQ` the first
     200 after it, oldest first either way. A page that leaves events out says so, and how to see them.
-    One line per event: sequence, age, type and what it says. `-o json` prints `{"events": [...], "page":
+    One line per event: sequence, age, type and what it says; the chunks of one reply (or of its thoughts) are
+    merged into one line at the first one's sequence (`--raw`: a line each). `-o json` prints `{"events": [...], "page":
     {"limit", "order", "has_more", "first_sequence", "last_sequence", "next_after"}}`, `-o jsonl` the page's rows.
     `--follow` reads raw persisted events over SSE (one JSON row a line under `-o json`), reconnects with
     `Last-Event-ID` after a drop, ends when the session stops, and exits 69 if the daemon stays away
@@ -69,7 +71,7 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
         compozy session events sess_0123456789abcdef --type error --type system -o jsonl
         compozy session events sess_0123456789abcdef --follow
     """
-    from compozy.cli.events_view import event_lines, since_timestamp
+    from compozy.cli.events_view import event_lines, merge_chunks, since_timestamp
 
     fmt = _fmt(fmt, as_json)
     try:
@@ -90,7 +92,7 @@ def session_events(session_id: str, last: int | None, after: int | None, types: 
     page = data.get("page") or {}
 
     def human() -> None:
-        click.echo("\n".join(event_lines(rows)) if rows else "no events")
+        click.echo("\n".join(event_lines(rows if raw else merge_chunks(rows))) if rows else "no events")
         note = page_note(session_id, page)
         if note:
             click.echo(note)

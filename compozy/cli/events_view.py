@@ -150,6 +150,17 @@ def cost_text(usage: dict[str, Any] | None) -> str | None:
         else None
 
 
+def status_text(s: dict[str, Any]) -> str:
+    """What a person reads of a session's state (sessions/core/display.py): a stopped one's outcome (`completed`,
+    `stopped by you`, `failed: timeout`), a quiet turn's notice, else its state."""
+    outcome, quiet = s.get("outcome") or {}, s.get("quiet") or {}
+    if outcome.get("label"):
+        return f"{s['state']}: {outcome['label']}"
+    if quiet.get("text"):
+        return f"{s['state']}: {quiet['text']}"
+    return str(s["state"])
+
+
 def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime | None = None) -> list[str]:
     """`session list`: id, state, agent, last activity and name; `--wide` adds the rest, unshrunk."""
     now = now or datetime.now(UTC)
@@ -157,14 +168,14 @@ def session_rows(sessions: Sequence[dict[str, Any]], wide: bool, now: datetime |
         columns = ["ID", "NAME", "STATE", "BADGE", "AGENT", "PROVIDER", "MODE", "COST", "STOP REASON", "FAILURE",
                    "WORKSPACE", "ACTIVE", "CREATED"]
         rows: list[tuple[Any, ...]] = [
-            (s["id"], s.get("name"), s["state"], s.get("badge"), s["agent_name"], s.get("provider"),
+            (s["id"], s.get("name"), status_text(s), s.get("badge"), s["agent_name"], s.get("provider"),
              (s.get("mode") or {}).get("current"), cost_text(s.get("usage")), s.get("stop_reason"),
              (s.get("failure") or {}).get("kind"), s.get("workspace_id"),
              ago(s.get("last_activity_at") or s["updated_at"], now), ago(s.get("created_at"), now))
             for s in sessions]
         return fit_table(columns, rows, set(), None)
     columns = ["ID", "STATE", "AGENT", "ACTIVE", "NAME"]
-    rows = [(s["id"], s["state"], s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
+    rows = [(s["id"], status_text(s), s["agent_name"], ago(s.get("last_activity_at") or s["updated_at"], now),
              s.get("name")) for s in sessions]
     return fit_table(columns, rows, {"AGENT", "NAME"}, terminal_width())
 
@@ -266,3 +277,52 @@ def history_lines(turns: Sequence[dict[str, Any]], session_id: str, width: int |
         for message in turn.get("messages") or []:
             lines += message_lines(message, width)
     return lines
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> list[str]:
+    """`text` (made printable, on one line) wrapped at word boundaries under `indent`, each line at most `width`
+    columns; a word longer than the room (a path, a URL) is broken, never cut."""
+    import textwrap
+
+    room = max(width - len(indent), 20)
+    return [indent + line for line in textwrap.wrap(" ".join(printable(str(text)).split()), room,
+                                                    break_on_hyphens=False)]
+
+
+def fit_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], below: str, width: int | None) -> list[str]:
+    """One line per row when the whole table fits `width`; else the table without the `below` column, each row
+    followed by that column's text wrapped beneath it. At 80 columns a summary cut to a few characters could not be
+    read (`compozy attention`, a task's history); this way every column keeps all it says."""
+    whole = fit_table(columns, rows, set(), None)
+    if width is None or max(map(len, whole)) <= width:
+        return whole
+    at = list(columns).index(below)
+    kept = [c for i, c in enumerate(columns) if i != at]
+    table_lines = fit_table(kept, [[v for i, v in enumerate(row) if i != at] for row in rows], set(), width)
+    lines = [table_lines[0]]
+    for line, row in zip(table_lines[1:], rows, strict=True):
+        lines.append(line)
+        lines += wrap(row[at] or "", width) if row[at] else []
+    return lines
+
+
+# The rows a turn streams in chunks: `session events` shows each run of them as one line (`--raw`: a line each).
+CHUNK_TYPES = ("agent_message", "thought")
+
+
+def merge_chunks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive chunk rows of one type and turn as one row: the first's sequence, the last's time, the texts
+    joined, `content.chunks` their count. A reply of 300 chunks was 300 lines."""
+    merged: list[dict[str, Any]] = []
+    for row in rows:
+        last = merged[-1] if merged else None
+        if (last is not None and row.get("type") in CHUNK_TYPES and last.get("type") == row.get("type")
+                and last.get("turn_id") == row.get("turn_id")):
+            content = last["content"]
+            content["text"] = str(content.get("text") or "") + str((row.get("content") or {}).get("text") or "")
+            content["chunks"] = int(content.get("chunks") or 1) + 1
+            last["timestamp"] = row.get("timestamp")
+            continue
+        merged.append({**row, "content": dict(row.get("content") or {})} if row.get("type") in CHUNK_TYPES
+                      else row)
+    return merged

@@ -78,7 +78,8 @@ def session_inspect(session_id: str, include_wake_events: int, fmt: str, as_json
 
 @cli.group()
 def agent() -> None:
-    """Agent-level commands: the HEARTBEAT.md wake policy of an agent (`compozy agent heartbeat`)."""
+    """The agents sessions run as (`compozy agent list`) and their HEARTBEAT.md wake policy
+    (`compozy agent heartbeat`)."""
 
 
 @agent.group()

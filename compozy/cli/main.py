@@ -17,7 +17,9 @@ from compozy.cli import (  # noqa: F401
     evidence,
     health,
     hooks,
+    memory,
     people,
+    providers,
     reads,
     repair,
     sessions,
@@ -25,6 +27,7 @@ from compozy.cli import (  # noqa: F401
     tasks,
     turns,
     workspaces,
+    worktrees,
 )
 from compozy.cli.app import cli
 from compozy.cli.client import ApiError

@@ -22,6 +22,7 @@ from compozy.cli.app import (
     session_call,
 )
 from compozy.cli.client import ApiError, Client
+from compozy.cli.events_view import status_text
 from compozy.cli.output import (
     EXIT_FAILED,
     EXIT_UNAVAILABLE,
@@ -47,12 +48,24 @@ def _model_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _worktree_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A worktree session's branch, folder and changed-files count (docs/reference/worktrees.md)."""
+    tree = s.get("worktree") or {}
+    if not tree:
+        return []
+    forked = s.get("forked_from") or {}
+    return [("worktree", tree.get("path")), ("branch", tree.get("branch")),
+            ("changed files", tree.get("changed_files")),
+            ("forked from", f"{forked['session_id']} at checkpoint {forked['checkpoint']}" if forked else None)]
+
+
 def _render_session(s: dict[str, Any]) -> None:
     failure = s.get("failure") or {}
     kv(f"Session {s['id']}", [
-        ("name", s.get("name")), ("state", s["state"]), ("badge", s.get("badge")), ("agent", s["agent_name"]),
+        ("name", s.get("name")), ("state", status_text(s)), ("badge", s.get("badge")), ("agent", s["agent_name"]),
         ("provider", s.get("provider")), *_model_rows(s), ("workspace", s["workspace_id"]),
-        ("cwd", s.get("cwd")), ("prompt", s.get("prompt_state")), ("stop reason", s.get("stop_reason")),
+        ("cwd", s.get("cwd")), *_worktree_rows(s), ("prompt", s.get("prompt_state")),
+        ("stop reason", s.get("stop_reason")),
         ("stop detail", s.get("stop_detail")), ("failure", failure.get("kind")),
         ("failure summary", failure.get("summary")), ("crash bundle", failure.get("crash_bundle_path")),
         ("last activity", s.get("last_activity_at")), ("created", s["created_at"]), ("updated", s["updated_at"]),
@@ -88,30 +101,37 @@ def _echo_start_progress(client: Any, s: dict[str, Any], after: int) -> int:
               help="`fast` uses the agent's fast mode where it offers one (default `normal`).")
 @click.option("--prompt", default=None, help="First prompt, trimmed, staged durably and sent once the agent is "
               "active; an empty or blank one creates the session only.")
+@click.option("--isolation", default=None, type=click.Choice(["none", "worktree"]),
+              help="`worktree`: the agent works in a git worktree of its own (branch `compozy/<id>`), with a "
+              "checkpoint per turn; the workspace must be a git repository (default: the agent's `isolation`, "
+              "else `none`).")
 @click.option("--no-wait", is_flag=True, help="Return the `starting` record at once.")
 @output_option
 @json_flag
 def session_new(agent: str | None, cwd: str | None, workspace: str | None, name: str | None, provider: str | None,
                 model: str | None, reasoning_effort: str | None, speed: str | None, prompt: str | None,
-                no_wait: bool, fmt: str, as_json: bool) -> None:
+                isolation: str | None, no_wait: bool, fmt: str, as_json: bool) -> None:
     """Create a session and wait until it is `active` (or failed to start).
 
     With neither `--cwd` nor `--workspace`, `$COMPOZY_WORKSPACE` is used, else the current directory. Start
     progress (an npx install) goes to stderr; stdout gets the session record (`-o json`: the record itself, so
-    `jq -r .id` reads its id). Exits 70 when the session fails to start.
+    `jq -r .id` reads its id). Exits 70 when the session fails to start, or when the agent refuses the `--prompt`
+    turn at once for want of a login (the error names the key to set or the login to run).
 
     Examples:
 
         compozy session new --cwd "$PWD" --prompt "Run the tests and fix what fails."
         compozy session new --workspace ws_0123456789abcdef --provider demo --model demo-large
         compozy session new --agent general --name review --no-wait -o json | jq -r .id
+        compozy session new --cwd "$PWD" --isolation worktree --prompt "Refactor the parser."
     """
     fmt = _fmt(fmt, as_json)
     if cwd and workspace:
         fail("--cwd and --workspace are mutually exclusive", "workspace_conflict", fmt, EXIT_USAGE)
     body: dict[str, Any] = {k: v for k, v in {
         "agent_name": agent, "name": name, "provider": provider, "model": model,
-        "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt}.items() if v is not None}
+        "reasoning_effort": reasoning_effort, "speed": speed, "prompt": prompt,
+        "isolation": isolation}.items() if v is not None}
     if workspace or (not cwd and os.environ.get("COMPOZY_WORKSPACE")):
         body["workspace"] = workspace or os.environ["COMPOZY_WORKSPACE"]
     else:
@@ -134,7 +154,39 @@ def session_new(agent: str | None, cwd: str | None, workspace: str | None, name:
         summary = (s.get("failure") or {}).get("summary") or s.get("stop_detail") or "unknown error"
         fail(f'session "{s["id"]}" startup failed: {summary}', (s.get("failure") or {}).get("kind", "startup_failure"),
              fmt, EXIT_FAILED, {"error": f"startup failed: {summary}", "code": "startup_failure", "session": s})
+    if prompt and not no_wait and s["state"] == "active":
+        s = _first_turn_refused(client, s, fmt)
     emit(s, fmt, lambda: _render_session(s))
+
+
+# How long `session new --prompt` watches its first turn for an agent that refuses it at once for want of a login
+# (claude without a key answers in well under a second): the turn's first output, or its end, ends the watch sooner.
+FIRST_TURN_WATCH_SECONDS = 10.0
+
+
+def _first_turn_refused(client: Client, s: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The record once the first turn has spoken, ended, or the watch passed; exit 70 when the agent refused that
+    turn for want of a login (it exited 0, and a script went on with a session that could do nothing)."""
+    deadline, seen_turn = time.monotonic() + FIRST_TURN_WATCH_SECONDS, False
+    try:
+        while time.monotonic() < deadline:
+            failure = s.get("failure") or {}
+            if failure.get("kind") == "provider_auth_failure":
+                fail(f'session "{s["id"]}": its first prompt failed: {failure.get("summary")}',
+                     "provider_auth_failure", fmt, EXIT_FAILED,
+                     {"error": f"first prompt failed: {failure.get('summary')}", "code": "provider_auth_failure",
+                      "session": s})
+            activity = s.get("activity") or {}
+            # Idle before the staged prompt was dispatched is not its end.
+            seen_turn = seen_turn or s.get("prompt_state") == "prompting" or bool(activity.get("turn_id"))
+            spoke = activity.get("last_activity_kind") not in (None, "prompt_started")
+            if s["state"] != "active" or spoke or (seen_turn and s.get("prompt_state") == "idle"):
+                return s
+            time.sleep(0.1)
+            s = client.request("GET", f"/api/sessions/{s['id']}")["session"]
+    except ApiError as exc:
+        fail_api(exc, fmt)
+    return s
 
 
 @session.command("status")
@@ -162,7 +214,12 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 
     def human() -> None:
         _render_session(s)
-        kv("Health", health_pairs(data["health"]))
+        health = data["health"]
+        if s["state"] == "stopped":
+            # `dead`/`session_unhealthy` are for the wake service (JSON keeps them): a stopped session has no
+            # agent process, which is no alarm; its outcome is in the state line above.
+            health = {**health, "health": "no agent process (stopped)", "ineligibility_reason": "stopped"}
+        kv("Health", health_pairs(health))
 
     emit(data, fmt, human)
 
@@ -176,6 +233,8 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
               "or provider is gone).")
 @click.option("--workspace", default=None, help="Only this workspace (id, name or absolute path).")
 @click.option("--agent", default=None, help="Only sessions of this agent name.")
+@click.option("--type", "session_type", type=click.Choice(["user", "dream", "system", "coordinator", "spawned"]),
+              default=None, help="Only sessions of this type; `dream` sessions are listed only when asked for.")
 @click.option("--query", default=None, help="Only sessions whose name or id contains this text.")
 @click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True,
               help="Sessions per page (1-100).")
@@ -185,6 +244,7 @@ def session_status(session_id: str, fmt: str, as_json: bool) -> None:
 @output_option
 @json_flag
 def session_list(all_states: bool, state: str | None, resumable: bool, workspace: str | None, agent: str | None,
+                 session_type: str | None,
                  query: str | None, limit: int, cursor: str | None, wide: bool, include_health: bool, fmt: str,
                  as_json: bool) -> None:
     """List sessions (active ones by default), most recently updated first.
@@ -197,13 +257,14 @@ def session_list(all_states: bool, state: str | None, resumable: bool, workspace
         compozy session list --all --wide
         compozy session list --state stopped --workspace "$PWD" --limit 20
         compozy session list --resumable -o jsonl | jq -r .id
+        compozy session list --all --type dream
     """
     from compozy.cli.events_view import session_rows
 
     fmt = _fmt(fmt, as_json)
     client = _client()
     filters = {"all": "true" if all_states else None, "state": state, "resumable": "true" if resumable else None,
-               "workspace": workspace, "agent": agent, "q": query, "limit": limit,
+               "workspace": workspace, "agent": agent, "type": session_type, "q": query, "limit": limit,
                "include_health": "true" if include_health else None}
     try:
         data = client.request("GET", "/api/sessions", query={**filters, "cursor": cursor})
@@ -262,22 +323,27 @@ def session_stop(session_id: str, fmt: str, as_json: bool) -> None:
 
 @session.command("remove")
 @click.argument("session_id")
+@click.option("--force", is_flag=True, help="A worktree session with uncommitted or unmerged work: remove it anyway; "
+              "its state is kept as the ref refs/compozy/<id>/final until `compozy worktree prune`.")
 @output_option
 @json_flag
-def session_remove(session_id: str, fmt: str, as_json: bool) -> None:
+def session_remove(session_id: str, force: bool, fmt: str, as_json: bool) -> None:
     """Delete a session's history for good (stops it first); prints the record as it was.
 
-    Keep a copy first with `compozy session evidence ID` if it may be needed later.
+    Keep a copy first with `compozy session evidence ID` if it may be needed later. A worktree session whose
+    worktree holds uncommitted or unmerged work is refused (`worktree_has_work`): commit and merge it first, or
+    pass `--force`.
 
     Examples:
 
         compozy session remove sess_0123456789abcdef
+        compozy session remove sess_0123456789abcdef --force
     """
     fmt = _fmt(fmt, as_json)
     client = _client()
     try:
         s = client.request("GET", f"/api/sessions/{seg(session_id)}")["session"]
-        client.request("DELETE", _scoped(s))
+        client.request("DELETE", _scoped(s), query={"force": "true"} if force else None)
     except ApiError as exc:
         fail_api(exc, fmt)
     emit(s, fmt, lambda: click.echo(f"removed {session_id}"))
@@ -344,7 +410,8 @@ def session_spawn(parent_id: str, role: str, ttl_seconds: int, agent: str | None
 @click.option("--ttl", "ttl_seconds", type=click.IntRange(1, 86400), default=900, show_default=True,
               help="Holder lease in seconds.")
 @click.option("--holder", default=None, metavar="NAME",
-              help="Who holds the lease (default `cli:<pid>`); a script names itself so it can detach later.")
+              help="Who holds the lease (default `cli:<host>:<pid>:<start>`, this process: when it is gone, so is "
+              "the lease); a script names itself so it can detach later.")
 @output_option
 @json_flag
 def session_resume(session_id: str | None, latest: bool, workspace: str | None, ttl_seconds: int,
@@ -366,7 +433,7 @@ def session_resume(session_id: str | None, latest: bool, workspace: str | None, 
     if bool(session_id) == bool(latest):
         fail("give a session id or --latest (not both)", "session_resume_ambiguous", fmt, EXIT_USAGE)
     client = _client()
-    holder = holder or f"cli:{os.getpid()}"
+    holder = holder or _own_holder()
     try:
         if latest:
             listing = client.request("GET", "/api/sessions", query={"resumable": "true", "workspace": workspace,
@@ -410,8 +477,26 @@ def session_detach(session_id: str, holder: str, fmt: str, as_json: bool) -> Non
     emit(data, fmt, lambda: click.echo(f"detached {holder} from {session_id}"))
 
 
+def _own_holder() -> str:
+    """This process as the lease's holder (sessions/core/attach_holders.py): the daemon frees the lease of a
+    holder of this shape whose process is gone, so a closed terminal locks no one out."""
+    from compozy_base import process
+    from sessions.core.attach_holders import cli_holder
+
+    return cli_holder(os.getpid(), process.start_ticks(os.getpid()))
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    """The terminal closed (SIGHUP) or the process is told to end: leave through `finally`, which detaches."""
+    raise SystemExit(128 + signum)
+
+
 def _interactive(client: Client, session_id: str, base: str, holder: str) -> None:
+    import signal
+
     click.echo(f"attached to {session_id}; type a prompt, Ctrl-D to detach")
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _hang_up)
     try:
         while True:
             try:

@@ -133,12 +133,30 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
                                                               "quiet": "true" if quiet else None})
     except ApiError as exc:
         fail_api(exc, fmt)
-    colours = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "red", "critical": "red"}
-    emit(data, fmt, lambda: table(f"compozy doctor: {data['status']}", ["Severity", "Check", "Message", "Try"], [
-        (f"[{colours.get(i['severity'], 'white')}]{i['severity']}[/]", i["title"], i["message"],
-         i.get("suggested_command")) for i in data["items"]]), rows=data["items"])
+    emit(data, fmt, lambda: _doctor_lines(data), rows=data["items"])
     if data["status"] == "error":
         sys.exit(1)
+
+
+DOCTOR_COLOURS = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "red", "critical": "red"}
+
+
+def _doctor_lines(data: dict[str, Any]) -> None:
+    """One line per check (its severity and title), its message wrapped at words beneath it and its command on a
+    line of its own: a four-column table wrapped mid-word at 80 columns and kept an empty "Try" column."""
+    from compozy.cli.events_view import clip, terminal_width, wrap
+
+    width = terminal_width()
+    click.echo(f"compozy doctor: {data['status']}")
+    for i in data["items"]:
+        severity = i["severity"]
+        click.echo(click.style(f"{severity:<8}", fg=DOCTOR_COLOURS.get(severity, "white")) + " "
+                   + clip(i["title"], width - 9))
+        for line in wrap(i["message"], width, " " * 9):
+            click.echo(line)
+        if i.get("suggested_command"):
+            for line in wrap(f"try: {i['suggested_command']}", width, " " * 9):
+                click.echo(line)
 
 
 @cli.command("dashboard")

@@ -5,6 +5,7 @@ Thin like the other commands: one API call each over the daemon socket; no Djang
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -12,7 +13,7 @@ import rich_click as click
 
 from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
 from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail_api, kv, table
+from compozy.cli.output import emit, fail, fail_api, kv, table
 
 STATUSES = ["queued", "running", "succeeded", "failed", "canceled", "needs_attention"]
 
@@ -68,13 +69,33 @@ def _show(data: dict[str, Any]) -> None:
                            ("workspace", t["workspace_id"]), ("cwd", t["cwd"]),
                            ("attempts", f"{t['attempts']} of max {t['max_attempts']}"),
                            ("requeued", str(t["requeued"]))])
-    table("Attempts", ["#", "Run", "Status", "Outcome", "Session", "Recovers", "Lease until"],
-          [(r["attempt"], r["id"], r["status"], r.get("outcome"), r.get("session_id"), r.get("recovers_run_id"),
-            r.get("lease_expires_at")) for r in t["runs"]])
+    from compozy.cli.events_view import fit_rows, fit_table, terminal_width
+
+    # Plain lines that never wrap (a boxed table of seven columns squeezed Status and Outcome to nothing at 80
+    # columns): the ids whole, what an attempt recovers and its lease on a line of their own when set.
+    width = terminal_width()
+    click.echo("\nAttempts")
+    attempts = fit_table(["#", "RUN", "STATUS", "OUTCOME", "SESSION"],
+                         [(r["attempt"], r["id"], r["status"], r.get("outcome") or "-", r.get("session_id") or "-")
+                          for r in t["runs"]], {"OUTCOME"}, width)
+    click.echo(attempts[0])
+    for line, run in zip(attempts[1:], t["runs"], strict=True):
+        click.echo(line)
+        extra = [f"recovers {run['recovers_run_id']}" if run.get("recovers_run_id") else "",
+                 f"lease until {run['lease_expires_at']}" if run.get("lease_expires_at") else ""]
+        if any(extra):
+            click.echo("    " + "; ".join(e for e in extra if e))
     if data.get("history"):
-        table("History", ["When", "Event", "Reason", "Action", "Run"],
-              [(e["created_at"], e["kind"], e.get("reason"), e.get("action"), e.get("run_id"))
-               for e in data["history"]])
+        click.echo("\nHistory")
+        rows = [(_short_time(e["created_at"]), e["kind"], e.get("run_id") or "-",
+                 " · ".join(v for v in (e.get("reason"), e.get("action")) if v)) for e in data["history"]]
+        for line in fit_rows(["WHEN", "EVENT", "RUN", "REASON · ACTION"], rows, "REASON · ACTION", width):
+            click.echo(line)
+
+
+def _short_time(timestamp: str | None) -> str:
+    """`2026-12-05 10:31:02` of an RFC3339 stamp: the date and the second, without the zone's width (UTC)."""
+    return (timestamp or "").replace("T", " ")[:19]
 
 
 @task.command("create")
@@ -87,10 +108,13 @@ def _show(data: dict[str, Any]) -> None:
               "root, or in --cwd inside it.")
 @click.option("--max-attempts", type=click.IntRange(1, 20), default=2, show_default=True,
               help="Attempts in all, automatic recoveries included; 1 disables automatic retry.")
+@click.option("--plan", "plan_file", default=None,
+              help='Coordinated sub-work, a JSON file: {"steps": [{"id": "a", "prompt": "…", "after": []}, …]}. The '
+              "workspace's coordinator session runs each step in a spawned child once the steps it is after succeed.")
 @output_option
 @json_flag
 def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str | None, workspace: str | None,
-                max_attempts: int, fmt: str, as_json: bool) -> None:
+                max_attempts: int, plan_file: str | None, fmt: str, as_json: bool) -> None:
     """Queue PROMPT as a task; the daemon starts it in a new session as soon as an agent slot is free.
 
     Prints `TASK_ID queued: TITLE`; `-o json` prints `{"task": {...}}` (`.task.id`, `.task.status`).
@@ -100,9 +124,16 @@ def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str
         compozy task create "Fix the flaky test in tests/test_io.py" --cwd "$PWD"
         compozy task create "Update the changelog" --workspace ws_0123456789abcdef --max-attempts 1
         compozy task create "Review the open diff" --title review -o json | jq -r .task.id
+        compozy task create "Ship the release" --plan plan.json --cwd "$PWD"
     """
     fmt = _fmt(fmt, as_json)
     body: dict[str, Any] = {"prompt": prompt, "title": title, "agent_name": agent_name, "max_attempts": max_attempts}
+    if plan_file is not None:
+        try:
+            with open(plan_file, encoding="utf-8") as fh:
+                body["plan"] = json.load(fh)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read the plan {plan_file}: {exc}", "invalid_plan", fmt, 65)
     if workspace:
         body.update(workspace=workspace, cwd=os.path.abspath(cwd) if cwd else None)
     else:
@@ -202,3 +233,25 @@ def task_retry(task_id: str, fmt: str, as_json: bool) -> None:
     fmt = _fmt(fmt, as_json)
     data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']} (attempt {data['task']['attempts']})"))
+
+
+@task.command("steps")
+@click.argument("task_id")
+@output_option
+@json_flag
+def task_steps(task_id: str, fmt: str, as_json: bool) -> None:
+    """A coordinated task's steps: status, attempts and each attempt's spawned child.
+
+    A failed step is retried once, then needs you. `-o json`: `{"task_id", "steps": [{id, prompt, after, status,
+    attempts, session_id, sessions, coordinator_id, detail}]}`.
+
+    Examples:
+
+        compozy task steps TASK_ID
+        compozy task steps TASK_ID -o json | jq -r '.steps[].session_id'
+    """
+    fmt = _fmt(fmt, as_json)
+    data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}/steps")
+    emit(data, fmt, lambda: table(f"Steps of {task_id}", ["Step", "Status", "After", "Attempts", "Session", "Detail"], [
+        (s["id"], s["status"], ",".join(s["after"]), s["attempts"], s.get("session_id"), s["detail"])
+        for s in data["steps"]]), rows=data["steps"])

@@ -52,6 +52,7 @@ def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: s
     """
     rows: list[dict[str, Any]] = []
     mid_line = False  # the reply streams without newlines; a line of ours must not start inside it
+    tools: dict[str, str] = {}  # tool call id -> what it is called, for the line its result prints
     try:
         for _, event, data in client.stream(base + "/stream", {"frames": "raw", "turn_id": turn_id}):
             row: dict[str, Any] = json.loads(data)
@@ -61,6 +62,7 @@ def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: s
             if fmt == "jsonl":
                 click.echo(json_line(row))
             elif fmt == "human":
+                mid_line = _echo_tool(row, tools, mid_line)
                 mid_line = _echo_live(row, session_id, mid_line)
             if row.get("type") in TURN_END:
                 break
@@ -69,6 +71,24 @@ def follow_turn(client: Client, base: str, session_id: str, turn_id: str, fmt: s
     except KeyboardInterrupt:
         _interrupted(session_id, fmt)
     return rows
+
+
+def _echo_tool(row: dict[str, Any], tools: dict[str, str], mid_line: bool) -> bool:
+    """A tool call as one line once it settles (`tool Read README.md: completed`): the reply alone hid the work.
+    Its name comes from its `tool_call` row (kind and title), its status from its result."""
+    content = row.get("content") or {}
+    call_id = str(content.get("tool_call_id") or "")
+    if row.get("type") == "tool_call":
+        name = " ".join(str(p) for p in (content.get("title") or content.get("tool_name"),) if p)
+        tools[call_id] = name or str(content.get("tool_kind") or "tool")
+        return mid_line
+    if row.get("type") != "tool_result":
+        return mid_line
+    name = tools.get(call_id) or str(content.get("tool_name") or call_id or "tool")
+    status = content.get("status") or ("failed" if content.get("tool_error") else "completed")
+    line = " ".join(printable(f"tool {name}: {status}").split())
+    click.echo(("\n" if mid_line else "") + line[:200])
+    return False
 
 
 def _echo_live(row: dict[str, Any], session_id: str, mid_line: bool) -> bool:

@@ -127,6 +127,8 @@ class Ticker:
     def _loop(self) -> None:
         from huey.contrib.djhuey import close_db
 
+        from coordination import jobs as coordination_jobs
+        from dreams import jobs as dream_jobs
         from health import jobs as health_jobs
         from sessions import jobs
         from tasks import jobs as task_jobs
@@ -138,6 +140,8 @@ class Ticker:
             "health_sweep": (health_jobs.health_sweep, (), health_jobs.sweep_every),
             "wake": (health_jobs.wake_cycle, (self.run,), health_jobs.wake_every),
             "tasks": (task_jobs.task_cycle, (), task_jobs.task_every),
+            "dreams": (dream_jobs.dream_cycle, (), dream_jobs.dream_every),
+            "coordination": (coordination_jobs.coordination_cycle, (), coordination_jobs.coordination_every),
         }
         due = dict.fromkeys(sends, 0.0)
         sent = dict.fromkeys(sends, 0.0)
@@ -183,7 +187,10 @@ class LeaseKeeper:
     1. heartbeat this node's `Node` row (clustered only: an idle embedded daemon writes nothing to its catalog);
     2. renew the leases of the sessions this daemon runs; one another node took (we were cut off longer than the
        TTL) is stopped here, because its new owner runs the agent and writes events.db now;
-    3. failover: sessions whose owner stopped renewing are claimed and repaired to `stopped` (stale-state rules).
+    3. failover: sessions whose owner stopped renewing are claimed and repaired to `stopped` (stale-state rules),
+       only once this node has been connected for a full TTL since its last failed tick (cluster rule 6: after a
+       database outage every owner first renews what expired meanwhile, on the database's clock).
+    4. the durable copies: what this node held through an outage is sent to the database (store/replica.py).
     """
 
     def __init__(self, manager: Any) -> None:
@@ -215,6 +222,7 @@ class LeaseKeeper:
             return
         if cluster.clustered():
             cluster.heartbeat_node(me)
+        cluster.connection_state.connected(time.monotonic())
         lost = cluster.renew(self._live_ids(), me)
         for session_id in lost:
             if session_id not in self.manager.runtimes:
@@ -225,7 +233,8 @@ class LeaseKeeper:
                 logger.error("session %s: lease lost to %s while this node was cut off; stopping its agent here "
                              "without writing", session_id, taker)
                 self.manager.hand_off_fence(session_id, taker)
-        failover.recover_expired()
+        if cluster.may_judge_leases():
+            failover.recover_expired()
 
     def _loop(self) -> None:
         from django.db import close_old_connections
@@ -246,6 +255,7 @@ class LeaseKeeper:
                 self.tick()
                 failures.ok("lease renewal")
             except Exception as exc:  # noqa: BLE001 - logged with the cause; the keeper keeps renewing
+                cluster.connection_state.lost()
                 failures.log("lease renewal", f"lease renewal failed; trying again in {every:.1f}s", exc)
                 from django.db import connection
 

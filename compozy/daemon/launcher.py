@@ -172,11 +172,13 @@ def run_foreground(port: int | None = None) -> int:
     config = _accepted_config()
     check_database_url()
     _prepare_django()
+    _log_to_file(home)
     for unknown in config.unknown_keys:
         logger.warning("config.toml: %s", unknown.message())
     _register_secrets(config, home)
     _warn_if_cluster_token_refused()
     migrate_or_say_why()
+    _recover_memory()
     http_port = config.http_port if port is None else port
     _check_port_free(config.http_host, http_port)
     sock = config.socket
@@ -185,7 +187,7 @@ def run_foreground(port: int | None = None) -> int:
     start = _Start(config, home, http_port, sock, started_at=_take_cluster_identity(config, http_port))
     state: dict[str, Any] = {"stopping": False}
     consumer = _huey_consumer()
-    server = _guarded_server(config, _endpoints(config.http_host, http_port, sock),
+    server = _guarded_server(config, _endpoints(config, http_port, sock),
                              on_ready=lambda listening: _when_listening(start, listening, state, manager, consumer))
     _stop_on_signals(loop, state, manager, consumer)
     _serve(server, start, state)
@@ -203,6 +205,19 @@ class _Start:
     started_at: str  # this daemon start: the run of its leases and of boot repair
 
 
+def _log_to_file(home: Path) -> None:
+    """The log also in `logs/daemon.log`, rotated (compozy/daemon/logs.py), from here on."""
+    import logging.config
+
+    from django.conf import settings
+
+    from compozy.daemon.logs import add_log_file, log_file
+
+    if (path := log_file(home)) is not None:
+        add_log_file(settings.LOGGING, path)
+        logging.config.dictConfig(settings.LOGGING)
+
+
 def _claim_home() -> Path:
     """This home, made private, with no daemon running in it."""
     home = compozy_home()
@@ -217,13 +232,27 @@ def _claim_home() -> Path:
 def _register_secrets(config: Config, home: Path) -> None:
     """Secrets this process holds, whatever their shape: redacted from events, logs and bundles like any provider
     key, from before the first request (the guard's policy, which also reads them, is built lazily then)."""
+    from compozy_base.config.secrets import secret_values
     from sessions.core.redact import register_secret  # daemon-only (see above run_foreground)
 
     mcp_secrets = (secret for agent in config.agents.values() for server in agent.mcp_servers
                    for secret in server.secrets())
+    central_secrets = (secret for central in config.mcp_servers for secret in central.server.secrets())
     for secret in (ensure_token(home), cluster_token(), *(w.secret for w in config.notifications.webhooks),
-                   *mcp_secrets):
+                   *mcp_secrets, *central_secrets, *secret_values(config.providers)):
         register_secret(secret)
+
+
+def _recover_memory() -> None:
+    """Memory's journal finished (a change a crash left between its journal row and its file lands now, once),
+    and a dream its daemon died in marked failed, before any request or session reads memory."""
+    from memory import dreams, store  # daemon-only (see above run_foreground)
+
+    finished = store.recover()
+    if finished:
+        logger.info("memory: finished %d journalled change(s) a crash interrupted", finished)
+    if abandoned := dreams.abandon_running("the daemon stopped during the dream"):
+        logger.warning("memory: %d dream(s) interrupted by the last stop marked failed", abandoned)
 
 
 def _warn_if_cluster_token_refused() -> None:
@@ -265,7 +294,8 @@ def _take_cluster_identity(config: Config, http_port: int) -> str:
 
 
 def _advertised(config: Config, port: int) -> str:
-    return config.cluster.advertise_url or f"http://{config.http_host}:{port}"
+    scheme = "https" if config.cluster.tls else "http"
+    return config.cluster.advertise_url or f"{scheme}://{config.http_host}:{port}"
 
 
 def _huey_consumer() -> InProcessConsumer:
@@ -274,10 +304,16 @@ def _huey_consumer() -> InProcessConsumer:
     return InProcessConsumer.build()
 
 
-def _endpoints(host: str, http_port: int, sock: Path) -> list[str]:
+def _endpoints(config: Config, http_port: int, sock: Path) -> list[str]:
+    """The TCP listener (HTTPS with `[cluster] tls_cert` and `tls_key`) and the control socket."""
     # Twisted listens with a backlog of 50: a burst of creates or of reconnecting viewers overflowed it into resets.
-    return [f"tcp:port={http_port}:interface={_endpoint_escape(host)}:backlog={LISTEN_BACKLOG}",
-            f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
+    tcp = f"tcp:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}"
+    if config.cluster.tls:
+        # Twisted's TLS listener (pyOpenSSL, the `[scale]` extra); the certificate file may carry its chain.
+        tcp = (f"ssl:port={http_port}:interface={_endpoint_escape(config.http_host)}:backlog={LISTEN_BACKLOG}"
+               f":privateKey={_endpoint_escape(config.cluster.tls_key)}"
+               f":certKey={_endpoint_escape(config.cluster.tls_cert)}")
+    return [tcp, f"unix:{_endpoint_escape(str(sock))}:backlog={LISTEN_BACKLOG}"]
 
 
 def _guarded_server(config: Config, endpoints: list[str], on_ready: Callable[[GuardedServer], None]) -> GuardedServer:
@@ -307,9 +343,10 @@ def _when_listening(start: _Start, server: GuardedServer, state: dict[str, Any],
     _publish_address(start, actual_port)
     _freeze_startup_objects()
     _start_background_work(start, state, manager, consumer)
-    logger.info("compozy daemon listening on http://%s:%s and %s (home %s)", start.config.http_host, actual_port,
-                start.sock, start.home)
-    print(f"compozy daemon ready: http://{start.config.http_host}:{actual_port} socket={start.sock}\n"  # noqa: T201 - the ready line on stdout
+    scheme = "https" if start.config.cluster.tls else "http"
+    logger.info("compozy daemon listening on %s://%s:%s and %s (home %s)", scheme, start.config.http_host,
+                actual_port, start.sock, start.home)
+    print(f"compozy daemon ready: {scheme}://{start.config.http_host}:{actual_port} socket={start.sock}\n"  # noqa: T201 - the ready line on stdout
           f"sign a browser in with `compozy dashboard`; scripts send `Authorization: Bearer` with "
           f"{token_path(start.home)}", flush=True)
 
@@ -362,6 +399,21 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, state: dict[str, Any], man
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(loop, state))
+
+
+def _reload_on_signal(loop: asyncio.AbstractEventLoop, state: dict[str, Any]) -> None:
+    """SIGHUP: `compozy daemon reload` (sessions/services/config_reload.py); a refused file is logged there."""
+    from sessions.core.errors import CompozyError
+    from sessions.services.config_reload import reload_config
+
+    async def reload() -> None:
+        with contextlib.suppress(CompozyError):  # refused: logged with its line, the daemon keeps what it had
+            await reload_config()
+
+    if not state["stopping"]:
+        state.setdefault("reloads", set()).add(task := loop.create_task(reload()))
+        task.add_done_callback(state["reloads"].discard)
 
 
 def _serve(server: GuardedServer, start: _Start, state: dict[str, Any]) -> None:
@@ -393,6 +445,7 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
         await manager.shutdown()
         await _drain_live_tails()
     finally:
+        await _close_peer_clients()
         if "ticker" in state:
             state["ticker"].stop()
         if "leases" in state:
@@ -404,6 +457,12 @@ async def _shutdown(state: dict[str, Any], manager: Any, consumer: Any, reactor:
             reactor.stop()
         except ReactorNotRunning:  # daphne stopped it already (a listen failure): the exit stays ours
             logger.info("the reactor had stopped already")
+
+
+async def _close_peer_clients() -> None:
+    from compozy.api import peers  # daemon-only (see above run_foreground)
+
+    await peers.close_all()
 
 
 # How long a shutdown waits for the live tails of the sessions it stopped to send their closing frame: a page open

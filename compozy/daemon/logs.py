@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from sessions.core.redact import redact_text
 
@@ -66,3 +70,32 @@ class RepeatedFailure:
             gone = self._last.pop(key, None)
         if gone is not None:
             self.logger.warning("%s: working again", key)
+
+
+# `$COMPOZY_HOME/logs/daemon.log` of a daemon in the foreground (`make run`): rotated at this size, this many old
+# files kept (daemon.log.1 …). A first hour wrote ~120 lines; a busy daemon some MiB a day.
+LOG_FILE_BYTES = 10 * 1024 * 1024
+LOG_FILE_BACKUPS = 5
+
+
+def log_file(home: Path) -> Path | None:
+    """Where a foreground daemon's log also goes: `logs/daemon.log`, unless its stderr goes there already (a
+    detached start sends it there). A foreground daemon's log went only to its terminal, and evidence had none."""
+    path = home / "logs" / "daemon.log"
+    with contextlib.suppress(OSError):
+        if Path(os.readlink("/proc/self/fd/2")) == path:
+            return None
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def add_log_file(config: dict[str, Any], path: Path, max_bytes: int = LOG_FILE_BYTES,
+                 backups: int = LOG_FILE_BACKUPS) -> None:
+    """`config` (a logging dictConfig, settings.LOGGING) with a rotating, redacting handler on `path` at its root.
+    Changed in place: Django configures logging from settings.LOGGING again whenever it is set up (the ASGI app
+    does so once more), which drops any handler added beside it."""
+    config.setdefault("handlers", {})["file"] = {
+        "class": "logging.handlers.RotatingFileHandler", "filename": str(path), "maxBytes": max_bytes,
+        "backupCount": backups, "encoding": "utf-8", "formatter": "plain", "filters": ["redact"]}
+    root = config.setdefault("root", {})
+    root["handlers"] = [*[h for h in root.get("handlers", []) if h != "file"], "file"]

@@ -9,10 +9,12 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from compozy.diagnostics.items import item
+from compozy.diagnostics.worktree_checks import check_git, check_worktree_disk
 from compozy_base.config.loader import ConfigError, get_config, load_config
 from compozy_base.config.sandbox import SandboxMode
 from compozy_base.home import compozy_home, crash_bundles_dir, sessions_dir
@@ -34,17 +36,6 @@ from sessions.store.folder import events_path, isoformat, list_session_dirs, par
 
 SEVERITY_ORDER = ["ok", "info", "warn", "error", "critical"]
 LOW_DISK_BYTES = 512 * 1024 * 1024
-
-
-def item(id_: str, category: str, severity: str, title: str, message: str,
-         suggested_command: str | None = None, evidence: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": id_, "code": id_, "category": category, "severity": severity, "title": title,
-                           "message": message, "data_freshness": "live"}
-    if suggested_command:
-        out["suggested_command"] = suggested_command
-    if evidence:
-        out["evidence"] = evidence
-    return out
 
 
 def check_catalog() -> dict[str, Any]:
@@ -208,11 +199,14 @@ def check_queue() -> dict[str, Any]:
 
 
 def check_failures() -> dict[str, Any]:
+    """Sessions that failed, counted as information: each is history (its page and the inbox say what failed), not
+    something wrong with the daemon now. As a warning, one failed session kept the dashboard's doctor chip amber
+    for good (issue 48)."""
     failed = Session.objects.filter(failure__isnull=False).exclude(failure__kind="cancellation").count()
     if failed:
-        return item("session_failures", "sessions", "warn", "Sessions with failures",
-                    f"{failed} session(s) stopped with a failure", "compozy status -o json",
-                    evidence={"count": failed})
+        return item("session_failures", "sessions", "info", "Sessions with failures",
+                    f"{failed} session(s) stopped with a failure; the inbox lists those not yet acknowledged",
+                    "compozy attention", evidence={"count": failed})
     return item("session_failures", "sessions", "ok", "Session failures", "none")
 
 
@@ -457,11 +451,39 @@ def check_webhooks() -> dict[str, Any]:
                 "pending", evidence=evidence)
 
 
+def check_memory() -> dict[str, Any]:
+    """Memory's files and index (docs/reference/memory.md §2): a file with bad frontmatter or an index that
+    lags its files can make a session look broken (it was not given what it should have known)."""
+    from memory import health
+
+    report = health.report()
+    idx = report.index
+    evidence = {"index": {"state": idx.state, "cause": idx.cause, "entries": idx.entries},
+                "scopes": len(report.scopes), "problems": [{"path": p.path, "problem": p.problem}
+                                                          for p in report.problems[:20]]}
+    bad = [p for p in report.problems if p.problem.startswith(("bad frontmatter", "misplaced", "unreadable"))]
+    if idx.state == "failed":
+        return item("memory", "memory", "error", "Memory index failed", idx.cause or "the index failed",
+                    "compozy memory reindex", evidence)
+    if bad:
+        return item("memory", "memory", "warn", "Memory files unreadable",
+                    f"{len(bad)} file(s) left out of memory: {bad[0].path}: {bad[0].problem}",
+                    "compozy memory health", evidence)
+    if idx.state != "fresh":
+        return item("memory", "memory", "warn", "Memory index stale", idx.cause or idx.state,
+                    "compozy memory reindex", evidence)
+    files = sum(s.files for s in report.scopes)
+    return item("memory", "memory", "ok", "Memory", f"{files} entr(y/ies) in {len(report.scopes)} scope(s), index "
+                "fresh", evidence=evidence)
+
+
 CHECKS: list[Callable[[], dict[str, Any] | list[dict[str, Any]]]] = [
     check_config, check_catalog, check_event_storage, check_socket, check_sandbox, check_crash_bundles,
     check_file_modes, check_queue, check_failures, check_live_streams, check_providers, check_health_rows,
     check_session_metadata,
     check_wake_service, check_heartbeat_policies, check_cluster, check_workspace_roots, check_webhooks,
+    check_git, check_worktree_disk,
+    check_memory,
 ]
 
 

@@ -43,6 +43,11 @@ class ProviderConfig:
     # The agent's mode in which it asks the client before acting (claude-agent-acp: `default`; it opens in `auto`,
     # where it decides alone). A new session starts in it unless the permission policy is approve-all.
     ask_mode: str = ""
+    # The environment variable that holds its API key (`[providers.NAME] key_env`): what `compozy provider` and the
+    # Providers page check and set, and what an auth failure names. "": none known (the demo agent needs none).
+    key_env: str = ""
+    # The env variables secrets.toml set (compozy_base/config/secrets.py): named in answers, their values never.
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ class AgentConfig:
     mcp_servers: tuple[McpServer, ...] = ()
     max_cost_usd: float = 0.0  # this agent's sessions' cost cap (0: `[limits] max_cost_usd`)
     network: bool | None = None  # its sandbox's network (`[agents.NAME] network`); None: `[sandbox] network`
+    isolation: str = ""  # `none` or `worktree` (docs/reference/worktrees.md); "": a create's own, else none
 
 
 # Pinned npm packages of the built-in adapters (`npm view <package> version`, 2026-11-30). Pinned, not
@@ -69,6 +75,13 @@ NPM_PACKAGES = {
 }
 
 
+# Claude Code refuses to start as root ("--dangerously-skip-permissions cannot be used with root/sudo"), which is
+# how most containers run it, unless IS_SANDBOX is exactly "1": the daemon is the sandbox's keeper (its permission
+# policy decides, and `[sandbox]` confines the agent where bubblewrap is installed). `[providers.claude] env` may set
+# it otherwise; the variable is harmless when not root.
+CLAUDE_ENV = {"IS_SANDBOX": "1"}
+
+
 def builtin_providers() -> dict[str, ProviderConfig]:
     """The demo agent runs with this interpreter, so it works wherever the package is installed.
 
@@ -79,11 +92,12 @@ def builtin_providers() -> dict[str, ProviderConfig]:
             "demo", (sys.executable, "-m", "sessions.acp.demo_agent"), default_model="demo-small",
             display_name="Compozy demo agent (offline)",
         ),
-        "claude": ProviderConfig("claude", ("claude-agent-acp",), display_name="Claude Code",
-                                 npm=NPM_PACKAGES["claude"], ask_mode="default"),
-        "codex": ProviderConfig("codex", ("codex-acp",), display_name="Codex", npm=NPM_PACKAGES["codex"]),
+        "claude": ProviderConfig("claude", ("claude-agent-acp",), env=dict(CLAUDE_ENV), display_name="Claude Code",
+                                 npm=NPM_PACKAGES["claude"], ask_mode="default", key_env="ANTHROPIC_API_KEY"),
+        "codex": ProviderConfig("codex", ("codex-acp",), display_name="Codex", npm=NPM_PACKAGES["codex"],
+                                key_env="OPENAI_API_KEY"),
         "gemini": ProviderConfig("gemini", ("gemini", "--acp"), display_name="Gemini CLI",
-                                 npm=NPM_PACKAGES["gemini"]),
+                                 npm=NPM_PACKAGES["gemini"], key_env="GEMINI_API_KEY"),
         "opencode": ProviderConfig("opencode", ("opencode", "acp"), display_name="opencode",
                                    npm=NPM_PACKAGES["opencode"]),
     }
@@ -134,8 +148,21 @@ def parse_providers(raw: dict[str, Any]) -> dict[str, ProviderConfig]:
             npm=base.npm if base is not None and command[:1] == base.command[:1] else None,
             auth_method=string(body.get("auth_method"), f"{key}.auth_method") or (base.auth_method if base else ""),
             ask_mode=string(body.get("ask_mode"), f"{key}.ask_mode") or (base.ask_mode if base else ""),
+            key_env=string(body.get("key_env"), f"{key}.key_env") or (base.key_env if base else ""),
         )
     return providers
+
+
+ISOLATIONS = ("none", "worktree")
+
+
+def isolation(value: object, key: str) -> str:
+    """`none` or `worktree`; "" when unset."""
+    if value is None or value == "":
+        return ""
+    if value not in ISOLATIONS:
+        raise ConfigError(f"{key}: must be none or worktree")
+    return str(value)
 
 
 def parse_agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
@@ -154,6 +181,7 @@ def parse_agents(agents_table: dict[str, Any]) -> dict[str, AgentConfig]:
             mcp_servers=mcp_servers.parse(body.get("mcp_servers"), f"agents.{name}.mcp_servers"),
             max_cost_usd=money(body.get("max_cost_usd"), f"agents.{name}.max_cost_usd"),
             network=boolean(body["network"], f"agents.{name}.network") if "network" in body else None,
+            isolation=isolation(body.get("isolation"), f"agents.{name}.isolation"),
         )
     return agents
 

@@ -24,10 +24,11 @@ MAX_CONFIG_BYTES = 1024 * 1024
 # refuses what it does not know (`[agents.heartbeat]`, hook declarations).
 FREE: dict[str, Any] = {}
 _SUPERVISION = ("activity_heartbeat_interval", "progress_notify_interval", "inactivity_warning_after",
-                "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace")
+                "inactivity_timeout", "timeout_cancel_grace", "quiet_after", "stop_grace", "quiet_notice_after",
+                "quiet_attention_after")
 SCHEMA: dict[str, Any] = {
-    "http": dict.fromkeys(("host", "port", "allow_remote", "max_body_bytes", "header_timeout", "body_timeout",
-                           "idle_timeout", "stream_stall_timeout", "max_connections",
+    "http": dict.fromkeys(("host", "port", "allow_remote", "allowed_hosts", "max_body_bytes", "header_timeout",
+                           "body_timeout", "idle_timeout", "stream_stall_timeout", "max_connections",
                            "max_connections_per_peer")),
     "daemon": {"socket": None},
     "defaults": dict.fromkeys(("agent", "provider")),
@@ -41,20 +42,26 @@ SCHEMA: dict[str, Any] = {
     },
     "limits": {"max_concurrent_agents": None, "max_cost_usd": None, "max_terminals_per_session": None},
     "sandbox": dict.fromkeys(("mode", "network", "writable", "hidden", "expose")),
+    "memory": {"enabled": None, "snapshot_max_chars": None,
+               "dream": dict.fromkeys(("auto", "check_every", "agent", "min_interval", "min_sessions",
+                                        "min_candidates"))},
+    # Each server's keys are checked by its own reader (compozy_base/config/mcp_servers.py), which refuses others.
+    "mcp": {"servers": FREE},
     # `fallback_chain` is an array of tables, each checked key by key by its reader (compozy_base/config/loader.py).
     "roles": {"auto_title": dict.fromkeys(("enabled", "agent", "provider", "model", "reasoning_effort",
                                            "fallback_chain"))},
     "redact": {"enabled": None},
-    "tasks": {"lease_ttl": None},
+    "tasks": {"lease_ttl": None, "isolation": None},
     "workspaces": {"allow_hard_links": None},
+    "worktrees": {"max_disk": None},
     "agents": {"heartbeat": FREE,
-               "*": {**dict.fromkeys(("provider", "model", "reasoning_effort", "permissions", "prompt",
+               "*": {**dict.fromkeys(("provider", "model", "reasoning_effort", "permissions", "prompt", "isolation",
                                       "max_cost_usd", "network")),
                      "mcp_servers": FREE}},
     "providers": {"*": {"command": None, "args": None, "env": FREE, "display_name": None, "models": {"default": None},
-                        "auth_method": None, "ask_mode": None}},
+                        "auth_method": None, "ask_mode": None, "key_env": None}},
     "hooks": {"declarations": FREE},
-    "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url")),
+    "cluster": dict.fromkeys(("node_id", "lease_ttl", "advertise_url", "tls_cert", "tls_key", "ca")),
     # Each webhook's keys are checked by its own reader (compozy_base/config/notifications.py), which refuses others.
     "notifications": {"webhooks": FREE, **dict.fromkeys(("retry_min", "retry_max", "max_attempts", "timeout",
                                                        "action_links", "link_ttl"))},

@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from compozy_base.config.agents import AgentConfig, ProviderConfig, parse_agents, parse_providers
+from compozy_base.config import secrets
+from compozy_base.config.agents import AgentConfig, ProviderConfig, isolation, parse_agents, parse_providers
 from compozy_base.config.checks import UnknownKey, read_toml, unknown_keys
 from compozy_base.config.errors import ConfigError
 from compozy_base.config.heartbeat import HeartbeatConfig, parse_heartbeat
 from compozy_base.config.hook_declarations import parse_hook_declarations
 from compozy_base.config.hook_spec import HookDeclaration
+from compozy_base.config.mcp_servers import CentralServer, parse_central
+from compozy_base.config.memory import MemoryConfig, parse_memory
 from compozy_base.config.modes import BusyMode, PermissionMode
 from compozy_base.config.notifications import NotificationsConfig, parse_notifications
 from compozy_base.config.sandbox import SandboxConfig, parse_sandbox
-from compozy_base.config.values import boolean, integer, money, parse_duration, port, string
+from compozy_base.config.values import boolean, integer, money, parse_duration, parse_size, port, string
 from compozy_base.home import compozy_home
 
 __all__ = ["ConfigError", "HookDeclaration"]  # re-exported: callers read both as config's
@@ -68,6 +71,13 @@ class SupervisionConfig:
     # verified process-tree stop once `stop_grace` more has passed (0 turns the stop off, the warning stays).
     quiet_after: float = 1800.0
     stop_grace: float = 600.0
+    # What a person sees of a quiet turn (sessions/core/display.py), long before supervision acts on it: a running
+    # turn without agent output for `quiet_notice_after` says "no output for 1m 20s" on the page, the list and
+    # `session status`; past `quiet_attention_after` it is an attention item too. A minute is longer than any
+    # healthy agent's silence between chunks or tool updates (a model's first token, a tool's start); five minutes
+    # is when a person would want to look. 0 turns either off.
+    quiet_notice_after: float = 60.0
+    quiet_attention_after: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -86,8 +96,18 @@ DEFAULT_LEASE_TTL = 15.0
 class ClusterConfig:
     node_id: str = ""  # COMPOZY_NODE_ID wins; empty: `hostname:COMPOZY_HOME` (sessions/claims.owner_id)
     lease_ttl: float = DEFAULT_LEASE_TTL
-    # How other nodes reach this one (routing work to a session's owner); empty: http://<http host>:<port>.
+    # How other nodes reach this one (routing work to a session's owner); empty: http(s)://<http host>:<port>.
     advertise_url: str = ""
+    # `tls_cert` and `tls_key` (PEM files, both or neither): the TCP listener serves HTTPS with them; `ca`: the PEM
+    # bundle this node verifies other nodes' certificates with (empty: the system's trust store). The cluster token
+    # is required all the same: TLS keeps the traffic private, the token says who may send it.
+    tls_cert: str = ""
+    tls_key: str = ""
+    ca: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
 
 
 # Request bodies are small JSON (a prompt is at most 64 KiB); 1 MiB leaves room and bounds what a client can
@@ -224,6 +244,9 @@ class Config:
     http_port: int = 2123
     # Binding beyond loopback needs an explicit yes; token auth applies either way.
     http_allow_remote: bool = False
+    # `[http] allowed_hosts`: Host names served besides loopback, the bound host and `[cluster] advertise_url`'s (the
+    # name a load balancer or a Kubernetes Service is reached by). Lower-case, without a port.
+    http_allowed_hosts: tuple[str, ...] = ()
     http_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     socket: Path = field(default_factory=lambda: compozy_home() / "daemon.sock")
     default_agent: str = "general"
@@ -257,6 +280,14 @@ class Config:
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     max_terminals_per_session: int = DEFAULT_MAX_TERMINALS
+    # `[tasks] isolation`: a task attempt's (none or worktree); "": worktree when the workspace is a git repository.
+    task_isolation: str = ""
+    # `[worktrees] max_disk`: bytes every worktree may take together before `compozy doctor` warns; 0: no bound.
+    worktrees_max_disk: int = 0
+    # `[memory]` (compozy_base/config/memory.py) and `[[mcp.servers]]`, the central MCP servers handed to the agents
+    # and workspaces they name (compozy_base/config/mcp_servers.py).
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    mcp_servers: tuple[CentralServer, ...] = ()
     source: str = "built-in defaults"
     unknown_keys: tuple[UnknownKey, ...] = ()  # warned at start and listed by doctor
 
@@ -296,8 +327,20 @@ def _http(http: dict[str, Any], daemon: dict[str, Any], home: Path) -> dict[str,
     max_body = http.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
     if isinstance(max_body, bool) or not isinstance(max_body, int) or not 1024 <= max_body <= MAX_BODY_BYTES_CEILING:
         raise ConfigError(f"http.max_body_bytes: must be an integer in 1024..{MAX_BODY_BYTES_CEILING}")
+    allowed = http.get("allowed_hosts", [])
+    if not isinstance(allowed, list) or not all(_host_name_only(name) for name in allowed):
+        raise ConfigError("http.allowed_hosts: must be a list of host names without a port, e.g. "
+                          '["compozy.example.com"]')
     return {"http_host": host, "http_port": http_port, "http_allow_remote": allow_remote,
+            "http_allowed_hosts": tuple(name.lower() for name in allowed),
             "http_max_body_bytes": max_body, "socket": socket}
+
+
+def _host_name_only(name: object) -> bool:
+    """A host name or an IP address, an IPv6 one in brackets; no port."""
+    if not isinstance(name, str) or not name:
+        return False
+    return (name.startswith("[") and name.endswith("]")) or ":" not in name
 
 
 def _max_agents(limits: dict[str, Any]) -> int:
@@ -330,9 +373,13 @@ def _supervision(sup: dict[str, Any]) -> SupervisionConfig:
         timeout_cancel_grace=sup_duration("timeout_cancel_grace", positive=True),
         quiet_after=sup_duration("quiet_after"),
         stop_grace=sup_duration("stop_grace"),
+        quiet_notice_after=sup_duration("quiet_notice_after"),
+        quiet_attention_after=sup_duration("quiet_attention_after"),
     )
     if supervision.quiet_after < 0 or supervision.stop_grace < 0:
         raise ConfigError("session.supervision.quiet_after and stop_grace must not be negative")
+    if supervision.quiet_notice_after < 0 or supervision.quiet_attention_after < 0:
+        raise ConfigError("session.supervision.quiet_notice_after and quiet_attention_after must not be negative")
     return supervision
 
 
@@ -376,6 +423,25 @@ def _advertise_url(cluster: dict[str, Any]) -> str:
     return advertise_url
 
 
+def _cluster_tls(cluster: dict[str, Any], home: Path) -> dict[str, str]:
+    """`[cluster] tls_cert`, `tls_key` and `ca`: readable files (relative paths are under the home), checked at
+    load so that a typo refuses the start rather than the first routed request."""
+    found: dict[str, str] = {}
+    for key in ("tls_cert", "tls_key", "ca"):
+        value = str(cluster.get(key) or "")
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else home / path
+        if not os.access(path, os.R_OK) or not path.is_file():
+            raise ConfigError(f"cluster.{key}: {path} is not a readable file")
+        found[key] = str(path)
+    if bool(found.get("tls_cert")) != bool(found.get("tls_key")):
+        raise ConfigError("cluster.tls_cert and cluster.tls_key: set both (the listener's certificate and its key) "
+                          "or neither")
+    return found
+
+
 def load_config(home: Path | None = None) -> Config:
     """Built-ins overlaid by `$COMPOZY_HOME/config.toml`; raises ConfigError with the offending key.
 
@@ -414,7 +480,7 @@ def load_config(home: Path | None = None) -> Config:
     # `[agents.heartbeat]` is the wake policy's config table, not an agent named "heartbeat".
     heartbeat = parse_heartbeat(agents_table.pop("heartbeat", None))
     agents = parse_agents(agents_table)
-    providers = parse_providers(_table(data, "providers"))
+    providers = secrets.overlay(parse_providers(_table(data, "providers")), secrets.read_secrets(home))
     _check_agents(agents, providers)
     default_agent = str(defaults.get("agent") or "general")
     default_provider = str(defaults.get("provider") or "demo")
@@ -426,6 +492,7 @@ def load_config(home: Path | None = None) -> Config:
     lease_ttl = _lease_ttl(cluster)
     auto_title = _auto_title(_table(roles, "auto_title", "roles."), agents, providers)
     advertise_url = _advertise_url(cluster)
+    cluster_tls = _cluster_tls(cluster, home)
     hooks_table = _table(data, "hooks")
     max_connections, max_connections_per_peer = _connection_limits(data)
     return Config(
@@ -446,7 +513,7 @@ def load_config(home: Path | None = None) -> Config:
         hooks=_hooks(hooks_table.get("declarations")),
         heartbeat=heartbeat,
         cluster=ClusterConfig(node_id=str(os.environ.get("COMPOZY_NODE_ID") or cluster.get("node_id") or ""),
-                              lease_ttl=lease_ttl, advertise_url=advertise_url),
+                              lease_ttl=lease_ttl, advertise_url=advertise_url, **cluster_tls),
         allow_hard_links=boolean(_table(data, "workspaces").get("allow_hard_links", False),
                                  "workspaces.allow_hard_links"),
         timeouts=_timeouts(data),
@@ -456,6 +523,10 @@ def load_config(home: Path | None = None) -> Config:
         sandbox=parse_sandbox(_table(data, "sandbox")),
         max_terminals_per_session=integer(limits.get("max_terminals_per_session", DEFAULT_MAX_TERMINALS),
                                           "limits.max_terminals_per_session", 1, MAX_TERMINALS_CEILING),
+        task_isolation=isolation(_table(data, "tasks").get("isolation"), "tasks.isolation"),
+        worktrees_max_disk=parse_size(_table(data, "worktrees").get("max_disk", 0), "worktrees.max_disk"),
+        memory=parse_memory(_table(data, "memory")),
+        mcp_servers=parse_central(_table(data, "mcp").get("servers"), os.environ),
         source=str(path) if read is not None else "built-in defaults",
         unknown_keys=tuple(unknown_keys(data)),
     )
@@ -465,8 +536,15 @@ _cached: Config | None = None
 
 
 def get_config() -> Config:
-    """The daemon's config, loaded once per process (restart to change, as the reference says)."""
+    """The daemon's config, loaded once per process; `[providers.*]` and `[agents.*]` change on a reload
+    (sessions/services/config_reload.py, the one place that calls `replace_config`), the rest on a restart."""
     global _cached
     if _cached is None:
         _cached = load_config()
     return _cached
+
+
+def replace_config(config: Config) -> None:
+    """The config a reload accepted, for every later reader of get_config()."""
+    global _cached
+    _cached = config

@@ -16,12 +16,26 @@ headers = { Authorization = "Bearer …" }
 
 Env and header values are secrets: the daemon registers them for redaction, so they never reach an event, a log, a
 crash bundle or an evidence archive, and no API answer carries them.
+
+Central servers, for every agent or the agents and workspaces they name (`[[mcp.servers]]`, `parse_central`): the
+same keys, plus `agents` and `workspaces` filters (absent: every one) and `env_from` / `headers_from`, whose values
+name variables of the daemon's own environment, read at start (a secret kept out of config.toml):
+
+```toml
+[[mcp.servers]]
+name = "tracker"
+type = "http"
+url = "https://tracker.example/mcp"
+headers_from = { Authorization = "TRACKER_AUTH" }   # the value of $TRACKER_AUTH when the daemon starts
+agents = ["reviewer"]                                 # only these agents' sessions
+workspaces = ["/srv/app"]                             # only sessions in these workspaces (paths)
+```
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compozy_base.config.errors import ConfigError
@@ -52,7 +66,7 @@ class McpServer:
                 "headers": [{"name": k, "value": v} for k, v in self.headers.items()]}
 
 
-def parse(raw: object, key: str) -> tuple[McpServer, ...]:
+def parse(raw: object, key: str, environ: Mapping[str, str] | None = None) -> tuple[McpServer, ...]:
     """`[[agents.NAME.mcp_servers]]`; a clear ConfigError naming the key for anything it cannot use."""
     if raw is None:
         return ()
@@ -70,8 +84,74 @@ def parse(raw: object, key: str) -> tuple[McpServer, ...]:
             raise ConfigError(f"{where}.name: {name!r} is named twice")
         if kind not in TRANSPORTS:
             raise ConfigError(f"{where}.type: must be one of {', '.join(TRANSPORTS)}, got {kind!r:.60}")
-        servers.append(_stdio(body, name, where) if kind == "stdio" else _remote(body, name, kind, where))
+        server = _stdio(body, name, where) if kind == "stdio" else _remote(body, name, kind, where)
+        if environ is not None:
+            server = _from_env(server, body, where, environ)
+        servers.append(server)
     return tuple(servers)
+
+
+@dataclass(frozen=True)
+class CentralServer:
+    """A `[[mcp.servers]]` entry: the server and whom it is for (empty: everyone)."""
+
+    server: McpServer
+    agents: tuple[str, ...] = ()
+    workspaces: tuple[str, ...] = ()
+
+    def applies(self, agent: str, workspace_root: str) -> bool:
+        return (not self.agents or agent in self.agents) and (not self.workspaces or workspace_root in self.workspaces)
+
+
+CENTRAL_KEYS = frozenset({"name", "type", "command", "args", "env", "url", "headers", "env_from", "headers_from",
+                          "agents", "workspaces"})
+
+
+def parse_central(raw: object, environ: Mapping[str, str]) -> tuple[CentralServer, ...]:
+    """`[[mcp.servers]]`: as `[[agents.NAME.mcp_servers]]`, plus the filters and the values from the environment."""
+    servers = parse(raw, "mcp.servers", environ)
+    central: list[CentralServer] = []
+    for i, (server, body) in enumerate(zip(servers, raw or [], strict=True)):  # type: ignore[call-overload]
+        where = f"mcp.servers[{i}]"
+        unknown = set(body) - CENTRAL_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        central.append(CentralServer(server, _names(body.get("agents"), f"{where}.agents"),
+                                     _names(body.get("workspaces"), f"{where}.workspaces", paths=True)))
+    return tuple(central)
+
+
+def _names(value: object, key: str, paths: bool = False) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{key}: expected a list of {'absolute paths' if paths else 'names'}")
+    if paths and not all(v.startswith("/") for v in value):
+        raise ConfigError(f"{key}: workspaces are named by their absolute paths")
+    return tuple(v.rstrip("/") or "/" for v in value) if paths else tuple(value)
+
+
+def _from_env(server: McpServer, body: Mapping[str, Any], where: str, environ: Mapping[str, str]) -> McpServer:
+    """`env_from` / `headers_from`: each value names a variable of the daemon's environment, read now."""
+    def read(field_name: str) -> dict[str, str]:
+        names = string_table(body.get(field_name), f"{where}.{field_name}")
+        missing = [v for v in names.values() if v not in environ]
+        if missing:
+            raise ConfigError(f"{where}.{field_name}: the daemon's environment has no {', '.join(missing)}")
+        return {k: environ[v] for k, v in names.items()}
+
+    env, headers = read("env_from"), read("headers_from")
+    if server.type == "stdio" and headers:
+        raise ConfigError(f"{where}.headers_from: only an http or sse server takes headers")
+    if server.type != "stdio" and env:
+        raise ConfigError(f"{where}.env_from: only a stdio server takes an environment")
+    return replace(server, env={**server.env, **env}, headers={**server.headers, **headers})
+
+
+def describe(server: McpServer) -> dict[str, Any]:
+    """What `compozy mcp list` shows: everything but the secrets' values (their names only)."""
+    return {"name": server.name, "type": server.type, "command": server.command, "args": list(server.args),
+            "url": server.url, "env": sorted(server.env), "headers": sorted(server.headers)}
 
 
 def _stdio(body: Mapping[str, Any], name: str, where: str) -> McpServer:

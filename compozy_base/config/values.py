@@ -89,3 +89,29 @@ def string(value: object, key: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{key}: must be a string, got {value!r:.60}")
     return value
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+
+
+def parse_size(value: object, key: str) -> int:
+    """A size in bytes: an integer, or a string like `20GB` / `512 MiB` (units of 1024)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a size such as 20GB")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{key}: must not be negative")
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a size such as 20GB")
+    text = value.strip().upper().replace(" ", "")
+    number = text.rstrip("KMGTIB")
+    unit = text[len(number):]
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ConfigError(f"{key}: expected a size such as 20GB, got {value!r:.40}") from None
+    if unit not in _SIZE_UNITS or amount < 0:
+        raise ConfigError(f"{key}: expected a size such as 20GB, got {value!r:.40}")
+    return int(amount * _SIZE_UNITS[unit])

@@ -25,9 +25,12 @@ class AuthMethod:
     required_vars: tuple[str, ...] = ()  # env_var: what must be set for the method to work
     args: tuple[str, ...] = field(default=())  # terminal: arguments to run the agent's binary with to log in
 
-    def describe(self, argv0: str = "") -> str:
+    def describe(self, argv0: str = "", provider: str = "") -> str:
         """One clause an operator can act on: the method, what it needs, or the command to run."""
         label = f"{self.id} ({self.name})" if self.name and self.name != self.id else self.id
+        if self.type == "env_var" and self.required_vars and provider:
+            return f"{label}: " + " and ".join(f"`compozy provider set-key {provider} {name}`"
+                                                for name in self.required_vars)
         if self.type == "env_var" and self.required_vars:
             return f"{label}: set {', '.join(self.required_vars)} in the provider's env"
         if self.type == "terminal" and argv0:
@@ -62,12 +65,30 @@ def choose(methods: Sequence[AuthMethod], configured: str, env: Mapping[str, str
                  and all(env.get(name) for name in m.required_vars)), None)
 
 
-def refusal(methods: Sequence[AuthMethod], argv0: str, configured: str, detail: str) -> str:
-    """The failure summary of a start the agent refused for authentication: what it offers and how to proceed."""
+def refusal(methods: Sequence[AuthMethod], argv0: str, configured: str, detail: str, *, provider: str = "",
+            session_id: str = "", key_env: str = "") -> str:
+    """The failure summary of a start the agent refused for authentication: what it offers and how to proceed,
+    with the provider's name, its key variable and the session's id when they are known (never a placeholder)."""
     parts = [f"the agent needs authentication ({detail})" if detail else "the agent needs authentication"]
     if configured and all(m.id != configured for m in methods):
         parts.append(f"configured auth_method {configured!r} is not offered")
     if methods:
-        parts.append("it offers: " + "; ".join(m.describe(argv0) for m in methods))
-        parts.append("set [providers.NAME] auth_method to one of them, then `compozy session resume ID`")
+        parts.append("it offers: " + "; ".join(m.describe(argv0, provider) for m in methods))
+    if provider:
+        parts.append(next_step(provider, session_id, key_env, [m for m in methods if m.type != "terminal"]))
+    elif methods:
+        parts.append("set the provider's auth_method to one of them, then resume the session")
     return "; ".join(parts)
+
+
+def next_step(provider: str, session_id: str, key_env: str, methods: Sequence[AuthMethod] = ()) -> str:
+    """What to run, exactly: the key to set or the login to do, then the resume."""
+    steps = []
+    if key_env:
+        steps.append(f"set {key_env}: `compozy provider set-key {provider} {key_env}` (reads it from stdin)")
+    if methods:
+        steps.append(f"log in: `compozy provider login {provider} --method {methods[0].id}`")
+    if not steps:
+        steps.append(f"log the agent in (`compozy provider test {provider}` lists its login methods)")
+    resume = f", then `compozy session resume {session_id}`" if session_id else ""
+    return " or ".join(steps) + resume

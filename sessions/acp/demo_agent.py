@@ -9,6 +9,8 @@ Behaviour per prompt: one thought chunk, then the reply
 ``Hello from the Compozy demo agent. You said: <prompt>`` in about five message chunks.
 When the prompt says ``read <relative path>`` it first runs a real tool call: it asks the
 client for permission and reads the file through the client's ``fs/read_text_file``.
+A prompt that starts with a tour word (``tour``, ``slow``, ``plan``, ``ask``, ``edit``, ``terminal``,
+``markdown``) runs the scripted tour instead (``sessions/acp/demo_tour.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ from acp.schema import (
     TextContentBlock,
     ToolCallUpdate,
 )
+
+from sessions.acp.demo_tour import Tour, tour_parts
 
 log = logging.getLogger("compozy-demo")
 
@@ -153,6 +157,7 @@ class DemoAgent:
         self._conn: Client | None = None
         self._sessions: dict[str, DemoSession] = {}
         self._tool_ids = itertools.count(1)
+        self._client_caps: dict[str, Any] = {}  # what the client offered at initialize (the tour's terminal, questions)
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -185,7 +190,9 @@ class DemoAgent:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None, **_: Any) -> InitializeResponse:
+        if client_capabilities is not None:
+            self._client_caps = client_capabilities.model_dump(mode="json", exclude_none=True)
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(load_session=True),
@@ -255,6 +262,12 @@ class DemoAgent:
         )
         await self._pause(cancel, delay)
         request = user_request(text)
+        parts = tour_parts(request)
+        if parts:
+            tour = Tour(self.client, session_id, session.cwd, self._client_caps,
+                        lambda awaitable: self._race(cancel, awaitable), cancel, lambda: next(self._tool_ids))
+            await tour.run(parts)
+            return "cancelled" if cancel.is_set() else "end_turn"
         path = find_read_path(request)
         if path is not None:
             await self._read_tool(session_id, session, path, cancel)

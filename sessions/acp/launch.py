@@ -63,8 +63,21 @@ def resolve(command: Sequence[str], *, provider: str, package: NpmPackage | None
         raise AgentNotFound(
             f"provider {provider!r}: executable {executable!r} is not on PATH, and npx (Node.js) is not either, "
             f"so its npm package {package.spec} cannot be run; install {executable!r} or Node.js (npx)")
-    logger.info("provider %s: %s not on PATH, running %s via npx", provider, executable, package.spec)
+    _say_once((provider, executable, package.spec), "provider %s: %s not on PATH, running %s via npx")
     return Launch([npx, "-y", package.spec, *package.args], package, executable)
+
+
+# The causes logged already in this process. Every doctor run and every start resolves each provider again: the same
+# "not on PATH, running via npx" line was ~105 of a first hour's ~120 log lines. Said once per cause; the doctor and
+# `compozy provider list` show the state whenever asked.
+_said: set[tuple[str, ...]] = set()
+
+
+def _say_once(cause: tuple[str, ...], message: str) -> None:
+    if cause in _said:
+        return
+    _said.add(cause)
+    logger.info(message, *cause)
 
 
 @contextlib.asynccontextmanager

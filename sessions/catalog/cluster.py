@@ -18,6 +18,11 @@ A lease is a `SessionLease` row (node id, the node's daemon start, address, expi
    and until a renewal confirms its leases (`lease_confirmed`) its sessions' commits wait. Fences are deleted
    after `FENCE_KEEP`.
 
+5. Every lease time is the database's clock (`db_now`: PostgreSQL's `now()`), never a node's: a node 60 s fast or
+   slow takes, renews and judges leases exactly as the others do.
+6. A node fails no other node's session over until it has itself been connected to the catalog for a full TTL
+   (`Connection`): after an outage every owner first gets a TTL to renew what expired meanwhile.
+
 The embedded default runs the same code on SQLite with one node; nothing here needs PostgreSQL or Redis.
 """
 
@@ -28,7 +33,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypedDict
 
 from django.db import IntegrityError, transaction
@@ -81,6 +86,48 @@ def set_identity(identity: Identity | None) -> None:
     _unconfirmed.clear()
 
 
+def db_now() -> datetime:
+    """The database's clock: PostgreSQL's `now()` in a cluster. SQLite sits on this one machine, whose real clock
+    it is (never the skewed test clock of `folder.utcnow`)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return datetime.now(UTC)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        value: datetime = cursor.fetchone()[0]
+    return value
+
+
+@dataclass
+class Connection:
+    """Since when this node has been connected to the catalog without a failed renewal (monotonic seconds), so that
+    failover waits until it has been connected for a full TTL after an outage (rule 6). The clock is a parameter."""
+
+    since: float | None = None
+
+    def connected(self, at: float) -> None:
+        if self.since is None:
+            self.since = at
+
+    def lost(self) -> None:
+        self.since = None
+
+    def may_fail_over(self, ttl: float, at: float) -> bool:
+        return self.since is not None and at - self.since >= ttl
+
+
+connection_state = Connection()
+
+
+def may_judge_leases() -> bool:
+    """Whether this process may take an expired lease for a dead owner's (failover, a read's stale repair): outside
+    a cluster's daemon always (embedded, the catalog is this machine's file: there is no outage to come back from);
+    in one, once connected for a full TTL (rule 6)."""
+    me = _identity
+    return me is None or not clustered() or connection_state.may_fail_over(me.lease_ttl, time.monotonic())
+
+
 def identity() -> Identity | None:
     """This daemon's identity; None outside a daemon (manage.py, a test process)."""
     return _identity
@@ -94,7 +141,7 @@ def clustered() -> bool:
 # ---- nodes -----------------------------------------------------------------------------------
 
 def heartbeat_node(me: Identity, now: datetime | None = None) -> None:
-    now = now or folder.utcnow()
+    now = now or db_now()
     fields = {"address": me.address, "run": me.run, "pid": os.getpid(), "last_seen": now}
     if not Node.objects.filter(id=me.node_id).update(**fields):
         Node.objects.update_or_create(id=me.node_id, defaults={**fields, "started_at": now})
@@ -102,7 +149,7 @@ def heartbeat_node(me: Identity, now: datetime | None = None) -> None:
 
 def register_node(me: Identity) -> None:
     """At daemon start: the node row with a fresh `started_at`."""
-    now = folder.utcnow()
+    now = db_now()
     Node.objects.update_or_create(id=me.node_id, defaults={"address": me.address, "run": me.run,
                                                            "pid": os.getpid(), "started_at": now,
                                                            "last_seen": now})
@@ -169,7 +216,7 @@ class ClusterStatus(TypedDict):
 
 def nodes(now: datetime | None = None) -> list[NodeView]:
     """Every node the catalog knows, with its leases and whether it is up (heartbeated recently)."""
-    now = now or folder.utcnow()
+    now = now or db_now()
     me = _identity
     counts: dict[str, int] = {}
     for holder in _held().filter(expires_at__gte=now).values_list("node_id", flat=True):
@@ -185,7 +232,7 @@ def nodes(now: datetime | None = None) -> list[NodeView]:
 
 
 def leases(limit: int = 100) -> list[LeaseView]:
-    now = folder.utcnow()
+    now = db_now()
     return [{"session_id": row.session_id, "node_id": row.node_id, "address": row.address,
              "acquired_at": folder.isoformat(row.acquired_at), "expires_at": folder.isoformat(row.expires_at),
              "expired": row.expires_at < now}
@@ -230,7 +277,7 @@ def take(session_id: str, me: Identity | None = None, now: datetime | None = Non
     me = me or _identity
     if me is None:
         return None  # not a daemon (manage.py): it runs no agents
-    now = now or folder.utcnow()
+    now = now or db_now()
     expires = now + timedelta(seconds=me.lease_ttl)
     fields = {"node_id": me.node_id, "run": me.run, "address": me.address, "acquired_at": now,
               "expires_at": expires}
@@ -287,7 +334,7 @@ def renew(session_ids: list[str], me: Identity | None = None, now: datetime | No
     if not session_ids:
         _confirmed_at = began
         return set()
-    now = now or folder.utcnow()
+    now = now or db_now()
     ours = SessionLease.objects.filter(session_id__in=session_ids, node_id=me.node_id, run=me.run)
     ours.update(expires_at=now + timedelta(seconds=me.lease_ttl))
     lost = set(session_ids) - set(ours.values_list("session_id", flat=True))
@@ -345,7 +392,7 @@ def usable_connection() -> None:
 
 def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | None:
     """The live holder of the session's lease when it is another node (a daemon start) than this process."""
-    now = now or folder.utcnow()
+    now = now or db_now()
     row = SessionLease.objects.filter(session_id=session_id).first()
     if row is None or row.run.startswith(FENCED) or _dead(row, now, _identity):
         return None
@@ -359,7 +406,7 @@ def holder_elsewhere(session_id: str, now: datetime | None = None) -> Holder | N
 def held_elsewhere(now: datetime | None = None) -> set[str]:
     """Sessions whose unexpired lease another node (or another daemon start) holds: their live facts are there, so
     only that node judges them (their health, above all)."""
-    now = now or folder.utcnow()
+    now = now or db_now()
     live = _held().filter(expires_at__gte=now)
     if _identity is not None:
         # Ours, and our own node id under another start (our dead predecessor's): ours to judge.
@@ -374,7 +421,7 @@ def folder_node(session_id: str) -> str:
 
 def node_up(node: Node, now: datetime | None = None) -> bool:
     ttl = _identity.lease_ttl if _identity else 15.0
-    return ((now or folder.utcnow()) - node.last_seen).total_seconds() <= ttl * NODE_STALE_TTLS
+    return ((now or db_now()) - node.last_seen).total_seconds() <= ttl * NODE_STALE_TTLS
 
 
 def folder_holder(session_id: str, now: datetime | None = None) -> Holder | None:
@@ -384,7 +431,7 @@ def folder_holder(session_id: str, now: datetime | None = None) -> Holder | None
     if not holder or holder == node_id():
         return None
     node = Node.objects.filter(id=holder).first()
-    now = now or folder.utcnow()
+    now = now or db_now()
     if node is None or not node.address or not node_up(node, now):
         return None
     return Holder(node.id, node.address, node.last_seen)
@@ -392,7 +439,7 @@ def folder_holder(session_id: str, now: datetime | None = None) -> Holder | None
 
 def expired(now: datetime | None = None, limit: int = 200) -> list[SessionLease]:
     """Leases whose holder stopped renewing (or this node's dead predecessor's), oldest first."""
-    now = now or folder.utcnow()
+    now = now or db_now()
     dead = Q(expires_at__lt=now)
     if _identity is not None:
         dead |= Q(node_id=_identity.node_id) & ~Q(run=_identity.run)
@@ -412,7 +459,7 @@ def holds(session_id: str, me: Identity | None = None) -> bool:
 
 def claim_expired(row: SessionLease, now: datetime | None = None) -> bool:
     """Compare-and-set of a dead lease into its fence: the one survivor that moves it repairs the session."""
-    now = now or folder.utcnow()
+    now = now or db_now()
     changed = SessionLease.objects.filter(session_id=row.session_id, node_id=row.node_id, run=row.run,
                                           expires_at=row.expires_at).update(
         run=FENCED + row.run, address="", expires_at=now + FENCE_KEEP)
@@ -420,7 +467,7 @@ def claim_expired(row: SessionLease, now: datetime | None = None) -> bool:
 
 
 def drop_old_fences(now: datetime | None = None) -> int:
-    deleted, _ = SessionLease.objects.filter(run__startswith=FENCED, expires_at__lt=now or folder.utcnow()).delete()
+    deleted, _ = SessionLease.objects.filter(run__startswith=FENCED, expires_at__lt=now or db_now()).delete()
     return deleted
 
 

@@ -14,6 +14,7 @@ from sessions.core.enums import SessionState
 from sessions.core.errors import Conflict, Gone, InvalidRequest, NotFound
 from sessions.core.record import SessionMeta, SessionRecord
 from sessions.models import Session, Workspace
+from sessions.store import replica
 from sessions.store.folder import isoformat, parse_time, utcnow, write_meta
 from sessions.store.ids import is_workspace_id, new_workspace_id
 
@@ -205,6 +206,8 @@ def upsert_session_row(rec: SessionRecord) -> None:
             "updated_at": parse_time(_stamp(rec, "updated_at")),
         },
     )
+    if replica.enabled():
+        replica.save_meta_copy(rec.id, rec.to_meta())  # any node reads it (store/replica.py)
 
 
 def _stamp(rec: SessionRecord, key: str) -> str:
@@ -218,6 +221,7 @@ def _stamp(rec: SessionRecord, key: str) -> str:
 
 def delete_session_row(session_id: str) -> None:
     Session.objects.filter(id=session_id).delete()
+    replica.forget(session_id)  # its durable copies go with it
 
 
 def row_meta(row: Session) -> SessionMeta:

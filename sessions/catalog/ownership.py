@@ -112,6 +112,18 @@ def owner(session_id: str, now: datetime | None = None) -> Owner:
 
 
 def route_target(session_id: str, *, read: bool) -> cluster.Holder | None:
+    """`_route_target`, tried once more on a fresh connection when the catalog connection failed: one that died
+    idle through a database outage (reset while nobody used it) fails its first query, and only that one."""
+    from django.db import DatabaseError, connection
+
+    try:
+        return _route_target(session_id, read=read)
+    except DatabaseError:
+        connection.close()
+        return _route_target(session_id, read=read)
+
+
+def _route_target(session_id: str, *, read: bool) -> cluster.Holder | None:
     """Off the loop (a catalog read and a stat of the session folder, which may sit on a network filesystem): the
     other node a request for the session goes to, or None to answer here. A read whose folder is on this node
     (sessions shared, or the session lives here) is answered here; nobody running a session whose folder is on

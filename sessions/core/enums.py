@@ -90,6 +90,8 @@ class EventType(StrEnum):
     TRANSCRIPT_MARKER = "transcript_marker.created"
     TRANSCRIPT_MARKER_REDACTED = "transcript_marker.redacted"
     COMPACTION_FIRED = "session.compaction_fired"
+    # Worktree sessions (docs/reference/worktrees.md): the state a turn left, recorded as a commit under a ref.
+    CHECKPOINT = "checkpoint"
 
 
 class MarkerKind(StrEnum):
@@ -108,6 +110,8 @@ class MarkerKind(StrEnum):
     # Extensions of ours (agent_state.py): the context passed 90% of its size; the cost reached the budget.
     CONTEXT_NEAR_LIMIT = "context_near_limit"
     BUDGET_EXCEEDED = "budget_exceeded"
+    # A worktree session's files and conversation taken back to a checkpoint (its later turns are marked rewound).
+    SESSION_REWOUND = "session_rewound"
 
 
 # A failed start maps its failure kind onto a stop reason (docs/reference/sessions.md §11).

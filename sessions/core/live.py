@@ -137,6 +137,9 @@ class LiveTurn(Protocol):
     def id(self) -> str: ...
 
     @property
+    def reply(self) -> str: ...  # the start of the agent's reply so far (the sessions list's preview)
+
+    @property
     def ended(self) -> asyncio.Event: ...
 
 

@@ -164,6 +164,11 @@ class SessionRecord(_Part):
     available_commands: list[dict[str, str]] | None = None  # [{"name", "description"}]
     usage: Usage | None = None
     budget_usd: float | None = None  # a task attempt's cap: what its task's budget left (else the config's)
+    # Worktree sessions (docs/reference/worktrees.md): `none` or `worktree`; the worktree's block (`WorktreeDoc`);
+    # a fork's origin (`ForkedFromDoc`). Plain dicts, as written.
+    isolation: str | None = None
+    worktree: JsonObject | None = None
+    forked_from: JsonObject | None = None
 
     @classmethod
     def from_meta(cls, meta: SessionMeta) -> SessionRecord:
@@ -270,6 +275,7 @@ class LastTurnDoc(TypedDict, total=False):
     source: str
     ended_at: str | None
     outcome: str
+    reply_preview: str  # the start of the agent's reply, one line (sessions/core/display.py preview_text)
 
 
 class LivenessDoc(TypedDict, total=False):
@@ -371,6 +377,22 @@ class SupervisionDoc(TypedDict, total=False):
     silence_stop: Mapping[str, object]  # the silence stop's process-group check (runtime/supervision.py)
 
 
+class WorktreeDoc(TypedDict, total=False):
+    """worktree: a worktree session's own checkout (sessions/worktree/trees.py)."""
+
+    path: str
+    branch: str
+    base_commit: str
+    repo: str
+    base_branch: str  # the branch checked out in the workspace when the session began: `merge`'s default target
+    changed_files: int  # files differing from base_commit at the last checkpoint (the session list's count)
+
+
+class ForkedFromDoc(TypedDict):
+    session_id: str
+    checkpoint: int
+
+
 class SessionMeta(TypedDict, total=False):
     """meta.json as a dict (`SessionRecord` is its model): `id`, `workspace_id`, `agent_name` and `state` are
     always there (`folder.read_meta` checks them); every other block may be absent."""
@@ -415,4 +437,7 @@ class SessionMeta(TypedDict, total=False):
     usage: UsageDoc | None
     budget_usd: float | None
     transcript_repair: TranscriptMarkDoc  # boot repair's verdict on the last run's transcript (sessions/repair/boot.py)
+    isolation: str
+    worktree: WorktreeDoc | None
+    forked_from: ForkedFromDoc | None
     transcript_epoch: int  # conversation resets (sessions/live/transcript.py); no code writes it yet

@@ -29,6 +29,7 @@ from sessions.core.failures import classify
 from sessions.live.doorbells import session_group
 from sessions.live.ring import Raw, RowRing
 from sessions.store import events as event_store
+from sessions.store import replica
 from sessions.store.rows import EventRow
 
 logger = logging.getLogger(__name__)
@@ -216,18 +217,26 @@ class SessionFeed:
             self._pull_task = None
 
     def _top(self) -> int:
+        replica.pull_events(self.session_id)  # another node writes it: the rows the cluster's database has, first
         try:
-            return event_store.max_sequence(self.path)
+            top = event_store.max_sequence(self.path)
         except sqlite3.Error:
             return 0  # a store not initialized yet: the first pull reads it from the start
+        cap = replica.visible_upto(self.session_id)
+        return top if cap is None else min(top, cap)
 
     def _read(self, after: int) -> list[Raw]:
         """On a worker thread; pulls never overlap, so the one connection is used by one thread at a time."""
+        replica.pull_events(self.session_id)  # another node writes it: the rows the cluster's database has, first
         if self.conn is None:
             if not self.path.exists():
                 return []
             self.conn = event_store.connect(self.path, readonly=True)
-        return event_store.read_rows(self.path, after=after, limit=PULL_PAGE, conn=self.conn)
+        rows = event_store.read_rows(self.path, after=after, limit=PULL_PAGE, conn=self.conn)
+        # Written here in a cluster: no further than what the database has (or holds through an outage), so a viewer
+        # never sees a row a survivor could not show.
+        cap = replica.visible_upto(self.session_id)
+        return rows if cap is None else [row for row in rows if int(row[0]) <= cap]
 
     # ---- doorbell --------------------------------------------------------------------------
 

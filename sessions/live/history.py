@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from sessions.core.enums import EventType, MarkerKind
 from sessions.live.transcript import (
     DEFAULT_LIMIT,
     NO_TURN,
@@ -35,6 +36,7 @@ class HistoryTurn(TypedDict):
     messages: list[UIMessage]
     truncated: NotRequired[bool]  # a turn too long to read whole: its first row, then its newest rows
     omitted_events: NotRequired[int]
+    rewound: NotRequired[bool]  # a rewind took it back (docs/reference/worktrees.md): kept, marked, not replayed
 
 # `session history` reads at most HISTORY_TURN_ROWS rows of one turn (its first row, the user's message, and its
 # newest rows) and HISTORY_ROWS in all, newest turns first: memory stays bounded whatever the turn sizes, and
@@ -86,7 +88,22 @@ def read_history(path: Path, *, last: int = DEFAULT_LIMIT, after: int = 0) -> li
         take = min(end - begin + 1, HISTORY_TURN_ROWS, budget)
         plan.append((begin, end, take))
         budget -= take
-    return [_history_turn(path, begin, end, take, starts.get(begin)) for begin, end, take in reversed(plan)]
+    turns = [_history_turn(path, begin, end, take, starts.get(begin)) for begin, end, take in reversed(plan)]
+    rewound = rewound_turn_ids(path)
+    for turn in turns:
+        if turn["turn_id"] in rewound:
+            turn["rewound"] = True
+    return turns
+
+
+def rewound_turn_ids(path: Path) -> set[str]:
+    """Every turn a `session_rewound` marker took back (events stay append-only: the marker names them)."""
+    found: set[str] = set()
+    for row in event_store.iter_events(path, types=[EventType.TRANSCRIPT_MARKER.value]):
+        if row["content"].get("title") == MarkerKind.SESSION_REWOUND:
+            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
+            found.update(str(t) for t in evidence.get("rewound_turns") or [])
+    return found
 
 
 def _history_turn(path: Path, begin: int, end: int, take: int, turn_id: str | None) -> HistoryTurn:

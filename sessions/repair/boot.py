@@ -20,6 +20,7 @@ from sessions.catalog.ownership import LocalManager, local_manager
 from sessions.core.enums import LIVE_STATES, EventType, SessionState
 from sessions.core.failures import classify
 from sessions.core.record import SessionMeta, SessionRecord
+from sessions.repair.git_ops import repair_git_ops
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.repair.transcript import (
     NO_TURN_IDS,
@@ -30,7 +31,7 @@ from sessions.repair.transcript import (
     repair_transcript,
 )
 from sessions.store import events as event_store
-from sessions.store import folder
+from sessions.store import folder, replica
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +114,13 @@ def _mark_checked(session_id: str, outcome: str, manager: LocalManager | None) -
 TRANSCRIPT_CLAIM_LEASE = 60.0
 
 
-def check_transcript_once(session_id: str, meta: SessionMeta, manager: LocalManager | None) -> str | None:
+def check_transcript_once(session_id: str, meta: SessionMeta, manager: LocalManager | None, *,
+                          writer: bool = False) -> str | None:
     """Transcript repair of a crashed run not judged yet, claimed in the catalog; None when there is nothing to do
-    or another node claimed it."""
-    if not transcript_check_pending(meta):
+    or another node claimed it. In a cluster whose nodes keep their own disks only the node that continues the
+    session (`writer`: it holds the lease) repairs it: another's events.db is a copy of the database's, and a row
+    written into it would be nobody's."""
+    if not transcript_check_pending(meta) or (replica.enabled() and not writer):
         return None
     if not claim_lease(f"transcript:{session_id}:{_run_key(meta)}", TRANSCRIPT_CLAIM_LEASE):
         return None
@@ -130,8 +134,8 @@ def transcript_settled(session_id: str, meta: SessionMeta) -> bool:
     it first, boot repair or this read) before a reader is told the session stopped, so a follower never closes
     on `session_stopped` one repair row short. False while another node holds the judgement: ask again later.
     Reads the store; callers on the event loop test `transcript_check_pending` first, which reads nothing."""
-    if not transcript_check_pending(meta):
-        return True
+    if not transcript_check_pending(meta) or replica.enabled():
+        return True  # (a copy: the node that continues the session closes the cut turn, check_transcript_once)
     try:
         if check_transcript_once(session_id, meta, local_manager()) is not None:
             return True
@@ -167,7 +171,7 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
     # Sessions this daemon created are never stale; only state older than our start can be.
     started = folder.parse_time((read_daemon_record() or {}).get("started_at")) if manager else None
     counts = dict.fromkeys(("scanned", "repaired", "transcripts_checked", "transcripts_repaired", "invalid",
-                            "failed"), 0)
+                            "failed", "git_ops_repaired"), 0)
     needs_a_person: dict[str, list[str]] = {"invalid": [], "failed": []}
     for session_id in folder.list_session_dirs():
         if manager is not None and manager.owns(session_id):
@@ -197,6 +201,9 @@ def boot_repair_all(run: str | None = None) -> dict[str, int]:
             if fixed is not None:
                 meta = repair_stale_meta(meta, fixed)
                 counts["repaired"] += 1
+            # A checkpoint, rewind or merge a crash cut short: finished or rolled back before anything reads it.
+            if repair_git_ops(session_id) is not None:
+                counts["git_ops_repaired"] += 1
             # Not limited to state older than our start: a read may already have repaired the stale meta.
             outcome = check_transcript_once(session_id, meta, manager)
             if outcome is not None:

@@ -16,6 +16,7 @@ from sessions.core.errors import CompozyError
 from sessions.core.record import SessionMeta
 from sessions.repair.boot import check_transcript_once
 from sessions.repair.stale import repair_row_only, repair_stale_meta
+from sessions.store import replica
 from sessions.store.folder import load_meta
 
 logger = logging.getLogger(__name__)
@@ -30,9 +31,11 @@ def recover_expired(now: datetime | None = None) -> list[str]:
             continue
         session_id = row.session_id
         in_folder = True
+        copied = False
         try:
             if runs_here(session_id):
                 continue  # reactivated here meanwhile
+            copied = replica.pull(session_id)  # each node its own disk: this node's copy, from the database
             meta = load_meta(session_id)
             fixed: SessionMeta | None = repair_stale_meta(meta)
         except Exception as exc:
@@ -46,7 +49,9 @@ def recover_expired(now: datetime | None = None) -> list[str]:
             logger.info("failover: %s of node %s is now %s (%s)", session_id, row.node_id, fixed.get("state"),
                         fixed.get("stop_reason"))
             repaired.append(session_id)
-            if in_folder:
+            # A copy's events.db is never written by a node that does not hold the lease (it would part from the
+            # database's): the node that continues the session closes the interrupted turn (reactivation.py).
+            if in_folder and not copied:
                 _close_interrupted_turn(session_id, fixed)
     return repaired
 

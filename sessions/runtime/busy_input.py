@@ -62,6 +62,15 @@ class TurnControl(Protocol):
                          extra: TurnExtra | None = ...) -> Turn: ...
 
 
+# A dropped prompt is quoted this far in its marker: enough to recognise it, never a pasted megabyte.
+QUOTE_CHARS = 120
+
+
+def _quote(text: str) -> str:
+    one_line = " ".join(text.split())
+    return f"“{one_line[:QUOTE_CHARS]}{'…' if len(one_line) > QUOTE_CHARS else ''}”"
+
+
 class BusyInput:
     """A session's busy-input modes beyond the queue: interrupt and steer. Owns the salvage a dedicated interrupt
     keeps for one steer and the staged steer; the turns it hands the session between are `Turns`'."""
@@ -92,19 +101,24 @@ class BusyInput:
     async def _advance_generation(self) -> list[str]:
         """Bump the input generation; pending entries of older generations are dropped, visibly."""
         self._session.rec.input_generation = self.generation + 1
-        dropped = await db(self._session.manager.inputs.drop_older, self._session.rec.id, self.generation)
+        texts = await db(self._session.manager.inputs.drop_older, self._session.rec.id, self.generation)
+        dropped = list(texts)
         # A staged steer is a queued row of an older generation too: drop_older took it already, so it gets
-        # its own marker here, never a second one (and is counted once).
+        # its own marker here, never a second one (and is counted once). Each marker quotes what was dropped: an
+        # interrupt that only counted them left a person to guess which of their prompts would never run.
         steer_id = self.steer.entry_id if self.steer is not None else None
-        for entry_id in dropped:
+        for entry_id, text in texts.items():
             if entry_id == steer_id:
                 continue
-            self._session.marker(MarkerKind.PROMPT_DROPPED, "Stale queued input dropped by an interrupt.",
-                        {"queue_entry_id": entry_id, "reason": "stale_generation",
-                         "queue_generation": self.generation})
+            self._session.marker(MarkerKind.PROMPT_DROPPED,
+                                 f"Queued prompt dropped by an interrupt: {_quote(text)}",
+                                 {"queue_entry_id": entry_id, "reason": "stale_generation",
+                                  "queue_generation": self.generation})
         if steer_id is not None:
-            self._session.marker(MarkerKind.PROMPT_DROPPED, "Staged steer dropped by an interrupt.",
-                        {"queue_entry_id": steer_id, "reason": "stale_generation"})
+            steer_text = texts.get(steer_id) or (self.steer.text if self.steer is not None else "")
+            self._session.marker(MarkerKind.PROMPT_DROPPED,
+                                 f"Staged steer dropped by an interrupt: {_quote(steer_text)}",
+                                 {"queue_entry_id": steer_id, "reason": "stale_generation"})
             if steer_id not in dropped:
                 dropped.append(steer_id)
             self.steer = None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sessions.acp import sandbox
+from sessions.core.record import WorktreeDoc
+from sessions.worktree import trees
 
 if TYPE_CHECKING:
     from sessions.runtime.host import SessionCore
@@ -17,5 +19,11 @@ def confiner(session: SessionCore) -> Callable[[Sequence[str]], list[str]]:
     `[sandbox] network`). Raises SandboxUnavailable, when called, where confinement is required and impossible."""
     agent = session.config.agents.get(session.rec.agent_name)
     network = agent.network if agent is not None and agent.network is not None else session.config.sandbox.network
-    confinement = sandbox.Confinement(tuple(session.roots), network)
+    roots = list(session.roots)
+    if session.rec.worktree:
+        # A worktree's commits write the repository's shared git directory (objects, refs, its gitdir there).
+        git_dir = trees.writable_git_dir(cast(WorktreeDoc, session.rec.worktree))
+        if git_dir is not None:
+            roots.append(git_dir)
+    confinement = sandbox.Confinement(tuple(roots), network)
     return functools.partial(sandbox.wrap, confinement=confinement, config=session.config.sandbox)

@@ -96,11 +96,13 @@ class InputQueue:
         InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.DISPATCHING).update(
             status=InputEntry.Status.QUEUED, updated_at=utcnow())
 
-    def drop_older(self, session_id: str, generation: int) -> list[str]:
-        """Cancel pending entries older than `generation` (an interrupt fences them off)."""
-        stale = list(InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED,
-                                               generation__lt=generation).values_list("id", flat=True))
-        InputEntry.objects.filter(id__in=stale).update(status=InputEntry.Status.CANCELED, updated_at=utcnow())
+    def drop_older(self, session_id: str, generation: int) -> dict[str, str]:
+        """Cancel pending entries older than `generation` (an interrupt fences them off): their ids and texts, in
+        queue order, so each is named where it is dropped (a person sees which prompt will not run)."""
+        stale = dict(InputEntry.objects.filter(session_id=session_id, status=InputEntry.Status.QUEUED,
+                                               generation__lt=generation).order_by("created_at", "id")
+                     .values_list("id", "text"))
+        InputEntry.objects.filter(id__in=list(stale)).update(status=InputEntry.Status.CANCELED, updated_at=utcnow())
         return stale
 
     def to_queue(self, entry_id: str) -> None:

@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict
 
-from sessions.core.enums import EventType
+from sessions.core.enums import EventType, MarkerKind
 from sessions.store.events import MAX_PAGE, read_events
+from sessions.store.rows import EventRow
 
 INSTRUCTION = (
     "This conversation was restored by Compozy after the agent process restarted. The JSON below is a pruned "
@@ -49,11 +50,27 @@ class ReplayMessage(TypedDict, total=False):
     is_error: bool
 
 
-def collect_messages(events_path: Path) -> list[ReplayMessage]:
-    """Messages (role user|assistant|tool_call|tool_result|system) from the tail of the store."""
-    rows = read_events(events_path, limit=TAIL_EVENTS, newest=True)
+def rewound_turns(rows: list[EventRow]) -> set[str]:
+    """The turns a rewind took back (its `session_rewound` marker names them): never replayed again."""
+    found: set[str] = set()
+    for row in rows:
+        if row["type"] == EventType.TRANSCRIPT_MARKER and row["content"].get("title") == MarkerKind.SESSION_REWOUND:
+            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
+            found.update(str(t) for t in evidence.get("rewound_turns") or [])
+    return found
+
+
+def collect_messages(events_path: Path, *, until: int | None = None,
+                     exclude: set[str] | None = None) -> list[ReplayMessage]:
+    """Messages (role user|assistant|tool_call|tool_result|system) from the tail of the store: up to sequence
+    `until` when given (a fork's checkpoint), without rewound turns and the turns in `exclude`."""
+    rows = read_events(events_path, limit=TAIL_EVENTS, newest=True,
+                       before=until + 1 if until is not None else None)
+    skipped = rewound_turns(rows) | (exclude or set())
     messages: list[ReplayMessage] = []
     for row in rows:
+        if row["turn_id"] and row["turn_id"] in skipped:
+            continue
         content, kind = row["content"], row["type"]
         if kind == EventType.USER_MESSAGE and content.get("source") != "agent":
             messages.append({"role": "user", "content": content.get("authored_text") or content.get("text", "")})
@@ -109,11 +126,33 @@ def prune(messages: list[ReplayMessage]) -> list[ReplayMessage]:
     return pruned
 
 
-def build_projection(events_path: Path) -> tuple[str | None, int]:
+def fork_origin(forked_from: dict[str, object] | None, sessions_root: Path) -> list[ReplayMessage]:
+    """A fork's conversation before its own: the original session's up to the checkpoint it was forked from (the
+    checkpoint's `event_seq`, read from the original's `checkpoint` events). Empty when the original is gone."""
+    if not forked_from:
+        return []
+    path = sessions_root / str(forked_from.get("session_id") or "") / "events.db"
+    for row in read_events(path, limit=MAX_PAGE, newest=True, types=[EventType.CHECKPOINT.value]):
+        if row["content"].get("n") == forked_from.get("checkpoint"):
+            return collect_messages(path, until=int(row["content"].get("event_seq") or 0))
+    return []
+
+
+def build_projection(events_path: Path, *, until: int | None = None, exclude: set[str] | None = None,
+                     before: list[ReplayMessage] | None = None) -> tuple[str | None, int]:
     """(text to prepend to the next prompt, message count); None when the log holds no conversation: nothing
-    anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover."""
-    messages = prune(collect_messages(events_path))
+    anyone said (a session whose start failed holds only the daemon's own errors), so nothing to recover.
+    `until` and `exclude` as `collect_messages` (a rewind's and a fork's conversation); `before`: messages that come
+    first (a fork's origin, `fork_origin`)."""
+    messages = prune([*(before or []), *collect_messages(events_path, until=until, exclude=exclude)])
     if all(m["role"] == "system" for m in messages):
         return None, 0
     payload = json.dumps({"messages": messages}, ensure_ascii=False, separators=(",", ":"))
     return f"{INSTRUCTION}\n<compozy_context_replay>{payload}</compozy_context_replay>", len(messages)
+
+
+def session_projection(session_id: str, forked_from: dict[str, object] | None,
+                       sessions_root: Path) -> tuple[str | None, int]:
+    """A session's conversation to replay: a fork's origin first, then its own log without rewound turns."""
+    origin = fork_origin(forked_from, sessions_root)
+    return build_projection(sessions_root / session_id / "events.db", before=origin)

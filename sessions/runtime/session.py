@@ -49,6 +49,7 @@ from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
 from sessions.runtime.agent_state import AgentState
+from sessions.runtime.checkpointing import Checkpointer
 from sessions.runtime.confinement import confiner
 from sessions.runtime.elicitation_desk import METHOD as ELICITATION_METHOD
 from sessions.runtime.elicitation_desk import ElicitationDesk
@@ -62,7 +63,7 @@ from sessions.runtime.title import TITLE_PASSES, generate_title, title_routes
 from sessions.runtime.title import Route as TitleRoute
 from sessions.runtime.turn import Turn
 from sessions.runtime.turns import Turns
-from sessions.store import folder
+from sessions.store import folder, replica
 from sessions.store.ops import HookRunRow
 from sessions.store.rows import StoredEvent
 from sessions.store.writer import LEASE_WAIT_SECONDS, Recorder
@@ -100,6 +101,11 @@ class SessionRuntime:
         if cluster.clustered() and os.environ.get("COMPOZY_SESSIONS_DIR"):
             # A shared store: a node cut off from the others must not write what a survivor may be writing.
             self.recorder.may_write = functools.partial(cluster.lease_confirmed, self.id)
+        me = cluster.identity()
+        if me is not None and replica.enabled():
+            # Each own disk: every batch is also stored in the cluster's database, fenced by this run's lease.
+            self.recorder.replica = replica.Link(self.id, replica.Lease(me.node_id, me.run),
+                                                 folder.events_path(self.id))
         self.agent: AgentProcess | None = None
         self.tool_titles: dict[str, str] = {}
         self.tool_kinds: dict[str, str] = {}
@@ -112,8 +118,10 @@ class SessionRuntime:
         self.agent_state = AgentState(self)
         # The requests waiting on a person: opened by the gate, cancelled when a turn ends, read by supervision.
         permissions, elicitations = PermissionBoard(), ElicitationBoard()
+        self.checkpointer = Checkpointer(self)
         self.turns = Turns(self, self.activity, permissions, heartbeat=lambda: self.supervisor.beat(),
-                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations)
+                           after_reply=self._offer_title, cost=self.agent_state, elicitations=elicitations,
+                           checkpoint=self.checkpointer.after_turn if rec.worktree else None)
         self.gate = PermissionGate(self, self.activity, self.turns, permissions,
                                    tool_titles=self.tool_titles, tool_kinds=self.tool_kinds,
                                    tool_inputs=self.tool_inputs)

@@ -20,9 +20,10 @@ from sessions.core.offload import db, starting
 from sessions.core.record import AcpCaps
 from sessions.runtime import terminal_gateway
 from sessions.runtime.confinement import confiner
+from sessions.runtime.memory_tools import MemoryTools
 from sessions.runtime.options import plan, reported_model, with_current
 from sessions.runtime.permissions import permission_mode
-from sessions.runtime.projection import build_projection
+from sessions.runtime.projection import session_projection
 from sessions.store import folder
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class StartPath:
         self.loading = False
         self._auth_methods: list[auth.AuthMethod] = []
         self._mcp_servers: list[JsonObject] = []
+        self._memory = MemoryTools(session)
 
     async def boot(self, *, reactivate: bool = False) -> None:
         """Background start: spawn → initialize → session/new (or load) → active → queued input."""
@@ -81,6 +83,8 @@ class StartPath:
                 await db(session.manager.inputs.reset_dispatching, session.rec.id)
                 await session.transition(SessionState.STARTING, stop=("", "", None))
             await self._start_agent(reactivate=reactivate)
+            if not reactivate:
+                self._turns.memory_block = await self._memory.take_snapshot()
         except StartFailed as exc:
             await self._fail_start(exc.kind, exc.summary, exc.code, exc.cause)
             return
@@ -164,18 +168,24 @@ class StartPath:
                                        supports_close="close" in lifecycle_caps,
                                        auth_methods=[m.id for m in self._auth_methods],
                                        agent_info=init.get("agentInfo"))
-        self._mcp_servers = self._mcp_servers_for(caps)
+        self._mcp_servers = await self._mcp_servers_for(caps)
         await self._authenticate(agent)
         await self._open_acp_session(reactivate=reactivate)
 
-    def _mcp_servers_for(self, caps: JsonObject) -> list[JsonObject]:
-        """The agent's configured MCP servers it can use; one left out for its transport is said, not dropped
-        silently."""
+    async def _mcp_servers_for(self, caps: JsonObject) -> list[JsonObject]:
+        """The MCP servers this session's agent can use: its own (`[[agents.NAME.mcp_servers]]`), the central ones
+        that name it and this workspace (`[[mcp.servers]]`; the agent's own win a shared name), and the session's
+        memory server. One left out for its transport is said, not dropped silently."""
         session = self._session
         agent_config = session.config.agents.get(session.rec.agent_name)
         supported = caps.get("mcpCapabilities")
-        handed, skipped = mcp_servers.for_agent(agent_config.mcp_servers if agent_config else (),
-                                                supported if isinstance(supported, dict) else {})
+        own = agent_config.mcp_servers if agent_config else ()
+        names = {s.name for s in own}
+        central = tuple(c.server for c in session.config.mcp_servers
+                        if c.applies(session.rec.agent_name, str(session.roots[0])) and c.server.name not in names)
+        memory_server = await self._memory.open()
+        servers = (*own, *central, *([memory_server] if memory_server else []))
+        handed, skipped = mcp_servers.for_agent(servers, supported if isinstance(supported, dict) else {})
         if skipped:
             session.record(EventType.SYSTEM, {"title": "mcp_servers_skipped", "text": "not handed to the agent, "
                                               f"which does not support their transport: {', '.join(skipped)}",
@@ -201,9 +211,12 @@ class StartPath:
 
     def _auth_refusal(self, detail: str) -> str:
         argv0 = self._session.agent.command[0] if self._session.agent else ""
-        return auth.refusal(self._auth_methods, argv0, self._session.provider.auth_method, detail)
+        provider = self._session.provider
+        return auth.refusal(self._auth_methods, argv0, provider.auth_method, detail, provider=provider.name,
+                            session_id=self._session.rec.id, key_env=provider.key_env)
 
-    async def _open_acp_session(self, *, reactivate: bool) -> None:
+    async def _open_acp_session(self, *, reactivate: bool, fresh: bool = False) -> None:
+        """`fresh`: a rewind's new ACP session on a running agent; the caller stages the conversation itself."""
         session = self._session
         assert session.agent
         params: JsonObject = {"cwd": str(Path(session.rec.cwd)), "mcpServers": self._mcp_servers}
@@ -231,6 +244,9 @@ class StartPath:
         await self._apply_options(result)
         if fallback is not None:  # a reactivation whose session/load fell back to session/new
             await self._stage_projection(fallback)
+        elif session.rec.forked_from and not reactivate and not fresh:
+            # A fork's first start: its first prompt carries the original's conversation up to the checkpoint.
+            await self._stage_projection("forked")
 
     async def _apply_options(self, opened: JsonObject) -> None:
         """Model, effort and speed through advertised config options, before any prompt (§3)."""
@@ -311,9 +327,19 @@ class StartPath:
         finally:
             self.loading = False
 
+    async def reopen(self, projection: str | None) -> None:
+        """A fresh ACP session on the running agent, the conversation given back as `projection` with the next
+        prompt (a rewind, docs/reference/worktrees.md §Rewind): the agent forgets the turns that were taken back.
+        Raises StartFailed when the agent refuses a new session."""
+        await self._open_acp_session(reactivate=False, fresh=True)
+        self._turns.projection = projection
+        await self._session.persist()
+
     async def _stage_projection(self, reason: str) -> None:
         # Reads and prunes up to thousands of rows: off the loop that every other session shares.
-        text, count = await asyncio.to_thread(build_projection, folder.events_path(self._session.rec.id))
+        # A fork's own log starts empty: the original's conversation up to its checkpoint comes first.
+        rec = self._session.rec
+        text, count = await asyncio.to_thread(session_projection, rec.id, rec.forked_from, folder.sessions_dir())
         self._turns.projection = text
         if text is None:
             return  # no conversation to rebuild (a session that never started): nothing recovered, no marker

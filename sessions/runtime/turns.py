@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from compozy_base import metrics
+from sessions.acp import auth
 from sessions.acp.driver import AgentRequestError, TransportClosed
 from sessions.acp.mapping import normalize_usage
-from sessions.core import lifecycle
+from sessions.core import display, lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState
 from sessions.core.errors import Conflict, HookDenied, StorageError
 from sessions.core.failures import StoreFailure
@@ -46,6 +47,7 @@ class UserMessageContent(TurnExtra, total=False):
     source: str
     authored_text: str  # what was typed, when a prompt hook changed `text`
     context_replay: bool
+    memory_snapshot: bool  # the agent received the session's frozen memory snapshot before `text`
 
 
 class DoneContent(TypedDict, total=False):
@@ -69,8 +71,12 @@ class Turns:
 
     def __init__(self, session: SessionCore, activity: Activity, permissions: PermissionBoard, *,
                  heartbeat: Callable[[], None], after_reply: Callable[[Turn], None],
-                 cost: TurnCost | None = None, elicitations: ElicitationBoard | None = None) -> None:
+                 cost: TurnCost | None = None, elicitations: ElicitationBoard | None = None,
+                 checkpoint: Callable[[str], Awaitable[object]] | None = None) -> None:
         self._session = session
+        # A worktree session's checkpoint when a turn ends (checkpointing.py): taken while the turn is still the
+        # session's, so no input starts and no rewind runs before the state it ended with is kept.
+        self._checkpoint = checkpoint
         self._elicitations = elicitations  # the agent's open questions: cancelled with the turn, as permissions
         self._cost = cost  # what each turn cost, when the agent reports cost (agent_state.py)
         self._activity = activity
@@ -84,6 +90,8 @@ class Turns:
         self.admission = asyncio.Lock()
         # Provider context recovery: a projection of this session's log, prepended to the next prompt.
         self.projection: str | None = None
+        # The frozen memory snapshot (sessions/runtime/memory_tools.py), prepended to the first prompt once.
+        self.memory_block: str | None = None
         # Set while an interrupt or a steer hands the session from one turn to the next: the ending turn
         # must not dispatch queued input into the gap (ACP runs one prompt per session at a time).
         self.handover = False
@@ -92,6 +100,22 @@ class Turns:
     @property
     def busy(self) -> bool:
         return self.turn is not None
+
+    def _context_for(self, turn: Turn) -> tuple[bool, bool]:
+        """What the agent receives before the typed text, once each: the context projection, then the frozen memory
+        snapshot. A slash command goes to the agent as typed (a prefix would make it text): the next prompt carries
+        them instead. Returns (replayed, gave memory)."""
+        if turn.text.startswith("/"):
+            return False, False
+        replayed, gave_memory = self.projection is not None, self.memory_block is not None
+        if self.projection is not None:
+            # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
+            turn.sent = f"{self.projection}\n\nUser request: {turn.text}"
+            self.projection = None
+        if self.memory_block is not None:
+            turn.sent = f"{self.memory_block}\n\n{turn.sent or turn.text}"
+            self.memory_block = None
+        return replayed, gave_memory
 
     async def start_turn(self, text: str, *, source: str = "user", authored: str | None = None,
                          extra: TurnExtra | None = None) -> Turn:
@@ -109,12 +133,7 @@ class Turns:
                 if patched != text:
                     authored, text = authored if authored is not None else text, patched
             turn = Turn(new_turn_id(), text, source, folder.isoformat(folder.utcnow()) or "")
-            if self.projection is not None and not text.startswith("/"):
-                # Context rebuilt from log: the agent receives the projection; the store keeps what was typed.
-                # A slash command goes to the agent as typed (a prefix would make it text): the next prompt
-                # carries the projection instead.
-                turn.sent = f"{self.projection}\n\nUser request: {text}"
-                self.projection = None
+            replayed, gave_memory = self._context_for(turn)
             self.turn = turn
             if self._cost is not None:
                 self._cost.turn_started()
@@ -126,8 +145,10 @@ class Turns:
             if authored is not None and authored != text:
                 content["authored_text"] = authored
                 turn.authored = authored
-            if turn.sent:
+            if replayed:
                 content["context_replay"] = True
+            if gave_memory:
+                content["memory_snapshot"] = True
             # A daemon-originated prompt (a heartbeat wake) is stored as such, never as something a user typed.
             kind = EventType.SYNTHETIC_REENTRY if source == "synthetic" else EventType.USER_MESSAGE
             self._session.record(kind, content, turn_id=turn.id)
@@ -194,9 +215,7 @@ class Turns:
             if turn.reply and turn.source != "synthetic":
                 self._after_reply(turn)
         except AgentRequestError as exc:
-            kind = FailureKind.PROVIDER_AUTH_FAILURE if lifecycle.is_auth_error(exc.code, str(exc)) \
-                else FailureKind.PROMPT_FAILURE
-            failure = await self._turn_failure(kind, str(exc))
+            failure = await self._turn_failure(*self._classify_prompt_error(exc))
             self.close_open_tools(turn, "failed", "Tool call never settled: its turn failed.")
             self._session.record(EventType.ERROR, {"error": failure["summary"], "failure": failure}, turn_id=turn.id)
             turn.terminal = True
@@ -216,23 +235,31 @@ class Turns:
             self._permissions.cancel_all()
             if self._elicitations is not None:
                 self._elicitations.cancel_all()
-            with contextlib.suppress(StoreFailure):
-                await self._session.recorder.flush()
+            await self._settle_store(turn)
             if self.turn is turn:
                 self.turn = None
                 activity = self._session.rec.activity_to_write()
                 activity.prompt_active, activity.current_tool, activity.tool_call_id = False, None, None
                 self._session.rec.liveness.stall_state = ""
                 # The turn that ended last, for the `turn_finished` webhook (derived from saved metadata).
+                # Its reply's start is the sessions list's preview of the session (display.preview_text).
                 self._session.rec.liveness.last_turn = {
                     "turn_id": turn.id, "source": turn.source, "ended_at": folder.isoformat(folder.utcnow()),
-                    "outcome": outcome}
+                    "outcome": outcome, "reply_preview": display.preview_text(redact_text(turn.reply))}
             turn.ended.set()
         await self._session.observe("turn.end", turn_id=turn.id, input_class=turn.source, user_message=turn.text)
         if self._session.rec.state == SessionState.ACTIVE and not self._session.stopping and not self.handover:
             await self.input.fall_back()
             await self._session.persist()
             await self.dispatch_next()
+
+    async def _settle_store(self, turn: Turn) -> None:
+        """The turn's rows committed, then a worktree session's checkpoint of what the turn left."""
+        with contextlib.suppress(StoreFailure):
+            await self._session.recorder.flush()
+        if self._checkpoint is not None and not self._session.stopping:
+            with contextlib.suppress(StoreFailure):
+                await self._checkpoint(turn.id)
 
     def _cancel_open_tools(self, turn: Turn, stop: str) -> None:
         """The agent answered the prompt: a cancelled turn's tool calls still open are cancelled with it."""
@@ -311,6 +338,15 @@ class Turns:
             raise
         await db(self._session.manager.inputs.mark, entry.id, "sent")
         return False
+
+    def _classify_prompt_error(self, exc: AgentRequestError) -> tuple[FailureKind, str]:
+        """A prompt the agent refused for want of a login is `provider_auth_failure`, its summary naming the exact
+        variable and commands; any other refusal is a `prompt_failure`."""
+        if not lifecycle.is_auth_error(exc.code, str(exc)):
+            return FailureKind.PROMPT_FAILURE, str(exc)
+        provider = self._session.provider
+        return FailureKind.PROVIDER_AUTH_FAILURE, f"{exc}; " + auth.next_step(provider.name, self._session.rec.id,
+                                                                             provider.key_env)
 
     async def _turn_failure(self, kind: FailureKind, summary: str) -> FailureDoc:
         """A turn the agent ended with an error: the session stays active, but the failure is on the session

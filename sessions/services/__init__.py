@@ -19,6 +19,7 @@ from sessions.services.lookup import (
     SessionOwnedElsewhere,
     check_workspace_scope,
     get_session,
+    pull_copy,
     read_session_meta,
     resolve_agent,
     scoped_meta,
@@ -38,7 +39,16 @@ from sessions.services.prompts import (
 )
 from sessions.services.reactivation import attach, detach, reactivate
 from sessions.services.reads import events_page, history, hook_runs, list_events, list_sessions
+from sessions.services.rewind import fork_session, rewind_session
 from sessions.services.workspaces import add_workspace, list_workspaces, remove_workspace, workspace_info
+from sessions.services.worktrees import (
+    commit_session,
+    list_checkpoints,
+    list_worktrees,
+    merge_session,
+    prune_worktrees,
+    session_changes,
+)
 from sessions.store.folder import load_meta
 
 __all__ = [
@@ -51,24 +61,31 @@ __all__ = [
     "cancel_queued",
     "cancel_turn",
     "check_workspace_scope",
+    "commit_session",
     "create_session",
     "decide_permission",
     "delete_session_files",
     "detach",
     "envelope",
     "events_page",
+    "fork_session",
     "get_session",
     "history",
     "hook_runs",
     "interrupt_session",
+    "list_checkpoints",
     "list_elicitations",
     "list_events",
     "list_permissions",
     "list_sessions",
     "list_workspaces",
+    "list_worktrees",
     "load_meta",
+    "merge_session",
     "pending_inputs",
     "prompt_session",
+    "prune_worktrees",
+    "pull_copy",
     "reactivate",
     "read_session_meta",
     "reap_candidates",
@@ -76,8 +93,10 @@ __all__ = [
     "remove_workspace",
     "rename_session",
     "resolve_agent",
+    "rewind_session",
     "ring_catalog_threadsafe",
     "scoped_meta",
+    "session_changes",
     "session_payload",
     "set_mode",
     "spawn_child",

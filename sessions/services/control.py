@@ -17,6 +17,7 @@ from sessions.live import doorbells
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, get_session
 from sessions.services.payloads import SessionPayload
+from sessions.services.worktrees import guard_remove
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -53,11 +54,17 @@ async def stop_session(session_id: str, workspace_ref: str | None = None, detail
     return await sync_to_async(get_session)(session_id)
 
 
-async def remove_session(session_id: str, workspace_ref: str | None = None) -> SessionPayload:
-    """Stop first, then tombstone-rename the folder, delete the row, and delete the tombstone."""
+async def remove_session(session_id: str, workspace_ref: str | None = None, force: bool = False) -> SessionPayload:
+    """A worktree with unsaved work refuses first (409 worktree_has_work, unless `force`: then its state is kept as
+    a final checkpoint ref); stop, then tombstone-rename the folder, delete the row, and delete the tombstone."""
     runtime, meta = await _runtime_for(session_id, workspace_ref)
+    if meta.get("worktree") and not force:
+        await sync_to_async(guard_remove, thread_sensitive=False)(session_id, meta, False)  # refuses, or passes
     if runtime is not None:
         await runtime.stop(lifecycle.user_stop_reason(""), "session deleted")
+    if meta.get("worktree"):
+        # After the stop: the agent wrote its last files; what it left is kept (final ref) before the worktree goes.
+        await sync_to_async(guard_remove, thread_sensitive=False)(session_id, meta, True)
     before = await sync_to_async(get_session)(session_id)
     await sync_to_async(delete_session_files)(session_id, meta["workspace_id"])
     return before

@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from django.db import transaction
 
@@ -23,7 +23,7 @@ from sessions.core.errors import Conflict, HookDenied, InvalidRequest, StorageEr
 from sessions.core.failures import classify, has_free_space
 from sessions.core.jsonobj import JsonObject
 from sessions.core.offload import db
-from sessions.core.record import SessionMeta, SessionRecord
+from sessions.core.record import SessionMeta, SessionRecord, WorktreeDoc
 from sessions.live import doorbells
 from sessions.models import Session
 from sessions.runtime.manager import SessionManager, get_manager
@@ -32,10 +32,12 @@ from sessions.services.payloads import SessionPayload, session_payload
 from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.store.ids import is_session_id, new_session_id
+from sessions.worktree import checkpoints, git, layout, trees
 
 logger = logging.getLogger(__name__)
 
 SPEEDS = ("normal", "fast")
+ISOLATIONS = ("none", "worktree")
 
 
 class TaskBinding(TypedDict):
@@ -45,6 +47,16 @@ class TaskBinding(TypedDict):
     run_id: str
     cwd: str
     budget_usd: float | None  # what the task's budget left after its earlier attempts
+    isolation: NotRequired[str]  # `[tasks] isolation`, resolved by the runner
+    worktree: NotRequired[WorktreeDoc]  # a retry's: the earlier attempt's worktree, continued
+
+
+class ForkSpec(TypedDict):
+    """What a fork starts from (sessions/services/history_ops.py; never from the API)."""
+
+    session_id: str
+    checkpoint: int
+    commit: str  # the checkpoint's commit: the new worktree's files
 
 
 class CreateBody(TypedDict, total=False):
@@ -58,7 +70,9 @@ class CreateBody(TypedDict, total=False):
     speed: str | None
     prompt: str | None
     permissions: str | None  # a spawned child's (`spawn_child`)
+    isolation: str | None  # none or worktree (docs/reference/worktrees.md)
     task_binding: TaskBinding
+    fork: ForkSpec
 
 
 def _check_body(config: Config, body: CreateBody) -> tuple[str, str]:
@@ -83,6 +97,11 @@ def _check_body(config: Config, body: CreateBody) -> tuple[str, str]:
         _agent(config, agent_name)
     if provider:
         _provider(config, provider)
+    isolation = body.get("isolation")
+    if isolation is not None and isolation not in ISOLATIONS:
+        raise InvalidRequest("isolation must be none or worktree", code="invalid_isolation")
+    if isolation == "worktree" and workspace_path:
+        git.repo_root(Path(workspace_path))  # refused before the workspace is registered
     return effort, speed
 
 
@@ -127,13 +146,17 @@ def _prepare_create(body: CreateBody, session_type: SessionType = SessionType.US
             meta["budget_usd"] = binding["budget_usd"]
     if parent is not None:
         meta["lineage"] = lineage.child_lineage(parent, role=role, ttl_seconds=ttl_seconds, now=folder.utcnow())
-    rec = SessionRecord.from_meta(meta)
+    meta["isolation"] = isolation = _isolation(body, agent.isolation)
     directory = folder.session_dir(session_id)
     if not has_free_space(directory):
         raise StorageError("not enough disk space for a new session", data={"reason": "disk_full"})
     manager.reserved.add(session_id)
+    placed: trees.Placed | None = None
     try:
         directory.mkdir(parents=True, exist_ok=False)
+        if isolation == "worktree":
+            placed = _place_worktree(session_id, body, meta)
+        rec = SessionRecord.from_meta(meta)
         event_store.init_store(folder.events_path(session_id))
         with transaction.atomic():
             catalog.upsert_session_row(rec)
@@ -150,12 +173,61 @@ def _prepare_create(body: CreateBody, session_type: SessionType = SessionType.US
         except Exception:  # the create's own failure is the one the caller must see
             logger.warning("could not delete the catalog row of failed create %s", session_id, exc_info=True)
         shutil.rmtree(directory, ignore_errors=True)
+        if placed is not None and not (binding and binding.get("worktree")):
+            trees.remove(placed.worktree)  # a worktree made for this create only; a retry's continued one stays
+            git.run(["branch", "-D", placed.worktree["branch"]], Path(placed.worktree["repo"]), check=False)
         manager.reserved.discard(session_id)
         if isinstance(exc, Exception) and classify(exc, directory) is not None:
             raise StorageError.from_exception(exc) from exc
         raise
-    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
-    return rec, provider, roots, prompt
+    return rec, provider, session_roots(rec, ws.root_dir, ws.add_dirs or []), prompt
+
+
+def _isolation(body: CreateBody, agent_default: str) -> str:
+    """The create's own, else a task's (`[tasks] isolation`), else the agent's; a fork always has a worktree."""
+    if body.get("fork"):
+        return "worktree"
+    binding = body.get("task_binding")
+    return body.get("isolation") or (binding.get("isolation") if binding else None) or agent_default or "none"
+
+
+def session_roots(rec: SessionRecord, root_dir: str, add_dirs: list[str]) -> list[Path]:
+    """The fs boundary: the workspace's root (a worktree session's: its worktree) and its added folders."""
+    first = Path(str(rec.worktree["path"])) if rec.worktree else Path(root_dir)
+    return [first, *[Path(d) for d in add_dirs]]
+
+
+def _place_worktree(session_id: str, body: CreateBody, meta: SessionMeta) -> trees.Placed:
+    """The session's worktree (docs/reference/worktrees.md): a new one from the workspace's HEAD, a fork's from its
+    checkpoint, or a task retry's continued. The agent's cwd is the workspace's place in it."""
+    workspace = Path(meta["workspace_path"])
+    binding, fork = body.get("task_binding"), body.get("fork")
+    reused = binding.get("worktree") if binding else None
+    if reused and Path(str(reused.get("path", ""))).is_dir():
+        repo = Path(str(reused["repo"]))
+        relative = workspace.resolve().relative_to(repo.resolve()) if workspace.resolve() != repo.resolve() else Path()
+        placed = trees.Placed(reused, Path(str(reused["path"])) / relative)
+    elif fork:
+        parent = git.out(["rev-parse", f"{fork['commit']}^"], workspace)
+        placed = trees.add(session_id, workspace, start=parent)
+        try:
+            checkpoints.restore(Path(placed.worktree["path"]), fork["commit"], parent,
+                                layout.scratch_index(session_id))
+        except BaseException:
+            trees.remove(placed.worktree)  # the caller's clean-up never saw it placed
+            git.run(["branch", "-D", placed.worktree["branch"]], Path(placed.worktree["repo"]), check=False)
+            raise
+        meta["forked_from"] = {"session_id": fork["session_id"], "checkpoint": fork["checkpoint"]}
+    else:
+        placed = trees.add(session_id, workspace)
+    meta["worktree"] = placed.worktree
+    cwd = binding["cwd"] if binding else meta["cwd"]
+    try:
+        inside = Path(cwd).resolve().relative_to(workspace.resolve())
+    except ValueError:
+        inside = Path()
+    meta["cwd"] = str(placed.cwd / inside)
+    return placed
 
 
 async def create_session(body: CreateBody, session_type: SessionType = SessionType.USER,
@@ -219,7 +291,7 @@ async def spawn_child(parent_id: str, body: JsonObject, workspace_ref: str | Non
         raise InvalidRequest("role is required", code="role_required")
     if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= lineage.MAX_TTL_SECONDS:
         raise InvalidRequest(f"ttl_seconds must be between 1 and {lineage.MAX_TTL_SECONDS}", code="invalid_ttl")
-    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name"}
+    unknown = set(body) - {"role", "ttl_seconds", "agent_name", "prompt", "permissions", "name", "isolation"}
     if unknown:
         raise InvalidRequest(f"unknown field(s): {', '.join(sorted(unknown))}", code="unknown_field")
     permissions = body.get("permissions")
@@ -228,6 +300,8 @@ async def spawn_child(parent_id: str, body: JsonObject, workspace_ref: str | Non
     child_body: CreateBody = {
         "workspace": parent["workspace_id"], "agent_name": body.get("agent_name") or parent["agent_name"],
         "prompt": body.get("prompt"), "name": body.get("name") or "", "permissions": permissions}
+    if body.get("isolation") is not None:  # a coordinated step's child: a worktree of its own (coordination/)
+        child_body["isolation"] = str(body["isolation"])
     return await create_session(child_body, SessionType.SPAWNED, parent, role.strip(), ttl)
 
 

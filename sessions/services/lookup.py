@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 
 from compozy_base.auth import cluster_token_state
 from compozy_base.config.agents import AgentConfig, ProviderConfig
@@ -20,7 +21,7 @@ from sessions.models import Session, Workspace
 from sessions.repair.stale import repair_row_only, repair_stale_meta, stale_fix
 from sessions.runtime.manager import get_manager
 from sessions.services.payloads import SessionPayload, _live_runtime, session_payload
-from sessions.store import folder
+from sessions.store import folder, replica
 from sessions.store.folder import load_meta
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,19 @@ def read_session_meta(session_id: str) -> SessionMeta:
     return meta
 
 
+def pull_copy(session_id: str) -> None:
+    """In a cluster whose nodes keep their own disks, a session this process does not write is read from this
+    node's copy of its folder, first brought up to the database's (store/replica.py): a dead node's sessions
+    stay readable on every survivor."""
+    if not replica.enabled() or ownership.runs_here(session_id):
+        return
+    try:
+        replica.pull(session_id)
+    except DatabaseError as exc:  # answered from what this node has (the catalog row, or its copy)
+        logger.warning("session %s: the cluster's copy was not read (%s)", session_id, exc)
+        replica.drop_connection()
+
+
 def _runtime_meta(session_id: str) -> SessionMeta | None:
     runtime = _live_runtime(session_id)
     if runtime is None:
@@ -102,7 +116,10 @@ def _unsaved_meta(session_id: str) -> SessionMeta | None:
 def _daemon_may_own(session_id: str) -> bool:
     """A live state is live while this daemon runs (or is creating) the session, or while another node holds its
     unexpired lease. Outside a daemon (manage.py, tests) a running daemon of this home may own it too: leave it."""
-    return ownership.owner(session_id).anyone
+    if ownership.owner(session_id).anyone:
+        return True
+    # An expired lease is not yet a dead owner to a node back from a database outage: the owner renews first.
+    return not cluster.may_judge_leases() and cluster.leased(session_id)
 
 
 def row_meta_unreadable(row: Session) -> SessionMeta:
@@ -157,6 +174,7 @@ def scoped_meta(session_id: str, workspace_ref: str | None, *, row_ok: bool = Fa
     """meta.json of a session that must belong to `workspace_ref` (a session outside it is 404). A session stored on
     another node's disk reads from its catalog row when `row_ok` (the record, its health), else is refused naming
     that node (`session_folder_elsewhere`): never a bare not found for a session the list shows."""
+    pull_copy(session_id)
     try:
         meta = read_session_meta(session_id)
     except NotFound:

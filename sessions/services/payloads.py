@@ -12,8 +12,10 @@ from typing import NotRequired, TypedDict
 
 from typing_extensions import ReadOnly
 
+from compozy_base.config.loader import get_config
 from sessions.catalog import ownership
-from sessions.core import lifecycle
+from sessions.core import display, lifecycle
+from sessions.core.display import OutcomeDoc, PreviewDoc, QuietDoc
 from sessions.core.enums import FailureKind, SessionState
 from sessions.core.live import LiveSession
 from sessions.core.record import (
@@ -21,13 +23,16 @@ from sessions.core.record import (
     ActivityDoc,
     ConfigOptionDoc,
     FailureDoc,
+    ForkedFromDoc,
     LineageDoc,
     ModeDoc,
     ReportedModel,
     Resolution,
     SessionMeta,
     UsageDoc,
+    WorktreeDoc,
 )
+from sessions.store import folder
 from sessions.store.rows import EventRow
 
 
@@ -59,6 +64,10 @@ class SessionPayload(TypedDict):
     stop_reason: str | None
     stop_detail: str | None
     failure: FailureDoc | None
+    # What a person reads (sessions/core/display.py): how a stopped session ended, and a running turn's silence.
+    outcome: OutcomeDoc | None
+    quiet: QuietDoc | None
+    preview: PreviewDoc | None  # the list's line: the running tool, else the last reply's start
     acp_session_id: str | None
     acp_caps: AcpCapsDoc | None
     mode: ModeDoc | None
@@ -69,6 +78,9 @@ class SessionPayload(TypedDict):
     activity: ActivityDoc | None
     last_activity_at: str | None
     lineage: LineageDoc | None
+    isolation: str  # none or worktree (docs/reference/worktrees.md)
+    worktree: WorktreeDoc | None
+    forked_from: ForkedFromDoc | None
     task_id: str | None
     run_id: str | None
     created_at: str | None
@@ -111,6 +123,10 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
     stalled = liveness.get("stall_state") == "stalled"
     badge = lifecycle.badge(meta["state"], meta.get("failure"), stalled=stalled, prompting=prompting)
     activity = _activity(meta, runtime)
+    pending_permissions = runtime.permissions.waiting_count if runtime \
+        else int(liveness.get("pending_permissions") or 0) if prompting else 0
+    pending_elicitations = runtime.elicitations.waiting_count if runtime \
+        else len(liveness.get("elicitation_requests") or []) if prompting else 0
     payload: SessionPayload = {
         "id": meta["id"],
         "name": meta.get("name") or None,
@@ -136,14 +152,18 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
         "prompt_state": "prompting" if prompting else ("idle" if meta["state"] == SessionState.ACTIVE else "none"),
         "current_turn_id": (runtime.turn.id if runtime.turn else None) if runtime
         else (activity_meta.get("turn_id") if prompting else None),
-        "pending_permissions": runtime.permissions.waiting_count if runtime
-        else int(liveness.get("pending_permissions") or 0) if prompting else 0,
+        "pending_permissions": pending_permissions,
         # The agent's open questions (a form for a person): the session page refetches them when this changes.
-        "pending_elicitations": runtime.elicitations.waiting_count if runtime
-        else len(liveness.get("elicitation_requests") or []) if prompting else 0,
+        "pending_elicitations": pending_elicitations,
         "stop_reason": meta.get("stop_reason") or None,
         "stop_detail": meta.get("stop_detail") or None,
         "failure": meta.get("failure"),
+        "outcome": display.outcome(meta["state"], meta.get("stop_reason"), (meta.get("failure") or {}).get("kind")),
+        "quiet": _quiet(prompting, pending_permissions + pending_elicitations > 0, activity),
+        "preview": display.preview(
+            prompting=prompting, current_tool=activity.get("current_tool"),
+            live_reply=runtime.turn.reply if runtime is not None and runtime.turn is not None else "",
+            last_reply=str((liveness.get("last_turn") or {}).get("reply_preview") or "")),
         "acp_session_id": meta.get("acp_session_id") or None,
         "acp_caps": meta.get("acp_caps"),
         # What the agent says of the session (sessions/runtime/agent_state.py); None until it says it.
@@ -155,6 +175,9 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
         "activity": activity or None,
         "last_activity_at": activity.get("last_activity_at"),
         "lineage": meta.get("lineage"),
+        "isolation": meta.get("isolation") or "none",
+        "worktree": meta.get("worktree"),
+        "forked_from": meta.get("forked_from"),
         "task_id": meta.get("task_id"),  # correlation keys of a task run's session (tasks)
         "run_id": meta.get("run_id"),
         "created_at": meta["created_at"],
@@ -162,6 +185,17 @@ def session_payload(meta: SessionMeta) -> SessionPayload:
         "updated_at": meta["updated_at"],
     }
     return payload
+
+
+def _quiet(prompting: bool, waiting: bool, activity: ActivityDoc) -> QuietDoc | None:
+    """The quiet-turn notice as of now, with the configured bounds."""
+    if not prompting:
+        return None
+    sup = get_config().supervision
+    return display.quiet(prompting=prompting, waiting_on_person=waiting,
+                         last_output=folder.parse_time(activity.get("last_activity_at")),
+                         turn_started=folder.parse_time(activity.get("turn_started_at")), now=folder.utcnow(),
+                         notice_after=sup.quiet_notice_after, attention_after=sup.quiet_attention_after)
 
 
 def _activity(meta: SessionMeta, runtime: LiveSession | None) -> ActivityDoc:

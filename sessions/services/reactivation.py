@@ -11,18 +11,27 @@ from asgiref.sync import sync_to_async
 from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.loader import get_config
 from sessions.catalog import cluster, ownership
+from sessions.core.attach_holders import holder_gone
 from sessions.core.enums import FailureKind, SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest
 from sessions.core.jsonobj import EventContent
 from sessions.core.offload import db
 from sessions.core.record import SessionRecord
 from sessions.models import Session, Workspace
+from sessions.repair.boot import check_transcript_once
 from sessions.repair.transcript import repair_transcript
 from sessions.runtime.manager import get_manager
-from sessions.services.lookup import SessionOwnedElsewhere, check_workspace_scope, get_session, read_session_meta
+from sessions.services.create import session_roots
+from sessions.services.lookup import (
+    SessionOwnedElsewhere,
+    check_workspace_scope,
+    get_session,
+    pull_copy,
+    read_session_meta,
+)
 from sessions.services.payloads import SessionPayload
 from sessions.store import events as event_store
-from sessions.store import folder
+from sessions.store import folder, replica
 
 
 def reactivation_hint(session_id: str) -> str:
@@ -54,6 +63,9 @@ def _reactivatable(meta: EventContent) -> tuple[Workspace, ProviderConfig]:
     if ws is None:
         raise NotReactivatable("workspace_not_found", "its workspace is no longer registered")
     if not Path(ws.root_dir).is_dir():
+        if replica.enabled():  # a cluster on own disks: the session may have run on another machine
+            raise NotReactivatable("workspace_unavailable", f"its workspace {ws.root_dir} does not exist on this "
+                                   f"machine (node {cluster.node_id()}); continue it on a node that has it")
         raise NotReactivatable("workspace_root_missing", f"the workspace root {ws.root_dir} no longer exists")
     config = get_config()
     agent = config.agents.get(meta["agent_name"])
@@ -76,6 +88,7 @@ def reactivatable(meta: EventContent) -> bool:
 
 def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, list[Path]]:
     """Validate meta, workspace, agent and event store; refuse with the reason and where to look."""
+    pull_copy(session_id)  # a dead node's session: this node's copy of it, from the cluster's database
     meta = read_session_meta(session_id)
     if meta["state"] != SessionState.STOPPED:
         # Another node's reactivation won the race since the caller read `stopped`: the session is that node's.
@@ -103,12 +116,24 @@ def _reactivation_plan(session_id: str) -> tuple[SessionRecord, ProviderConfig, 
         # Its last turn could not be closed while the disk was full: close it now, append-only, so the
         # transcript never reads as if that turn were still running.
         repair_transcript(session_id, dry_run=False, force=False)
-    roots = [Path(ws.root_dir), *[Path(d) for d in ws.add_dirs or []]]
     try:
         rec = SessionRecord.from_meta(meta)
     except ValueError as exc:  # read_meta checked its keys and state; a field of the wrong type is found here
         raise Conflict(f"session metadata is unreadable: {exc}", code="session_meta_invalid") from exc
-    return rec, provider, roots
+    if rec.worktree and not Path(str(rec.worktree.get("path") or "")).is_dir():
+        raise refuse("its worktree was removed", "worktree_missing")
+    return rec, provider, session_roots(rec, ws.root_dir, ws.add_dirs or [])
+
+
+def _adopt(session_id: str) -> None:
+    """The lease is ours: in a cluster on own disks the session's events.db is rebuilt from the database's copy
+    (the rows a dead owner committed, up to its last), and a turn cut by its death is closed here, the one node
+    that writes the session now (its rows reach the database with the first batch)."""
+    if not replica.pull(session_id):
+        return
+    meta = folder.read_meta(session_id)
+    if meta is not None:
+        check_transcript_once(session_id, meta, None, writer=True)
 
 
 class AttachLease(TypedDict):
@@ -140,6 +165,7 @@ async def reactivate(session_id: str, workspace_ref: str | None = None, timeout:
             holder = await db(cluster.take, session_id)
             if holder is not None:
                 raise SessionOwnedElsewhere(session_id, holder)
+            await db(_adopt, session_id)
             runtime = manager.get(session_id) or manager.launch(rec, provider=provider, roots=roots,
                                                                 reactivate=True)
     done = asyncio.ensure_future(runtime.active.wait())
@@ -174,12 +200,18 @@ def attach(session_id: str, workspace_ref: str | None, attached_to: str, ttl_sec
     from django.db.models import Q
 
     free = Q(attached_to="") | Q(attach_expires_at__lt=now) | Q(attached_to=attached_to)
+    held_by = Session.objects.filter(id=session_id).values_list("attached_to", flat=True).first() or ""
+    if held_by and holder_gone(held_by):  # a `session resume` whose terminal closed: its process is gone
+        free |= Q(attached_to=held_by)
     changed = Session.objects.filter(Q(id=session_id) & free).update(attached_to=attached_to,
                                                                       attach_expires_at=expires)
     if changed != 1:
         row = Session.objects.get(id=session_id)
-        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}",
-                       code="session_attach_locked", data={"attached_to": row.attached_to})
+        raise Conflict(f"session is attached to {row.attached_to} until {folder.isoformat(row.attach_expires_at)}; "
+                       f"release it with `compozy session detach {session_id} --holder {row.attached_to}` (a "
+                       "`session resume` whose process is gone releases it by itself)",
+                       code="session_attach_locked", data={"attached_to": row.attached_to,
+                                                           "until": folder.isoformat(row.attach_expires_at)})
     # The lease lives in catalog columns the session payload does not show: the payload read above stands.
     return {"session": payload, "attach": {
         "session_id": session_id, "attached_to": attached_to, "attached_at": folder.isoformat(now),

@@ -8,6 +8,7 @@ from typing import NotRequired, TypedDict
 from django.db.models import QuerySet
 
 from sessions.catalog import index as catalog
+from sessions.core.attach_holders import holder_gone
 from sessions.core.enums import SessionState, SessionType
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
 from sessions.core.jsonobj import EventContent, JsonObject
@@ -76,7 +77,8 @@ def _resumable(row: Session, payload: EventContent) -> bool:
         # `session_type` (a daemon-made session read as a user's, listed, then refused by `session resume`).
         return reactivatable({"session_type": row.session_type, "workspace_id": row.workspace_id,
                               "agent_name": row.agent_name, "provider": row.provider})
-    lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow())
+    lease_held = bool(row.attached_to and row.attach_expires_at and row.attach_expires_at > folder.utcnow()
+                      and not holder_gone(row.attached_to))  # a closed terminal's resume holds nothing
     return bool(payload["attachable"]) and not lease_held
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from typing import TypedDict
 
 from django.db import transaction
@@ -19,6 +17,7 @@ from sessions.models import Session, Workspace
 from sessions.services.control import delete_session_files
 from sessions.services.lookup import _agent, read_session_meta
 from sessions.services.payloads import SessionPayload, session_payload
+from sessions.services.providers import describe
 
 
 class AgentRef(TypedDict):
@@ -71,9 +70,10 @@ def workspace_info(ref: str) -> WorkspaceInfo:
         "sessions": sessions,
         "agents": [{"name": a.name, "provider": a.provider or config.default_provider} for a in config.agents.values()],
         "skills": [],
+        # Available as a session start judges it: on PATH, or through npx for a built-in's npm package (this said
+        # "no" for every provider run through npx, the usual case on a fresh machine).
         "providers": [{"name": p.name, "command": list(p.command), "display_name": p.display_name,
-                       "available": shutil.which(p.command[0]) is not None or os.path.isfile(p.command[0])}
-                      for p in config.providers.values()],
+                       "available": describe(p)["found"] != "missing"} for p in config.providers.values()],
     }
 
 

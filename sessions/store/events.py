@@ -410,11 +410,12 @@ def read_rows(
     return rows
 
 
-def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE) -> Iterator[EventRow]:
-    """Every event after `after`, one page in memory at a time."""
+def iter_events(path: Path, *, after: int = 0, page: int = MAX_PAGE,
+                types: Iterable[str] | None = None) -> Iterator[EventRow]:
+    """Every event after `after` (of `types`, when given), one page in memory at a time."""
     cursor = after
     while True:
-        batch = read_events(path, after=cursor, limit=page)
+        batch = read_events(path, after=cursor, limit=page, types=types)
         if not batch:
             return
         yield from batch

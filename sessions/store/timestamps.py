@@ -6,9 +6,15 @@ session record's models.
 
 from __future__ import annotations
 
+import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import overload
+
+# A test hook: this node's own clock runs this many seconds fast (negative: slow), as another machine's would. Leases
+# never read it (they run on the database's clock: sessions/catalog/cluster.py); what the node stamps does.
+CLOCK_OFFSET = float(os.environ.get("COMPOZY_TEST_CLOCK_OFFSET") or 0)
+_OFFSET_NS = int(CLOCK_OFFSET * 1e9)
 
 # (the second, its text up to the fraction's dot): `now_stamp` formats the date and time once a second. One tuple,
 # replaced whole, so a thread never reads one second's text with another's number.
@@ -18,6 +24,9 @@ _FORMAT = f"{_TO_THE_SECOND}%fZ"
 
 
 def utcnow() -> datetime:
+    """This node's clock (skewed by `COMPOZY_TEST_CLOCK_OFFSET` in the clock tests)."""
+    if _OFFSET_NS:
+        return datetime.now(UTC) + timedelta(seconds=CLOCK_OFFSET)
     return datetime.now(UTC)
 
 
@@ -36,7 +45,7 @@ def isoformat(moment: datetime | None) -> str | None:
 
 def now_stamp() -> str:
     """`isoformat(utcnow())`, from the same clock, for what is stamped per streamed chunk (a batch's rows)."""
-    return stamp_of(time.time_ns())
+    return stamp_of(time.time_ns() + _OFFSET_NS)
 
 
 def stamp_of(ns: int) -> str:

@@ -53,6 +53,10 @@ _BATCH_BYTES = 64 * 1024
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 REPLAY_TAG = "<compozy_context_replay>"
 REPLAY_REQUEST = "User request: "
+# The frozen memory snapshot Compozy puts before a session's first prompt (memory/snapshot.py): the command is what
+# follows it.
+MEMORY_CLOSE = "</compozy-memory>"
+DREAM_MATERIAL = re.compile(r"<dream-material>\s*(.*?)\s*</dream-material>", re.S)
 CONTENT_BLOCK_TYPES = {"text", "image", "audio", "resource_link", "resource"}
 # `markdown`: an answer the way coding agents write one, in chunks that split Markdown syntax mid-token.
 MARKDOWN_REVIEW = ["## Review of `calc.py`\n\n", "**Division by zero** in `ratio()`: ", "it raises when *b* is 0.\n\n",
@@ -423,6 +427,8 @@ class ScriptedAgent:
             "slow": self._cmd_slow,
             "think": self._cmd_think,
             "tool": self._cmd_tool,
+            "fswrite": self._cmd_fswrite,
+            "disk": self._cmd_disk,
             "toolid": self._cmd_tool,  # the same, its permission request naming only the tool call id
             "toolhang": self._cmd_toolhang,
             "ask": self._cmd_ask,
@@ -435,6 +441,7 @@ class ScriptedAgent:
             "plan": self._cmd_plan,
             "usage": self._cmd_usage,
             "env": self._cmd_env,
+            "envhash": self._cmd_envhash,
             "silent": self._cmd_silent,
             "error": self._cmd_error,
             "autherr": self._cmd_autherr,
@@ -464,8 +471,16 @@ class ScriptedAgent:
             "selfapprove": self._cmd_selfapprove,
             "swap": self._cmd_swap,
             "termflood": self._cmd_termflood,
+            # Memory's MCP tools (tests/integration/test_memory.py): `memwrite TYPE SCOPE NAME BODY…`,
+            # `memsearch QUERY…`, `memshow SLUG`; each answers the tool's result as JSON.
+            "memwrite": self._cmd_memwrite,
+            "memsearch": self._cmd_memsearch,
+            "memshow": self._cmd_memshow,
+            "dream": self._cmd_dream,
         }
         self._children: list[asyncio.subprocess.Process] = []
+        self._mcp: dict[str, list[Json]] = {}  # session id -> the mcpServers it was handed
+        self._pending_mcp: list[Json] = []
         self._exit_task: asyncio.Future[None] | None = None
         self._models = [m for m in (opts.models or "").split(",") if m]  # offered through a model select
         self._current_model: dict[str, str] = {}  # session id -> model id
@@ -516,6 +531,8 @@ class ScriptedAgent:
     async def handle_request(self, method: str, params: Any) -> Any:
         if method in ("session/new", "session/load", "session/resume") and isinstance(params, dict):
             self._log_call("mcp", {"for": method, "mcpServers": params.get("mcpServers")})
+            servers = params.get("mcpServers")
+            self._pending_mcp = servers if isinstance(servers, list) else []
         if method == "initialize":
             # Any protocolVersion passes: the SDK maps one it cannot parse to 1 rather than refuse the client.
             check_fields("InitializeRequest", params, {"protocolVersion": object})
@@ -604,6 +621,7 @@ class ScriptedAgent:
             raise RequestError.auth_required({"details": "Authentication required"})
         session_id = f"scripted-{uuid.uuid4().hex}"
         self._sessions[session_id] = cwd
+        self._mcp[session_id] = self._pending_mcp
         if self._opts.state_dir:
             (Path(self._opts.state_dir) / session_id).write_text(json.dumps({"cwd": cwd}))
         options = self._config_options(session_id)
@@ -657,6 +675,10 @@ class ScriptedAgent:
         # Registered before the first await so a cancel that follows the prompt is never lost.
         cancel = asyncio.Event()
         self._cancels[session_id] = cancel
+        if text.startswith("<compozy-memory") and MEMORY_CLOSE in text:
+            text = text.split(MEMORY_CLOSE, 1)[1].lstrip()
+        if DREAM_MATERIAL.search(text):
+            text = "dream " + text  # a dream's prompt: answer its decisions (_cmd_dream)
         if self._opts.dispatch_after_replay and REPLAY_TAG in text:
             # Compozy prepended a context replay: the command is what follows the last "User request:".
             text = text.rsplit(REPLAY_REQUEST, 1)[-1]
@@ -742,6 +764,63 @@ class ScriptedAgent:
             field_error("outcome", "Input tag should be 'selected' or 'cancelled'", outcome, "union_tag_invalid")])
 
     # ---- commands --------------------------------------------------------------------------
+
+    async def _mcp_call(self, turn: Turn, tool: str, arguments: Json) -> Any:
+        """One MCP tool call on the session's `compozy-memory` server, as a real agent makes it: the stdio server
+        started from what session/new handed, initialize, initialized, tools/call, then closed."""
+        server = next((s for s in self._mcp.get(turn.session_id, []) if s.get("name") == "compozy-memory"), None)
+        if server is None:
+            raise RequestError.internal_error({"details": "no compozy-memory MCP server was handed"})
+        env = {**os.environ, **{e["name"]: e["value"] for e in server.get("env", [])}}
+        proc = await asyncio.create_subprocess_exec(server["command"], *server.get("args", []), env=env,
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "scripted", "version": "1"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool,
+                                                                                 "arguments": arguments}}]
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
+        await proc.stdin.drain()
+        answers: dict[int, Json] = {}
+        while 2 not in answers:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            if not line:
+                break
+            reply = json.loads(line)
+            answers[reply.get("id")] = reply
+        proc.stdin.close()
+        await proc.wait()
+        result = answers.get(2, {}).get("result") or {}
+        text = (result.get("content") or [{}])[0].get("text", "")
+        return {"isError": result.get("isError"), "result": json.loads(text) if text else None}
+
+    async def _cmd_memwrite(self, turn: Turn) -> str:
+        type_, scope, name = turn.args[0], turn.args[1], turn.args[2]
+        answer = await self._mcp_call(turn, "memory_write", {"type": type_, "scope": scope, "name": name,
+                                                             "description": f"{name} (written by an agent)",
+                                                             "body": " ".join(turn.args[3:])})
+        await self._say(turn, json.dumps(answer))
+        return "end_turn"
+
+    async def _cmd_memsearch(self, turn: Turn) -> str:
+        await self._say(turn, json.dumps(await self._mcp_call(turn, "memory_search", {"query": " ".join(turn.args)})))
+        return "end_turn"
+
+    async def _cmd_memshow(self, turn: Turn) -> str:
+        await self._say(turn, json.dumps(await self._mcp_call(turn, "memory_show", {"slug": turn.args[0]})))
+        return "end_turn"
+
+    async def _cmd_dream(self, turn: Turn) -> str:
+        """A dream's answer: promote every candidate of its material to the workspace scope."""
+        match = DREAM_MATERIAL.search(turn.text)
+        material = json.loads(match.group(1)) if match else {}
+        decisions = [{"action": "promote", "slug": c["slug"], "type": c["type"], "to": "workspace",
+                      "reason": f"recalled in {len(c['recalled_in'])} session(s)"}
+                     for c in material.get("candidates", [])]
+        await self._say(turn, "Consolidated.\n\n```json\n" + json.dumps({"decisions": decisions}) + "\n```\n")
+        return "end_turn"
 
     async def _cmd_echo(self, turn: Turn) -> str:
         # --echo-verbatim: a parrot that repeats the prompt word for word (some agents answer a title request so).
@@ -884,6 +963,48 @@ class ScriptedAgent:
         else:
             await self._say(turn, f"ask {action}")
         return "cancelled" if turn.cancel.is_set() else "end_turn"
+
+    async def _cmd_fswrite(self, turn: Turn) -> str:
+        """`fswrite PATH CONTENT...`: the client's `fs/write_text_file` (no tool call, no permission), as an agent
+        that edits through its client does; says `fswrite ok` or `fswrite error: …`."""
+        parts = turn.text.strip().split(maxsplit=2)
+        if len(parts) < 2:
+            raise RequestError.invalid_params({"details": "usage: fswrite PATH CONTENT..."})
+        abs_path = os.path.normpath(os.path.join(turn.cwd, parts[1]))
+        try:
+            await self.conn.request("fs/write_text_file", {"sessionId": turn.session_id, "path": abs_path,
+                                                           "content": (parts[2] if len(parts) > 2 else "") + "\n"})
+        except Exception as exc:  # noqa: BLE001 - reported as the agent's answer, as real agents do
+            await self._say(turn, f"fswrite error: {error_text(exc)}")
+            return "end_turn"
+        await self._say(turn, "fswrite ok")
+        return "end_turn"
+
+    async def _cmd_disk(self, turn: Turn) -> str:
+        """`disk write PATH CONTENT...`, `disk rm PATH`, `disk bytes PATH N` (N pseudo-random bytes, binary),
+        `disk git ARGS...`: straight on disk in the session's cwd, as Claude Code's own tools edit files; says
+        `disk ok` (or git's output)."""
+        parts = turn.text.strip().split(maxsplit=3)
+        if len(parts) < 3:
+            raise RequestError.invalid_params({"details": "usage: disk write|rm|bytes|git PATH [CONTENT]"})
+        action, target = parts[1].lower(), os.path.normpath(os.path.join(turn.cwd, parts[2]))
+        if action == "write":
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            Path(target).write_text((parts[3] if len(parts) > 3 else "") + "\n")
+        elif action == "rm":
+            os.unlink(target)
+        elif action == "bytes":
+            count = int(parts[3]) if len(parts) > 3 else 64
+            Path(target).write_bytes(bytes((i * 37 + 11) % 256 for i in range(count)) + b"\0")
+        elif action == "git":
+            args = turn.text.strip().split()[2:]
+            done = subprocess.run(["git", *args], cwd=turn.cwd, capture_output=True, text=True, check=False)
+            await self._say(turn, f"disk git {done.returncode}: {done.stdout.strip()} {done.stderr.strip()}")
+            return "end_turn"
+        else:
+            raise RequestError.invalid_params({"details": f"unknown disk action {action}"})
+        await self._say(turn, "disk ok")
+        return "end_turn"
 
     async def _cmd_tool(self, turn: Turn) -> str:
         parts = turn.text.strip().split(maxsplit=3)
@@ -1155,6 +1276,14 @@ class ScriptedAgent:
     async def _cmd_env(self, turn: Turn) -> str:
         name = turn.args[0] if turn.args else ""
         await self._say(turn, os.environ.get(name, "<unset>") if name else "<unset>")
+        return "end_turn"
+
+    async def _cmd_envhash(self, turn: Turn) -> str:
+        """The SHA-256 of a variable's value: proves a secret reached the agent without the reply carrying it."""
+        import hashlib
+
+        value = os.environ.get(turn.args[0]) if turn.args else None
+        await self._say(turn, hashlib.sha256(value.encode()).hexdigest() if value is not None else "<unset>")
         return "end_turn"
 
     async def _cmd_silent(self, turn: Turn) -> str:

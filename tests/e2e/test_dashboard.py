@@ -169,8 +169,10 @@ def test_stop_button_stops_the_session_with_user_canceled(page: Page, daemon: Da
     send_prompt(page, "slow 200 0.1")
     expect(page.locator("#entries .entry-assistant .text").last).to_contain_text("c1")
 
+    page.once("dialog", lambda dialog: dialog.accept())  # a stop asks once
     page.click("#btn-stop")
     expect(page.locator("#s-state")).to_have_text("stopped", timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#s-outcome")).to_have_text("stopped by you")
     expect(page.locator("#s-stop")).to_have_text("user_canceled")
     expect(page.locator("#s-badge")).to_have_text("stopped")
     expect(page.locator("#btn-stop")).to_be_hidden()

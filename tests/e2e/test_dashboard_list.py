@@ -100,11 +100,14 @@ def test_a_clean_stop_is_neutral_and_not_unhealthy(page: Page, daemon: Daemon, w
     page.goto(daemon.base_url + "/")
     clean_row = page.locator(f'tr[data-session-id="{clean["id"]}"]')
     crashed_row = page.locator(f'tr[data-session-id="{crashed}"]')
-    # Both are `dead` (no agent process), as the daemon says; only the failure is shown as one.
-    expect(clean_row.locator(".health-pill")).to_have_text("dead")
-    expect(clean_row.locator(".health-pill")).to_have_class(re.compile(r"\bhealth-dead-clean\b"))
-    expect(crashed_row.locator(".health-pill")).to_have_text("dead")
-    expect(crashed_row.locator(".health-pill")).not_to_have_class(re.compile(r"\bhealth-dead-clean\b"))
+    # Both are `dead` to the wake service (no agent process), which is no alarm: each reads as how it ended, and
+    # only the failure is shown as one (issue 48).
+    expect(clean_row.locator(".outcome")).to_have_text("stopped by you")
+    expect(crashed_row.locator(".outcome")).to_have_text(re.compile(r"^failed: "))
+    expect(crashed_row.locator(".outcome")).to_have_class(re.compile(r"\boutcome-failed\b"))
+    for row in (clean_row, crashed_row):
+        expect(row.locator(".col-health")).to_have_text("not running")
+        expect(row.locator(".col-health")).to_have_attribute("data-health", "dead")
 
     page.check("#f-unhealthy")
     expect(crashed_row).to_be_visible()

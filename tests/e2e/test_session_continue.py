@@ -63,10 +63,10 @@ def test_the_page_resumes_a_stopped_session_and_the_health_pill_follows(page: Pa
     # Stopped by someone else: header and health pill change together, long before their slow polls.
     assert daemon.http.post(daemon.scoped(session["id"], "/stop")).status_code in (200, 202, 204)
     expect(page.locator("#s-state")).to_have_text("stopped", timeout=FOLLOW_MS)
+    # A stop is no alarm: the header reads how it ended, and the wake service's `dead` is not shown (issue 48).
+    expect(page.locator("#s-outcome")).to_have_text("stopped by you", timeout=FOLLOW_MS)
     health = page.locator("#s-health")
-    expect(health).to_have_text("dead", timeout=FOLLOW_MS)
-    # A clean stop (no failure) is not an alarm: `dead` shows neutral.
-    expect(health).to_have_class(re.compile(r"\bhealth-dead-clean\b"))
+    expect(health).to_be_hidden(timeout=FOLLOW_MS)
 
     send = page.locator("#prompt-send")
     expect(send).to_be_enabled()
@@ -113,7 +113,7 @@ def test_cancel_turn_says_what_happened_and_stop_asks_first_when_prompts_are_que
     page.once("dialog", dismiss)
     page.click("#btn-stop")
     expect(page.locator("#btn-stop")).to_be_enabled()
-    assert dialogs and "1 queued prompt" in dialogs[0]
+    assert dialogs and "Stop this session?" in dialogs[0] and "1 queued prompt" in dialogs[0]
     assert daemon.session(session["id"])["state"] == "active"  # dismissed: nothing stopped
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#btn-stop")

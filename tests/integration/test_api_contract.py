@@ -37,7 +37,9 @@ SPAWNING_MAX_EXAMPLES = 100 if DEEP else 10
 MIN_CASES = 5000 if DEEP else 1000
 # The bounded run replays the same cases every time; the deep run draws a new seed (printed on a failure).
 SEED = os.environ.get("COMPOZY_FUZZ_SEED") or ("" if DEEP else "20261130")
-SPAWNING = r"^/api/sessions$|/children$|/reactivate$|^/api/tasks$|/retry$|/heartbeat/wake$"
+# A provider's test and login start its agent too (through npx for a built-in: a download, minutes long).
+SPAWNING = (r"^/api/sessions$|/children$|/reactivate$|^/api/tasks$|/retry$|/heartbeat/wake$|/dreams/trigger$"
+            r"|^/api/providers/[^/]+/(test|login)$")
 # A hard bound for each run on 2 cores, against a hang, not a speed target: at 300 s it killed a healthy deep
 # main run on a slower VM host (2026-11-30).
 RUN_TIMEOUT = 900 if DEEP else 300

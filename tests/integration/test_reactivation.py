@@ -327,9 +327,11 @@ def test_resume_takes_the_lease_and_a_second_holder_is_refused(daemon: Daemon, w
     other = daemon.create(workspace, agent="scripted")["id"]
     assert set(resumable_ids(daemon, workspace)) == {sid, other}
 
-    result = daemon.cli_json("session", "resume", sid)
+    # A named holder: a bare `session resume -o json` holds the lease as its own process, gone once it printed it
+    # (tests/integration/test_resume_holder.py).
+    result = daemon.cli_json("session", "resume", sid, "--holder", "script-1")
     holder = result["attach"]["attached_to"]
-    assert holder.startswith("cli:")
+    assert holder == "script-1"
     assert result["attach"]["session_id"] == sid and result["attach"]["attach_expires_at"]
     assert cli_error_code(daemon.cli("session", "resume", sid, "-o", "json")) == "session_attach_locked"
     taken = daemon.http.post(daemon.scoped(sid, "/attach"), json={"attached_to": "http:someone", "ttl_seconds": 60})
@@ -349,10 +351,11 @@ def test_resume_latest_picks_the_most_recently_active_resumable_session(daemon: 
     daemon.run_turn(older, "first")
     daemon.run_turn(newer, "second")
 
-    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace))
+    # A named holder keeps its lease after the command exits (the default holder is the CLI process itself).
+    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace), "--holder", "script-a")
     assert picked["attach"]["session_id"] == newer
     # The newer one is leased now, so it is no longer resumable; --latest moves on to the other.
-    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace))
+    picked = daemon.cli_json("session", "resume", "--latest", "--workspace", str(workspace), "--holder", "script-a")
     assert picked["attach"]["session_id"] == older
     nothing = daemon.cli("session", "resume", "--latest", "--workspace", str(workspace), "-o", "json")
     assert nothing.returncode != 0 and json.loads(nothing.stderr)["code"] == "no_resumable_session"
@@ -364,8 +367,8 @@ def test_resume_on_a_stopped_session_reactivates_it_first(daemon: Daemon, worksp
     stop(daemon, sid)
     assert resumable_ids(daemon, workspace) == [sid]  # what resume takes: it reactivates it
 
-    result = daemon.cli_json("session", "resume", sid)
-    assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"].startswith("cli:")
+    result = daemon.cli_json("session", "resume", sid, "--holder", "script-b")
+    assert result["attach"]["session_id"] == sid and result["attach"]["attached_to"] == "script-b"
     session = daemon.session(sid)
     assert session["state"] == "active" and session["id"] == sid
     assert resumable_ids(daemon, workspace) == []  # active, but leased

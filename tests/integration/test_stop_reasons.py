@@ -295,6 +295,9 @@ def test_an_agent_that_needs_authentication_shows_waiting_for_auth_and_the_cli_e
     sid = daemon.create(workspace)["id"]
     sent = daemon.cli("session", "prompt", sid, "autherr")
     assert sent.returncode != 0 and "Authentication required" in sent.stderr, (sent.stdout, sent.stderr)
+    # The way out, exactly: the test config's scripted provider names no key variable, so its login is asked for.
+    assert "`compozy provider test scripted`" in sent.stderr and f"`compozy session resume {sid}`" in sent.stderr, \
+        sent.stderr
     session = daemon.session(sid)
     assert session["failure"]["kind"] == "provider_auth_failure" and session["badge"] == "waiting-for-auth"
     assert session["attachable"] is False

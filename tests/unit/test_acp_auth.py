@@ -46,3 +46,15 @@ def test_a_refusal_names_every_method_and_how_to_use_it() -> None:
     assert "login (Login): run `/usr/bin/agent auth login` in a terminal" in text
     assert "oauth (Log in with the browser)" in text
     assert auth.refusal([], "x", "", "") == "the agent needs authentication"
+
+
+def test_a_refusal_for_a_known_provider_names_its_variable_commands_and_session() -> None:
+    text = auth.refusal(auth.offered(ENV_AND_TERMINAL), "/usr/bin/agent", "", "Authentication required",
+                        provider="codex", session_id="sess_0123456789abcdef", key_env="OPENAI_API_KEY")
+    assert "key (API key): `compozy provider set-key codex A_KEY`" in text
+    assert "set OPENAI_API_KEY: `compozy provider set-key codex OPENAI_API_KEY` (reads it from stdin)" in text
+    assert "`compozy provider login codex --method oauth`" in text  # the first method a client can call
+    assert text.endswith("then `compozy session resume sess_0123456789abcdef`")
+    assert "NAME" not in text and " ID`" not in text
+    assert auth.next_step("claude", "", "ANTHROPIC_API_KEY") == (
+        "set ANTHROPIC_API_KEY: `compozy provider set-key claude ANTHROPIC_API_KEY` (reads it from stdin)")

@@ -178,3 +178,24 @@ def test_a_timeout_that_is_not_a_positive_duration_of_at_most_an_hour_is_refused
     message = refused(tmp_path, text)
     assert message.startswith(("http.header_timeout", "session.stop.kill_grace", "session.store.write_deadline",
                                "[session.stop]")), message
+
+
+def test_cluster_tls_files_must_be_readable_and_come_as_a_pair(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("cert")
+    (tmp_path / "key.pem").write_text("key")
+    (tmp_path / "ca.pem").write_text("ca")
+    assert refused(tmp_path, '[cluster]\ntls_cert = "missing.pem"\ntls_key = "key.pem"\n').startswith(
+        "cluster.tls_cert:")
+    assert refused(tmp_path, '[cluster]\ntls_cert = "cert.pem"\n').startswith(
+        "cluster.tls_cert and cluster.tls_key: set both")
+    loaded = load_config(config(tmp_path, '[cluster]\ntls_cert = "cert.pem"\ntls_key = "key.pem"\nca = "ca.pem"\n'))
+    assert loaded.cluster.tls and loaded.cluster.tls_cert == str(tmp_path / "cert.pem")
+    assert loaded.cluster.ca == str(tmp_path / "ca.pem") and loaded.unknown_keys == ()
+    assert not load_config(config(tmp_path, "")).cluster.tls
+
+
+def test_allowed_hosts_are_host_names_without_a_port(tmp_path: Path) -> None:
+    assert refused(tmp_path, '[http]\nallowed_hosts = ["compozy:2123"]\n').startswith("http.allowed_hosts:")
+    assert refused(tmp_path, '[http]\nallowed_hosts = "compozy"\n').startswith("http.allowed_hosts:")
+    loaded = load_config(config(tmp_path, '[http]\nallowed_hosts = ["Compozy.example.com", "[fd00::1]"]\n'))
+    assert loaded.http_allowed_hosts == ("compozy.example.com", "[fd00::1]")

@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "attention", "frontend")
+PACKAGES = ("compozy", "compozy_base", "compozy_site", "sessions", "health", "tasks", "attention", "frontend", "memory",
+            "dreams", "coordination")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -70,6 +71,9 @@ def test_the_tree_keeps_its_layer_contract(tree: Path) -> None:
      "sessions.runtime is not allowed to import sessions.repair"),
     # a shipped package leaning on the test suite, as frontend/screenshots.py once did
     ("frontend/planted.py", "from tests.conftest import ROOT\n", "frontend is not allowed to import tests"),
+    # memory, below the sessions app, reaching up into it; dreams (which make sessions) and tasks, side by side
+    ("memory/planted.py", "from sessions.core import enums\n", "memory is not allowed to import sessions"),
+    ("dreams/planted.py", "from tasks import services\n", "dreams is not allowed to import tasks"),
     # the runtime reaching into one module of the write path instead of its package
     ("sessions/runtime/planted.py", "from sessions.store.writer.shared import for_loop\n",
      "sessions.runtime is not allowed to import sessions.store.writer.shared"),

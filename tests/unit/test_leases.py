@@ -194,3 +194,15 @@ def test_a_take_that_completes_while_a_renewal_reads_is_not_undone_by_that_renew
     SessionLease.objects.filter(session_id=sid).delete()
     assert cluster.renew([sid], A) == {sid}
     assert not cluster.lease_confirmed(sid)
+
+
+def test_leases_on_sqlite_run_on_the_machines_real_clock_not_the_skewed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test hook skews the node's own clock (what it stamps); the database's clock is the machine's (SQLite) or
+    # PostgreSQL's now(): a node a minute fast takes, renews and judges leases as the others do.
+    from sessions.store import timestamps
+
+    monkeypatch.setattr(timestamps, "CLOCK_OFFSET", 60.0)
+    monkeypatch.setattr(timestamps, "_OFFSET_NS", 60 * 10**9)
+    skewed = folder.utcnow()
+    database = cluster.db_now()
+    assert 59 < (skewed - database).total_seconds() < 61

@@ -38,3 +38,29 @@ def test_stdio_and_remote_servers_take_acps_shape_and_keep_their_secrets_out_of_
 def test_a_server_it_cannot_use_is_a_config_error_naming_the_key(raw: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         mcp_servers.parse(raw, KEY)
+
+
+def test_a_central_server_is_for_the_agents_and_workspaces_it_names_its_secrets_from_the_environment() -> None:
+    [tracker, files] = mcp_servers.parse_central([
+        {"name": "tracker", "type": "http", "url": "https://t/mcp", "headers_from": {"Authorization": "TRACKER"},
+         "agents": ["reviewer"], "workspaces": ["/srv/app/"]},
+        {"name": "files", "command": "/bin/mcp", "env_from": {"TOKEN": "FILES"}}],
+        {"TRACKER": "Bearer t-secret", "FILES": "f-secret"})
+    assert tracker.applies("reviewer", "/srv/app") and not tracker.applies("coder", "/srv/app")
+    assert not tracker.applies("reviewer", "/srv/other")
+    assert files.applies("anyone", "/anywhere")
+    assert tracker.server.headers == {"Authorization": "Bearer t-secret"} and files.server.secrets() == ["f-secret"]
+    described = mcp_servers.describe(tracker.server)
+    assert described["headers"] == ["Authorization"] and "t-secret" not in repr(described)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ([{"name": "x", "command": "/a", "env_from": {"T": "MISSING"}}], r"env_from: the daemon's environment has no"),
+    ([{"name": "x", "command": "/a", "agents": "reviewer"}], r"\.agents: expected a list of names"),
+    ([{"name": "x", "command": "/a", "workspaces": ["relative"]}], r"\.workspaces: workspaces are named by"),
+    ([{"name": "x", "command": "/a", "headers_from": {"A": "SET"}}], r"only an http or sse server takes headers"),
+    ([{"name": "x", "command": "/a", "agent": ["typo"]}], r"mcp.servers\[0\]: unknown key\(s\) agent"),
+])
+def test_a_central_server_it_cannot_use_is_a_config_error_naming_the_key(raw: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        mcp_servers.parse_central(raw, {"SET": "v"})

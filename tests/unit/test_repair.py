@@ -401,7 +401,7 @@ def test_boot_repair_terminalizes_crashed_and_stale_sessions_and_leaves_the_rest
     result = boot_repair.boot_repair_all()
 
     assert result == {"scanned": 5, "repaired": 1, "transcripts_checked": 4, "transcripts_repaired": 3,
-                      "invalid": 0, "failed": 0}
+                      "invalid": 0, "failed": 0, "git_ops_repaired": 0}
     for sid in (crashed, errored, stale):
         assert [r["type"] for r in all_events(sid)[-3:]] == ["tool_result", "tool_result", "error"]
         assert folder.read_meta(sid)[boot_repair.TRANSCRIPT_MARK]["outcome"] == "repaired"
@@ -411,7 +411,8 @@ def test_boot_repair_terminalizes_crashed_and_stale_sessions_and_leaves_the_rest
     assert {sid: store_bytes(sid) for sid in untouched} == untouched
     # A second boot opens no store: every crashed session's verdict is recorded for its run.
     assert boot_repair.boot_repair_all() == {"scanned": 5, "repaired": 0, "transcripts_checked": 0,
-                                        "transcripts_repaired": 0, "invalid": 0, "failed": 0}
+                                        "transcripts_repaired": 0, "invalid": 0, "failed": 0,
+                                        "git_ops_repaired": 0}
 
 
 def test_one_invalid_meta_json_does_not_stop_the_boot_repair_of_the_others(home: Path) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 from sessions.core.failures import StoreFailure, classify
 from sessions.core.jsonobj import EventContent
 from sessions.core.redact_stream import PrivateKeyCarry, secret_tail
+from sessions.store import replica, shipper
 from sessions.store.clean import scrub
 from sessions.store.events import EventLog, row_to_event
 from sessions.store.ops import (
@@ -122,6 +124,8 @@ class Recorder:
         self._hold_timer: asyncio.TimerHandle | None = None
         self._key_carry = PrivateKeyCarry()  # the writer thread's: private-key blocks that span rows
         self.may_write: Callable[[], bool] | None = None  # a cluster's lease check, read on the writer thread
+        self.replica: replica.Link | None = None  # a cluster's durable copy of each batch (store/replica.py)
+        self._shipping = 0  # batches with the replica, not yet published
 
     @property
     def name(self) -> str:
@@ -311,15 +315,44 @@ class Recorder:
             self._pending = batch + self._pending  # kept: never silently dropped
             self._fail(failure)
             return
-        self._committed += sum(map(op_weight, batch))
+        weight = sum(map(op_weight, batch))
+        if self.replica is not None:
+            # A cluster's durable copy (store/replica.py): the batch is published (the feed, the doorbell, flush's
+            # waiters) once the database has it, or holds it through an outage. Meanwhile the next batch commits.
+            self._shipping += 1
+            self.replica.ship(rows, functools.partial(self._shipped, weight, stored, rows))
+        else:
+            self._publish(weight, stored, rows)
+        if self._pending and not self._scheduled:
+            self._hand_off()  # what was recorded while this batch was in flight is the next batch
+
+    def _shipped(self, weight: int, stored: list[StoredEvent], rows: list[tuple[Any, ...]],
+                 outcome: shipper.Outcome) -> None:
+        """On the replica's thread: what the database did with the batch, back to the loop in order."""
+        loop = self._loop
+        assert loop is not None
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
+            loop.call_soon_threadsafe(self._after_ship, weight, stored, rows, outcome)
+
+    def _after_ship(self, weight: int, stored: list[StoredEvent], rows: list[tuple[Any, ...]],
+                    outcome: shipper.Outcome) -> None:
+        self._shipping -= 1
+        if outcome is shipper.Outcome.OVERFLOW and self.failure is None:
+            self._fail(StoreFailure("replica_backlog_full", f"more than {shipper.HELD_LIMIT} events held while the "
+                                    "cluster's database did not answer"))
+        self._publish(weight, stored, rows)
+
+    def _publish(self, weight: int, stored: list[StoredEvent], rows: list[tuple[Any, ...]]) -> None:
+        """On the loop: the batch is acknowledged: its rows go to the live feed and the doorbell."""
+        self._committed += weight
+        if self.replica is not None:
+            self.replica.published(rows)
         if stored:
             try:
                 self.on_commit(stored, rows)
             except Exception:
                 logger.exception("commit callback failed for %s", self.name)
         self._wake_waiters()
-        if self._pending and not self._scheduled:
-            self._hand_off()  # what was recorded while this batch was in flight is the next batch
 
     def _writer_exited(self) -> None:
         if self._thread_done is not None and not self._thread_done.done():
@@ -453,6 +486,13 @@ class Recorder:
             logger.warning("store %s: %d event(s) refused after it %s", self.name, self.refused,
                            "failed" if self.failure else "closed")
         self.closed = True
+        if self.replica is not None:
+            # What an outage held back reaches the database before the lease goes with the stop (bounded).
+            link, self.replica = self.replica, None
+            if not await asyncio.to_thread(link.settle):
+                logger.error("store %s: closed with events the cluster's database does not have yet; they stay in "
+                             "events.db and are sent when this session is written again", self.name)
+            link.close()
         if self._loop is not None:
             # Held open by the shared writer (its thread, its process or both): closed there, after any batch of
             # ours it still has.

@@ -9,7 +9,7 @@ import { CLIP_CHARS, clip, visible } from "./long-text.js";
 
 const CATALOG_RETRY_MS = 3000;
 const KIND_BADGE = { permission: "running", elicitation: "running", auth: "waiting-for-auth", failed: "failed",
-  task: "hung", budget: "unhealthy" };
+  task: "hung", budget: "unhealthy", quiet: "hung" };
 
 const body = document.getElementById("attention-body");
 const empty = document.getElementById("attention-empty");

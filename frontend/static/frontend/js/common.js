@@ -178,6 +178,8 @@ export function shortPath(path) {
 // ---- the daemon status in the header -------------------------------------------------------
 
 const STATUS_POLL_MS = 10_000;
+// Doctor runs every check (the disk, the queue, the catalog): a slower pace than the status line's.
+const DOCTOR_POLL_MS = 30_000;
 
 // Who this page is signed in as (issue 49): the owner, or a person with their own token and its scopes.
 let whoamiPromise = null;
@@ -248,7 +250,13 @@ export function startDaemonStatus({ doctor = true } = {}) {
 
   refresh();
   setInterval(refresh, STATUS_POLL_MS);
-  if (doctor) startDoctorSummary();
+  // The active count follows the catalog at once on pages that hold its stream (a start, a stop), not a poll later.
+  document.addEventListener("compozy:catalog", debounce(refresh, 300));
+  if (doctor) {
+    // The chip says what doctor finds now: read again now and then, not once per page load.
+    startDoctorSummary();
+    setInterval(startDoctorSummary, DOCTOR_POLL_MS);
+  }
   startAttentionCount();
   state.refresh = refresh;
   return state;

@@ -90,6 +90,15 @@ function syncUrl() {
 
 // ---- rendering ----------------------------------------------------------------------------------
 
+// A worktree session's branch and how many files it changed (as of its last checkpoint).
+function worktreeNote(s) {
+  const wt = s.worktree;
+  if (!wt) return null;
+  const files = typeof wt.changed_files === "number"
+    ? ` · ${wt.changed_files} file${wt.changed_files === 1 ? "" : "s"} changed` : "";
+  return el("span", { class: "muted small branch", title: wt.path || "" }, `⎇ ${wt.branch}${files}`);
+}
+
 function row(s) {
   const lastActivity = s.last_activity_at || s.updated_at;
   const failure = s.failure || null;
@@ -101,16 +110,21 @@ function row(s) {
       // A running badge alone hides that the agent is blocked on a person.
       waiting ? el("span", { class: "chip chip-approval", title: `${waiting} permission request${waiting > 1 ? "s" : ""} waiting for a decision` },
         waiting > 1 ? `needs approval · ${waiting}` : "needs approval") : null,
-      el("span", { class: `state-text state-${s.state}` }, s.state)),
+      el("span", { class: `state-text state-${s.state}` }, s.state),
+      // How a stopped session ended, and a running turn that has gone quiet (sessions/core/display.py).
+      s.state === "stopped" && s.outcome
+        ? el("span", { class: `outcome outcome-${s.outcome.tone}`, title: s.stop_detail || "" }, s.outcome.label) : null,
+      s.quiet ? el("span", { class: "quiet-notice", title: "The agent has said nothing for this long" }, s.quiet.text)
+        : null),
     el("td", { class: "col-session" },
       el("a", { href, class: "session-link" }, s.name || "Unnamed session"),
-      el("code", { class: "session-id" }, s.id)),
+      el("code", { class: "session-id" }, s.id),
+      previewLine(s.preview)),
     el("td", { class: "col-agent" }, el("span", {}, s.agent_name),
       el("span", { class: "muted small" }, [s.provider, s.model].filter(Boolean).join(" · "))),
     el("td", { class: "col-workspace", title: s.workspace_path || s.workspace_id },
       el("span", {}, shortPath(s.workspace_path) || s.workspace_id),
-      el("span", { class: "muted small path" }, s.workspace_path || "")),
-    el("td", { class: "col-activity", title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
+XX, title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
       relTime(lastActivity)),
     costCell(s.usage),
     el("td", { class: "col-stop" }, s.stop_reason
@@ -130,6 +144,13 @@ function row(s) {
   return tr;
 }
 
+// The session's last message, or the tool its turn runs now: one line, as text (agent output never runs here).
+function previewLine(preview) {
+  if (!preview || !preview.text) return null;
+  return el("span", { class: `preview preview-${preview.kind}`, title: preview.text },
+    preview.kind === "tool" ? `running: ${preview.text}` : preview.text);
+}
+
 // What the agent reports the session has cost; the context it has used in the tooltip.
 function costCell(usage) {
   const cost = formatCost(usage && usage.cost);
@@ -143,6 +164,13 @@ function costCell(usage) {
 function healthCell(s) {
   const h = s.health;
   if (!h) return el("td", { class: "col-health" }, el("span", { class: "muted" }, "–"));
+  // A stopped session has no agent process: `dead` is the wake service's word for it, no alarm. Its outcome is in
+  // the status cell; only a failure is shown as one (there).
+  if (s.state === "stopped") {
+    return el("td", { class: "col-health", dataset: { health: h.health, clean: cleanlyStopped(s) ? "true" : "" } },
+      el("span", { class: "muted small", title: `health ${h.health}: no agent process runs; wake: ${h.ineligibility_reason || "–"}` },
+        "not running"));
+  }
   const wake = h.eligible_for_wake ? "wake ok" : h.ineligibility_reason || "no wake";
   const clean = h.health === "dead" && cleanlyStopped(s);
   return el("td", { class: "col-health", dataset: { health: h.health, clean: clean ? "true" : "" } },
@@ -339,6 +367,7 @@ form.addEventListener("submit", async (event) => {
   const payload = { agent_name: form.agent_name.value, workspace_path: workspacePath };
   if (form.name.value.trim()) payload.name = form.name.value.trim();
   if (form.prompt.value.trim()) payload.prompt = form.prompt.value.trim();
+  if (form.isolation.checked) payload.isolation = "worktree";
   submit.disabled = true;
   submit.textContent = "Starting…";
   try {

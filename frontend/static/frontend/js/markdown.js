@@ -5,8 +5,42 @@
 // 2. DOMPurify over markdown-it's output, with the same scheme rule and only the tags Markdown produces.
 // 3. The page's Content-Security-Policy (frontend/views.py): no inline script, no foreign origin, Trusted Types.
 // DOMPurify returns a fragment (RETURN_DOM_FRAGMENT): no HTML string is ever assigned to the DOM here.
+// Code blocks are highlighted by highlight.js (vendored, pinned: vendor/README.md) inside markdown-it, so its
+// `<span class="hljs-…">` markup goes through the same DOMPurify pass; each block gets a copy button after it.
+import hljs from "../vendor/highlight/core.min.js";
+import bash from "../vendor/highlight/languages/bash.min.js";
+import css from "../vendor/highlight/languages/css.min.js";
+import diff from "../vendor/highlight/languages/diff.min.js";
+import go from "../vendor/highlight/languages/go.min.js";
+import javascript from "../vendor/highlight/languages/javascript.min.js";
+import json from "../vendor/highlight/languages/json.min.js";
+import python from "../vendor/highlight/languages/python.min.js";
+import rust from "../vendor/highlight/languages/rust.min.js";
+import shell from "../vendor/highlight/languages/shell.min.js";
+import sql from "../vendor/highlight/languages/sql.min.js";
+import typescript from "../vendor/highlight/languages/typescript.min.js";
+import xml from "../vendor/highlight/languages/xml.min.js";
+import yaml from "../vendor/highlight/languages/yaml.min.js";
 import markdownit from "../vendor/markdown-it.min.mjs";
 import DOMPurify from "../vendor/purify.es.mjs";
+
+for (const [name, grammar] of Object.entries({ bash, css, diff, go, javascript, json, python, rust, shell, sql,
+  typescript, xml, yaml })) hljs.registerLanguage(name, grammar);
+// A block longer than this is shown plain: highlighting is a nicety, never a frozen tab.
+const HIGHLIGHT_MAX_CHARS = 100_000;
+
+// Highlighted HTML for a named language highlight.js knows, else the escaped text; never a guess (a guess costs
+// every grammar's run and colours prose as code).
+function highlighted(code, lang) {
+  if (lang && code.length <= HIGHLIGHT_MAX_CHARS && hljs.getLanguage(lang)) {
+    try {
+      return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+    } catch {
+      // a grammar that throws leaves the block plain
+    }
+  }
+  return md.utils.escapeHtml(code);
+}
 
 const SAFE_URL = /^(?:https?:|mailto:)/i;
 const ALLOWED_TAGS = ["a", "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "blockquote",
@@ -23,7 +57,7 @@ md.validateLink = (url) => SAFE_URL.test(url.trim());
 md.renderer.rules.fence = (tokens, idx, options, env, self) => {
   const token = tokens[idx];
   const lang = (token.info || "").trim().split(/\s+/)[0] || "";
-  const escaped = md.utils.escapeHtml(token.content);
+  const escaped = highlighted(token.content, lang.toLowerCase());
   const label = lang ? `<div class="code-lang">${md.utils.escapeHtml(lang)}</div>` : "";
   const cls = lang ? ` class="language-${md.utils.escapeHtml(lang.replace(/[^\w+-]/g, ""))}"` : "";
   return `<div class="code-block"${lang ? ` data-lang="${md.utils.escapeHtml(lang)}"` : ""}>${label}<pre><code${cls}>${escaped}</code></pre></div>\n`;
@@ -46,7 +80,30 @@ const PURIFY_CONFIG = {
   RETURN_DOM_FRAGMENT: true,
 };
 
-// A DocumentFragment of `text` rendered as Markdown, sanitised.
+// A DocumentFragment of `text` rendered as Markdown, sanitised; each code block with a copy button.
 export function renderMarkdown(text) {
-  return purifier.sanitize(md.render(String(text || "")), PURIFY_CONFIG);
+  const fragment = purifier.sanitize(md.render(String(text || "")), PURIFY_CONFIG);
+  for (const block of fragment.querySelectorAll(".code-block")) addCopyButton(block);
+  return fragment;
+}
+
+// The button copies the block's text (textContent: what the agent wrote, without the highlighting's markup).
+function addCopyButton(block) {
+  const code = block.querySelector("code");
+  if (!code) return;
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "code-copy";
+  button.textContent = "Copy";
+  button.title = "Copy this code";
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(code.textContent || "");
+      button.textContent = "Copied";
+    } catch {
+      button.textContent = "Copy failed";
+    }
+    setTimeout(() => { button.textContent = "Copy"; }, 1500);
+  });
+  block.prepend(button);
 }

@@ -26,10 +26,16 @@ export function setupModes() {
   modeSelect.value = (data.busy_input && data.busy_input.default_mode) || "queue";
 }
 
+// Enter sends and Shift+Enter starts a new line, as in the chat tools people know; Ctrl/Cmd+Enter still sends.
+// Not while an input method composes a word (Enter picks the word), nor while the slash menu is open (Enter picks
+// the command: session-commands.js).
 export function setupComposer() {
   composer.addEventListener("submit", sendPrompt);
   input.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) composer.requestSubmit();
+    if (event.key !== "Enter" || event.isComposing || event.shiftKey || event.altKey) return;
+    if (!$("slash-menu").hidden && !(event.ctrlKey || event.metaKey)) return;
+    event.preventDefault();
+    composer.requestSubmit();
   });
 }
 
@@ -149,6 +155,20 @@ export function renderQueue() {
   }
   $("queue-count").textContent = String(entries.length);
   $("queue-empty").hidden = entries.length > 0;
+  const drop = dropText();
+  $("btn-interrupt").title = "Cancel the running turn and keep its text for one steer"
+    + (drop ? `; drops ${drop}` : "; nothing queued is dropped");
+  $("btn-interrupt").dataset.drops = drop;
+}
+
+// What an interrupt drops (it fences off older input): "2 queued prompts and 1 staged steer", "" for nothing.
+export function dropText() {
+  const entries = [...queue.values()];
+  const steers = entries.filter((e) => e.mode === "steer").length;
+  const queued = entries.length - steers;
+  const plural = (n, word) => `${n} ${word}${n > 1 ? "s" : ""}`;
+  return [queued && plural(queued, "queued prompt"), steers && plural(steers, "staged steer")]
+    .filter(Boolean).join(" and ");
 }
 
 async function cancelQueued(id, button) {
@@ -201,9 +221,10 @@ async function action(button, busyText, fn) {
 
 export function setupActions() {
   $("btn-stop").addEventListener("click", (event) => {
-    // Queued prompts are the user's own unsent work: make them say so before a stop strands it.
+    // A stop ends the agent's process: asked once, and queued prompts (the user's own unsent work) are named.
     const queued = queue.size;
-    if (queued && !window.confirm(`${queued} queued prompt${queued > 1 ? "s" : ""} will not run while the session is stopped. Stop the session?`)) return;
+    const stranded = queued ? ` ${queued} queued prompt${queued > 1 ? "s" : ""} will not run while it is stopped.` : "";
+    if (!window.confirm(`Stop this session? The agent's process ends; a prompt resumes it later.${stranded}`)) return;
     stopSession(event.currentTarget);
   });
   $("btn-cancel-turn").addEventListener("click", (event) => action(event.currentTarget, "Canceling…", async () => {
@@ -212,10 +233,19 @@ export function setupActions() {
     setComposerStatus(canceled ? `Turn canceled.${queue.size ? " The next queued prompt runs now." : ""}`
       : "No turn was running.", "ok", true);
   }));
-  $("btn-interrupt").addEventListener("click", (event) => action(event.currentTarget, "Interrupting…", async () => {
-    await api("POST", `${scoped}/interrupt`, {});
-    setComposerStatus("Interrupted. A steer now resends the interrupted prompt with your correction.", "ok", true);
-  }));
+  $("btn-interrupt").addEventListener("click", (event) => {
+    // An interrupt drops what waits (queued prompts, a staged steer): say which, and ask first when there is any.
+    const drop = dropText();
+    if (drop && !window.confirm(`Interrupt the running turn? This drops ${drop}; they will not run.`)) return;
+    action(event.currentTarget, "Interrupting…", async () => {
+      const { data: body } = await api("POST", `${scoped}/interrupt`, {});
+      const dropped = (body && body.prompt && body.prompt.canceled_queued_entries) || [];
+      for (const id of dropped) queue.delete(id);
+      renderQueue();
+      setComposerStatus(`Interrupted${dropped.length ? `; dropped ${dropped.length} waiting prompt${dropped.length > 1 ? "s" : ""} (shown in the transcript)` : ""}. `
+        + "A steer now resends the interrupted prompt with your correction.", "ok", true);
+    });
+  });
 }
 
 function stopSession(button) {

@@ -16,6 +16,7 @@ import { refreshElicitationsSoon, renderElicitations, shownElicitations } from "
 import { renderPermissions } from "./session-permissions.js";
 import { $, pollSession, session } from "./session-record.js";
 import { resumeIfReactivated, view } from "./session-stream.js";
+import { renderWorking } from "./session-working.js";
 
 let lastState = session.state;
 // The state of the last record the daemon sent: a provisional one (the stream's closing frame) changes what the
@@ -32,6 +33,13 @@ export function renderHead() {
   const state = $("s-state");
   state.className = `state state-${s.state}`;
   state.textContent = s.state;
+  // A stopped session reads as how it ended (completed, stopped by you, failed: KIND), never as `dead`.
+  const outcome = s.state === "stopped" && s.outcome ? s.outcome : null;
+  const pill = $("s-outcome");
+  pill.hidden = !outcome;
+  pill.className = `outcome outcome-${outcome ? outcome.tone : "none"}`;
+  pill.textContent = outcome ? outcome.label : "";
+  pill.title = outcome && s.stop_detail ? s.stop_detail : "";
   $("s-agent").textContent = s.agent_name;
   // The model the agent reports it runs; the configured one when it reports none.
   const running = (s.agent_model && s.agent_model.id) || s.model;
@@ -57,6 +65,7 @@ export function renderHead() {
 
   renderAgentFacts(s);
   renderCommands();
+  renderWorking();
 
   const live = s.state === "starting" || s.state === "active";
   const prompting = s.prompt_state === "prompting";

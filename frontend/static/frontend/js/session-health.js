@@ -26,7 +26,9 @@ async function load() {
   pill.title = `health ${h.health}, state ${h.state}; ${h.eligible_for_wake ? "wake ok" : h.ineligibility_reason}`
     + (h.health === "dead" && cleanlyStopped(session) ? "\nstopped without a failure: no agent process runs" : "");
   pill.dataset.health = h.health;
-  pill.hidden = false;
+  // `dead` is the wake service's word for a stopped session (no agent process): no alarm to a person, whose header
+  // shows the session's outcome instead. The Wake panel below keeps the value.
+  pill.hidden = session.state === "stopped";
   const wake = data.wake_state || {};
   const last = data.last_wake_event;
   const dl = clear(document.getElementById("d-wake"));

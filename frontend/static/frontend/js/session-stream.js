@@ -16,6 +16,7 @@ import { applyQueueMarker, refreshQueueSoon, renderQueue } from "./session-compo
 import { refreshElicitationsSoon } from "./session-elicitations.js";
 import { decidePermission, refreshPermissionsSoon } from "./session-permissions.js";
 import { $, applyStopped, data, refreshSessionSoon, scoped, session } from "./session-record.js";
+import { sawOutput } from "./session-working.js";
 
 // The first snapshot holds this many entries; older ones load a page of OLDER_PAGE at a time.
 const SNAPSHOT_ENTRIES = (data.transcript && data.transcript.limit) || 100;
@@ -145,6 +146,7 @@ function afterDelta(entries, before) {
   let permissionsChanged = false;
   for (const entry of entries) {
     const m = entry.message;
+    if (m.role === "assistant" && entry.sequence > before) sawOutput(runningTool(m.parts || []));
     if (entry.start_sequence > before && m.role === "user") refresh = true;
     if (m.role === "assistant" && (m.metadata || {}).stop_reason && entry.sequence > before) refresh = true;
     for (const part of m.parts || []) {
@@ -162,6 +164,17 @@ function afterDelta(entries, before) {
     refreshQueueSoon();
   }
   if (permissionsChanged) refreshPermissionsSoon();
+}
+
+// The tool call an assistant message runs now: its last tool part's title while it has no result, null once it
+// has one; undefined when the message has no tool call (the header keeps what it showed).
+function runningTool(parts) {
+  const tools = parts.filter((p) => p.type === "dynamic-tool");
+  if (!tools.length) return undefined;
+  const last = tools[tools.length - 1];
+  // Cut: a title can be a pasted megabyte, and this line is rewritten every second.
+  return ["output-available", "output-error"].includes(last.state) ? null
+    : String(last.title || last.toolName || "a tool").slice(0, 200);
 }
 
 // ---- the stream ------------------------------------------------------------------------------------

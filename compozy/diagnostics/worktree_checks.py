@@ -1,0 +1,53 @@
+"""`compozy doctor`'s rows for worktree sessions (docs/reference/worktrees.md): git itself, and the disk the worktrees
+take against `[worktrees] max_disk` (peers' worktrees ate 26 GB in two days unseen)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compozy.diagnostics.items import item
+from compozy_base.config.loader import get_config
+from sessions.services.worktrees import disk_used
+from sessions.worktree import git
+
+# `git merge-tree --write-tree` (merging without a checkout) arrived in git 2.38.
+MIN_GIT = (2, 38)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def check_git() -> dict[str, Any]:
+    """Worktree isolation needs git on the daemon's PATH, 2.38 or newer for merges."""
+    version = git.git_version()
+    if version is None:
+        return item("git", "worktrees", "warn", "git missing",
+                    "git is not on the daemon's PATH: worktree sessions are refused (git_unavailable)",
+                    "apt-get install git")
+    if _version(version) < MIN_GIT:
+        return item("git", "worktrees", "warn", f"git {version} is old",
+                    f"worktree sessions work, but `session merge` needs git {MIN_GIT[0]}.{MIN_GIT[1]} or newer",
+                    evidence={"version": version})
+    return item("git", "worktrees", "ok", "git", f"git {version}", evidence={"version": version})
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024 ** 3:.1f} GiB" if n >= 1024 ** 3 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def check_worktree_disk() -> dict[str, Any]:
+    """The worktrees' disk use; a warning past `[worktrees] max_disk`."""
+    limit = get_config().worktrees_max_disk
+    used = disk_used()
+    evidence = {"size_bytes": used, "max_disk": limit}
+    if limit and used > limit:
+        return item("worktrees_disk", "worktrees", "warn", "Worktrees over max_disk",
+                    f"the worktrees take {_size(used)}, past [worktrees] max_disk ({_size(limit)}): merge or remove "
+                    "finished sessions", "compozy worktree list", evidence=evidence)
+    bound = f" of {_size(limit)}" if limit else " (no [worktrees] max_disk)"
+    return item("worktrees_disk", "worktrees", "ok", "Worktrees disk", f"{_size(used)}{bound}", evidence=evidence)

@@ -1,0 +1,73 @@
+"""The Providers page in Chromium against the real daemon: each provider's state, and a key set from the page that
+reaches the next agent's environment without ever coming back to the page (issue 48)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.conftest import SCRIPTED, Daemon, of_type, start_daemon, toml_list
+
+KEY = "sk-test-compozy-page-key-0123456789abcdef"
+VARIABLE = "SCRIPTED_SECRET_KEY"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    extra = ('[providers.gone]\ncommand = ["no-such-agent-acp-binary"]\n\n[providers.authy]\n'
+             f'command = {toml_list([sys.executable, str(SCRIPTED), "--require-auth"])}\n'
+             'env = { SCRIPTED_API_KEY = "scripted-login-key-0123456789" }\n')
+    d = start_daemon(tmp_path_factory.mktemp("providers-page-home"), extra_config=extra)
+    yield d
+    d.stop()
+
+
+def test_the_page_shows_each_providers_state_and_sets_a_key_that_reaches_the_agent(
+        page: Page, daemon: Daemon, workspace: Path) -> None:
+    page.goto(daemon.base_url + "/providers")
+    gone = page.locator("#providers-body tr[data-provider='gone']")
+    expect(gone).to_have_attribute("data-found", "missing")
+    expect(gone.locator(".provider-hint")).to_contain_text("'no-such-agent-acp-binary' is not on PATH")
+    claude = page.locator("#providers-body tr[data-provider='claude']")
+    expect(claude).to_contain_text("ANTHROPIC_API_KEY")
+    if shutil.which("npx") and not shutil.which("claude-agent-acp"):
+        expect(claude).to_have_attribute("data-found", "npx")
+
+    form = page.locator("form.provider-key[data-provider='scripted']")
+    form.locator("input[name='variable']").fill(VARIABLE)
+    form.locator("input[name='value']").fill(KEY)
+    form.get_by_role("button", name="Save").click()
+    expect(page.locator("#providers-note")).to_contain_text(f"scripted: {VARIABLE} set; providers reloaded")
+    expect(page.locator("form.provider-key[data-provider='scripted'] input[name='value']")).to_have_value("")
+    assert KEY not in page.content()
+    secrets = daemon.home / "secrets.toml"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and KEY in secrets.read_text()
+
+    sid = daemon.create(workspace)["id"]
+    said = "".join(e["content"].get("text", "") for e in of_type(daemon.run_turn(sid, f"envhash {VARIABLE}"),
+                                                                   "agent_message"))
+    assert said == hashlib.sha256(KEY.encode()).hexdigest()
+
+    page.locator("form.provider-key[data-provider='scripted']").get_by_role("button", name="Test").click()
+    expect(page.locator("#providers-note")).to_contain_text("scripted: scripted-agent 1.0 answered")
+    page.locator("form.provider-key[data-provider='gone']").get_by_role("button", name="Test").click()
+    expect(page.locator("#providers-error")).to_contain_text("'no-such-agent-acp-binary' is not on PATH")
+    assert KEY not in page.content()
+
+
+def test_the_page_offers_the_login_methods_the_agent_lists(page: Page, daemon: Daemon) -> None:
+    page.goto(daemon.base_url + "/providers")
+    page.locator("form.provider-key[data-provider='authy']").get_by_role("button", name="Test").click()
+    expect(page.locator("#providers-note")).to_contain_text("login methods")
+    expect(page.locator("#providers-login")).to_contain_text("login (Log in): run `")  # a terminal method: named
+    page.locator("#providers-login button[data-method='env-key']").click()
+    expect(page.locator("#providers-note")).to_contain_text("authy: logged in with env-key")
+    page.locator("#providers-login button[data-method='api-key']").click()
+    expect(page.locator("#providers-note")).to_contain_text("authy: logged in with api-key")

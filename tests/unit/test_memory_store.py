@@ -1,0 +1,98 @@
+"""memory/ without a daemon: the entry format, the write path and its recovery, shadowing, the index's query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory import dreams, health, index, journal, service, store
+from memory.entry import BadFrontmatter, Entry, MemoryType, Scope, parse, render, slugify
+from memory.errors import InvalidMemory
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COMPOZY_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_an_entry_renders_and_parses_back() -> None:
+    entry = Entry("Deploy: the steps", "how we ship", MemoryType.PROJECT, Scope.AGENT, "Run make deploy.\n",
+                  provenance="session:sess_1", agent="coder")
+    assert parse(render(entry)) == entry
+    assert entry.slug == "deploy-the-steps" and slugify("  !!  ") == "entry"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("no frontmatter\n", "no frontmatter"),
+    ("---\nname: x\n", "not closed"),
+    ("---\nname: [oops\n---\n", "not YAML"),
+    ("---\nname: x\ntype: diary\nscope: global\n---\n", "diary"),
+    ("---\nname: x\ntype: user\nscope: workspace\nagent: a\n---\n", "only an agent-scoped entry"),
+])
+def test_bad_frontmatter_says_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(BadFrontmatter, match=says):
+        parse(text)
+
+
+def test_a_write_is_journalled_applied_and_the_same_name_twice_is_one_entry(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    first = service.write(scope="workspace", type_="user", name="Tabs", description="d", body="one", workspace=ws)
+    again = service.write(scope="workspace", type_="user", name="Tabs", description="d", body="two", workspace=ws)
+    assert first["created"] and not again["created"] and first["path"] == again["path"]
+    assert journal.pending() == []
+    assert [e["slug"] for e in service.listing(workspace=ws)] == ["tabs"]
+    assert "[Tabs](user/tabs.md)" in (ws / ".compozy" / "memory" / "MEMORY.md").read_text()
+    with pytest.raises(InvalidMemory):
+        service.write(scope="workspace", type_="user", name="x\ny", description="", body="", workspace=ws)
+
+
+def test_a_pending_change_is_finished_by_recover_once(home: Path) -> None:
+    entry = Entry("Survives", "", MemoryType.USER, Scope.GLOBAL, "body\n")
+    path = store.file_path(store.Where(Scope.GLOBAL), entry.type, entry.slug)
+    journal.begin(journal.Change(op="write", path=str(path), scope="global", type="user", slug="survives",
+                                 workspace="", agent="", content=render(entry), before=None, actor="user"))
+    assert not path.exists() and len(journal.pending()) == 1
+    assert store.recover() == 1 and store.recover() == 0
+    assert parse(path.read_text()) == entry
+    assert (home / "memory" / "MEMORY.md").read_text().count("survives.md") == 1
+
+
+def test_a_deeper_scope_shadows_and_search_follows(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    service.write(scope="global", type_="project", name="Build", description="", body="make all", workspace=None)
+    service.write(scope="workspace", type_="project", name="Build", description="", body="make build", workspace=ws)
+    service.write(scope="agent", type_="project", name="Build", description="", body="make fast", agent="coder")
+    assert service.show("build", workspace=ws)["scope"] == "workspace"
+    assert service.show("build", workspace=ws, agent="coder")["scope"] == "agent"
+    assert [h["scope"] for h in service.search("make", workspace=ws)] == ["workspace"]
+    assert [h["scope"] for h in service.search("make")] == ["global"]
+
+
+def test_the_index_query_quotes_every_word() -> None:
+    assert index.fts_query('deploy OR "x" NEAR(') == '"deploy" "OR" "x" "NEAR"*'
+    assert index.fts_query("!!") == ""
+
+
+def test_a_recalled_session_entry_is_dream_material(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    service.write(scope="workspace", type_="feedback", name="Short", description="", body="be brief", workspace=ws,
+                  actor="agent", session_id="sess_writer")
+    assert dreams.candidates(ws) == []  # written, never recalled
+    service.search("brief", workspace=ws, session_id="sess_writer")
+    assert dreams.candidates(ws) == []  # its own writer's recall does not count
+    service.search("brief", workspace=ws, session_id="sess_reader")
+    [candidate] = dreams.candidates(ws)
+    assert candidate.written_by == "sess_writer" and candidate.recalled_in == ["sess_reader"]
+
+
+def test_a_home_without_memory_is_healthy_and_a_missing_index_is_stale_once_there_is_some() -> None:
+    assert health.report().ok and health.report().index.state == "fresh"
+    service.write(scope="global", type_="user", name="One", description="", body="x")
+    index.index_path().unlink()
+    report = health.report()
+    assert not report.ok and report.index.state == "stale" and "no index file" in (report.index.cause or "")
