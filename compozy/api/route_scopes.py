@@ -56,6 +56,10 @@ RULES: tuple[RouteRule, ...] = (
     _rule("POST DELETE", SESSION + r"/attach", P, "session.attach"),
     _rule("POST", SESSION + r"/control", P, "session.control"),
     _rule("POST", SESSION + r"/stop", P, "session.stop"),
+    _rule("POST", SESSION + r"/rewind", P, "session.rewind"),
+    _rule("POST", SESSION + r"/fork", P, "session.fork"),
+    _rule("POST", SESSION + r"/commit", P, "session.commit"),
+    _rule("POST", SESSION + r"/merge", P, "session.merge"),
     _rule("PATCH", SESSION, P, "session.update"),
     _rule("DELETE", SESSION, P, "session.remove"),
     _rule("POST", r"/api/tasks", P, "task.create"),
@@ -64,9 +68,18 @@ RULES: tuple[RouteRule, ...] = (
     _rule("POST", r"/api/workspaces/resolve", P, "workspace.resolve"),
     _rule("POST", r"/api/workspaces", P, "workspace.add"),
     _rule("POST", r"/api/agents/[^/]+/heartbeat/wake", P, "heartbeat.wake"),
+    # Memory writes are a person's, as prompts are; rebuilding its index is upkeep.
+    _rule("POST", r"/api/memory/entries", P, "memory.add"),
+    _rule("PATCH DELETE", r"/api/memory/entries/[^/]+", P, "memory.edit"),
+    _rule("POST", r"/api/memory/dreams/trigger", P, "memory.dream"),
+    _rule("POST", r"/api/memory/dreams/decisions/[^/]+/revert", P, "memory.revert"),
     # The machine's own upkeep.
     _rule("DELETE", r"/api/workspaces/[^/]+", ADM, "workspace.remove"),
     _rule("POST", SESSION + r"/repair", ADM, "session.repair"),
+    _rule("POST", r"/api/worktrees/prune", ADM, "worktree.prune"),
+    _rule("POST", r"/api/memory/reindex", ADM, "memory.reindex"),
+    _rule("POST PUT", r"/api/providers/[^/]+/(test|key|login)", ADM, "provider.setup"),
+    _rule("POST", r"/api/daemon/reload", ADM, "config.reload"),
 )
 
 

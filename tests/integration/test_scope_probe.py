@@ -32,6 +32,9 @@ def needs(method: str, path: str) -> str:
         return "approve"
     if path.endswith("/repair") or (method == "DELETE" and re.fullmatch(r"/api/workspaces/[^/]+", path)):
         return "admin"
+    # The machine's upkeep: worktrees pruned, memory reindexed, providers' keys and logins, config reloaded.
+    if re.match(r"/api/(worktrees/prune|memory/reindex|providers/|daemon/reload)", path):
+        return "admin"
     return "prompt"
 
 
