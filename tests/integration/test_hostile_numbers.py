@@ -181,7 +181,8 @@ def test_no_route_stream_or_cli_answer_carries_nan_or_infinity(daemon: Daemon, w
     task_id = task.json()["task"]["id"]
     wait_for(lambda: task_of(daemon, task_id)["status"] not in ("queued", "running"), what="the task to end")
     params = {"workspace": ws, "workspace_id": ws, "session_id": sid, "task_id": task_id, "ref": ws,
-              "name": "scripted", "agent": "scripted", "request_id": pending[0]["id"]}
+              "name": "scripted", "agent": "scripted", "request_id": pending[0]["id"],
+              "slug": "no-such-entry"}
     walked = walk(daemon, params)
     assert any(url.endswith("/elicitations") for url in walked) and "/api/sessions" in walked, walked
     answer_path = daemon.scoped(sid, f"/elicitations/{pending[0]['id']}")
