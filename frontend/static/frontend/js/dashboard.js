@@ -124,7 +124,9 @@ function row(s) {
       el("span", { class: "muted small" }, [s.provider, s.model].filter(Boolean).join(" · "))),
     el("td", { class: "col-workspace", title: s.workspace_path || s.workspace_id },
       el("span", {}, shortPath(s.workspace_path) || s.workspace_id),
-XX, title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
+      el("span", { class: "muted small path" }, s.workspace_path || ""),
+      worktreeNote(s)),
+    el("td", { class: "col-activity", title: absTime(lastActivity), dataset: { time: lastActivity || "" } },
       relTime(lastActivity)),
     costCell(s.usage),
     el("td", { class: "col-stop" }, s.stop_reason
