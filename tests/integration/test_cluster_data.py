@@ -42,6 +42,9 @@ from tests.tcp_proxy import TcpProxy, proxied
 LEASE_TTL = 3.0
 CLUSTER_CONFIG = f'[cluster]\nlease_ttl = "{LEASE_TTL:g}s"\n'
 OUTAGE_SECONDS = float(os.environ.get("COMPOZY_TEST_OUTAGE_SECONDS") or 20)
+# Streaming sessions per node through the outage: 2 on two nodes by default; `COMPOZY_TEST_OUTAGE_SESSIONS=3` puts 3
+# on each of the three (the figure, with COMPOZY_TEST_OUTAGE_SECONDS=60: run by hand, a few minutes).
+OUTAGE_SESSIONS = int(os.environ.get("COMPOZY_TEST_OUTAGE_SESSIONS") or 0)
 SKEW = {"node-a": 0, "node-b": 60, "node-c": -60}
 
 pytestmark = pytest.mark.timeout(420)
@@ -214,7 +217,8 @@ def test_a_fenced_nodes_late_batch_is_refused_by_the_database(cluster: Cluster, 
 
 def test_a_database_outage_stops_no_session_and_loses_no_acknowledged_event(
         cluster: Cluster, workspace: Path) -> None:
-    owners = [cluster.a, cluster.a, cluster.b, cluster.b]
+    owners = ([node for node in cluster.nodes for _ in range(OUTAGE_SESSIONS)] if OUTAGE_SESSIONS
+              else [cluster.a, cluster.a, cluster.b, cluster.b])
     sessions = [node.daemon.create(workspace)["id"] for node in owners]
     chunks = int((OUTAGE_SECONDS + 12) / 0.1)
     viewers = []
