@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from compozy_base.errors import CodedError
 
-class AccountError(Exception):
+
+class AccountError(CodedError):
+    """People's and tokens' refusals (compozy_base/errors.py `CodedError`), status and code given first."""
+
     def __init__(self, status: int, code: str, message: str, data: dict[str, object] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.data = status, code, message, data
+        super().__init__(message, code=code, status=status, data=data)

@@ -3,7 +3,28 @@ transport): `{"error", "code", "diagnostic": {code, severity, message, data_fres
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, JsonResponse
+
+
+class CodedError(Exception):
+    """A refusal with a stable machine code and the HTTP status it maps to: the base of every domain's errors
+    (sessions, memory, accounts), so the API answers all of them in one handler (compozy/api/app.py) with the one
+    shape below. `data` becomes the diagnostic's evidence."""
+
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
+                 data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        if status:
+            self.status = status
+        self.data: dict[str, Any] = data or {}
 
 
 def error_body(message: str, code: str, status: int, data: dict[str, object] | None = None) -> dict[str, object]:

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
+from compozy_base.errors import CodedError
 
-class MemoryFailure(Exception):
-    status = 400
-    code = "invalid_request"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 data: dict[str, object] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code:
-            self.code = code
-        if status:
-            self.status = status
-        self.data = data or {}
+class MemoryFailure(CodedError):
+    """Memory's refusals (compozy_base/errors.py `CodedError`)."""
 
 
 class InvalidMemory(MemoryFailure):

@@ -23,7 +23,6 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 
-from accounts.errors import AccountError
 from compozy.api.health import router as health_router
 from compozy.api.reads import router as reads_router
 from compozy.api.sessions import router as sessions_router
@@ -31,8 +30,7 @@ from compozy.api.sessions import workspaces as workspaces_router
 from compozy.api.validation import describe_errors
 from compozy_base import strict_json
 from compozy_base.auth import is_machine_path
-from compozy_base.errors import error_body
-from memory.errors import MemoryFailure
+from compozy_base.errors import CodedError, error_body
 from sessions.core.errors import CatalogUnavailable, CompozyError, InvalidRequest, StorageError
 from sessions.core.failures import classify
 
@@ -148,18 +146,9 @@ def error_response(request: HttpRequest, message: str, code: str, status: int,
     return api.create_response(request, error_body(message, code, status, data), status=status)
 
 
-@api.exception_handler(CompozyError)
-def on_domain_error(request: HttpRequest, exc: CompozyError) -> HttpResponse:
-    return error_response(request, exc.message, exc.code, exc.status, exc.data)
-
-
-@api.exception_handler(MemoryFailure)
-def on_memory_error(request: HttpRequest, exc: MemoryFailure) -> HttpResponse:
-    return error_response(request, exc.message, exc.code, exc.status, exc.data)
-
-
-@api.exception_handler(AccountError)
-def on_account_error(request: HttpRequest, exc: AccountError) -> HttpResponse:
+@api.exception_handler(CodedError)
+def on_domain_error(request: HttpRequest, exc: CodedError) -> HttpResponse:
+    """Every domain's refusal (sessions, memory, accounts): one base, one handler, one shape."""
     return error_response(request, exc.message, exc.code, exc.status, exc.data)
 
 

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
+from compozy_base.errors import CodedError
 from sessions.core.failures import DISK_FULL, StoreReadError, classify
-from sessions.core.jsonobj import JsonObject
 
 
-class CompozyError(Exception):
-    status = 400
-    code = "invalid_request"
-
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 data: JsonObject | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code:
-            self.code = code
-        if status:
-            self.status = status
-        self.data = data or {}
+class CompozyError(CodedError):
+    """A session domain's refusal (compozy_base/errors.py `CodedError`: message, code, status, data)."""
 
 
 class InvalidRequest(CompozyError):
