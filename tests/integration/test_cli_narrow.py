@@ -155,8 +155,12 @@ def test_doctor_wraps_at_words_and_shows_each_command_at_80_columns(daemon: Daem
     before = json.loads(narrow(daemon, "doctor", "-o", "json", check=False).stdout)["items"]
     output = narrow(daemon, "doctor", check=False).stdout
     after = json.loads(narrow(daemon, "doctor", "-o", "json", check=False).stdout)["items"]
-    items = [item for item in before if item in after]  # a count that moved between the runs (the queue's) aside
-    assert len(items) >= len(before) - 2
+    # The module's other tests share this daemon, so a count may move between the runs (the queue's, crash bundles,
+    # failures): the same checks must be there, and those whose answer held still are checked word for word.
+    ids_before, ids_after = {item["id"] for item in before}, {item["id"] for item in after}
+    assert len(ids_before & ids_after) >= len(ids_before) - 2
+    items = [item for item in before if item in after]
+    assert len(items) >= len(before) // 2
     lines = assert_fits(output)
     assert lines[0].startswith("compozy doctor: ") and "Try" not in output.split("\n", 1)[0]
     for item in items:

@@ -191,8 +191,9 @@ def test_the_daemon_dreams_by_itself_once_a_workspace_has_material(tmp_path: Pat
         say(d, writer, "memwrite user workspace terse-answers answer in one line")
         assert d.cli_json("memory", "dream", "status")["dreams"] == []  # written, not yet recalled by anyone
         say(d, d.create(workspace)["id"], "memsearch terse")
-        dream = wait_for(lambda: (d.cli_json("memory", "dream", "status")["dreams"] or [None])[0], 30,
-                         "a dream started by the daemon")
+        # The dream's record comes first, its session a moment later.
+        dream = wait_for(lambda: next((x for x in d.cli_json("memory", "dream", "status")["dreams"]
+                                       if x["session_id"]), None), 30, "a dream with its session")
         assert dream["workspace"] == str(workspace) and dream["session_id"]
         # Its interval gate now holds the next one back.
         blocked = d.http.post("/api/memory/dreams/trigger", json={"workspace": str(workspace)})
