@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +28,20 @@ def _start_with_stderr_elsewhere(home: Path) -> Daemon:
     proc = subprocess.Popen([sys.executable, "-m", "compozy.cli", "daemon", "start", "--foreground", "--port", "0"],
                             env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        record = home / "daemon.json"
-        if record.exists():
-            data = json.loads(record.read_text() or "{}")
-            if data.get("pid") == proc.pid and (port := int(data.get("port") or 0) or listening_port(proc.pid)):
-                return Daemon(home, proc, port, env, home / "logs" / "daemon.log")
+
+    def ready() -> Daemon | None:
         assert proc.poll() is None, "the daemon exited during its start"
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("daemon not ready in 60s")
+        record = home / "daemon.json"
+        data = json.loads(record.read_text() or "{}") if record.exists() else {}
+        if data.get("pid") == proc.pid and (port := int(data.get("port") or 0) or listening_port(proc.pid)):
+            return Daemon(home, proc, port, env, home / "logs" / "daemon.log")
+        return None
+
+    try:
+        return wait_for(ready, 60, "the daemon's record naming its pid and port")
+    except AssertionError:
+        proc.kill()
+        raise
 
 
 def test_a_foreground_daemon_writes_its_log_file_and_evidence_carries_it(tmp_path: Path, workspace: Path) -> None:

@@ -21,7 +21,6 @@ from tests.conftest import JSON_ONLY, NO_TITLE, Daemon, markers, module_daemon, 
 
 CLIENTS = 4
 PROMPTS = 200  # in all, over the clients
-PACE = 0.02  # seconds between one client's prompts (the audit posted every 20 ms)
 # How many runs, each on a session of its own: the acceptance asks for 20 in a row (`COMPOZY_FIFO_RUNS=20`).
 RUNS = int(os.environ.get("COMPOZY_FIFO_RUNS", "1"))
 
@@ -31,8 +30,8 @@ daemon = module_daemon('[session.busy_input]\nqueue_cap = 1000\n' + NO_TITLE)
 
 def send_all(d: Daemon, sid: str, client: int, count: int, sent: list[dict[str, Any]],
              errors: list[BaseException]) -> None:
-    """One client: `count` short turns, every other one with `mode=queue`, one at a time (each waits for its
-    answer), `PACE` apart."""
+    """One client: `count` short turns, every other one with `mode=queue`, one at a time: each is sent as soon as
+    the one before it was answered, so four clients keep prompts arriving while turns end."""
     try:
         with d.client(timeout=60.0) as http:
             url = d.scoped(sid, "/prompt")
@@ -48,17 +47,20 @@ def send_all(d: Daemon, sid: str, client: int, count: int, sent: list[dict[str, 
                 result = response.json()["prompt"]
                 assert result["status"] in ("accepted", "queued"), result
                 sent.append({"text": text, "sent_at": sent_at, "answered_at": answered_at, **result})
-                time.sleep(PACE)  # the load's pace, not a wait: each prompt already waited for its answer
     except BaseException as exc:  # noqa: BLE001 - reported from the test's thread
         errors.append(exc)
+
+
+def turns_ended(d: Daemon, sid: str, events: list[dict[str, Any]] | None = None) -> int:
+    events = d.all_events(sid) if events is None else events
+    return len(of_type(events, "done")) + len(of_type(events, "error"))
 
 
 def wait_finished(d: Daemon, sid: str, count: int, timeout: float = 300.0) -> list[dict[str, Any]]:
     """Every event of the session once `count` turns ended and it is idle again."""
     def ended() -> list[dict[str, Any]] | None:
         events = d.all_events(sid)
-        done = len(of_type(events, "done")) + len(of_type(events, "error"))
-        return events if done >= count and d.session(sid)["prompt_state"] == "idle" else None
+        return events if turns_ended(d, sid, events) >= count and d.session(sid)["prompt_state"] == "idle" else None
     return wait_for(ended, timeout, f"{count} finished turns")
 
 
@@ -112,8 +114,9 @@ def test_queued_and_mode_less_prompts_run_in_acknowledgement_order_while_turns_e
 
 
 def test_a_mode_less_prompt_between_two_turns_waits_behind_the_queue(daemon: Daemon, workspace: Path) -> None:
-    """The audit's command, a run of it: `slow 4 1`, queue QA and QB, then mode-less prompts every 20 ms; every
-    mode-less prompt runs after QA and QB."""
+    """The audit's command, a run of it: `slow 4 1`, queue QA and QB, then mode-less prompts, each sent as a turn
+    ends (the moment the audit's 20 ms pace hit by chance, here on purpose); every mode-less prompt runs after QA and
+    QB."""
     sid = daemon.create(workspace)["id"]
     first = daemon.prompt(sid, "slow 4 0.1")
     assert first.status_code == 200, first.text
@@ -124,11 +127,13 @@ def test_a_mode_less_prompt_between_two_turns_waits_behind_the_queue(daemon: Dae
     with daemon.client(timeout=30.0) as http:
         url = daemon.scoped(sid, "/prompt")
         for i in range(30):
+            # P0 at once (the first turn still runs), then each after one more turn ended: it finds the session
+            # between two turns while prompts still wait in the queue.
+            wait_for(lambda i=i: turns_ended(daemon, sid) >= i, 60, f"{i} turns to end")
             text = f"slow 2 0.01 P{i}"
             response = http.post(url, json={"message": text}, headers=JSON_ONLY)
             assert response.status_code in (200, 202), response.text
             sent.append(text)
-            time.sleep(PACE)  # the audit's load: a prompt every 20 ms, arriving as turns end (no condition to wait on)
     events = wait_finished(daemon, sid, 33)
     ran = [u["content"]["text"] for u in of_type(events, "user_message")]
     assert ran == ["slow 4 0.1", "slow 2 0.01 QA", "slow 2 0.01 QB", *sent]

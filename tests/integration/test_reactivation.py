@@ -9,7 +9,6 @@ import json
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,7 @@ class StateWatch:
                     self.states.append(state)
                 if last:
                     return
-                time.sleep(0.02)  # a sampler's cadence, not a wait: it records every state it reads meanwhile
+                self._done.wait(0.02)  # until the request returns, a read every 20 ms records each state shown
 
     def __enter__(self) -> StateWatch:
         self._thread.start()
