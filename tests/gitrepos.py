@@ -1,9 +1,13 @@
-"""Real git repositories for the worktree tests: made with the git command line, as a user's would be."""
+"""Real git repositories for the worktree tests: made with the git command line, as a user's would be; and the
+worktree routes' reads those tests share (a session's checkpoints, a turn that waits for its own)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+from tests.conftest import Daemon, wait_for
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -37,3 +41,18 @@ def fsck_clean(repo: Path) -> str:
     done = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling"], cwd=repo, capture_output=True,
                           text=True, check=False)
     return "" if done.returncode == 0 else (done.stdout + done.stderr)
+
+
+def checkpoints(daemon: Daemon, session_id: str) -> list[dict[str, Any]]:
+    """`GET …/checkpoints`: the session's checkpoints, oldest first."""
+    response = daemon.http.get(daemon.scoped(session_id, "/checkpoints"))
+    assert response.status_code == 200, response.text
+    return list(response.json()["checkpoints"])
+
+
+def turn_with_checkpoint(daemon: Daemon, session_id: str, message: str) -> str:
+    """One turn, and its checkpoint: the turn's id once the checkpoint is recorded."""
+    turn_id = str(daemon.run_turn(session_id, message)[0]["turn_id"])
+    wait_for(lambda: any(c["turn_id"] == turn_id for c in checkpoints(daemon, session_id)), 30,
+             f"the checkpoint of {message!r}")
+    return turn_id

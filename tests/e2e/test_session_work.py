@@ -7,28 +7,14 @@ The scripted agent's `disk write PATH TEXT` writes the file straight on disk, as
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from playwright.sync_api import Dialog, Page, expect
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import Daemon
 from tests.e2e.test_dashboard import open_session
-from tests.gitrepos import git, make_repo
+from tests.gitrepos import checkpoints, git, make_repo, turn_with_checkpoint
 
 ACT_MS = 20_000
-
-
-def checkpoints(daemon: Daemon, session_id: str) -> list[dict[str, Any]]:
-    response = daemon.http.get(daemon.scoped(session_id, "/checkpoints"))
-    assert response.status_code == 200, response.text
-    return list(response.json()["checkpoints"])
-
-
-def turn_with_checkpoint(daemon: Daemon, session_id: str, message: str) -> str:
-    turn_id = str(daemon.run_turn(session_id, message)[0]["turn_id"])
-    wait_for(lambda: any(c["turn_id"] == turn_id for c in checkpoints(daemon, session_id)), 30,
-             f"the checkpoint of {message!r}")
-    return turn_id
 
 
 def test_the_changes_view_rewind_and_merge_from_the_page(page: Page, daemon: Daemon, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import Daemon, module_daemon, of_type, wait_for
-from tests.gitrepos import fsck_clean, git, make_repo
+from tests.gitrepos import checkpoints, fsck_clean, git, make_repo
+from tests.gitrepos import turn_with_checkpoint as turn
 
 # An agent whose sessions get a worktree unless the create says otherwise (`[agents.NAME] isolation`).
 daemon = module_daemon('[agents.isolated]\nprovider = "scripted"\nisolation = "worktree"\n')
@@ -19,21 +20,6 @@ def new(daemon: Daemon, repo: Path, **extra: Any) -> dict[str, Any]:
     session = daemon.create(repo, isolation="worktree", **extra)
     assert session["state"] == "active", session
     return session
-
-
-def checkpoints(daemon: Daemon, session_id: str) -> list[dict[str, Any]]:
-    response = daemon.http.get(daemon.scoped(session_id, "/checkpoints"))
-    assert response.status_code == 200, response.text
-    return response.json()["checkpoints"]
-
-
-def turn(daemon: Daemon, session_id: str, message: str) -> str:
-    """One turn, and its checkpoint: its id once the checkpoint is recorded."""
-    rows = daemon.run_turn(session_id, message)
-    turn_id = rows[0]["turn_id"]
-    wait_for(lambda: any(c["turn_id"] == turn_id for c in checkpoints(daemon, session_id)), 30,
-             f"the checkpoint of {message!r}")
-    return str(turn_id)
 
 
 def said(daemon: Daemon, session_id: str, turn_id: str) -> str:
