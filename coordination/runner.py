@@ -30,10 +30,9 @@ from sessions.models import Session
 from sessions.services.create import CreateBody
 from sessions.store import folder
 from sessions.worktree import git
-from tasks.enums import RunOutcome, TaskEventKind, TaskReason, TaskStatus
+from tasks.enums import TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
 from tasks.models import Task
-from tasks.runner import turn_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -167,17 +166,17 @@ def _settle(manager: Any, task: Task, coordinator: Session | None) -> Counter[st
     for step in Step.objects.filter(task=task, status="running"):
         if not step.session_id:
             continue  # its child is being spawned
-        outcome = turn_outcome(step.session_id)
+        outcome = services.turn_outcome(step.session_id)
         meta = folder.read_meta(step.session_id)
         stopped = meta is None or meta.get("state") == SessionState.STOPPED
-        if outcome is not None and outcome[0] == RunOutcome.SUCCEEDED:
+        if outcome is not None and outcome.succeeded:
             Step.objects.filter(pk=step.pk).update(status="succeeded", detail="", updated_at=folder.utcnow())
             if not stopped:
                 manager.hand_off_stop(step.session_id, StopReason.COMPLETED, f"step {step.step_id} succeeded")
             counts["succeeded"] += 1
         elif outcome is not None or stopped:
             detail = meta.get("stop_detail") if meta is not None else "its folder is gone"
-            why = outcome[2] if outcome is not None else f"its session stopped: {detail}"
+            why = outcome.detail if outcome is not None else f"its session stopped: {detail}"
             if coordinator is None or coordinator.id != step.coordinator_id or coordinator.state != SessionState.ACTIVE:
                 why = f"its coordinator {step.coordinator_id} stopped ({why})"
                 Step.objects.filter(pk=step.pk).update(attempts=MAX_STEP_ATTEMPTS)

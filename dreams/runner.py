@@ -122,12 +122,15 @@ def _dream(dream_id: str) -> dict[str, object]:
 
 
 def _outcome(session_id: str) -> tuple[str, str] | None:
-    """("done", answer) once the dream's turn ended, ("failed", why) when it failed or the session stopped."""
-    rows = event_store.read_events(folder.events_path(session_id), types=["done", "error"], newest=True, limit=5)
-    if any(r["type"] == "error" for r in rows):
-        return "failed", "the dream's turn failed"
-    if any(r["type"] == "done" and r["turn_id"] for r in rows):
-        return "done", _last_answer(session_id, 200_000)
+    """("done", answer) once the dream's turn ended with end_turn, ("failed", why) when it failed or the session
+    stopped. The success rule is the tasks' and coordinated steps' (sessions/services/outcomes.py): a turn cut short
+    (cancelled, refusal, max_tokens) holds no complete answer to apply. The answer is that turn's every
+    agent_message row: a streamed reply is stored as one row per write batch."""
+    outcome = services.turn_outcome(session_id)
+    if outcome is not None:
+        if outcome.succeeded:
+            return "done", services.turn_text(session_id, outcome.turn_id)
+        return "failed", f"the dream's turn failed: {outcome.detail}"
     meta = folder.read_meta(session_id)
     if meta is not None and meta.get("state") == SessionState.STOPPED:
         return "failed", f"the dream session stopped: {meta.get('stop_reason')}"

@@ -29,7 +29,6 @@ from sessions.core.offload import db
 from sessions.core.record import WorktreeDoc
 from sessions.runtime.supervision import SILENCE_DETAIL
 from sessions.services.create import CreateBody, TaskBinding
-from sessions.store import events as event_store
 from sessions.store import folder
 from sessions.worktree import git
 from tasks.costs import budget_left
@@ -119,20 +118,14 @@ def _keep(manager: Any, run: TaskRun, owner: str, ttl: float) -> str:
 
 
 def turn_outcome(session_id: str) -> tuple[RunOutcome, TaskReason, str] | None:
-    """How the task's turn ended, from the session's own store: `done` with end_turn → succeeded; `done` with
+    """How the task's turn ended (sessions/services/outcomes.py): `done` with end_turn → succeeded; `done` with
     any other stop reason (cancelled, refusal, max_tokens) or an `error` → failed. None: still going."""
-    rows = event_store.read_events(folder.events_path(session_id), types=["done", "error"], newest=True, limit=20)
-    rows = [r for r in rows if r["turn_id"]]
-    if not rows:
+    outcome = services.turn_outcome(session_id)
+    if outcome is None:
         return None
-    last = rows[-1]
-    content = last.get("content") or {}
-    if last["type"] == "done":
-        stop = content.get("prompt_stop_reason") or content.get("stop_reason") or "end_turn"
-        if stop == "end_turn":
-            return RunOutcome.SUCCEEDED, TaskReason.NONE, ""
-        return RunOutcome.FAILED, TaskReason.TURN_FAILED, f"the turn ended with stop reason {stop}"
-    return RunOutcome.FAILED, TaskReason.TURN_FAILED, str(content.get("error") or "the agent answered with an error")
+    if outcome.succeeded:
+        return RunOutcome.SUCCEEDED, TaskReason.NONE, ""
+    return RunOutcome.FAILED, TaskReason.TURN_FAILED, outcome.detail
 
 
 def settle(run: TaskRun, owner: str, outcome: RunOutcome, reason: TaskReason, detail: str) -> bool:

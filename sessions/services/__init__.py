@@ -24,6 +24,7 @@ from sessions.services.lookup import (
     resolve_agent,
     scoped_meta,
 )
+from sessions.services.outcomes import TurnOutcome, turn_outcome, turn_text
 from sessions.services.payloads import envelope, session_payload
 from sessions.services.prompts import (
     answer_elicitation,
@@ -55,6 +56,7 @@ __all__ = [
     "REASONING_EFFORTS",
     "SPEEDS",
     "SessionOwnedElsewhere",
+    "TurnOutcome",
     "add_workspace",
     "answer_elicitation",
     "attach",
@@ -102,5 +104,7 @@ __all__ = [
     "spawn_child",
     "steer_session",
     "stop_session",
+    "turn_outcome",
+    "turn_text",
     "workspace_info",
 ]
