@@ -45,21 +45,22 @@ def _parse_time(value: object) -> datetime | None:
     return folder.parse_time(str(value)) if value else None
 
 
-def _completed_since(workspace: Path, since: datetime | None) -> list[Session]:
+def _completed_since(workspace: Path, since: datetime | None) -> tuple[int, list[Session]]:
+    """How many sessions of the workspace stopped since, and the newest RECENT_SESSIONS of them."""
     rows = Session.objects.filter(workspace__root_dir=str(workspace), state=SessionState.STOPPED).exclude(
         session_type=SessionType.DREAM)
     if since is not None:
         rows = rows.filter(updated_at__gt=since)
-    return list(rows.order_by("-updated_at"))
+    return rows.count(), list(rows.order_by("-updated_at")[:RECENT_SESSIONS])
 
 
 def gate_inputs(workspace: Path) -> tuple[GateInputs, list[records.Candidate], list[Session]]:
     last = records.last(workspace)
     last_at = _parse_time(last["started_at"]) if last else None
-    completed = _completed_since(workspace, last_at)
+    completed, recent = _completed_since(workspace, last_at)
     material = records.candidates(workspace)
     return (GateInputs(running=bool(last and last["state"] == "running"), last_dream_at=last_at,
-                       completed_since=len(completed), candidates=len(material)), material, completed)
+                       completed_since=completed, candidates=len(material)), material, recent)
 
 
 def _last_answer(session_id: str, limit: int = 600) -> str:
@@ -118,7 +119,9 @@ async def trigger(workspace: Path) -> dict[str, object]:
 
 
 def _dream(dream_id: str) -> dict[str, object]:
-    return next(d for d in records.listing(200) if d["id"] == dream_id)
+    dream = records.get(dream_id)
+    assert dream is not None, dream_id  # started above: its row is written before the session is created
+    return dream
 
 
 def _outcome(session_id: str) -> tuple[str, str] | None:

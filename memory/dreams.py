@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import sqlite3
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -94,9 +95,23 @@ def listing(limit: int = 20) -> list[dict[str, object]]:
     with journal.connect() as conn:
         dreams = [dict(r) for r in conn.execute("SELECT * FROM dreams ORDER BY started_at DESC LIMIT ?", (limit,))]
         for d in dreams:
-            d["decisions"] = [_decision(r) for r in conn.execute(
-                "SELECT * FROM decisions WHERE dream_id = ? ORDER BY at", (d["id"],))]
+            d["decisions"] = _decisions_of(conn, str(d["id"]))
     return dreams
+
+
+def get(dream_id: str) -> dict[str, object] | None:
+    """One dream as listing() shows it, with its decisions; None when there is no such dream."""
+    with journal.connect() as conn:
+        row = conn.execute("SELECT * FROM dreams WHERE id = ?", (dream_id,)).fetchone()
+        if row is None:
+            return None
+        dream = dict(row)
+        dream["decisions"] = _decisions_of(conn, dream_id)
+    return dream
+
+
+def _decisions_of(conn: sqlite3.Connection, dream_id: str) -> list[dict[str, object]]:
+    return [_decision(r) for r in conn.execute("SELECT * FROM decisions WHERE dream_id = ? ORDER BY at", (dream_id,))]
 
 
 def _decision(row: object) -> dict[str, object]:
