@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from memory import index, journal, store
-from memory.entry import Entry, MemoryType, Scope
+from memory.entry import PRECEDENCE, Entry, MemoryType, Scope
 from memory.errors import InvalidMemory, MemoryNotFound
+from memory.paths import index_path
 
 logger = logging.getLogger(__name__)
 
@@ -126,16 +127,24 @@ def search(query: str, *, workspace: Path | None = None, agent: str = "", sessio
         raise InvalidMemory("a search needs some words", code="query_required")
     if workspace is not None:
         journal.note_root(workspace)
-    if index.indexed() is None:
+    if not index_path().exists():
         logger.info("memory: no index to search; rebuilding it from the files")
         store.reindex()
     wheres = store.scope_wheres(None, workspace, agent)
     allowed = {str(w.dir()) for w in wheres}
-    hits = index.search(query, allowed=allowed, limit=limit * 2)
-    visible = {str(s.path) for s in store.entries(None, workspace, agent, shadow=True)[0]}
-    hits = [h for h in hits if h.path in visible][:limit]
+    hits = [h for h in index.search(query, allowed=allowed, limit=limit * 2) if _visible(h, wheres)][:limit]
     journal.note_recalls(session_id, [h.path for h in hits], "search")
     return [SearchHit(slug=h.slug, name=h.name, scope=h.scope, type=h.type, snippet=h.snippet) for h in hits]
+
+
+def _visible(hit: index.Hit, wheres: list[store.Where]) -> bool:
+    """The hit's file is there and no deeper scope the reader resolves holds a file of the same (type, slug):
+    that one would shadow it (agent ▸ workspace ▸ global). One stat per scope, no file read."""
+    if not Path(hit.path).is_file():
+        return False
+    depth = PRECEDENCE.index(Scope(hit.scope))
+    return not any(store.file_path(w, hit.type, hit.slug).is_file() for w in wheres
+                   if PRECEDENCE.index(w.scope) < depth)
 
 
 def reindex() -> int:

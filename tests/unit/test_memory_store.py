@@ -70,6 +70,13 @@ def test_a_deeper_scope_shadows_and_search_follows(tmp_path: Path) -> None:
     assert service.show("build", workspace=ws, agent="coder")["scope"] == "agent"
     assert [h["scope"] for h in service.search("make", workspace=ws)] == ["workspace"]
     assert [h["scope"] for h in service.search("make")] == ["global"]
+    assert [h["scope"] for h in service.search("make", workspace=ws, agent="coder")] == ["agent"]
+    assert [h["scope"] for h in service.search("make", agent="other")] == ["global"]
+    # Another type with the same slug shadows nothing; a file gone behind the index's back is no hit.
+    service.write(scope="workspace", type_="user", name="Build", description="", body="make user", workspace=ws)
+    assert sorted(h["type"] for h in service.search("make", workspace=ws)) == ["project", "user"]
+    (ws / ".compozy" / "memory" / "user" / "build.md").unlink()
+    assert [(h["scope"], h["type"]) for h in service.search("make", workspace=ws)] == [("workspace", "project")]
 
 
 def test_the_index_query_quotes_every_word() -> None:
