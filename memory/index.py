@@ -69,9 +69,18 @@ def mark_failed(cause: str) -> None:
     _failure = cause
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+# The index files this process has given their schema, by (path, inode): an update runs the schema script once,
+# not each time. A rebuild makes a new file (a new inode), prepared anew.
+_prepared: set[tuple[str, int]] = set()
+
+
+def _connect(path: Path, *, fresh: bool = False) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=10.0)
-    conn.executescript(SCHEMA)
+    st = path.stat()
+    if fresh or st.st_size == 0 or (str(path), st.st_ino) not in _prepared:
+        conn.executescript(SCHEMA)
+        if not fresh:
+            _prepared.add((str(path), path.stat().st_ino))
     return conn
 
 
@@ -93,7 +102,7 @@ def rebuild(items: Iterable[Item]) -> int:
         _rebuilding = True
     try:
         tmp.unlink(missing_ok=True)
-        conn = _connect(tmp)
+        conn = _connect(tmp, fresh=True)
         count = 0
         try:
             with conn:

@@ -39,6 +39,20 @@ CREATE TABLE IF NOT EXISTS decisions (
 """
 
 
+# The journals this process has given their schema and mode, by (path, inode): a connect runs the schema script
+# and the chmod once, not each time. A file removed and made again (a new inode, or an empty file) is prepared anew.
+_prepared: set[tuple[str, int]] = set()
+
+
+def _prepare(conn: sqlite3.Connection, path: Path) -> None:
+    st = path.stat()
+    if st.st_size > 0 and (str(path), st.st_ino) in _prepared:
+        return
+    conn.executescript(SCHEMA)
+    path.chmod(0o600)
+    _prepared.add((str(path), path.stat().st_ino))
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -52,8 +66,7 @@ def connect(home: Path | None = None) -> Iterator[sqlite3.Connection]:
     conn.row_factory = sqlite3.Row
     try:
         conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(SCHEMA)
-        path.chmod(0o600)
+        _prepare(conn, path)
         conn.execute("BEGIN IMMEDIATE")
         yield conn
         conn.execute("COMMIT")

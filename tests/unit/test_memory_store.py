@@ -103,3 +103,16 @@ def test_a_home_without_memory_is_healthy_and_a_missing_index_is_stale_once_ther
     index.index_path().unlink()
     report = health.report()
     assert not report.ok and report.index.state == "stale" and "no index file" in (report.index.cause or "")
+
+
+def test_the_journal_is_prepared_once_and_again_when_its_file_is_made_anew(home: Path) -> None:
+    with journal.connect() as conn:
+        conn.execute("INSERT INTO roots (path, seen_at) VALUES ('/a', 'now')")
+    path = home / "memory" / "journal.db"
+    assert path.stat().st_mode & 0o777 == 0o600
+    with journal.connect() as conn:  # prepared: no schema script, the rows still there
+        assert [r[0] for r in conn.execute("SELECT path FROM roots")] == ["/a"]
+    path.unlink()
+    with journal.connect() as conn:  # a new file: the schema again
+        assert list(conn.execute("SELECT path FROM roots")) == []
+    assert path.stat().st_mode & 0o777 == 0o600
