@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from compozy_base.home import compozy_home
@@ -38,25 +37,3 @@ def agents_root(home: Path | None = None) -> Path:
 def ensure_dir(path: Path) -> None:
     """Owner-only folders: memory may hold what a person told an agent in confidence."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves old or new, never half."""
-    ensure_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -14,10 +14,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from compozy_base.files import atomic_write, fsync_dir
 from memory import index, journal
 from memory.entry import PRECEDENCE, BadFrontmatter, Entry, MemoryType, Scope, parse, render, validate
 from memory.errors import InvalidMemory, MemoryNotFound
-from memory.paths import agents_root, atomic_write, fsync_dir, scope_dir
+from memory.paths import agents_root, scope_dir
 
 logger = logging.getLogger(__name__)
 

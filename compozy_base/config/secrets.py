@@ -13,17 +13,15 @@ registered as secrets, so they are redacted from events, logs and evidence bundl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 
 from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.checks import read_toml
 from compozy_base.config.errors import ConfigError
+from compozy_base.files import atomic_write
 
 SECRETS_FILE = "secrets.toml"
 # An environment variable's name as a shell takes it: the file is written by hand too, and a name with a space or
@@ -88,7 +86,7 @@ def write_secret(home: Path, provider: str, variable: str, value: str) -> Secret
     else:
         env.pop(variable, None)
     secrets = {name: env for name, env in secrets.items() if env}
-    _write(secrets_path(home), render(secrets))
+    atomic_write(secrets_path(home), render(secrets), mode=0o600)
     return secrets
 
 
@@ -107,22 +105,6 @@ def _toml_key(name: str) -> str:
 def _toml_string(value: str) -> str:
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".secrets.", dir=path.parent)  # mkstemp creates it 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def overlay(providers: dict[str, ProviderConfig], secrets: Secrets) -> dict[str, ProviderConfig]:

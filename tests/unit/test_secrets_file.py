@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from compozy_base import files
 from compozy_base.config import secrets
 from compozy_base.config.agents import builtin_providers
 from compozy_base.config.errors import ConfigError
@@ -63,3 +64,28 @@ def test_config_toml_sets_key_env_for_a_provider_of_its_own(tmp_path: Path) -> N
     (tmp_path / "config.toml").write_text('[providers.mine]\ncommand = "mine-acp"\nkey_env = "MINE_KEY"\n')
     config = load_config(tmp_path)
     assert config.providers["mine"].key_env == "MINE_KEY" and not config.unknown_keys
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets.write_secret(tmp_path, "claude", "ANTHROPIC_API_KEY", KEY)
+    before = (tmp_path / "secrets.toml").read_text()
+
+    def broken(src: object, dst: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(files.os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        secrets.write_secret(tmp_path, "claude", "ANTHROPIC_API_KEY", "another-key")
+    assert (tmp_path / "secrets.toml").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secrets.toml"]
+
+
+def test_the_shared_atomic_write_sets_the_mode_asked(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "file.txt"
+    files.atomic_write(target, "one\r\ntwo\n", mode=0o640)
+    assert target.read_bytes() == b"one\r\ntwo\n" and target.stat().st_mode & 0o777 == 0o640
+    assert target.parent.stat().st_mode & 0o777 == 0o700
+    files.atomic_write(target, "three")
+    assert target.read_text() == "three" and target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.txt"]
