@@ -210,12 +210,9 @@ def _apply_one(dream_id: str, workspace: Path, proposal: dict[str, object], mate
 
 
 def _write(entry: Entry, workspace: Path | None, dream_id: str) -> ChangeDone:
-    where = store.where_of(entry, workspace)
-    path = store.file_path(where, entry.type, entry.slug)
-    before = path.read_text(encoding="utf-8") if path.exists() else None
     result = store.write(entry, workspace=workspace, actor="dream", dream_id=dream_id)
-    return ChangeDone(result.path, entry.scope.value, str(workspace or ""), entry.agent, before,
-                      Path(result.path).read_text(encoding="utf-8"), result.journal_id)
+    return ChangeDone(result.path, entry.scope.value, str(workspace or ""), entry.agent, result.before,
+                      result.content, result.journal_id)
 
 
 def _remove(stored: store.Stored, dream_id: str) -> ChangeDone:

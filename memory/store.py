@@ -62,6 +62,8 @@ class WriteResult:
     path: str
     created: bool
     journal_id: int
+    before: str | None  # the file's text the write replaced (None: it created the file)
+    content: str  # the text written
 
 
 def where_of(entry: Entry, workspace: Path | None) -> Where:
@@ -90,13 +92,14 @@ def write(entry: Entry, *, workspace: Path | None = None, actor: str = "user", s
         raise InvalidMemory(str(exc)) from exc
     where = where_of(entry, workspace)
     path = file_path(where, entry.type, entry.slug)
+    content = render(entry)
     with _lock:
         before = _read(path)
         jid = _commit(journal.Change(op="write", path=str(path), scope=entry.scope.value, type=entry.type.value,
                                      slug=entry.slug, workspace=str(where.workspace or ""), agent=entry.agent,
-                                     content=render(entry), before=before, actor=actor, session_id=session_id,
+                                     content=content, before=before, actor=actor, session_id=session_id,
                                      dream_id=dream_id))
-    return WriteResult(entry.slug, str(path), before is None, jid)
+    return WriteResult(entry.slug, str(path), before is None, jid, before, content)
 
 
 def delete(stored: Stored, *, actor: str = "user", session_id: str = "", dream_id: str = "") -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,26 @@ def test_the_journal_is_prepared_once_and_again_when_its_file_is_made_anew(home:
     with journal.connect() as conn:  # a new file: the schema again
         assert list(conn.execute("SELECT path FROM roots")) == []
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_dream_decision_records_the_text_it_replaced_and_its_revert_puts_it_back(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    service.write(scope="global", type_="project", name="Deploy", description="", body="old way")
+    service.write(scope="workspace", type_="project", name="Deploy", description="", body="new way", workspace=ws,
+                  actor="agent", session_id="sess_writer")
+    global_file = tmp_path / "home" / "memory" / "project" / "deploy.md"
+    ws_file = ws / ".compozy" / "memory" / "project" / "deploy.md"
+    old_global, old_ws = global_file.read_text(), ws_file.read_text()
+    dream_id = dreams.start(ws, 1)
+    [result] = dreams.apply(dream_id, ws, [{"action": "promote", "slug": "deploy", "type": "project",
+                                             "to": "global", "reason": "r"}], [])
+    with journal.connect() as conn:
+        changes = json.loads(conn.execute("SELECT changes FROM decisions").fetchone()[0])
+    assert [(c["path"], c["before"], c["after"]) for c in changes] == [
+        (str(global_file), old_global, global_file.read_text()), (str(ws_file), old_ws, None)]
+    assert "new way" in global_file.read_text() and not ws_file.exists()
+    assert dreams.get(dream_id)["decisions"][0]["id"] == result["decision_id"]  # type: ignore[index]
+    assert dreams.get("dream_none") is None
+    dreams.revert(str(result["decision_id"]))
+    assert global_file.read_text() == old_global and ws_file.read_text() == old_ws
