@@ -61,6 +61,17 @@ def report(workspace: Path | None = None) -> HealthReport:
                         last_write=journal.last_write(), last_dream=last_dream, problems=problems)
 
 
+def rebuilt_index(count: int) -> IndexReport:
+    """The index's state right after a rebuild that indexed `count` entries: no scope scanned again (the rebuild
+    just did), only whether another rebuild runs now or the last one failed."""
+    rebuilding, failure = index.status()
+    if rebuilding:
+        return IndexReport("rebuilding", None, count)
+    if failure:
+        return IndexReport("failed", failure, count)
+    return IndexReport("fresh", None, count)
+
+
 def _index_state(on_disk: dict[str, float], problems: list[Problem]) -> IndexReport:
     rebuilding, failure = index.status()
     held = index.indexed()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,7 @@ async def search(request: HttpRequest, query: Query[SearchQuery]) -> dict[str, A
 async def reindex(request: HttpRequest) -> dict[str, Any]:
     def run() -> dict[str, Any]:
         count = service.reindex()
-        return {"entries": count, "index": health.report().to_dict()["index"]}
+        return {"entries": count, "index": asdict(health.rebuilt_index(count))}
 
     return await sync_to_async(run)()
 

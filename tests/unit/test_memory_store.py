@@ -140,3 +140,17 @@ def test_a_dream_decision_records_the_text_it_replaced_and_its_revert_puts_it_ba
     assert dreams.get("dream_none") is None
     dreams.revert(str(result["decision_id"]))
     assert global_file.read_text() == old_global and ws_file.read_text() == old_ws
+
+
+def test_the_state_a_reindex_answers_is_the_one_health_reports(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    service.write(scope="global", type_="user", name="One", description="", body="x")
+    service.write(scope="workspace", type_="user", name="Two", description="", body="y", workspace=ws)
+    count = service.reindex()
+    assert count == 2
+    assert health.rebuilt_index(count) == health.report().index == health.IndexReport("fresh", None, 2)
+    monkeypatch.setattr(index, "_failure", "rebuild failed: disk full")
+    assert health.rebuilt_index(count) == health.report().index == health.IndexReport(
+        "failed", "rebuild failed: disk full", 2)
