@@ -136,6 +136,19 @@ function markRewound(root) {
   }
 }
 
+// Entries added to the transcript (a streamed entry, older history paged in): only they are marked, and only
+// once some turn was rewound; noteRewound marks every entry when the set grows.
+function markAdded(mutations) {
+  if (rewoundTurns.size === 0) return;
+  for (const mutation of mutations) {
+    for (const node of mutation.addedNodes) {
+      if (node.nodeType !== Node.ELEMENT_NODE) continue;
+      if (node.matches("[data-turn]")) node.classList.toggle("entry-rewound", rewoundTurns.has(node.dataset.turn));
+      markRewound(node);
+    }
+  }
+}
+
 function noteRewound(turns) {
   for (const turn of turns) rewoundTurns.add(turn);
   markRewound($("entries"));
@@ -263,7 +276,7 @@ export function setupWork() {
   }
   setupForms();
   // Entries paged in later (older history, new turns) are marked as they arrive.
-  new MutationObserver(() => markRewound($("entries"))).observe($("entries"), { childList: true });
+  new MutationObserver(markAdded).observe($("entries"), { childList: true });
   lastSeen = `${session.prompt_state}|${session.state}`;
   refreshWork(true);
 }
