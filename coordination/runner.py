@@ -29,10 +29,10 @@ from sessions.core.offload import db
 from sessions.models import Session
 from sessions.services.create import CreateBody
 from sessions.store import folder
-from sessions.worktree import git
 from tasks.enums import TaskEventKind, TaskReason, TaskStatus
 from tasks.history import note
 from tasks.models import Task
+from tasks.runner import default_isolation
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ async def _spawn(step_pk: int, coordinator_id: str, title: str, step_id: str, pr
     try:
         body: dict[str, Any] = {"role": f"step:{step_id}", "ttl_seconds": STEP_TTL_SECONDS, "prompt": prompt,
                                 "name": f"{title} · {step_id}"[:300]}
-        if await asyncio.to_thread(git.is_repository, Path(workspace_root)):
+        if await asyncio.to_thread(default_isolation, Path(workspace_root)) == "worktree":
             body["isolation"] = "worktree"
         child = await services.spawn_child(coordinator_id, body)
         await db(_bind, step_pk, child["id"])

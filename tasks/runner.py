@@ -205,10 +205,16 @@ class _Isolation(TypedDict, total=False):
     worktree: WorktreeDoc
 
 
+def default_isolation(root: Path) -> str:
+    """Supervised work's isolation when none is configured: `worktree` when the workspace is a git repository
+    (parallel work never writes over each other), else `none`. Task runs and coordinated steps. Blocking (git)."""
+    return "worktree" if git.is_repository(root) else "none"
+
+
 def _isolation(task: Task, config: Config) -> _Isolation:
-    """`[tasks] isolation` (default: `worktree` when the workspace is a git repository), and a retry's worktree:
-    the earlier attempt's, continued (its work is the retry's starting point, not thrown away). Blocking (git)."""
-    chosen = config.task_isolation or ("worktree" if git.is_repository(Path(task.workspace.root_dir)) else "none")
+    """`[tasks] isolation` (default: default_isolation), and a retry's worktree: the earlier attempt's, continued
+    (its work is the retry's starting point, not thrown away). Blocking (git)."""
+    chosen = config.task_isolation or default_isolation(Path(task.workspace.root_dir))
     found: _Isolation = {"isolation": chosen}
     if chosen != "worktree":
         return found
