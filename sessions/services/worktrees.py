@@ -234,29 +234,46 @@ async def merge_session(session_id: str, workspace_ref: str | None, into: str | 
 # ---- remove, list, prune --------------------------------------------------------------------------------------------
 
 
-def guard_remove(session_id: str, meta: SessionMeta, force: bool) -> None:
-    """Blocking. A worktree with uncommitted or unmerged work refuses a remove (409 worktree_has_work) unless
-    `force`; forced, its state is kept first as `refs/compozy/<id>/final`. Then the worktree goes (the branch
-    stays while it holds commits its base lacks; `compozy worktree prune` takes branch and refs later)."""
+def _work_of(meta: SessionMeta) -> tuple[WorktreeDoc, Path, bool, int] | None:
+    """The worktree, its folder, whether it is dirty and how many commits its base lacks; None without a folder."""
     doc = meta.get("worktree")
     if not doc:
-        return
+        return None
     path = Path(doc.get("path", ""))
     if not path.is_dir():
-        return
-    dirty = trees.dirty(path)
+        return None
     ahead, _ = trees.ahead_behind(doc)
-    if (dirty or ahead) and not force:
+    return doc, path, trees.dirty(path), ahead
+
+
+def refuse_unsaved_work(session_id: str, meta: SessionMeta) -> None:
+    """Blocking, and only a check: a worktree with uncommitted or unmerged work refuses a remove (409
+    worktree_has_work); the caller removes it with `remove_worktree` once the agent is stopped."""
+    found = _work_of(meta)
+    if found is None:
+        return
+    doc, _path, dirty, ahead = found
+    if dirty or ahead:
         raise WorktreeHasWork(
             f"the worktree has {'uncommitted changes' if dirty else ''}{' and ' if dirty and ahead else ''}"
             f"{f'{ahead} unmerged commit(s)' if ahead else ''}: commit and merge it, or remove with --force "
             f"(its state is then kept as {layout.checkpoint_ref(session_id, layout.FINAL)})",
             data={"dirty": dirty, "ahead": ahead, "branch": doc.get("branch", "")})
+
+
+def remove_worktree(session_id: str, meta: SessionMeta) -> None:
+    """Blocking, after the agent stopped. A worktree with uncommitted or unmerged work has its state kept first as
+    `refs/compozy/<id>/final`. Then the worktree goes (the branch stays while it holds commits its base lacks;
+    `compozy worktree prune` takes branch and refs later)."""
+    found = _work_of(meta)
+    if found is None:
+        return
+    doc, path, dirty, ahead = found
     if dirty or ahead:
         take(session_id, path, "", "final", final=True)
         journal.end(layout.journal_path(session_id))
-    if any(other != session_id and (meta.get("worktree") or {}).get("path") == doc.get("path")
-           for other, meta in _sessions_with_worktrees().items()):
+    if any(other != session_id and (other_meta.get("worktree") or {}).get("path") == doc.get("path")
+           for other, other_meta in _sessions_with_worktrees().items()):
         return  # a task's retry continues in this worktree: it stays with the attempt that works in it
     trees.remove(doc)
     if not ahead and not dirty:

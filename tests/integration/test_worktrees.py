@@ -208,6 +208,17 @@ def test_remove_refuses_unsaved_work_and_keeps_a_final_ref_when_forced(daemon: D
     assert fsck_clean(repo) == ""
 
 
+def test_remove_of_a_clean_session_takes_its_worktree_and_branch(daemon: Daemon, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    s = new(daemon, repo)
+    wt, branch = Path(s["worktree"]["path"]), s["worktree"]["branch"]
+    assert wt.is_dir() and git(repo, "branch", "--list", branch) != ""
+    daemon.cli_json("session", "remove", s["id"])
+    assert not wt.exists() and git(repo, "branch", "--list", branch) == ""
+    assert git(repo, "rev-parse", "-q", "--verify", f"refs/compozy/{s['id']}/final", check=False) == ""
+    assert fsck_clean(repo) == ""
+
+
 def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Daemon, tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
