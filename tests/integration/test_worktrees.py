@@ -235,12 +235,15 @@ def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Da
     assert human.returncode == 0 and "+via the cli" in human.stdout
     status = daemon.cli("session", "status", created["id"])
     assert status.returncode == 0 and f"compozy/{created['id']}" in status.stdout
-    rows = daemon.cli_json("worktree", "list")["worktrees"]
+    listing = daemon.cli_json("worktree", "list")
+    rows = listing["worktrees"]
     mine = next(w for w in rows if w["session_id"] == created["id"])
     assert mine["dirty"] is True and mine["ahead"] == 0 and mine["size_bytes"] > 0
     doctor = {i["id"]: i for i in daemon.cli_json("doctor", "--only", "worktrees")["items"]}
     assert doctor["git"]["severity"] == "ok" and doctor["worktrees_disk"]["severity"] == "ok"
     assert doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
+    # The listing's total is its rows' (each folder once), the same bytes the doctor measures on the whole folder.
+    assert listing["size_bytes"] == doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
 
 
 def test_a_plain_session_has_no_worktree_and_an_agent_can_ask_for_one(daemon: Daemon, workspace: Path,
