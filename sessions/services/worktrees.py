@@ -125,8 +125,8 @@ def list_checkpoints(session_id: str, workspace_ref: str | None) -> CheckpointLi
 def _changes_now(session_id: str, doc: WorktreeDoc) -> changes_mod.Changes:
     worktree = Path(doc["path"])
     with _LOCKS[session_id]:
-        snap = checkpoints.snapshot(worktree, folder.session_dir(session_id) / "changes.index")
-    return changes_mod.compare(worktree, doc["base_commit"], snap.tree)
+        tree = checkpoints.write_tree(worktree, folder.session_dir(session_id) / "changes.index")
+    return changes_mod.compare(worktree, doc["base_commit"], tree)
 
 
 def _changes_of_turn(session_id: str, doc: WorktreeDoc, turn_id: str) -> TurnChanges:

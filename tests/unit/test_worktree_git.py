@@ -65,8 +65,8 @@ def test_changes_name_binaries_find_renames_and_bound_patches(placed: trees.Plac
     git(wt, "mv", "src/old.py", "src/new.py")
     (wt / "pic.png").write_bytes(b"\x89PNG\0\0" + bytes(range(200)))
     (wt / "huge.txt").write_text("x" * 100 + "\n" * 1 + ("line\n" * 70_000))
-    snap = checkpoints.snapshot(wt, index(tmp_path))
-    found = changes.compare(wt, placed.worktree["base_commit"], snap.tree)
+    tree = checkpoints.write_tree(wt, index(tmp_path))
+    found = changes.compare(wt, placed.worktree["base_commit"], tree)
     by_path = {f["path"]: f for f in found["files"]}
     assert by_path["src/new.py"]["status"] == "renamed" and by_path["src/new.py"]["old_path"] == "src/old.py"
     assert by_path["pic.png"]["binary"] and by_path["pic.png"]["patch_omitted"] == "binary"
