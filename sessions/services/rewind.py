@@ -164,8 +164,10 @@ async def fork_session(session_id: str, workspace_ref: str | None, n: int | None
         if not entries:
             raise Conflict("the session has no checkpoint yet: fork after its first turn", code="checkpoint_not_found",
                            status=404)
-        n = int(entries[-1]["n"])
-    target = await off_loop(find_checkpoint, session_id, n)
+        target = entries[-1]
+        n = int(target["n"])
+    else:
+        target = await off_loop(find_checkpoint, session_id, n)
     name = (meta.get("name") or "").strip()
     body: CreateBody = {"workspace": meta["workspace_id"], "agent_name": meta["agent_name"],
                         "provider": meta.get("provider") or None, "name": f"{name or session_id} (fork {n})"[:300],

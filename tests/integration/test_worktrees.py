@@ -150,6 +150,10 @@ def test_fork_commit_and_merge(daemon: Daemon, tmp_path: Path) -> None:
     daemon.wait_state(child["id"], {"active"})
     echoed = said(daemon, child["id"], turn(daemon, child["id"], "and the fork"))
     assert "fswrite feature.txt the feature" in echoed and "after the fork point" not in echoed
+    newest = daemon.http.post(daemon.scoped(s["id"], "/fork"), json={})  # no checkpoint named: the newest
+    assert newest.status_code == 201, newest.text
+    assert newest.json()["session"]["forked_from"] == {"session_id": s["id"], "checkpoint": 2}
+    assert (Path(newest.json()["session"]["worktree"]["path"]) / "later.txt").read_text() == "after the fork point\n"
 
     committed = daemon.http.post(daemon.scoped(s["id"], "/commit"), json={})
     assert committed.status_code == 200 and committed.json()["committed"] is True
