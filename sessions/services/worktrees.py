@@ -275,9 +275,10 @@ def remove_worktree(session_id: str, meta: SessionMeta) -> None:
     if any(other != session_id and (other_meta.get("worktree") or {}).get("path") == doc.get("path")
            for other, other_meta in _sessions_with_worktrees().items()):
         return  # a task's retry continues in this worktree: it stays with the attempt that works in it
-    trees.remove(doc)
-    if not ahead and not dirty:
-        git.run(["branch", "-D", doc.get("branch", "")], Path(doc["repo"]), check=False)
+    if dirty or ahead:
+        trees.remove(doc)  # the branch stays with the work on it
+    else:
+        trees.discard(doc)
 
 
 class WorktreeRow(TypedDict):
