@@ -16,8 +16,9 @@ from typing import ParamSpec, TypedDict, TypeVar, cast
 from asgiref.sync import sync_to_async
 
 from compozy_base.config.loader import get_config
-from sessions.core.enums import EventType, MarkerKind, SessionState
+from sessions.core.enums import EventType, SessionState
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.core.markers import rewind_of
 from sessions.core.record import SessionMeta, WorktreeDoc
 from sessions.models import Workspace
 from sessions.runtime.checkpointing import CheckpointDoc, take
@@ -90,11 +91,8 @@ def read_checkpoints(session_id: str) -> tuple[list[CheckpointEntry], list[tuple
             entry = cast(CheckpointEntry, dict(row["content"]))
             entry["sequence"] = row["sequence"]
             found.append(entry)
-        elif row["type"] == EventType.TRANSCRIPT_MARKER and \
-                row["content"].get("title") == MarkerKind.SESSION_REWOUND:
-            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
-            rewinds.append((row["sequence"], str(evidence.get("commit") or ""),
-                            {str(t) for t in evidence.get("rewound_turns") or []}))
+        elif (rewind := rewind_of(row["type"], row["content"])) is not None:
+            rewinds.append((row["sequence"], *rewind))
     taken_back = set().union(*(r[2] for r in rewinds)) if rewinds else set()
     for entry in found:
         entry["rewound"] = entry.get("turn_id", "") in taken_back and entry.get("reason") == "turn"
