@@ -32,7 +32,6 @@ from compozy.api.schemas import (
 )
 from compozy_base.config.loader import get_config
 from sessions import services
-from sessions.services.worktrees import disk_used
 
 router = Router(tags=["worktrees"])
 
@@ -82,8 +81,10 @@ async def merge(request: HttpRequest, workspace: Ref, session_id: Ident, payload
 @router.get("/worktrees", response=responses({200: WorktreesOut}), exclude_unset=True)
 async def list_worktrees(request: HttpRequest) -> dict[str, Any]:
     def read() -> dict[str, Any]:
-        return {"worktrees": services.list_worktrees(), "size_bytes": disk_used(),
-                "max_disk": get_config().worktrees_max_disk}
+        rows = services.list_worktrees()
+        # Each folder once: a task's retry lists the worktree it continues in as its own row too.
+        sizes = {row["path"]: row["size_bytes"] for row in rows}
+        return {"worktrees": rows, "size_bytes": sum(sizes.values()), "max_disk": get_config().worktrees_max_disk}
 
     return await sync_to_async(read, thread_sensitive=False)()
 

@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from acp import RequestError
 from acp.helpers import (
@@ -46,8 +46,6 @@ from acp.schema import (
     PlanEntry,
     ToolCallUpdate,
 )
-
-T = TypeVar("T")
 
 PARTS = ("plan", "ask", "edit", "terminal", "markdown")
 # What each part's plan entry says.

@@ -85,6 +85,11 @@ class MarkerEvidence(TypedDict, total=False):
     context_size: int
     cost: float
     budget: float
+    # session_rewound (sessions/services/rewind.py; read by sessions/core/markers.py `rewind_of`)
+    checkpoint: int
+    commit: str
+    before_checkpoint: int
+    rewound_turns: list[str]
 
 
 class MarkerRaw(TypedDict, total=False):

@@ -79,8 +79,7 @@ class MemoryTools:
         if not session.config.memory.enabled:
             return None
         if self._server is None:
-            base = "/tmp" if Path("/tmp").is_dir() else None
-            self._folder = Path(tempfile.mkdtemp(prefix="compozy-mcp-", dir=base))  # 0700
+            self._folder = _socket_folder()
             path = self._folder / "s"
             self._server = await asyncio.start_unix_server(self._serve, path=str(path), limit=MAX_REQUEST)
             path.chmod(0o600)

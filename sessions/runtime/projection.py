@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict
 
-from sessions.core.enums import EventType, MarkerKind
+from sessions.core.enums import EventType
+from sessions.core.markers import rewind_of
 from sessions.store.events import MAX_PAGE, read_events
 from sessions.store.rows import EventRow
 
@@ -54,9 +55,8 @@ def rewound_turns(rows: list[EventRow]) -> set[str]:
     """The turns a rewind took back (its `session_rewound` marker names them): never replayed again."""
     found: set[str] = set()
     for row in rows:
-        if row["type"] == EventType.TRANSCRIPT_MARKER and row["content"].get("title") == MarkerKind.SESSION_REWOUND:
-            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
-            found.update(str(t) for t in evidence.get("rewound_turns") or [])
+        if (rewind := rewind_of(row["type"], row["content"])) is not None:
+            found.update(rewind[1])
     return found
 
 

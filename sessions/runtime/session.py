@@ -41,10 +41,11 @@ from sessions.core import lifecycle
 from sessions.core.enums import EventType, FailureKind, MarkerKind, SessionState, StopReason
 from sessions.core.failures import StoreFailure
 from sessions.core.jsonobj import EventContent, JsonObject
-from sessions.core.live import MarkerEvidence, MarkerRaw, PromptResult, Salvage, TurnExtra
+from sessions.core.live import MarkerEvidence, PromptResult, Salvage, TurnExtra
+from sessions.core.markers import marker_content
 from sessions.core.offload import db, spawn
 from sessions.core.record import ActivityDoc, AutoTitle, Failure, FailureDoc, SessionRecord
-from sessions.core.redact import bound_text, redact_text
+from sessions.core.redact import redact_text
 from sessions.live import doorbells
 from sessions.live.feed import offer_rows
 from sessions.runtime.activity import Activity, Supervisor
@@ -298,12 +299,8 @@ class SessionRuntime:
 
     def marker(self, kind: MarkerKind, summary: str, evidence: MarkerEvidence | None = None,
                turn_id: str | None = None) -> None:
-        raw: MarkerRaw = {"kind": f"transcript_marker.{kind.value}",
-                               "occurred_at": folder.isoformat(folder.utcnow()),
-                               "summary": bound_text(redact_text(summary), 2048)}
-        if evidence:
-            raw["evidence"] = evidence
-        self.record(EventType.TRANSCRIPT_MARKER, {"title": kind.value, "text": raw["summary"], "raw": raw}, turn_id)
+        self.record(EventType.TRANSCRIPT_MARKER,
+                    marker_content(kind, summary, evidence, folder.isoformat(folder.utcnow())), turn_id)
 
     def _on_commit(self, stored: list[StoredEvent], rows: list[tuple[Any, ...]]) -> None:
         """After each commit: hand the rows to this process's live feed (no read-back), then ring the

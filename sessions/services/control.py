@@ -17,7 +17,7 @@ from sessions.live import doorbells
 from sessions.runtime.manager import get_manager
 from sessions.services.lookup import _active_runtime, _runtime_for, get_session
 from sessions.services.payloads import SessionPayload
-from sessions.services.worktrees import guard_remove
+from sessions.services.worktrees import refuse_unsaved_work, remove_worktree
 from sessions.store import folder
 
 logger = logging.getLogger(__name__)
@@ -59,12 +59,12 @@ async def remove_session(session_id: str, workspace_ref: str | None = None, forc
     a final checkpoint ref); stop, then tombstone-rename the folder, delete the row, and delete the tombstone."""
     runtime, meta = await _runtime_for(session_id, workspace_ref)
     if meta.get("worktree") and not force:
-        await sync_to_async(guard_remove, thread_sensitive=False)(session_id, meta, False)  # refuses, or passes
+        await sync_to_async(refuse_unsaved_work, thread_sensitive=False)(session_id, meta)  # only a check
     if runtime is not None:
         await runtime.stop(lifecycle.user_stop_reason(""), "session deleted")
     if meta.get("worktree"):
         # After the stop: the agent wrote its last files; what it left is kept (final ref) before the worktree goes.
-        await sync_to_async(guard_remove, thread_sensitive=False)(session_id, meta, True)
+        await sync_to_async(remove_worktree, thread_sensitive=False)(session_id, meta)
     before = await sync_to_async(get_session)(session_id)
     await sync_to_async(delete_session_files)(session_id, meta["workspace_id"])
     return before

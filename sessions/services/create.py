@@ -174,8 +174,7 @@ def _prepare_create(body: CreateBody, session_type: SessionType = SessionType.US
             logger.warning("could not delete the catalog row of failed create %s", session_id, exc_info=True)
         shutil.rmtree(directory, ignore_errors=True)
         if placed is not None and not (binding and binding.get("worktree")):
-            trees.remove(placed.worktree)  # a worktree made for this create only; a retry's continued one stays
-            git.run(["branch", "-D", placed.worktree["branch"]], Path(placed.worktree["repo"]), check=False)
+            trees.discard(placed.worktree)  # a worktree made for this create only; a retry's continued one stays
         manager.reserved.discard(session_id)
         if isinstance(exc, Exception) and classify(exc, directory) is not None:
             raise StorageError.from_exception(exc) from exc
@@ -204,9 +203,7 @@ def _place_worktree(session_id: str, body: CreateBody, meta: SessionMeta) -> tre
     binding, fork = body.get("task_binding"), body.get("fork")
     reused = binding.get("worktree") if binding else None
     if reused and Path(str(reused.get("path", ""))).is_dir():
-        repo = Path(str(reused["repo"]))
-        relative = workspace.resolve().relative_to(repo.resolve()) if workspace.resolve() != repo.resolve() else Path()
-        placed = trees.Placed(reused, Path(str(reused["path"])) / relative)
+        placed = trees.Placed(reused, trees.cwd_in(Path(str(reused["path"])), Path(str(reused["repo"])), workspace))
     elif fork:
         parent = git.out(["rev-parse", f"{fork['commit']}^"], workspace)
         placed = trees.add(session_id, workspace, start=parent)
@@ -214,8 +211,7 @@ def _place_worktree(session_id: str, body: CreateBody, meta: SessionMeta) -> tre
             checkpoints.restore(Path(placed.worktree["path"]), fork["commit"], parent,
                                 layout.scratch_index(session_id))
         except BaseException:
-            trees.remove(placed.worktree)  # the caller's clean-up never saw it placed
-            git.run(["branch", "-D", placed.worktree["branch"]], Path(placed.worktree["repo"]), check=False)
+            trees.discard(placed.worktree)  # the caller's clean-up never saw it placed
             raise
         meta["forked_from"] = {"session_id": fork["session_id"], "checkpoint": fork["checkpoint"]}
     else:

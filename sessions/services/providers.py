@@ -22,10 +22,9 @@ from compozy_base.config.agents import ProviderConfig
 from compozy_base.config.errors import ConfigError
 from compozy_base.config.loader import get_config
 from compozy_base.home import compozy_home
-from sessions.acp import auth
+from sessions.acp import auth, launch
 from sessions.acp.child_env import inherited_environment
 from sessions.acp.driver import AgentNotFound, AgentProcess, AgentRequestError, TransportClosed, agent_environment
-from sessions.acp.launch import NPX_INITIALIZE_TIMEOUT
 from sessions.core.errors import InvalidRequest, NotFound
 from sessions.core.jsonobj import JsonObject
 from sessions.core.redact import redact_text
@@ -183,7 +182,12 @@ async def test_provider(name: str) -> ProviderTest:
     if state["found"] == "missing":
         result["error"] = "; ".join(state["missing"])
         return result
-    init = await _handshake(_argv(provider, state), provider, _timeout(state), result)
+    try:
+        launched = await _launch(provider)
+    except AgentNotFound as exc:
+        result["error"] = str(exc)
+        return result
+    init = await _handshake(launched.argv, provider, launched.initialize_timeout(TEST_INITIALIZE_TIMEOUT), result)
     if init is not None:
         info = init.get("agentInfo")
         info = info if isinstance(info, dict) else {}
@@ -192,15 +196,11 @@ async def test_provider(name: str) -> ProviderTest:
     return result
 
 
-def _argv(provider: ProviderConfig, state: ProviderState) -> list[str]:
-    """As a session start runs it: through npx when its executable is missing (sessions/acp/launch.py)."""
-    if state["found"] == "npx" and provider.npm is not None:
-        return [state["path"], "-y", provider.npm.spec, *provider.npm.args]
-    return list(provider.command)
-
-
-def _timeout(state: ProviderState) -> float:
-    return NPX_INITIALIZE_TIMEOUT if state["found"] == "npx" else TEST_INITIALIZE_TIMEOUT
+async def _launch(provider: ProviderConfig) -> launch.Launch:
+    """As a session start runs it: through npx when its executable is missing (sessions/acp/launch.py). AgentNotFound
+    when neither is there any more (npx went away since `describe` looked)."""
+    return await asyncio.to_thread(launch.resolve, provider.command, provider=provider.name, package=provider.npm,
+                                   env=provider.env)
 
 
 async def _refuse(method: str, params: JsonObject) -> JsonObject:
@@ -262,12 +262,17 @@ async def login(name: str, method: str) -> LoginResult:
     if state["found"] == "missing":
         result["error"] = "; ".join(state["missing"])
         return result
+    try:
+        launched = await _launch(provider)
+    except AgentNotFound as exc:
+        result["error"] = str(exc)
+        return result
     with tempfile.TemporaryDirectory(prefix="compozy-provider-login-") as cwd:
-        agent = AgentProcess(_argv(provider, state), cwd=Path(cwd), env=provider.env, on_update=lambda update: None,
+        agent = AgentProcess(launched.argv, cwd=Path(cwd), env=provider.env, on_update=lambda update: None,
                              on_request=_refuse, owner=f"provider-login-{name}")
         try:
             await agent.start()
-            init = await agent.initialize(_timeout(state))
+            init = await agent.initialize(launched.initialize_timeout(TEST_INITIALIZE_TIMEOUT))
             methods = auth.offered(init)
             result["auth_methods"] = _methods(init, provider.command[0])
             chosen = _choose(methods, method or provider.auth_method, provider)
@@ -278,7 +283,7 @@ async def login(name: str, method: str) -> LoginResult:
             if chosen.type == "terminal":
                 result["error"] = f"{chosen.describe(provider.command[0])}: a terminal method runs in a terminal"
                 return result
-            await agent.request("authenticate", {"methodId": chosen.id}, timeout=NPX_INITIALIZE_TIMEOUT)
+            await agent.request("authenticate", {"methodId": chosen.id}, timeout=launch.NPX_INITIALIZE_TIMEOUT)
             result["ok"] = True
         except AgentNotFound as exc:
             result["error"] = str(exc)

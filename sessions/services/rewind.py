@@ -25,6 +25,8 @@ from asgiref.sync import sync_to_async
 from sessions.catalog import index as catalog
 from sessions.core.enums import EventType, MarkerKind, SessionState
 from sessions.core.errors import CompozyError, Conflict
+from sessions.core.live import MarkerEvidence
+from sessions.core.markers import marker_content
 from sessions.core.record import SessionMeta, SessionRecord
 from sessions.runtime.checkpointing import CheckpointDoc, take
 from sessions.runtime.manager import get_manager
@@ -77,7 +79,7 @@ def _restore(session_id: str, worktree: Path, target: CheckpointEntry, before: C
     journal.end(path)
 
 
-def _evidence(target: CheckpointEntry, before: CheckpointDoc, turns: list[str]) -> dict[str, object]:
+def _evidence(target: CheckpointEntry, before: CheckpointDoc, turns: list[str]) -> MarkerEvidence:
     return {"checkpoint": target["n"], "turn_id": target.get("turn_id", ""), "commit": target["commit"],
             "before_checkpoint": before["n"], "rewound_turns": turns}
 
@@ -97,7 +99,7 @@ async def _rewind_live(runtime: SessionRuntime, worktree: Path, target: Checkpoi
                                                                             target["commit"])
         turns = await asyncio.to_thread(_turns_after, runtime.id, int(target["event_seq"]))
         runtime.marker(MarkerKind.SESSION_REWOUND, f"Rewound to checkpoint {target['n']}",
-                       _evidence(target, before, turns), turn_id="")  # type: ignore[arg-type]
+                       _evidence(target, before, turns), turn_id="")
         await runtime.recorder.flush()
         projection, _count = await asyncio.to_thread(session_projection, runtime.id, runtime.rec.forked_from,
                                                      folder.sessions_dir())
@@ -121,11 +123,9 @@ def _rewind_stopped(meta: SessionMeta, worktree: Path, target: CheckpointEntry) 
         _restore(session_id, worktree, target, before)
         turns = _turns_after(session_id, int(target["event_seq"]))
         now = folder.isoformat(folder.utcnow())
-        summary = f"Rewound to checkpoint {target['n']}"
-        raw = {"kind": f"transcript_marker.{MarkerKind.SESSION_REWOUND.value}", "occurred_at": now,
-               "summary": summary, "evidence": _evidence(target, before, turns)}
         log.append([NewEvent(EventType.TRANSCRIPT_MARKER.value, "",
-                             {"title": MarkerKind.SESSION_REWOUND.value, "text": summary, "raw": raw})])
+                             dict(marker_content(MarkerKind.SESSION_REWOUND, f"Rewound to checkpoint {target['n']}",
+                                                 _evidence(target, before, turns), now)))])
     finally:
         log.close()
     # The agent's saved ACP session holds the turns taken back: forgotten, so reactivation opens a new one and
@@ -164,8 +164,10 @@ async def fork_session(session_id: str, workspace_ref: str | None, n: int | None
         if not entries:
             raise Conflict("the session has no checkpoint yet: fork after its first turn", code="checkpoint_not_found",
                            status=404)
-        n = int(entries[-1]["n"])
-    target = await off_loop(find_checkpoint, session_id, n)
+        target = entries[-1]
+        n = int(target["n"])
+    else:
+        target = await off_loop(find_checkpoint, session_id, n)
     name = (meta.get("name") or "").strip()
     body: CreateBody = {"workspace": meta["workspace_id"], "agent_name": meta["agent_name"],
                         "provider": meta.get("provider") or None, "name": f"{name or session_id} (fork {n})"[:300],

@@ -16,8 +16,9 @@ from typing import ParamSpec, TypedDict, TypeVar, cast
 from asgiref.sync import sync_to_async
 
 from compozy_base.config.loader import get_config
-from sessions.core.enums import EventType, MarkerKind, SessionState
+from sessions.core.enums import EventType, SessionState
 from sessions.core.errors import Conflict, InvalidRequest, NotFound
+from sessions.core.markers import rewind_of
 from sessions.core.record import SessionMeta, WorktreeDoc
 from sessions.models import Workspace
 from sessions.runtime.checkpointing import CheckpointDoc, take
@@ -90,11 +91,8 @@ def read_checkpoints(session_id: str) -> tuple[list[CheckpointEntry], list[tuple
             entry = cast(CheckpointEntry, dict(row["content"]))
             entry["sequence"] = row["sequence"]
             found.append(entry)
-        elif row["type"] == EventType.TRANSCRIPT_MARKER and \
-                row["content"].get("title") == MarkerKind.SESSION_REWOUND:
-            evidence = (row["content"].get("raw") or {}).get("evidence") or {}
-            rewinds.append((row["sequence"], str(evidence.get("commit") or ""),
-                            {str(t) for t in evidence.get("rewound_turns") or []}))
+        elif (rewind := rewind_of(row["type"], row["content"])) is not None:
+            rewinds.append((row["sequence"], *rewind))
     taken_back = set().union(*(r[2] for r in rewinds)) if rewinds else set()
     for entry in found:
         entry["rewound"] = entry.get("turn_id", "") in taken_back and entry.get("reason") == "turn"
@@ -125,8 +123,8 @@ def list_checkpoints(session_id: str, workspace_ref: str | None) -> CheckpointLi
 def _changes_now(session_id: str, doc: WorktreeDoc) -> changes_mod.Changes:
     worktree = Path(doc["path"])
     with _LOCKS[session_id]:
-        snap = checkpoints.snapshot(worktree, folder.session_dir(session_id) / "changes.index")
-    return changes_mod.compare(worktree, doc["base_commit"], snap.tree)
+        tree = checkpoints.write_tree(worktree, folder.session_dir(session_id) / "changes.index")
+    return changes_mod.compare(worktree, doc["base_commit"], tree)
 
 
 def _changes_of_turn(session_id: str, doc: WorktreeDoc, turn_id: str) -> TurnChanges:
@@ -234,33 +232,51 @@ async def merge_session(session_id: str, workspace_ref: str | None, into: str | 
 # ---- remove, list, prune --------------------------------------------------------------------------------------------
 
 
-def guard_remove(session_id: str, meta: SessionMeta, force: bool) -> None:
-    """Blocking. A worktree with uncommitted or unmerged work refuses a remove (409 worktree_has_work) unless
-    `force`; forced, its state is kept first as `refs/compozy/<id>/final`. Then the worktree goes (the branch
-    stays while it holds commits its base lacks; `compozy worktree prune` takes branch and refs later)."""
+def _work_of(meta: SessionMeta) -> tuple[WorktreeDoc, Path, bool, int] | None:
+    """The worktree, its folder, whether it is dirty and how many commits its base lacks; None without a folder."""
     doc = meta.get("worktree")
     if not doc:
-        return
+        return None
     path = Path(doc.get("path", ""))
     if not path.is_dir():
-        return
-    dirty = trees.dirty(path)
+        return None
     ahead, _ = trees.ahead_behind(doc)
-    if (dirty or ahead) and not force:
+    return doc, path, trees.dirty(path), ahead
+
+
+def refuse_unsaved_work(session_id: str, meta: SessionMeta) -> None:
+    """Blocking, and only a check: a worktree with uncommitted or unmerged work refuses a remove (409
+    worktree_has_work); the caller removes it with `remove_worktree` once the agent is stopped."""
+    found = _work_of(meta)
+    if found is None:
+        return
+    doc, _path, dirty, ahead = found
+    if dirty or ahead:
         raise WorktreeHasWork(
             f"the worktree has {'uncommitted changes' if dirty else ''}{' and ' if dirty and ahead else ''}"
             f"{f'{ahead} unmerged commit(s)' if ahead else ''}: commit and merge it, or remove with --force "
             f"(its state is then kept as {layout.checkpoint_ref(session_id, layout.FINAL)})",
             data={"dirty": dirty, "ahead": ahead, "branch": doc.get("branch", "")})
+
+
+def remove_worktree(session_id: str, meta: SessionMeta) -> None:
+    """Blocking, after the agent stopped. A worktree with uncommitted or unmerged work has its state kept first as
+    `refs/compozy/<id>/final`. Then the worktree goes (the branch stays while it holds commits its base lacks;
+    `compozy worktree prune` takes branch and refs later)."""
+    found = _work_of(meta)
+    if found is None:
+        return
+    doc, path, dirty, ahead = found
     if dirty or ahead:
         take(session_id, path, "", "final", final=True)
         journal.end(layout.journal_path(session_id))
-    if any(other != session_id and (meta.get("worktree") or {}).get("path") == doc.get("path")
-           for other, meta in _sessions_with_worktrees().items()):
+    if any(other != session_id and (other_meta.get("worktree") or {}).get("path") == doc.get("path")
+           for other, other_meta in _sessions_with_worktrees().items()):
         return  # a task's retry continues in this worktree: it stays with the attempt that works in it
-    trees.remove(doc)
-    if not ahead and not dirty:
-        git.run(["branch", "-D", doc.get("branch", "")], Path(doc["repo"]), check=False)
+    if dirty or ahead:
+        trees.remove(doc)  # the branch stays with the work on it
+    else:
+        trees.discard(doc)
 
 
 class WorktreeRow(TypedDict):

@@ -281,9 +281,8 @@ class Shipper:
     def _hold(self, session_id: str, shipments: list[_Shipment]) -> None:
         added = sum(len(s.rows) for s in shipments)
         with self._lock:
-            held = self._held.get(session_id)
-            if held is None and shipments:
-                held = self._held[session_id] = _Held(shipments[-1].lease, shipments[-1].path)
+            held = self._held_entry(session_id, shipments[-1].lease, shipments[-1].path) if shipments else \
+                self._held.get(session_id)
             if held is not None:
                 held.count += added
                 held.settled.clear()
@@ -293,10 +292,14 @@ class Shipper:
 
     def _keep_held(self, session_id: str, lease: Lease, path: Path) -> None:
         with self._lock:
-            held = self._held.get(session_id)
-            if held is None:
-                held = self._held[session_id] = _Held(lease, path)
-            held.settled.clear()
+            self._held_entry(session_id, lease, path).settled.clear()
+
+    def _held_entry(self, session_id: str, lease: Lease, path: Path) -> _Held:
+        """The session's held entry, made if missing. The caller holds `_lock`."""
+        held = self._held.get(session_id)
+        if held is None:
+            held = self._held[session_id] = _Held(lease, path)
+        return held
 
     def _release(self, session_id: str) -> None:
         with self._lock:

@@ -6,22 +6,9 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from sessions.worktree import git, journal
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    tree: str
-    head: str  # the worktree's HEAD when it was taken: a checkpoint's parent
-
-
-def snapshot(worktree: Path, index: Path) -> Snapshot:
-    """The worktree's state as a tree, and its HEAD."""
-    head = git.out(["rev-parse", "HEAD"], worktree)
-    return Snapshot(write_tree(worktree, index), head)
 
 
 def write_tree(worktree: Path, index: Path) -> str:

@@ -99,7 +99,7 @@ def run_bytes(args: Sequence[str], cwd: Path, *, env: Mapping[str, str] | None =
 
 
 def out(args: Sequence[str], cwd: Path, **kwargs: object) -> str:
-    """The first line of git's stdout, stripped."""
+    """Git's stdout, stripped (all of it: a one-line answer is that line)."""
     return run(args, cwd, **kwargs).stdout.strip()  # type: ignore[arg-type]
 
 

@@ -32,10 +32,9 @@ def add(session_id: str, workspace: Path, *, start: str | None = None) -> Placed
     branch = layout.branch(session_id)
     commit = start or head
     git.run(["worktree", "add", "-q", "-b", branch, str(path), commit], repo)
-    relative = workspace.resolve().relative_to(repo.resolve()) if workspace.resolve() != repo.resolve() else Path()
     doc: WorktreeDoc = {"path": str(path), "branch": branch, "base_commit": commit, "repo": str(repo),
                         "base_branch": base_branch}
-    return Placed(doc, path / relative)
+    return Placed(doc, cwd_in(path, repo, workspace))
 
 
 def writable_git_dir(doc: WorktreeDoc) -> Path | None:
@@ -93,3 +92,14 @@ def remove(doc: WorktreeDoc) -> None:
         git.run(["worktree", "prune"], repo, check=False)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
+
+
+def discard(doc: WorktreeDoc) -> None:
+    """A worktree with nothing to keep: its folder, git's note of it, and its branch `compozy/<id>`."""
+    remove(doc)
+    git.run(["branch", "-D", doc.get("branch", "")], Path(doc["repo"]), check=False)
+
+
+def cwd_in(worktree: Path, repo: Path, workspace: Path) -> Path:
+    """The workspace's place inside a worktree of its repository (a workspace may be a repo's subfolder)."""
+    return worktree / workspace.resolve().relative_to(repo.resolve())  # the repository itself: Path('.')

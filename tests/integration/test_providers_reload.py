@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from compozy_base.config.agents import NPM_PACKAGES
 from tests.conftest import SCRIPTED, Daemon, daemon_config, of_type, start_daemon, toml_list, wait_for
 
 KEY = "sk-test-compozy-provider-key-0123456789abcdef"
@@ -134,6 +135,34 @@ def test_provider_test_on_a_missing_binary_says_what_is_missing(daemon: Daemon) 
     assert ok["ok"] and ok["version"] == "1.0" and ok["agent_name"] == "scripted-agent", ok
     unknown = daemon.cli("provider", "show", "nope")
     assert unknown.returncode == 69 and "provider_not_found" in unknown.stderr, unknown
+
+
+def test_provider_test_and_login_run_a_missing_executable_through_npx_as_a_session_start_does(
+        daemon: Daemon, tmp_path: Path) -> None:
+    """No network: the provider's PATH holds only a fake `npx` that records its argv and execs the scripted agent."""
+    log = tmp_path / "npx-argv.jsonl"
+    npx = tmp_path / "npx"
+    npx.write_text(f"""#!{sys.executable}
+import json, os, sys
+with open({str(log)!r}, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--require-auth"])
+""")
+    npx.chmod(0o755)
+    _config_with(daemon, ADDED + f'\n[providers.gemini]\nenv = {{ PATH = "{tmp_path}", '
+                                 f'SCRIPTED_API_KEY = "scripted-login-key-0123456789" }}\n')
+    try:
+        daemon.cli_json("daemon", "reload")
+        shown = daemon.cli_json("provider", "show", "gemini")["provider"]
+        assert shown["found"] == "npx" and shown["path"] == str(npx), shown
+        tested = daemon.cli_json("provider", "test", "gemini")
+        assert tested["ok"] and tested["agent_name"] == "scripted-agent", tested
+        assert daemon.cli_json("provider", "login", "gemini", "--method", "env-key")["ok"]
+        spec = NPM_PACKAGES["gemini"].spec
+        assert [json.loads(line) for line in log.read_text().splitlines()] == [["-y", spec, "--acp"]] * 2
+    finally:
+        _config_with(daemon, ADDED)
+        daemon.cli_json("daemon", "reload")
 
 
 def test_provider_login_calls_authenticate_with_an_offered_method(daemon: Daemon) -> None:

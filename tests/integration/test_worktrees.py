@@ -150,6 +150,10 @@ def test_fork_commit_and_merge(daemon: Daemon, tmp_path: Path) -> None:
     daemon.wait_state(child["id"], {"active"})
     echoed = said(daemon, child["id"], turn(daemon, child["id"], "and the fork"))
     assert "fswrite feature.txt the feature" in echoed and "after the fork point" not in echoed
+    newest = daemon.http.post(daemon.scoped(s["id"], "/fork"), json={})  # no checkpoint named: the newest
+    assert newest.status_code == 201, newest.text
+    assert newest.json()["session"]["forked_from"] == {"session_id": s["id"], "checkpoint": 2}
+    assert (Path(newest.json()["session"]["worktree"]["path"]) / "later.txt").read_text() == "after the fork point\n"
 
     committed = daemon.http.post(daemon.scoped(s["id"], "/commit"), json={})
     assert committed.status_code == 200 and committed.json()["committed"] is True
@@ -208,6 +212,17 @@ def test_remove_refuses_unsaved_work_and_keeps_a_final_ref_when_forced(daemon: D
     assert fsck_clean(repo) == ""
 
 
+def test_remove_of_a_clean_session_takes_its_worktree_and_branch(daemon: Daemon, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    s = new(daemon, repo)
+    wt, branch = Path(s["worktree"]["path"]), s["worktree"]["branch"]
+    assert wt.is_dir() and git(repo, "branch", "--list", branch) != ""
+    daemon.cli_json("session", "remove", s["id"])
+    assert not wt.exists() and git(repo, "branch", "--list", branch) == ""
+    assert git(repo, "rev-parse", "-q", "--verify", f"refs/compozy/{s['id']}/final", check=False) == ""
+    assert fsck_clean(repo) == ""
+
+
 def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Daemon, tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -224,12 +239,15 @@ def test_cli_reads_changes_and_checkpoints_and_refuses_a_plain_folder(daemon: Da
     assert human.returncode == 0 and "+via the cli" in human.stdout
     status = daemon.cli("session", "status", created["id"])
     assert status.returncode == 0 and f"compozy/{created['id']}" in status.stdout
-    rows = daemon.cli_json("worktree", "list")["worktrees"]
+    listing = daemon.cli_json("worktree", "list")
+    rows = listing["worktrees"]
     mine = next(w for w in rows if w["session_id"] == created["id"])
     assert mine["dirty"] is True and mine["ahead"] == 0 and mine["size_bytes"] > 0
     doctor = {i["id"]: i for i in daemon.cli_json("doctor", "--only", "worktrees")["items"]}
     assert doctor["git"]["severity"] == "ok" and doctor["worktrees_disk"]["severity"] == "ok"
     assert doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
+    # The listing's total is its rows' (each folder once), the same bytes the doctor measures on the whole folder.
+    assert listing["size_bytes"] == doctor["worktrees_disk"]["evidence"]["size_bytes"] >= mine["size_bytes"]
 
 
 def test_a_plain_session_has_no_worktree_and_an_agent_can_ask_for_one(daemon: Daemon, workspace: Path,

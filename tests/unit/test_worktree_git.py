@@ -65,8 +65,8 @@ def test_changes_name_binaries_find_renames_and_bound_patches(placed: trees.Plac
     git(wt, "mv", "src/old.py", "src/new.py")
     (wt / "pic.png").write_bytes(b"\x89PNG\0\0" + bytes(range(200)))
     (wt / "huge.txt").write_text("x" * 100 + "\n" * 1 + ("line\n" * 70_000))
-    snap = checkpoints.snapshot(wt, index(tmp_path))
-    found = changes.compare(wt, placed.worktree["base_commit"], snap.tree)
+    tree = checkpoints.write_tree(wt, index(tmp_path))
+    found = changes.compare(wt, placed.worktree["base_commit"], tree)
     by_path = {f["path"]: f for f in found["files"]}
     assert by_path["src/new.py"]["status"] == "renamed" and by_path["src/new.py"]["old_path"] == "src/old.py"
     assert by_path["pic.png"]["binary"] and by_path["pic.png"]["patch_omitted"] == "binary"
@@ -91,3 +91,16 @@ def test_a_merge_refuses_a_dirty_checkout_and_a_conflict_changing_nothing(placed
     assert conflict.value.data["files"] == ["README.md"]
     assert git(repo, "rev-parse", "main") == before and (repo / "README.md").read_text() == "dirty\n"
     assert not journal.exists() and fsck_clean(repo) == ""
+
+
+def test_the_agent_cwd_is_the_workspace_place_in_the_worktree_and_discard_takes_the_branch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPOZY_HOME", str(tmp_path / "home"))
+    repo = make_repo(tmp_path / "repo", {"pkg/sub/mod.py": "x = 1\n"})
+    whole = trees.add(SESSION, repo)
+    assert whole.cwd == Path(whole.worktree["path"])
+    trees.discard(whole.worktree)
+    assert not Path(whole.worktree["path"]).exists() and git(repo, "branch", "--list", whole.worktree["branch"]) == ""
+    inner = trees.add(SESSION, repo / "pkg" / "sub")
+    assert inner.cwd == Path(inner.worktree["path"]) / "pkg" / "sub" and (inner.cwd / "mod.py").is_file()
+    assert fsck_clean(repo) == ""
