@@ -183,10 +183,14 @@ def test_clocks_a_minute_fast_and_slow_fence_no_session(cluster: Cluster, worksp
         assert node.daemon.run_turn(sid, "stream 2")
         wait_for(_in_database(cluster, node, sid), timeout=10, what="the turn in the database")
         assert "refused by the database" not in node.daemon.log()
-    # Stamps are the node's own clock (the skew is real): node B's rows are a minute ahead of node A's.
-    b_stamp = cluster.b.daemon.all_events(sessions["node-b"])[-1]["timestamp"]
-    a_stamp = cluster.a.daemon.all_events(sessions["node-a"])[-1]["timestamp"]
-    assert b_stamp > a_stamp
+    # Stamps are the node's own clock (the skew is real): node B's rows are a minute ahead of node A's (more than
+    # the seconds between their turns), and node C's, run after A's, a minute behind.
+    def stamp(node: Node) -> datetime:
+        return datetime.fromisoformat(node.daemon.all_events(sessions[node.name])[-1]["timestamp"])
+
+    a_stamp, b_stamp, c_stamp = stamp(cluster.a), stamp(cluster.b), stamp(cluster.c)
+    assert (b_stamp - a_stamp).total_seconds() > 30, (a_stamp, b_stamp)
+    assert c_stamp < a_stamp, (a_stamp, c_stamp)
     for sid in sessions.values():
         owner = next(n for n in cluster.nodes if sessions[n.name] == sid)
         assert owner.daemon.http.post(owner.daemon.scoped(sid, "/stop")).status_code == 204
