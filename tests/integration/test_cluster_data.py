@@ -35,12 +35,11 @@ import httpx
 import pytest
 
 from tests.conftest import Daemon, start_daemon, wait_for
+from tests.integration.test_scale import CLUSTER_CONFIG, LEASE_TTL
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
 from tests.sse import Frame, frames, open_stream
 from tests.tcp_proxy import TcpProxy, proxied
 
-LEASE_TTL = 3.0
-CLUSTER_CONFIG = f'[cluster]\nlease_ttl = "{LEASE_TTL:g}s"\n'
 OUTAGE_SECONDS = float(os.environ.get("COMPOZY_TEST_OUTAGE_SECONDS") or 20)
 # Streaming sessions per node through the outage: 2 on two nodes by default; `COMPOZY_TEST_OUTAGE_SESSIONS=3` puts 3
 # on each of the three (the figure, with COMPOZY_TEST_OUTAGE_SECONDS=60: run by hand, a few minutes).
