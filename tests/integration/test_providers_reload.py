@@ -16,9 +16,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import SCRIPTED, Daemon, daemon_config, of_type, start_daemon, toml_list, wait_for
+from tests.conftest import SCRIPTED, Daemon, daemon_config, module_daemon, of_type, toml_list, wait_for
 
 KEY = "sk-test-compozy-provider-key-0123456789abcdef"
 VARIABLE = "SCRIPTED_SECRET_KEY"
@@ -34,11 +32,7 @@ env = {{ SCRIPTED_API_KEY = "scripted-login-key-0123456789" }}
 """
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=EXTRA)
-    yield d
-    d.stop()
+daemon = module_daemon(EXTRA)
 
 
 def _config_with(daemon: Daemon, extra: str) -> None:
