@@ -37,6 +37,19 @@ def toml_list(items: list[str]) -> str:
 # Agents unconfined (`[sandbox] mode = "off"`): for the tests of the weaker mode's process handling, which read an
 # agent's own pids (`os.getpid()`, `echo $$`) on the host. In the sandbox's pid namespace those are the namespace's
 # pids, and the sandbox ends an agent's processes with its own (tests/integration/test_sandbox.py tests that path).
+def scripted_provider(name: str, home: Path, *args: str, env: dict[str, str] | None = None,
+                      auth_method: str = "") -> str:
+    """A `[providers.NAME]` running the scripted agent with `args` (and `env`, `auth_method` when given), its ACP
+    calls logged to `home/calls-NAME.jsonl` (read by `agent_calls`), and an `[agents.NAME]` on it."""
+    command = [sys.executable, str(SCRIPTED), "--call-log", str(home / f"calls-{name}.jsonl"), *args]
+    lines = [f"[providers.{name}]", f"command = {json.dumps(command)}"]
+    if env:
+        lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }")
+    if auth_method:
+        lines.append(f'auth_method = "{auth_method}"')
+    return "\n".join([*lines, "", f"[agents.{name}]", f'provider = "{name}"', "", ""])
+
+
 UNCONFINED = '[sandbox]\nmode = "off"\n'
 
 # The auto-title pass is a second agent run per session: off in the test config (`daemon_config`) unless `extra`
@@ -408,6 +421,12 @@ def chunk_count(texts: Any) -> int:
 
 def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == type_]
+
+
+def agent_calls(daemon: Daemon, name: str) -> list[dict[str, Any]]:
+    """The ACP calls the daemon made to `scripted_provider(name, daemon.home, ...)`'s agents, oldest first."""
+    path = daemon.home / f"calls-{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def markers(events: list[dict[str, Any]], title: str) -> list[dict[str, Any]]:
