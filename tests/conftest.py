@@ -423,6 +423,11 @@ def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == type_]
 
 
+def said(events: list[dict[str, Any]]) -> str:
+    """What the agent said in `events` (a turn's, a session's): its messages' text, joined."""
+    return "".join(e["content"].get("text", "") for e in of_type(events, "agent_message"))
+
+
 def agent_calls(daemon: Daemon, name: str) -> list[dict[str, Any]]:
     """The ACP calls the daemon made to `scripted_provider(name, daemon.home, ...)`'s agents, oldest first."""
     path = daemon.home / f"calls-{name}.jsonl"

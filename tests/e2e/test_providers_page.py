@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.conftest import Daemon, module_daemon, of_type
+from tests.conftest import Daemon, module_daemon, said
 from tests.integration.test_providers_reload import EXTRA
 
 KEY = "sk-test-compozy-page-key-0123456789abcdef"
@@ -43,9 +43,7 @@ def test_the_page_shows_each_providers_state_and_sets_a_key_that_reaches_the_age
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and KEY in secrets.read_text()
 
     sid = daemon.create(workspace)["id"]
-    said = "".join(e["content"].get("text", "") for e in of_type(daemon.run_turn(sid, f"envhash {VARIABLE}"),
-                                                                   "agent_message"))
-    assert said == hashlib.sha256(KEY.encode()).hexdigest()
+    assert said(daemon.run_turn(sid, f"envhash {VARIABLE}")) == hashlib.sha256(KEY.encode()).hexdigest()
 
     page.locator("form.provider-key[data-provider='scripted']").get_by_role("button", name="Test").click()
     expect(page.locator("#providers-note")).to_contain_text("scripted: scripted-agent 1.0 answered")
