@@ -29,10 +29,8 @@ from pathlib import Path
 import psycopg
 
 from tests.conftest import Daemon, start_daemon, wait_for
+from tests.integration.test_scale import LEASE_TTL, two_nodes
 from tests.shared_services import fresh_database, fresh_redis
-
-LEASE_TTL = 3.0
-CLUSTER_CONFIG = f'[cluster]\nlease_ttl = "{LEASE_TTL:g}s"\n'
 
 
 def start_sessions(daemon: Daemon, workspace: Path, sessions: int) -> list[str]:
@@ -76,30 +74,27 @@ def run(root: Path, sessions: int, chunks: int, rounds: int) -> list[dict[str, f
                     "COMPOZY_CLUSTER_TOKEN": token}
 
         single = start_daemon(root / "single", timeout=120)
-        a = start_daemon(root / "home-a", CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
-        b = start_daemon(root / "home-b", CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
         try:
-            alone_ids, cluster_ids = start_sessions(single, workspace, sessions), start_sessions(a, workspace,
-                                                                                                sessions)
-            for n in range(rounds):
-                alone = stream_rate(single, alone_ids, chunks)
-                clustered = stream_rate(a, cluster_ids, chunks)
-                results.append({"single": alone, "cluster": clustered, "ratio": clustered / alone})
-                line = ", ".join(f"{k} {v:.2f}" for k, v in results[-1].items())
-                print(f"round {n + 1}: {line}", flush=True)  # noqa: T201 - the bench's output
-            with psycopg.connect(db_url) as conn:
-                copied = conn.execute("SELECT COUNT(*) FROM compozy_event_copy WHERE session_id = ANY(%s)",
-                                      [cluster_ids]).fetchone()
-            stored = sum(len(a.all_events(sid)) for sid in cluster_ids)
-            assert copied is not None and copied[0] == stored, (copied, stored)
-            single.stop()
-            failover = failover_times(a, b, cluster_ids[0])
-            print("failover: " + ", ".join(f"{k} {v:.2f}" for k, v in failover.items()))  # noqa: T201
-            results[-1].update(failover)
+            with two_nodes(root, env) as (a, b):
+                alone_ids = start_sessions(single, workspace, sessions)
+                cluster_ids = start_sessions(a, workspace, sessions)
+                for n in range(rounds):
+                    alone = stream_rate(single, alone_ids, chunks)
+                    clustered = stream_rate(a, cluster_ids, chunks)
+                    results.append({"single": alone, "cluster": clustered, "ratio": clustered / alone})
+                    line = ", ".join(f"{k} {v:.2f}" for k, v in results[-1].items())
+                    print(f"round {n + 1}: {line}", flush=True)  # noqa: T201 - the bench's output
+                with psycopg.connect(db_url) as conn:
+                    copied = conn.execute("SELECT COUNT(*) FROM compozy_event_copy WHERE session_id = ANY(%s)",
+                                          [cluster_ids]).fetchone()
+                stored = sum(len(a.all_events(sid)) for sid in cluster_ids)
+                assert copied is not None and copied[0] == stored, (copied, stored)
+                single.stop()
+                failover = failover_times(a, b, cluster_ids[0])
+                print("failover: " + ", ".join(f"{k} {v:.2f}" for k, v in failover.items()))  # noqa: T201
+                results[-1].update(failover)
         finally:
             single.stop()
-            b.stop()
-            a.stop()
     return results
 
 

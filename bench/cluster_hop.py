@@ -1,7 +1,7 @@
 """Between nodes (issue 46 point 6): `python -m bench.cluster_hop [--requests 400] [--doorbells 2000]`.
 
 Three measurements on the machine's PostgreSQL and Redis (tests/shared_services.py; skipped with the reason without
-them), each printed as p50/p95/p99:
+them), each printed as p50/p95/p99 (CPU as a mean per read: it is read once over the whole loop):
 1. **forwarded request**: two nodes with sessions folders of their own; a session on A; `GET /api/sessions/ID` sent
    to A directly and to B (which forwards it to A with the cluster token through its pooled client), alternating,
    REQUESTS each on kept-alive client connections. The added latency is B's minus A's, percentile by percentile
@@ -25,15 +25,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from bench.harness import daemon_cpu_seconds
-from tests.conftest import Daemon, start_daemon
-from tests.integration.test_scale import CLUSTER_CONFIG
+from tests.conftest import Daemon
+from tests.integration.test_scale import two_nodes
 from tests.shared_services import fresh_database, fresh_redis, postgres_unavailable, redis_unavailable
 
 
@@ -51,27 +50,6 @@ def line(name: str, stats: dict[str, float], unit: str = "ms") -> str:
             f"p99 {stats['p99']:8.2f} {unit}  (n={int(stats['n'])})")
 
 
-@contextmanager
-def two_nodes(root: Path) -> Iterator[tuple[Daemon, Daemon, str]]:
-    token = secrets.token_hex(24)
-    with fresh_database() as db_url, fresh_redis() as redis_url:
-        def env(node: str) -> dict[str, str]:
-            return {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "COMPOZY_NODE_ID": node,
-                    "COMPOZY_CLUSTER_TOKEN": token}
-
-        a = start_daemon(root / "a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
-        try:
-            b = start_daemon(root / "b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
-        except BaseException:
-            a.stop()
-            raise
-        try:
-            yield a, b, db_url
-        finally:
-            b.stop()
-            a.stop()
-
-
 def timed(get: Callable[[], httpx.Response], node: str = "") -> float:
     """Milliseconds for one GET; it must answer 200, and from `node` when given (a forwarded read)."""
     started = time.perf_counter()
@@ -84,36 +62,48 @@ def timed(get: Callable[[], httpx.Response], node: str = "") -> float:
     return elapsed
 
 
-def forwarded(root: Path, requests: int) -> dict[str, dict[str, float]]:
+def forwarded(root: Path, requests: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The reads' latencies (percentiles by name) and each node's mean CPU milliseconds per read."""
     workspace = root / "workspace"
     workspace.mkdir(parents=True)
-    with two_nodes(root) as (a, b, _):
-        sid = a.create(workspace)["id"]
-        # The lightest routed read (one catalog row and meta.json): what the owner spends is small beside the hop.
-        path = f"/api/sessions/{sid}"
-        with a.client(timeout=30) as to_a, b.client(timeout=30) as to_b:
-            for _ in range(20):  # warm-up: connections, the pool, Django's first requests
-                timed(lambda: to_a.get(path))
-                timed(lambda: to_b.get(path))
-            direct, hop = [], []
-            cpu_a, cpu_b = daemon_cpu_seconds(a.proc.pid), daemon_cpu_seconds(b.proc.pid)
-            for _ in range(requests):
-                direct.append(timed(lambda: to_a.get(path)))
-                hop.append(timed(lambda: to_b.get(path), node="node-a"))
-            # CPU does not depend on what else the machine runs: B's is all the hop's (it only forwards), A's
-            # served both reads of each pair.
-            cpu_a = (daemon_cpu_seconds(a.proc.pid) - cpu_a) * 1000 / (2 * requests)
-            cpu_b = (daemon_cpu_seconds(b.proc.pid) - cpu_b) * 1000 / requests
-        new_client, pooled = client_cost(a, path, requests // 2)
-        a.http.post(a.scoped(sid, "/stop"))
+    token = secrets.token_hex(24)
+    with fresh_database() as db_url, fresh_redis() as redis_url:
+        def env(node: str) -> dict[str, str]:
+            return {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "COMPOZY_NODE_ID": node,
+                    "COMPOZY_CLUSTER_TOKEN": token}
+
+        with two_nodes(root, env) as (a, b):
+            return _forwarded(a, b, workspace, requests)
+
+
+def _forwarded(a: Daemon, b: Daemon, workspace: Path, requests: int) -> tuple[dict[str, dict[str, float]],
+                                                                              dict[str, float]]:
+    sid = a.create(workspace)["id"]
+    # The lightest routed read (one catalog row and meta.json): what the owner spends is small beside the hop.
+    path = f"/api/sessions/{sid}"
+    with a.client(timeout=30) as to_a, b.client(timeout=30) as to_b:
+        for _ in range(20):  # warm-up: connections, the pool, Django's first requests
+            timed(lambda: to_a.get(path))
+            timed(lambda: to_b.get(path))
+        direct, hop = [], []
+        cpu_a, cpu_b = daemon_cpu_seconds(a.proc.pid), daemon_cpu_seconds(b.proc.pid)
+        for _ in range(requests):
+            direct.append(timed(lambda: to_a.get(path)))
+            hop.append(timed(lambda: to_b.get(path), node="node-a"))
+        # CPU does not depend on what else the machine runs: B's is all the hop's (it only forwards), A's
+        # served both reads of each pair.
+        cpu_a = (daemon_cpu_seconds(a.proc.pid) - cpu_a) * 1000 / (2 * requests)
+        cpu_b = (daemon_cpu_seconds(b.proc.pid) - cpu_b) * 1000 / requests
+    new_client, pooled = client_cost(a, path, requests // 2)
+    a.http.post(a.scoped(sid, "/stop"))
     through, owner = percentiles(hop), percentiles(direct)
     added = {key: through[key] - owner[key] for key in ("p50", "p95", "p99")} | {"n": owner["n"]}
-    return {"owner's CPU per read": {"p50": cpu_a, "p95": cpu_a, "p99": cpu_a, "n": owner["n"]},
-            "forwarding node's CPU per forwarded read": {"p50": cpu_b, "p95": cpu_b, "p99": cpu_b, "n": owner["n"]},
-            "direct to the owner": owner, "through another node": through,
-            "added by the hop (percentile by percentile)": added,
-            "owner, a new AsyncClient per request": percentiles(new_client),
-            "owner, one pooled AsyncClient": percentiles(pooled)}
+    # CPU is read per node over the whole loop: a mean per read, not a distribution.
+    return ({"direct to the owner": owner, "through another node": through,
+             "added by the hop (percentile by percentile)": added,
+             "owner, a new AsyncClient per request": percentiles(new_client),
+             "owner, one pooled AsyncClient": percentiles(pooled)},
+            {"owner's CPU per read": cpu_a, "forwarding node's CPU per forwarded read": cpu_b})
 
 
 def client_cost(node: Daemon, path: str, requests: int) -> tuple[list[float], list[float]]:
@@ -209,8 +199,11 @@ def main() -> int:
         return 2
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # noqa: T201
     with tempfile.TemporaryDirectory(prefix="compozy-hop-") as tmp:
-        for name, stats in forwarded(Path(tmp), args.requests).items():
-            print(line(name, stats))  # noqa: T201
+        latencies, cpu = forwarded(Path(tmp), args.requests)
+    for name, mean in cpu.items():
+        print(f"{name:<44} mean {mean:8.2f} ms per read  (n={args.requests})")  # noqa: T201
+    for name, stats in latencies.items():
+        print(line(name, stats))  # noqa: T201
     with fresh_redis() as redis_url, fresh_database() as db_url:
         redis_samples, redis_rate = redis_doorbells(redis_url, args.doorbells)
         pg_samples, pg_rate = postgres_doorbells(db_url, args.doorbells)

@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.harness import BenchDaemon
 from bench.report import BenchResult, Op, Target
+from tests import gitrepos
 from tests.conftest import NO_TITLE
 from tests.gitrepos import git
 
@@ -29,17 +30,9 @@ SESSION = "sess_00000000000000bb"
 
 
 def make_repo(path: Path, files: int) -> Path:
-    path.mkdir(parents=True)
-    for i in range(files):
-        folder = path / f"pkg{i % 100:03d}"
-        folder.mkdir(exist_ok=True)
-        (folder / f"mod{i:05d}.py").write_text(f"# module {i}\nVALUE = {i}\n" + "x = 1\n" * 10)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.name", "Bench")
-    git(path, "config", "user.email", "bench@example.com")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "bench")
-    return path
+    """tests.gitrepos' repository with `files` modules of ~100 bytes in 100 folders besides its own two files."""
+    return gitrepos.make_repo(path, {f"pkg{i % 100:03d}/mod{i:05d}.py": f"# module {i}\nVALUE = {i}\n" + "x = 1\n" * 10
+                                     for i in range(files)})
 
 
 def _timed(fn: Any) -> float:
@@ -72,8 +65,9 @@ def checkpoint_phase(root: Path, result: BenchResult, files: int) -> None:
                   raw_limit=status, raw_label="git status", target=Target(Op.AT_MOST, 0.5), summary=True)
     result.metric("checkpoint.cold", f"first checkpoint of the {files:,}-file worktree (index seeded)", cold, "s")
     tree = git(wt, "ls-tree", "-r", "--name-only", "refs/compozy/bench/5").splitlines()
-    result.check("the last checkpoint holds every file, the added ones included", len(tree) == files + 5 + 0,
-                 f"{len(tree)} files in the tree, {files + 5} expected")
+    expected = len(git(repo, "ls-files").splitlines()) + 5  # the repository's files and the 5 added
+    result.check("the last checkpoint holds every file, the added ones included", len(tree) == expected,
+                 f"{len(tree)} files in the tree, {expected} expected")
 
 
 def _turns(bench: BenchDaemon, session: dict[str, Any], count: int, message: str = "echo turn") -> float:

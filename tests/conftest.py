@@ -37,6 +37,19 @@ def toml_list(items: list[str]) -> str:
 # Agents unconfined (`[sandbox] mode = "off"`): for the tests of the weaker mode's process handling, which read an
 # agent's own pids (`os.getpid()`, `echo $$`) on the host. In the sandbox's pid namespace those are the namespace's
 # pids, and the sandbox ends an agent's processes with its own (tests/integration/test_sandbox.py tests that path).
+def scripted_provider(name: str, home: Path, *args: str, env: dict[str, str] | None = None,
+                      auth_method: str = "") -> str:
+    """A `[providers.NAME]` running the scripted agent with `args` (and `env`, `auth_method` when given), its ACP
+    calls logged to `home/calls-NAME.jsonl` (read by `agent_calls`), and an `[agents.NAME]` on it."""
+    command = [sys.executable, str(SCRIPTED), "--call-log", str(home / f"calls-{name}.jsonl"), *args]
+    lines = [f"[providers.{name}]", f"command = {json.dumps(command)}"]
+    if env:
+        lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }")
+    if auth_method:
+        lines.append(f'auth_method = "{auth_method}"')
+    return "\n".join([*lines, "", f"[agents.{name}]", f'provider = "{name}"', "", ""])
+
+
 UNCONFINED = '[sandbox]\nmode = "off"\n'
 
 # The auto-title pass is a second agent run per session: off in the test config (`daemon_config`) unless `extra`
@@ -310,21 +323,29 @@ def module_daemon(extra_config: str = "", timeout: float = 120.0, agent: Path = 
 
 
 def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] | None = None,
-                 timeout: float = 60.0, port: int | None = None, agent: Path = SCRIPTED) -> Daemon:
+                 timeout: float = 60.0, port: int | None = None, agent: Path = SCRIPTED,
+                 output: int | None = None, log_path: Path | None = None) -> Daemon:
     """Start a foreground daemon on `port` (default 0: any free port, race-free). The port is read from
     the daemon record, else from /proc: the launcher records `0` when given `--port 0`. A home without a
-    config.toml gets `daemon_config(home, extra_config, agent)`."""
+    config.toml gets `daemon_config(home, extra_config, agent)`. Its stdout and stderr go to `log_path` (default
+    `home/daemon-test.log`, what `Daemon.log()` reads), or to `output` when given (e.g. `subprocess.DEVNULL`, as a
+    terminal at a desk: `log_path` is then the file the daemon writes by itself)."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "config.toml"
     if not config.exists():
         config.write_text(daemon_config(home, extra_config, agent))
     env = {**os.environ, "COMPOZY_HOME": str(home), **(env_extra or {})}
     env.pop("COMPOZY_URL", None)
-    log_path = home / "daemon-test.log"
-    log = open(log_path, "ab")  # noqa: SIM115 - the daemon writes to it for its whole life
+    log_path = log_path or home / "daemon-test.log"
+    # The daemon writes to the file for its whole life.
+    log = output if output is not None else open(log_path, "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "compozy.cli", "daemon", "start", "--foreground",
                              "--port", str(port or 0)], env=env, cwd=str(ROOT), stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def tail() -> str:
+        return log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "(no log)"
+
     record_path = home / "daemon.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -338,10 +359,10 @@ def start_daemon(home: Path, extra_config: str = "", env_extra: dict[str, str] |
                 if actual:
                     return Daemon(home, proc, actual, env, log_path)
         if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited ({proc.returncode}): {log_path.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(f"daemon exited ({proc.returncode}): {tail()}")
         time.sleep(0.05)
     proc.kill()
-    raise RuntimeError(f"daemon not ready in {timeout}s: {log_path.read_text(errors='replace')[-3000:]}")
+    raise RuntimeError(f"daemon not ready in {timeout}s: {tail()}")
 
 
 def crash_mid_tool_call(home: Path, workspace: Path, extra_config: str = "", timeout: float = 120.0) -> str:
@@ -400,6 +421,17 @@ def chunk_count(texts: Any) -> int:
 
 def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == type_]
+
+
+def said(events: list[dict[str, Any]]) -> str:
+    """What the agent said in `events` (a turn's, a session's): its messages' text, joined."""
+    return "".join(e["content"].get("text", "") for e in of_type(events, "agent_message"))
+
+
+def agent_calls(daemon: Daemon, name: str) -> list[dict[str, Any]]:
+    """The ACP calls the daemon made to `scripted_provider(name, daemon.home, ...)`'s agents, oldest first."""
+    path = daemon.home / f"calls-{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def markers(events: list[dict[str, Any]], title: str) -> list[dict[str, Any]]:

@@ -19,44 +19,57 @@ class TcpProxy:
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
+        self._listener: socket.socket | None = None
+        self.port = 0
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._cut = threading.Event()
         self._closed = False
         self.accepted = 0
         self.refused = 0
-        threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
+        self._listen()
+
+    def _listen(self) -> None:
+        """Listen on `port` (the first time: a free one), the same port again after a `cut(refuse=True)`."""
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), name=f"proxy-{self.port}", daemon=True).start()
 
     def url(self, database_url: str) -> str:
-        """`database_url` pointed at this proxy instead of the server."""
+        """`database_url` (or a Redis URL) pointed at this proxy instead of the server."""
         parsed = urlparse(database_url)
         netloc = parsed.netloc.rsplit("@", 1)
         auth = f"{netloc[0]}@" if len(netloc) == 2 else ""
         return urlunparse(parsed._replace(netloc=f"{auth}127.0.0.1:{self.port}"))
 
-    def cut(self) -> None:
-        """Every open connection reset; new ones are accepted and closed at once until `restore`."""
+    def cut(self, refuse: bool = False) -> None:
+        """Every open connection reset; new ones are accepted and closed at once until `restore` (a partition), or
+        with `refuse` refused, nothing listening on the port (the server's host down: one error, always the same)."""
         self._cut.set()
         with self._lock:
             sockets, self._open = list(self._open), set()
+            listener, self._listener = (self._listener, None) if refuse else (None, self._listener)
         for sock in sockets:
             _reset(sock)
+        if listener is not None:  # shut down first: a close alone leaves a thread blocked in accept() listening
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
 
     def restore(self) -> None:
+        if self._listener is None:
+            self._listen()
         self._cut.clear()
 
     def close(self) -> None:
         self._closed = True
-        self.cut()
-        with contextlib.suppress(OSError):
-            self._listener.close()
+        self.cut(refuse=True)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             if self._cut.is_set():
@@ -103,10 +116,14 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
+DEFAULT_PORTS = {"redis": 6379, "rediss": 6379}
+
+
 @contextmanager
-def proxied(database_url: str) -> Iterator[TcpProxy]:
-    parsed = urlparse(database_url)
-    proxy = TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+def proxied(url: str) -> Iterator[TcpProxy]:
+    """A proxy to the server of `url` (PostgreSQL's or Redis's), closed on exit; `proxy.url(url)` reaches it."""
+    parsed = urlparse(url)
+    proxy = TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or DEFAULT_PORTS.get(parsed.scheme, 5432))
     try:
         yield proxy
     finally:

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import Daemon, start_daemon, wait_for
+from tests.conftest import Daemon, module_daemon, wait_for
 
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("tree-home"), timeout=120)
-    yield d
-    d.stop()
+daemon = module_daemon()
 
 
 def test_the_coordinator_page_shows_its_children(page: Page, daemon: Daemon, workspace: Path) -> None:

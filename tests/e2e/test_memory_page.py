@@ -3,22 +3,15 @@ was given, every value shown as text."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import Daemon, start_daemon, wait_for
+from tests.conftest import Daemon, module_daemon, wait_for
 
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
 
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("memory-page-home"), timeout=120)
-    yield d
-    d.stop()
+daemon = module_daemon()
 
 
 def test_the_memory_page_browses_searches_edits_and_shows_a_snapshot(page: Page, daemon: Daemon,

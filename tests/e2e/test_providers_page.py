@@ -6,33 +6,25 @@ from __future__ import annotations
 import hashlib
 import shutil
 import stat
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import SCRIPTED, Daemon, of_type, start_daemon, toml_list
+from tests.conftest import Daemon, module_daemon, said
+from tests.integration.test_providers_reload import EXTRA
 
 KEY = "sk-test-compozy-page-key-0123456789abcdef"
 VARIABLE = "SCRIPTED_SECRET_KEY"
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    extra = ('[providers.gone]\ncommand = ["no-such-agent-acp-binary"]\n\n[providers.authy]\n'
-             f'command = {toml_list([sys.executable, str(SCRIPTED), "--require-auth"])}\n'
-             'env = { SCRIPTED_API_KEY = "scripted-login-key-0123456789" }\n')
-    d = start_daemon(tmp_path_factory.mktemp("providers-page-home"), extra_config=extra)
-    yield d
-    d.stop()
+# A provider whose binary is missing (`nobinary`) and one that needs a login (`authy`), as the reload test has them.
+daemon = module_daemon(EXTRA)
 
 
 def test_the_page_shows_each_providers_state_and_sets_a_key_that_reaches_the_agent(
         page: Page, daemon: Daemon, workspace: Path) -> None:
     page.goto(daemon.base_url + "/providers")
-    gone = page.locator("#providers-body tr[data-provider='gone']")
+    gone = page.locator("#providers-body tr[data-provider='nobinary']")
     expect(gone).to_have_attribute("data-found", "missing")
     expect(gone.locator(".provider-hint")).to_contain_text("'no-such-agent-acp-binary' is not on PATH")
     claude = page.locator("#providers-body tr[data-provider='claude']")
@@ -51,13 +43,11 @@ def test_the_page_shows_each_providers_state_and_sets_a_key_that_reaches_the_age
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and KEY in secrets.read_text()
 
     sid = daemon.create(workspace)["id"]
-    said = "".join(e["content"].get("text", "") for e in of_type(daemon.run_turn(sid, f"envhash {VARIABLE}"),
-                                                                   "agent_message"))
-    assert said == hashlib.sha256(KEY.encode()).hexdigest()
+    assert said(daemon.run_turn(sid, f"envhash {VARIABLE}")) == hashlib.sha256(KEY.encode()).hexdigest()
 
     page.locator("form.provider-key[data-provider='scripted']").get_by_role("button", name="Test").click()
     expect(page.locator("#providers-note")).to_contain_text("scripted: scripted-agent 1.0 answered")
-    page.locator("form.provider-key[data-provider='gone']").get_by_role("button", name="Test").click()
+    page.locator("form.provider-key[data-provider='nobinary']").get_by_role("button", name="Test").click()
     expect(page.locator("#providers-error")).to_contain_text("'no-such-agent-acp-binary' is not on PATH")
     assert KEY not in page.content()
 

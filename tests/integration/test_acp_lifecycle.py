@@ -7,26 +7,14 @@ refused close never blocking the stop."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import SCRIPTED, Daemon, markers, of_type, start_daemon, wait_for
+from tests.conftest import Daemon, agent_calls, markers, of_type, scripted_provider, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def provider(name: str, home: Path, *args: str, env: dict[str, str] | None = None, auth_method: str = "") -> str:
-    command = [sys.executable, str(SCRIPTED), "--call-log", str(home / f"calls-{name}.jsonl"), *args]
-    lines = [f"[providers.{name}]", f"command = {json.dumps(command)}"]
-    if env:
-        lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }")
-    if auth_method:
-        lines.append(f'auth_method = "{auth_method}"')
-    return "\n".join([*lines, "", f"[agents.{name}]", f'provider = "{name}"', "", ""])
 
 
 MCP_TOKEN = "mcp-secret-value-0123456789"
@@ -55,21 +43,17 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("home")
     state = str(home / "agent-state")
     key = {"SCRIPTED_API_KEY": "sk-scripted-123456"}
-    extra = (provider("keyed", home, "--require-auth", env=key)
-             + provider("codexlike", home, "--require-auth", env=key, auth_method="api-key")
-             + provider("nokey", home, "--require-auth", "--login-file", str(home / "logged-in"))
-             + provider("resumable", home, "--load-session", "--state-dir", state, "--lifecycle", "resume,close")
-             + provider("closefail", home, "--lifecycle", "closefail")
-             + provider("withmcp", home, "--mcp-http", "--load-session", "--state-dir", state, "--lifecycle",
-                        "resume") + MCP_SERVERS)
+    extra = (scripted_provider("keyed", home, "--require-auth", env=key)
+             + scripted_provider("codexlike", home, "--require-auth", env=key, auth_method="api-key")
+             + scripted_provider("nokey", home, "--require-auth", "--login-file", str(home / "logged-in"))
+             + scripted_provider("resumable", home, "--load-session", "--state-dir", state, "--lifecycle",
+                                 "resume,close")
+             + scripted_provider("closefail", home, "--lifecycle", "closefail")
+             + scripted_provider("withmcp", home, "--mcp-http", "--load-session", "--state-dir", state,
+                                 "--lifecycle", "resume") + MCP_SERVERS)
     d = start_daemon(home, extra_config=extra, timeout=120)
     yield d
     d.stop()
-
-
-def calls(d: Daemon, name: str) -> list[dict[str, Any]]:
-    path = d.home / f"calls-{name}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.mark.parametrize(("agent", "method"), [("keyed", "env-key"), ("codexlike", "api-key")])
@@ -79,7 +63,7 @@ def test_an_agent_that_offers_auth_methods_is_authenticated_before_its_session_o
     # whose variables are set is chosen by itself; codex's `api-key` names no variables, so it needs auth_method.
     session = daemon.create(workspace, agent=agent)
     assert session["state"] == "active", session
-    assert [c["params"]["methodId"] for c in calls(daemon, agent) if c["method"] == "authenticate"] == [method]
+    assert [c["params"]["methodId"] for c in agent_calls(daemon, agent) if c["method"] == "authenticate"] == [method]
     assert daemon.session(session["id"])["acp_caps"]["authenticated_with"] == method
     assert of_type(daemon.run_turn(session["id"], "echo hi"), "done")
 
@@ -98,7 +82,7 @@ def test_a_start_refused_for_authentication_waits_for_auth_names_the_methods_and
     assert "`compozy provider login nokey --method api-key`" in summary, summary
     assert f"then `compozy session resume {session['id']}`" in summary, summary
     assert "NAME" not in summary and " ID`" not in summary, summary
-    assert not [c for c in calls(daemon, "nokey") if c["method"] == "authenticate"]  # nothing it could choose
+    assert not [c for c in agent_calls(daemon, "nokey") if c["method"] == "authenticate"]  # nothing it could choose
 
     (daemon.home / "logged-in").write_text("token stored by the agent's own login\n")
     resumed = daemon.cli("session", "resume", session["id"], "-o", "json")
@@ -117,16 +101,16 @@ def test_a_stop_closes_the_acp_session_and_reactivation_resumes_it_without_a_rep
     assert caps["supports_resume"] and caps["supports_close"], caps
     assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
     daemon.wait_state(sid, {"stopped"})
-    closes = [c for c in calls(daemon, "resumable") if c["method"] == "session/close"]
+    closes = [c for c in agent_calls(daemon, "resumable") if c["method"] == "session/close"]
     assert [c["params"]["sessionId"] for c in closes] == [acp_id]
 
     # The next prompt reactivates it: session/resume of the same ACP session, so no session/load, no replay.
     assert of_type(daemon.run_turn(sid, "echo again"), "done")
-    resumes = [c for c in calls(daemon, "resumable") if c["method"] == "session/resume"]
+    resumes = [c for c in agent_calls(daemon, "resumable") if c["method"] == "session/resume"]
     assert [c["params"]["sessionId"] for c in resumes] == [acp_id]
     assert daemon.session(sid)["acp_session_id"] == acp_id
     assert markers(daemon.all_events(sid), "session_recovered") == []
-    assert "session/load" not in [c["method"] for c in calls(daemon, "resumable")]
+    assert "session/load" not in [c["method"] for c in agent_calls(daemon, "resumable")]
 
 
 def test_a_refused_session_close_never_blocks_the_stop(daemon: Daemon, workspace: Path) -> None:
@@ -134,7 +118,7 @@ def test_a_refused_session_close_never_blocks_the_stop(daemon: Daemon, workspace
     assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
     stopped = daemon.wait_state(sid, {"stopped"})
     assert stopped["stop_reason"] == "user_canceled" and stopped["failure"] is None, stopped
-    assert [c["method"] for c in calls(daemon, "closefail") if c["method"] != "mcp"] == ["session/close"]
+    assert [c["method"] for c in agent_calls(daemon, "closefail") if c["method"] != "mcp"] == ["session/close"]
     wait_for(lambda: "session/close failed" in daemon.log(), timeout=10, what="the refused close in the log")
 
 
@@ -144,7 +128,7 @@ def test_the_agents_mcp_servers_are_handed_at_new_and_resume_their_secrets_kept_
     assert daemon.http.post(daemon.scoped(sid, "/stop")).status_code == 204
     daemon.wait_state(sid, {"stopped"})
     assert of_type(daemon.run_turn(sid, f"echo {MCP_TOKEN}"), "done")  # reactivated through session/resume
-    handed = [c["params"] for c in calls(daemon, "withmcp") if c["method"] == "mcp"]
+    handed = [c["params"] for c in agent_calls(daemon, "withmcp") if c["method"] == "mcp"]
     assert [h["for"] for h in handed] == ["session/new", "session/resume"]
     expected = [{"name": "files", "command": "/usr/local/bin/mcp-files", "args": ["--root", "/srv"],
                  "env": [{"name": "FILES_TOKEN", "value": MCP_TOKEN}]},

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compozy_base.config.agents import NPM_PACKAGES
-from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.conftest import Daemon, of_type, said, start_daemon, wait_for
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("npx") is None, reason="Node.js (npx) is needed to run claude-agent-acp")]
@@ -176,10 +176,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, model_server: str) -> Itera
     d = start_daemon(root / "home", extra_config=extra, timeout=120, env_extra={"ANTHROPIC_API_KEY": ""})
     yield d
     d.stop()
-
-
-def said(turn: list[dict[str, Any]]) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(turn, "agent_message"))
 
 
 def start(daemon: Daemon, workspace: Path) -> dict[str, Any]:

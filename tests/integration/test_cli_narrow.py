@@ -144,8 +144,10 @@ def test_task_show_keeps_status_outcome_and_ids_readable_at_80_columns(daemon: D
         # Every cell whole, in its column: the attempt, the run, its status, its outcome and its session.
         assert line.split() == [str(run["attempt"]), run["id"], run["status"], run.get("outcome") or "-",
                                 run.get("session_id") or "-"], line
-    if shown["task"]["runs"][1].get("recovers_run_id"):
-        assert f"recovers {shown['task']['runs'][1]['recovers_run_id']}" in "\n".join(lines)
+    # A retry always links its attempt to the last (tasks/services.py retry_task), and the table says so.
+    first, second = shown["task"]["runs"][0], shown["task"]["runs"][1]
+    assert second["recovers_run_id"] == first["id"], second
+    assert f"recovers {second['recovers_run_id']}" in "\n".join(lines)
     history = shown["history"]
     assert history and all(squeezed(e["kind"]) in squeezed("\n".join(lines)) for e in history)
     assert all(squeezed(e.get("reason") or "") in squeezed("\n".join(lines)) for e in history)

@@ -35,12 +35,11 @@ import httpx
 import pytest
 
 from tests.conftest import Daemon, start_daemon, wait_for
+from tests.integration.test_scale import CLUSTER_CONFIG, LEASE_TTL
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
 from tests.sse import Frame, frames, open_stream
 from tests.tcp_proxy import TcpProxy, proxied
 
-LEASE_TTL = 3.0
-CLUSTER_CONFIG = f'[cluster]\nlease_ttl = "{LEASE_TTL:g}s"\n'
 OUTAGE_SECONDS = float(os.environ.get("COMPOZY_TEST_OUTAGE_SECONDS") or 20)
 # Streaming sessions per node through the outage: 2 on two nodes by default; `COMPOZY_TEST_OUTAGE_SESSIONS=3` puts 3
 # on each of the three (the figure, with COMPOZY_TEST_OUTAGE_SECONDS=60: run by hand, a few minutes).
@@ -183,10 +182,14 @@ def test_clocks_a_minute_fast_and_slow_fence_no_session(cluster: Cluster, worksp
         assert node.daemon.run_turn(sid, "stream 2")
         wait_for(_in_database(cluster, node, sid), timeout=10, what="the turn in the database")
         assert "refused by the database" not in node.daemon.log()
-    # Stamps are the node's own clock (the skew is real): node B's rows are a minute ahead of node A's.
-    b_stamp = cluster.b.daemon.all_events(sessions["node-b"])[-1]["timestamp"]
-    a_stamp = cluster.a.daemon.all_events(sessions["node-a"])[-1]["timestamp"]
-    assert b_stamp > a_stamp
+    # Stamps are the node's own clock (the skew is real): node B's rows are a minute ahead of node A's (more than
+    # the seconds between their turns), and node C's, run after A's, a minute behind.
+    def stamp(node: Node) -> datetime:
+        return datetime.fromisoformat(node.daemon.all_events(sessions[node.name])[-1]["timestamp"])
+
+    a_stamp, b_stamp, c_stamp = stamp(cluster.a), stamp(cluster.b), stamp(cluster.c)
+    assert (b_stamp - a_stamp).total_seconds() > 30, (a_stamp, b_stamp)
+    assert c_stamp < a_stamp, (a_stamp, c_stamp)
     for sid in sessions.values():
         owner = next(n for n in cluster.nodes if sessions[n.name] == sid)
         assert owner.daemon.http.post(owner.daemon.scoped(sid, "/stop")).status_code == 204

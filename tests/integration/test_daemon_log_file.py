@@ -7,41 +7,19 @@ import io
 import json
 import logging
 import logging.handlers
-import os
 import stat
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from compozy.daemon.logs import RedactFilter, add_log_file
-from tests.conftest import ROOT, Daemon, daemon_config, listening_port, wait_for
+from tests.conftest import Daemon, start_daemon, wait_for
 
 
 def _start_with_stderr_elsewhere(home: Path) -> Daemon:
     """As `make run` starts it, its stdout and stderr not a file (here /dev/null, a terminal at a desk)."""
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(daemon_config(home))
-    env = {**os.environ, "COMPOZY_HOME": str(home)}
-    env.pop("COMPOZY_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "compozy.cli", "daemon", "start", "--foreground", "--port", "0"],
-                            env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def ready() -> Daemon | None:
-        assert proc.poll() is None, "the daemon exited during its start"
-        record = home / "daemon.json"
-        data = json.loads(record.read_text() or "{}") if record.exists() else {}
-        if data.get("pid") == proc.pid and (port := int(data.get("port") or 0) or listening_port(proc.pid)):
-            return Daemon(home, proc, port, env, home / "logs" / "daemon.log")
-        return None
-
-    try:
-        return wait_for(ready, 60, "the daemon's record naming its pid and port")
-    except AssertionError:
-        proc.kill()
-        raise
+    return start_daemon(home, output=subprocess.DEVNULL, log_path=home / "logs" / "daemon.log")
 
 
 def test_a_foreground_daemon_writes_its_log_file_and_evidence_carries_it(tmp_path: Path, workspace: Path) -> None:

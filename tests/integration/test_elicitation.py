@@ -13,7 +13,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import NO_TITLE, Daemon, markers, module_daemon, of_type, start_daemon, wait_for, wait_job_ticks
+from tests.conftest import (
+    NO_TITLE,
+    Daemon,
+    markers,
+    module_daemon,
+    of_type,
+    said,
+    start_daemon,
+    wait_for,
+    wait_job_ticks,
+)
 
 START_TIMEOUT = 120.0
 SUPERVISION = (
@@ -46,10 +56,6 @@ def ask(d: Daemon, sid: str, message: str = "ask Who are you?") -> tuple[str, di
     turn_id = str(response.json()["prompt"]["turn_id"])
     [item] = wait_for(lambda: listed(d, sid) or None, what="a pending elicitation")
     return turn_id, item
-
-
-def said(turn: list[dict[str, Any]]) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(turn, "agent_message"))
 
 
 def system_titles(events: list[dict[str, Any]]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import NO_TITLE, Daemon, module_daemon, of_type, wait_for
+from tests.conftest import NO_TITLE, Daemon, module_daemon, of_type, said, wait_for
 
 # A quiet turn is noticed after 1 s and asks for attention after 2 s (60 s and 5 min by default).
 CONFIG = ('[session.supervision]\nquiet_notice_after = "1s"\nquiet_attention_after = "2s"\n'
@@ -58,10 +58,6 @@ def test_a_quiet_turn_shows_its_notice_then_asks_for_attention_and_both_go_when_
     assert daemon.http.post(daemon.scoped(sid, "/prompt/cancel")).status_code == 200
     wait_for(lambda: daemon.session(sid)["prompt_state"] == "idle", what="the turn to end")
     assert daemon.session(sid)["quiet"] is None and quiet_items(daemon, sid) == []
-
-
-def said(events: list[dict[str, Any]]) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(events, "agent_message"))
 
 
 def test_the_demo_tour_plans_asks_edits_with_a_diff_runs_a_terminal_and_answers_in_markdown(

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import SCRIPTED, Daemon, start_daemon, toml_list, wait_for
+from tests.conftest import Daemon, agent_calls, scripted_provider, start_daemon, wait_for
 
 SECRET = "tracker-secret-0123456789abcdef"
 
 
 def provider(name: str, home: Path) -> str:
-    command = [sys.executable, str(SCRIPTED), "--prompt-log", str(home / "prompts.jsonl"), "--call-log",
-               str(home / f"calls-{name}.jsonl")]
-    return f'[providers.{name}]\ncommand = {toml_list(command)}\n\n[agents.{name}]\nprovider = "{name}"\n\n'
+    return scripted_provider(name, home, "--prompt-log", str(home / "prompts.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +205,8 @@ def test_central_mcp_servers_reach_only_the_agents_and_workspaces_they_name(
     one, two = spaces
 
     def handed(name: str) -> list[list[str]]:
-        path = daemon.home / f"calls-{name}.jsonl"
-        lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        return [[s["name"] for s in c["params"]["mcpServers"]] for c in lines if c["method"] == "mcp"]
+        return [[s["name"] for s in c["params"]["mcpServers"]] for c in agent_calls(daemon, name)
+                if c["method"] == "mcp"]
 
     daemon.create(one, agent="mcpa")
     daemon.create(two, agent="mcpa")

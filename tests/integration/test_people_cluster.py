@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Daemon, start_daemon, wait_for
-from tests.integration.test_scale import CLUSTER_CONFIG
+from tests.conftest import wait_for
+from tests.integration.test_scale import two_nodes
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,10 +33,7 @@ def test_a_token_revoked_on_one_node_is_refused_on_the_other_within_5_s(tmp_path
             return {"DATABASE_URL": db_url, "REDIS_URL": redis_url, "COMPOZY_SESSIONS_DIR": str(shared),
                     "COMPOZY_NODE_ID": node, "COMPOZY_CLUSTER_TOKEN": cluster_token}
 
-        a = start_daemon(tmp_path / "home-a", extra_config=CLUSTER_CONFIG, env_extra=env("node-a"), timeout=120)
-        b: Daemon | None = None
-        try:
-            b = start_daemon(tmp_path / "home-b", extra_config=CLUSTER_CONFIG, env_extra=env("node-b"), timeout=120)
+        with two_nodes(tmp_path, env) as (a, b):
             a.cli_json("user", "add", "dana", "--role", "operator")
             made = a.cli_json("token", "create", "--user", "dana")
             workspace = tmp_path / "repo"
@@ -72,7 +69,3 @@ def test_a_token_revoked_on_one_node_is_refused_on_the_other_within_5_s(tmp_path
                                    timeout=REVOCATION_BOUND, what="node B to refuse the revoked token")
                 assert refused.json()["code"] == "token_revoked"
                 assert time.monotonic() - revoked_at < REVOCATION_BOUND
-        finally:
-            if b is not None:
-                b.stop()
-            a.stop()

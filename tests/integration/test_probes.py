@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import httpx
 
 from tests.conftest import Daemon, start_daemon, wait_for
-from tests.integration.test_catalog_outage import Proxy
 from tests.integration.test_scale import CLUSTER_CONFIG
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
+from tests.tcp_proxy import proxied
 
 POD_HOST = {"Host": "10.42.0.7:2123"}  # what a kubelet sends: the pod's IP, never a loopback name
 
@@ -52,12 +51,8 @@ def test_only_the_two_probes_pass_without_the_token_or_a_served_host(daemon: Dae
 def test_readyz_fails_while_the_database_is_unreachable_and_recovers(tmp_path: Path) -> None:
     require_postgres()
     require_redis()
-    with fresh_database() as db_url, fresh_redis() as redis_url:
-        parsed = urlparse(db_url)
-        proxy = Proxy((parsed.hostname or "127.0.0.1", parsed.port or 5432))
-        proxy.restore()
-        proxied = urlunparse(parsed._replace(netloc=f"{parsed.username}@127.0.0.1:{proxy.port}"))
-        env = {"DATABASE_URL": proxied, "REDIS_URL": redis_url, "COMPOZY_NODE_ID": "node-r",
+    with fresh_database() as db_url, fresh_redis() as redis_url, proxied(db_url) as proxy:
+        env = {"DATABASE_URL": proxy.url(db_url), "REDIS_URL": redis_url, "COMPOZY_NODE_ID": "node-r",
                "COMPOZY_CLUSTER_TOKEN": secrets.token_hex(24)}
         node = start_daemon(tmp_path / "home", extra_config=CLUSTER_CONFIG, env_extra=env, timeout=120)
         try:
@@ -79,4 +74,3 @@ def test_readyz_fails_while_the_database_is_unreachable_and_recovers(tmp_path: P
                          what="readyz to recover with the database back")
         finally:
             node.stop()
-            proxy.cut()

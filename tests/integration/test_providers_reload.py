@@ -16,10 +16,17 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from compozy_base.config.agents import NPM_PACKAGES
-from tests.conftest import SCRIPTED, Daemon, daemon_config, of_type, start_daemon, toml_list, wait_for
+from tests.conftest import (
+    SCRIPTED,
+    Daemon,
+    daemon_config,
+    module_daemon,
+    of_type,
+    said,
+    toml_list,
+    wait_for,
+)
 
 KEY = "sk-test-compozy-provider-key-0123456789abcdef"
 VARIABLE = "SCRIPTED_SECRET_KEY"
@@ -35,11 +42,7 @@ env = {{ SCRIPTED_API_KEY = "scripted-login-key-0123456789" }}
 """
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    d = start_daemon(tmp_path_factory.mktemp("home"), extra_config=EXTRA)
-    yield d
-    d.stop()
+daemon = module_daemon(EXTRA)
 
 
 def _config_with(daemon: Daemon, extra: str) -> None:
@@ -87,8 +90,7 @@ def test_daemon_reload_adds_a_provider_while_a_session_streams_and_the_stream_is
     # The new agent starts sessions at once; the CLI lists it.
     added = daemon.create(workspace, agent="added")
     assert added["state"] == "active", added
-    assert "c0 c1" in "".join(e["content"].get("text", "") for e in of_type(
-        daemon.run_turn(added["id"], "slow 2 0"), "agent_message"))
+    assert "c0 c1" in said(daemon.run_turn(added["id"], "slow 2 0"))
     info = daemon.cli_json("workspace", "info", added["workspace_id"])
     available = {p["name"]: p["available"] for p in info["providers"]}
     assert available["added"] and not available["nobinary"], available
@@ -202,11 +204,9 @@ def test_a_key_set_through_the_api_reaches_the_agent_and_appears_in_no_answer_lo
     assert KEY not in (daemon.home / "config.toml").read_text()
 
     sid = daemon.create(workspace)["id"]
-    said = "".join(e["content"].get("text", "") for e in of_type(daemon.run_turn(sid, f"envhash {VARIABLE}"),
-                                                                   "agent_message"))
-    assert said == hashlib.sha256(KEY.encode()).hexdigest(), said
-    echoed = "".join(e["content"].get("text", "") for e in of_type(daemon.run_turn(sid, f"env {VARIABLE}"),
-                                                                     "agent_message"))
+    hashed = said(daemon.run_turn(sid, f"envhash {VARIABLE}"))
+    assert hashed == hashlib.sha256(KEY.encode()).hexdigest(), hashed
+    echoed = said(daemon.run_turn(sid, f"env {VARIABLE}"))
     assert KEY not in echoed and "REDACTED" in echoed, echoed
     untouched = of_type(daemon.run_turn(before, f"envhash {VARIABLE}"), "agent_message")
     assert "".join(e["content"].get("text", "") for e in untouched) == "<unset>"

@@ -1,6 +1,6 @@
 """A node whose Redis (huey's queue, the doorbells) does not answer: the daemon says so in one log line, then at
 growing intervals, never a traceback per attempt; `compozy status` shows Redis failing; once Redis answers again the
-log says the queue works again. Redis is reached through a TCP proxy of the test's own (test_catalog_outage.py).
+log says the queue works again. Redis is reached through a TCP proxy the test cuts (tests/tcp_proxy.py).
 
 Skipped with the reason where PostgreSQL or Redis is missing."""
 
@@ -9,14 +9,13 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import pytest
 
 from tests.conftest import start_daemon, wait_for
-from tests.integration.test_catalog_outage import Proxy
 from tests.integration.test_scale import CLUSTER_CONFIG
 from tests.shared_services import fresh_database, fresh_redis, require_postgres, require_redis
+from tests.tcp_proxy import proxied
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,13 +27,9 @@ def test_a_job_queue_that_does_not_answer_is_logged_once_then_at_growing_interva
     # 5,182 lines (202 tracebacks) in 12 s, the ticker one traceback per job besides.
     require_postgres()
     require_redis()
-    with fresh_database() as db_url, fresh_redis() as redis_url:
-        parsed = urlparse(redis_url)
-        proxy = Proxy((parsed.hostname or "127.0.0.1", parsed.port or 6379))
-        proxy.restore()
-        proxy.cut()  # the port is known, nothing listens on it
-        proxied = urlunparse(parsed._replace(netloc=f"127.0.0.1:{proxy.port}"))
-        env = {"DATABASE_URL": db_url, "REDIS_URL": proxied, "COMPOZY_NODE_ID": "node-q",
+    with fresh_database() as db_url, fresh_redis() as redis_url, proxied(redis_url) as proxy:
+        proxy.cut(refuse=True)  # the port is known, nothing listens on it
+        env = {"DATABASE_URL": db_url, "REDIS_URL": proxy.url(redis_url), "COMPOZY_NODE_ID": "node-q",
                "COMPOZY_CLUSTER_TOKEN": secrets.token_hex(24)}
         node = start_daemon(tmp_path / "home", extra_config=CLUSTER_CONFIG, env_extra=env, timeout=120)
         try:
@@ -50,4 +45,3 @@ def test_a_job_queue_that_does_not_answer_is_logged_once_then_at_growing_interva
             assert "Traceback" not in node.log()
         finally:
             node.stop()
-            proxy.cut()

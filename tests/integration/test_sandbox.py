@@ -17,15 +17,11 @@ from typing import Any
 import pytest
 
 from sessions.acp.sandbox import bwrap_path
-from tests.conftest import Daemon, of_type, start_daemon, wait_for
+from tests.conftest import Daemon, of_type, said, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
-
-
-def said(turn: list[dict[str, Any]]) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(turn, "agent_message"))
 
 
 def alive(pid: int) -> bool:

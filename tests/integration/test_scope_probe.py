@@ -46,15 +46,16 @@ def allowed(scope: str, needed: str) -> bool:
 def world(daemon: Daemon, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     session = daemon.create(tmp_path_factory.mktemp("ws"))
     daemon.cli_json("user", "add", "ada", "--role", "admin")
-    tokens = {scope: daemon.cli_json("token", "create", "--user", "ada", "--scope", scope)["secret"]
-              for scope in SCOPES}
+    created = {scope: daemon.cli_json("token", "create", "--user", "ada", "--scope", scope) for scope in SCOPES}
+    tokens = {scope: answer["secret"] for scope, answer in created.items()}
     revoked = daemon.cli_json("token", "create", "--user", "ada", "--scope", "admin")
     daemon.cli_json("token", "revoke", revoked["token"]["id"])
     expired = daemon.cli_json("token", "create", "--user", "ada", "--scope", "admin", "--expires", "1s")
     with httpx.Client(base_url=daemon.base_url, timeout=10,
                       headers={"Authorization": f"Bearer {expired['secret']}"}) as client:
         wait_for(lambda: client.get("/api/status").status_code == 401, timeout=10, what="the token to expire")
-    return {"session": session, "tokens": tokens, "revoked": revoked["secret"], "expired": expired["secret"]}
+    return {"session": session, "tokens": tokens, "admin_token_id": created["admin"]["token"]["id"],
+            "revoked": revoked["secret"], "expired": expired["secret"]}
 
 
 def routes(daemon: Daemon, session: dict[str, Any]) -> list[tuple[str, str]]:
@@ -126,5 +127,4 @@ def test_an_admin_token_reaches_the_admin_routes(daemon: Daemon, world: dict[str
         for path in ("/api/users", "/api/tokens", "/api/audit"):
             assert client.get(path).status_code == 200, path
         assert client.get("/api/auth/whoami").json()["principal"] == {
-            "user": "ada", "token_id": client.get("/api/auth/whoami").json()["principal"]["token_id"],
-            "scopes": ["admin"], "workspaces": []}
+            "user": "ada", "token_id": world["admin_token_id"], "scopes": ["admin"], "workspaces": []}

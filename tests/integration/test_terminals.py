@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import UNCONFINED, Daemon, of_type, start_daemon, wait_for
+from tests.conftest import UNCONFINED, Daemon, said, start_daemon, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,10 +23,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = start_daemon(tmp_path_factory.mktemp("home"), UNCONFINED, timeout=120)
     yield d
     d.stop()
-
-
-def said(turn: list[dict[str, Any]]) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(turn, "agent_message"))
 
 
 def systems(d: Daemon, sid: str, title: str) -> list[dict[str, Any]]:

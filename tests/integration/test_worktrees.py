@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests import conftest
 from tests.conftest import Daemon, module_daemon, of_type, wait_for
 from tests.gitrepos import checkpoints, fsck_clean, git, make_repo
 from tests.gitrepos import turn_with_checkpoint as turn
@@ -23,8 +24,7 @@ def new(daemon: Daemon, repo: Path, **extra: Any) -> dict[str, Any]:
 
 
 def said(daemon: Daemon, session_id: str, turn_id: str) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(daemon.turn_events(session_id, turn_id),
-                                                                  "agent_message"))
+    return conftest.said(daemon.turn_events(session_id, turn_id))
 
 
 def changes(daemon: Daemon, session_id: str, **query: str) -> dict[str, Any]:
