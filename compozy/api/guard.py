@@ -382,11 +382,7 @@ async def _person(given: str) -> tuple[Principal | None, str]:
     """A person's token checked in the catalog (off the loop, on the guard's catalog thread): the principal, or the
     refusal's code."""
     from accounts import services
-    now = datetime.now(UTC)
-    principal = await _catalog(services.authenticate, given, now)
-    if principal is not None:
-        return principal, ""
-    return None, await _catalog(services.token_state, given, now)
+    return await _catalog(services.authenticate, given, datetime.now(UTC))
 
 
 async def _signed_in(token_id: str) -> Principal | None:
