@@ -3,6 +3,7 @@ take against `[worktrees] max_disk` (peers' worktrees ate 26 GB in two days unse
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from compozy.diagnostics.items import item
@@ -22,9 +23,31 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def check_git() -> dict[str, Any]:
-    """Worktree isolation needs git on the daemon's PATH, 2.38 or newer for merges."""
+# `git --version` starts a process, and doctor runs on every dashboard page load (common.js asks for
+# `/api/doctor?quiet=true`); git is rarely upgraded under a running daemon, so its answer is kept this long, per git
+# path (git removed from PATH, or another git, is seen at once).
+GIT_VERSION_SECONDS = 60.0
+_git_seen: tuple[str, str | None, float] | None = None
+
+
+def _git_version(clock: float | None = None) -> str | None:
+    """`git --version`'s number (None: git missing or silent), read again once GIT_VERSION_SECONDS have passed."""
+    global _git_seen
+    path = git.git_path()
+    if path is None:
+        return None
+    at = time.monotonic() if clock is None else clock
+    seen = _git_seen
+    if seen is not None and seen[0] == path and 0 <= at - seen[2] < GIT_VERSION_SECONDS:
+        return seen[1]
     version = git.git_version()
+    _git_seen = (path, version, at)
+    return version
+
+
+def check_git(clock: float | None = None) -> dict[str, Any]:
+    """Worktree isolation needs git on the daemon's PATH, 2.38 or newer for merges."""
+    version = _git_version(clock)
     if version is None:
         return item("git", "worktrees", "warn", "git missing",
                     "git is not on the daemon's PATH: worktree sessions are refused (git_unavailable)",
