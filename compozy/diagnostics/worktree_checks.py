@@ -8,6 +8,7 @@ from typing import Any
 
 from compozy.diagnostics.items import item
 from compozy_base.config.loader import get_config
+from compozy_base.units import size as _size
 from sessions.services.worktrees import disk_used
 from sessions.worktree import git
 
@@ -57,10 +58,6 @@ def check_git(clock: float | None = None) -> dict[str, Any]:
                     f"worktree sessions work, but `session merge` needs git {MIN_GIT[0]}.{MIN_GIT[1]} or newer",
                     evidence={"version": version})
     return item("git", "worktrees", "ok", "git", f"git {version}", evidence={"version": version})
-
-
-def _size(n: int) -> str:
-    return f"{n / 1024 ** 3:.1f} GiB" if n >= 1024 ** 3 else f"{n / 1024 ** 2:.1f} MiB"
 
 
 def check_worktree_disk() -> dict[str, Any]:
