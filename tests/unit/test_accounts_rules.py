@@ -94,3 +94,5 @@ def test_action_links_are_off_unless_asked_and_their_ttl_is_bounded() -> None:
     for bad in ({"action_links": "yes"}, {"link_ttl": "0s"}, {"link_ttl": "30d"}):
         with pytest.raises(ConfigError):
             parse_notifications(bad)
+    with pytest.raises(ConfigError, match=r"^notifications\.action_links: must be true or false"):
+        parse_notifications({"action_links": "yes"})
