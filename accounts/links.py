@@ -20,10 +20,11 @@ from enum import StrEnum
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.actor import Actor, webhook_link
+from accounts.actor import OWNER_TOKEN_ID, Actor, webhook_link
 from accounts.errors import AccountError
 from accounts.models import ActionLink, ApiToken, LinkKey
 from accounts.principal import Principal
+from accounts.services import active
 
 LINK_PREFIX = "/a/"
 _LINK = re.compile(r"(lnk_[0-9a-f]{16})\.(approve|deny|answer|decline)\.([0-9a-f]{64})")
@@ -104,10 +105,9 @@ def state(expires_at: datetime, used_at: datetime | None, now: datetime) -> str:
 
 def _maker_holds(row: ActionLink, now: datetime) -> bool:
     """The owner's links hold while the daemon does; a person's while their token is neither revoked nor expired."""
-    if row.token_id == "owner":
+    if row.token_id == OWNER_TOKEN_ID:
         return True
-    token = ApiToken.objects.filter(id=row.token_id).first()
-    return token is not None and token.revoked_at is None and (token.expires_at is None or token.expires_at > now)
+    return active(ApiToken.objects.filter(id=row.token_id).first(), now) is not None
 
 
 def open_link(text: str, now: datetime) -> OpenedLink:

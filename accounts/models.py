@@ -25,7 +25,6 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
     workspaces = models.JSONField(default=list)  # workspace ids
-    note = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -141,25 +141,28 @@ CACHE_SECONDS = 2.0
 
 
 class TokenCache:
-    """token id → (presented digest, principal or None, checked at): per process, short-lived, thread-safe."""
+    """token id → (presented digest, principal or None, refusal code, checked at): per process, short-lived,
+    thread-safe. A refused token keeps its code (`token_revoked`, `token_expired`, `auth_required`), so a client
+    retrying a revoked token is answered without a catalog read each time."""
 
     def __init__(self, ttl: float = CACHE_SECONDS) -> None:
         self.ttl = ttl
-        self._rows: dict[str, tuple[str, Principal | None, float]] = {}
+        self._rows: dict[str, tuple[str, Principal | None, str, float]] = {}
         self._lock = threading.Lock()
 
-    def get(self, token_id: str, presented: str, now: float) -> tuple[bool, Principal | None]:
+    def get(self, token_id: str, presented: str, now: float) -> tuple[bool, Principal | None, str]:
+        """(hit, principal, refusal code): the code is "" for a principal, and on a miss."""
         with self._lock:
             hit = self._rows.get(token_id)
-        if hit is None or hit[0] != presented or now - hit[2] > self.ttl:
-            return False, None
-        return True, hit[1]
+        if hit is None or hit[0] != presented or now - hit[3] > self.ttl:
+            return False, None, ""
+        return True, hit[1], hit[2]
 
-    def put(self, token_id: str, presented: str, principal: Principal | None, now: float) -> None:
+    def put(self, token_id: str, presented: str, principal: Principal | None, now: float, refusal: str = "") -> None:
         with self._lock:
             if len(self._rows) > 1024:  # bounded: a caller presenting made-up ids cannot grow it
                 self._rows.clear()
-            self._rows[token_id] = (presented, principal, now)
+            self._rows[token_id] = (presented, principal, "" if principal is not None else refusal, now)
 
     def forget(self, token_id: str) -> None:
         with self._lock:
@@ -169,24 +172,31 @@ class TokenCache:
 CACHE = TokenCache()
 
 
-def authenticate(presented: str, now: datetime, clock: float | None = None) -> Principal | None:
-    """The principal a presented `<id>.<secret>` speaks for, or None (unknown, wrong secret, revoked, expired)."""
+def authenticate(presented: str, now: datetime, clock: float | None = None) -> tuple[Principal | None, str]:
+    """The principal a presented `<id>.<secret>` speaks for and "", or None and why it is refused, for the 401's
+    code: `token_revoked`, `token_expired` or `auth_required` (unknown, malformed, wrong secret). One catalog read,
+    cached with its answer for CACHE_SECONDS."""
     parts = tokens.split(presented)
     if parts is None:
-        return None
+        return None, "auth_required"
     token_id, secret = parts
     at = time.monotonic() if clock is None else clock
     fingerprint = tokens.digest(token_id, secret)  # the cache keys on a digest, never the secret itself
-    hit, principal = CACHE.get(token_id, fingerprint, at)
+    hit, principal, refusal = CACHE.get(token_id, fingerprint, at)
     if hit:
-        return principal
+        return principal, refusal
     row = ApiToken.objects.filter(id=token_id).first()
-    principal = _active(row, now) if row is not None and tokens.matches(row.salt, row.digest, secret) else None
-    CACHE.put(token_id, fingerprint, principal, at)
-    return principal
+    if row is None or not tokens.matches(row.salt, row.digest, secret):
+        principal, refusal = None, "auth_required"
+    else:
+        principal = active(row, now)
+        refusal = "" if principal is not None else "token_revoked" if row.revoked_at is not None else "token_expired"
+    CACHE.put(token_id, fingerprint, principal, at, refusal)
+    return principal, refusal
 
 
-def _active(row: ApiToken | None, now: datetime) -> Principal | None:
+def active(row: ApiToken | None, now: datetime) -> Principal | None:
+    """The principal of a token row that is neither revoked nor expired at `now`, else None."""
     if row is None or row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now):
         return None
     return Principal(row.user_id, row.id, frozenset(TokenScope(s) for s in row.scopes), frozenset(row.workspaces))
@@ -196,23 +206,12 @@ def principal_for_id(token_id: str, now: datetime, clock: float | None = None) -
     """The principal of a browser signed in with token `token_id` (its cookie is the daemon's signature over the
     id): None once the token is revoked or expired."""
     at = time.monotonic() if clock is None else clock
-    hit, principal = CACHE.get(token_id, "signed-in", at)
+    hit, principal, _ = CACHE.get(token_id, "signed-in", at)
     if hit:
         return principal
-    principal = _active(ApiToken.objects.filter(id=token_id).first(), now)
+    principal = active(ApiToken.objects.filter(id=token_id).first(), now)
     CACHE.put(token_id, "signed-in", principal, at)
     return principal
-
-
-def token_state(presented: str, now: datetime) -> str:
-    """Why a presented token is refused, for the 401's code: `token_revoked`, `token_expired` or `auth_required`."""
-    parts = tokens.split(presented)
-    row = ApiToken.objects.filter(id=parts[0]).first() if parts else None
-    if row is None or parts is None or not tokens.matches(row.salt, row.digest, parts[1]):
-        return "auth_required"
-    if row.revoked_at is not None:
-        return "token_revoked"
-    return "token_expired" if row.expires_at is not None and row.expires_at <= now else "auth_required"
 
 
 def record(actor: Actor, action: str, now: datetime, *, method: str = "", path: str = "", session_id: str = "",

@@ -96,11 +96,6 @@ def cookie_token(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> str
     return token_id if same_secret(value, cookie_value(token, int(issued), token_id)) else None
 
 
-def cookie_valid(token: str, value: str, max_age: float = COOKIE_MAX_AGE) -> bool:
-    """The owner's cookie (one without a token id)."""
-    return cookie_token(token, value, max_age) == ""
-
-
 # The CLI asks a TCP listener to prove it holds this home's token before it sends the token (cli/client.py).
 PROOF_PATH = "/api/auth/proof"
 PROOF_NONCE_CHARS = 32

@@ -96,13 +96,14 @@ def _agents() -> list[dict[str, str]]:
             for a in sorted(config.agents.values(), key=lambda a: a.name)]
 
 
-def _dashboard_context() -> dict[str, Any]:
+def _dashboard_context(workspace_ids: frozenset[str] | None) -> dict[str, Any]:
+    """What the dashboard shows; `workspace_ids` (a workspace-limited token's) limits its sessions in the query."""
     config = get_config()
     return {
         "agents": _agents(),
         "default_agent": config.default_agent,
         "workspaces": services.list_workspaces(),
-        "sessions": decorate_list(services.list_sessions(all_states=True, limit=100)),
+        "sessions": decorate_list(services.list_sessions(all_states=True, limit=100, workspace_ids=workspace_ids)),
         "states": [s.value for s in SessionState],
         "badges": [b.value for b in Badge],
     }
@@ -113,13 +114,12 @@ def _dashboard_context() -> dict[str, Any]:
 @csrf_exempt
 @require_safe
 async def dashboard(request: HttpRequest) -> HttpResponse:
-    context = await sync_to_async(_dashboard_context)()
     principal = getattr(request, "scope", {}).get(PRINCIPAL_KEY)
-    if isinstance(principal, Principal) and principal.limited:
-        # A token limited to some workspaces sees only their sessions, as `GET /api/sessions` answers it.
-        context["sessions"]["sessions"] = [s for s in context["sessions"]["sessions"]
-                                           if principal.sees(str(s.get("workspace_id")))]
-        context["workspaces"] = [w for w in context["workspaces"] if principal.sees(str(w.get("id")))]
+    # A token limited to some workspaces sees only their sessions, as `GET /api/sessions` answers it.
+    workspace_ids = principal.workspaces if isinstance(principal, Principal) and principal.limited else None
+    context = await sync_to_async(_dashboard_context)(workspace_ids)
+    if workspace_ids is not None:
+        context["workspaces"] = [w for w in context["workspaces"] if str(w.get("id")) in workspace_ids]
     page = {
         "initial": context["sessions"],
         "workspaces": context["workspaces"],

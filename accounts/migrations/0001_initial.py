@@ -80,7 +80,6 @@ class Migration(migrations.Migration):
                 ('digest', models.CharField(max_length=64)),
                 ('scopes', models.JSONField(default=list)),
                 ('workspaces', models.JSONField(default=list)),
-                ('note', models.CharField(blank=True, default='', max_length=200)),
                 ('created_at', models.DateTimeField()),
                 ('expires_at', models.DateTimeField(blank=True, null=True)),
                 ('revoked_at', models.DateTimeField(blank=True, null=True)),

@@ -18,7 +18,6 @@ its own home before it trusts a daemon; the CLI also sends it, and a daemon of a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -53,6 +52,7 @@ from compozy_base.auth import (
 from compozy_base.config.loader import get_config
 from compozy_base.errors import error_body
 from compozy_base.home import compozy_home
+from sessions.core import offload
 
 logger = logging.getLogger(__name__)
 
@@ -369,15 +369,7 @@ T = TypeVar("T")
 
 
 async def _catalog(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    def call() -> T:
-        from django.db import connection
-
-        # One thread, one connection kept (as sessions/core/offload.py `db`); a server database's may die under us.
-        if connection.vendor != "sqlite" and connection.connection is not None and not connection.is_usable():
-            connection.close()
-        return fn(*args, **kwargs)
-
-    return await asyncio.get_running_loop().run_in_executor(_CATALOG, call)
+    return await offload.run_on(_CATALOG, fn, *args, **kwargs)
 
 
 TOKEN_PREFIX = "tok_"
@@ -387,14 +379,10 @@ _REFUSED_WHY = {"token_revoked": "this token was revoked", "token_expired": "thi
 
 
 async def _person(given: str) -> tuple[Principal | None, str]:
-    """A person's token checked in the catalog (off the loop, on the runtime's DB thread): the principal, or the
+    """A person's token checked in the catalog (off the loop, on the guard's catalog thread): the principal, or the
     refusal's code."""
     from accounts import services
-    now = datetime.now(UTC)
-    principal = await _catalog(services.authenticate, given, now)
-    if principal is not None:
-        return principal, ""
-    return None, await _catalog(services.token_state, given, now)
+    return await _catalog(services.authenticate, given, datetime.now(UTC))
 
 
 async def _signed_in(token_id: str) -> Principal | None:

@@ -40,7 +40,10 @@ async def doctor(request: HttpRequest, filters: Query[DoctorQuery]) -> dict[str,
     def split(values: list[str] | None) -> list[str] | None:
         return [v for raw in values or [] for v in raw.split(",") if v] or None
 
-    return await sync_to_async(run_doctor)(split(filters.only), split(filters.exclude), filters.quiet)
+    # Off Django's shared sync thread: the dashboard asks on every page load, and the checks walk the worktrees'
+    # files and the memory files, which other requests' sync work must not queue behind.
+    return await sync_to_async(run_doctor, thread_sensitive=False)(split(filters.only), split(filters.exclude),
+                                                                   filters.quiet)
 
 
 @router.get(WS + "/health", response=responses({200: HealthEnvelope}))

@@ -134,8 +134,9 @@ def _read_session(scope: Scope) -> str | None:
     return match.group(1) if match else None
 
 
-def _owner_request(scope: Scope, address: str, token: str) -> tuple[str, dict[str, str]]:
-    """The URL (relative to the peer's pooled client) and headers of the request sent to the node at `address`."""
+def _owner_request(scope: Scope, token: str) -> tuple[str, dict[str, str]]:
+    """The URL (relative to the owner's pooled client, `peers.client_for`) and headers of the request relayed to
+    the session's owner."""
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])
                if name in PASSED_HEADERS}
     headers.update({"authorization": f"Bearer {token}", ROUTED_HEADER.decode(): cluster.node_id()})
@@ -156,7 +157,7 @@ async def _relay_stream(scope: Scope, receive: Any, send: Any, holder: Any, toke
         import httpx
     except ImportError:
         return False
-    url, headers = _owner_request(scope, holder.address, token)
+    url, headers = _owner_request(scope, token)
     started = False
 
     async def pump() -> None:
@@ -233,7 +234,7 @@ async def send_to_peer(scope: Scope, body: bytes, address: str,
         import httpx
     except ImportError:  # the scale extra is not installed: no routing
         return None
-    url, headers = _owner_request(scope, address, token)
+    url, headers = _owner_request(scope, token)
     try:
         response = await peers.client_for(address).request(scope["method"], url, content=body, headers=headers)
     except httpx.HTTPError as exc:

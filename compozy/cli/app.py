@@ -97,6 +97,20 @@ def workspace() -> None:
     """Register and inspect workspaces (the directories sessions work in)."""
 
 
+def api_call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+    """One request to the daemon's API (`timeout`: the client's default when None); any API error ends the command
+    in one line."""
+    from compozy.cli.client import ApiError
+    from compozy.cli.output import fail_api
+
+    client = _client() if timeout is None else Client(timeout=timeout)
+    try:
+        return client.request(method, path, body, query=query)
+    except ApiError as exc:
+        fail_api(exc, fmt)
+
+
 def session_call(fmt: str, session_id: str, method: str, suffix: str = "", body: Any = None,
                  query: dict[str, Any] | None = None) -> Any:
     """One request on a session's workspace-scoped route; any API error ends the command in one line."""

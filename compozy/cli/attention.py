@@ -9,9 +9,8 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail_api
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, seg
+from compozy.cli.output import emit
 
 # What a person does about each kind, printed under the list.
 NEXT_STEP = {
@@ -20,13 +19,6 @@ NEXT_STEP = {
     "failed": "compozy session events SESSION_ID, then resume or remove it",
     "task": "compozy task show TASK_ID, then compozy task retry TASK_ID",
 }
-
-
-def _call(fmt: str, method: str, path: str) -> Any:
-    try:
-        return _client().request(method, path, None)
-    except ApiError as exc:
-        fail_api(exc, fmt)
 
 
 def _human(items: list[dict[str, Any]]) -> None:
@@ -68,7 +60,7 @@ def attention(ctx: click.Context, fmt: str, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/attention")
+    data = api_call(fmt, "GET", "/api/attention")
     emit(data, fmt, lambda: _human(data["items"]), rows=data["items"])
 
 
@@ -87,5 +79,5 @@ def attention_ack(item_id: str, fmt: str, as_json: bool) -> None:
         compozy attention ack att_0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/attention/{seg(item_id)}/ack")
+    data = api_call(fmt, "POST", f"/api/attention/{seg(item_id)}/ack")
     emit(data, fmt, lambda: click.echo(f"{data['item']['id']} acknowledged: {data['item']['summary']}"))

@@ -11,9 +11,8 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg, session, session_call
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail_api, kv, table
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, seg, session, session_call
+from compozy.cli.output import emit, kv, table
 
 
 def health_pairs(h: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -111,13 +110,10 @@ def heartbeat_status(name: str, workspace: str | None, session_id: str | None, i
         compozy agent heartbeat status general --session sess_0123456789abcdef -o json
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("GET", f"/api/agents/{seg(name)}/heartbeat/status", query={
-            "workspace": workspace, "session_id": session_id,
-            "include_session_health": "true" if include_session_health else None,
-            "include_recent_wake_events": "true" if include_wake_events else None})
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "GET", f"/api/agents/{seg(name)}/heartbeat/status", query={
+        "workspace": workspace, "session_id": session_id,
+        "include_session_health": "true" if include_session_health else None,
+        "include_recent_wake_events": "true" if include_wake_events else None})
 
     def human() -> None:
         kv(f"HEARTBEAT.md of {name}", [
@@ -155,11 +151,8 @@ def heartbeat_wake(name: str, session_id: str, dry_run: bool, fmt: str, as_json:
         compozy agent heartbeat wake general --session sess_0123456789abcdef -o json
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("POST", f"/api/agents/{seg(name)}/heartbeat/wake",
-                                 {"session_id": session_id, "dry_run": dry_run})
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "POST", f"/api/agents/{seg(name)}/heartbeat/wake",
+                    {"session_id": session_id, "dry_run": dry_run})
     d = data["decision"]
     emit(data, fmt, lambda: kv(f"Wake {session_id}", [
         ("result", d["result"]), ("reason", d["reason"]), ("wake event", d.get("wake_event_id")),

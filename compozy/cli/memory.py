@@ -10,19 +10,11 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail, fail_api, kv, table
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, seg
+from compozy.cli.output import emit, fail, kv, table
 
 SCOPES = ["global", "workspace", "agent"]
 TYPES = ["user", "feedback", "project", "reference"]
-
-
-def _call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-    try:
-        return _client().request(method, path, body, query=query)
-    except ApiError as exc:
-        fail_api(exc, fmt)
 
 
 def _ws(path: str | None) -> str | None:
@@ -72,7 +64,7 @@ def memory_health(workspace: str | None, fmt: str, as_json: bool) -> None:
         compozy memory health --workspace . -o json | jq .index.state
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/memory/health", query={"workspace": _ws(workspace)})
+    data = api_call(fmt, "GET", "/api/memory/health", query={"workspace": _ws(workspace)})
 
     def human() -> None:
         idx = data["index"]
@@ -107,7 +99,8 @@ def memory_list(scope: str | None, workspace: str | None, agent: str | None, fmt
         compozy memory list --scope agent -o json | jq -r '.entries[].slug'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/memory/entries", query={"scope": scope, "workspace": _ws(workspace), "agent": agent})
+    data = api_call(fmt, "GET", "/api/memory/entries",
+                    query={"scope": scope, "workspace": _ws(workspace), "agent": agent})
     emit(data, fmt, lambda: table(None, ["Scope", "Type", "Slug", "Description"], [
         (e["scope"] + (f":{e['agent']}" if e.get("agent") else ""), e["type"], e["slug"], e["description"])
         for e in data["entries"]]) if data["entries"] else click.echo("no memory"), rows=data["entries"])
@@ -137,7 +130,7 @@ def memory_show(slug: str, scope: str | None, type_: str | None, workspace: str 
         compozy memory show likes-tabs -o json | jq -r .entry.body
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", f"/api/memory/entries/{seg(slug)}", query=_where(scope, type_, workspace, agent))
+    data = api_call(fmt, "GET", f"/api/memory/entries/{seg(slug)}", query=_where(scope, type_, workspace, agent))
 
     def human() -> None:
         e = data["entry"]
@@ -186,7 +179,7 @@ def memory_write(body: str | None, scope: str, type_: str, name: str, descriptio
     """
     fmt = _fmt(fmt, as_json)
     text = _body(body, file, fmt)
-    data = _call(fmt, "POST", "/api/memory/entries", {
+    data = api_call(fmt, "POST", "/api/memory/entries", {
         "scope": scope, "type": type_, "name": name, "description": description, "body": text,
         "workspace": _ws(workspace), "agent": agent})
     emit(data, fmt, lambda: click.echo(data["slug"]))
@@ -220,7 +213,7 @@ def memory_edit(slug: str, scope: str | None, type_: str | None, workspace: str 
     text = _body(body, file, fmt) if body is not None or file is not None else None
     if name is None and description is None and text is None:
         fail("nothing to change: give --name, --description, --body or --file", "nothing_to_change", fmt, 65)
-    data = _call(fmt, "PATCH", f"/api/memory/entries/{seg(slug)}", {
+    data = api_call(fmt, "PATCH", f"/api/memory/entries/{seg(slug)}", {
         **_where(scope, type_, workspace, agent), "name": name, "description": description, "body": text})
     emit(data, fmt, lambda: click.echo(data["slug"]))
 
@@ -244,7 +237,7 @@ def memory_delete(slug: str, scope: str | None, type_: str | None, workspace: st
         compozy memory delete build --scope workspace --workspace .
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "DELETE", f"/api/memory/entries/{seg(slug)}", query=_where(scope, type_, workspace, agent))
+    data = api_call(fmt, "DELETE", f"/api/memory/entries/{seg(slug)}", query=_where(scope, type_, workspace, agent))
     emit(data, fmt, lambda: click.echo(f"deleted {data['deleted']['path']}"))
 
 
@@ -266,7 +259,7 @@ def memory_search(query: str, workspace: str | None, agent: str | None, limit: i
         compozy memory search deploy -o json | jq -r '.results[].slug'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/memory/search", query={"q": query, "workspace": _ws(workspace), "agent": agent,
+    data = api_call(fmt, "GET", "/api/memory/search", query={"q": query, "workspace": _ws(workspace), "agent": agent,
                                                           "limit": limit})
     emit(data, fmt, lambda: table(None, ["Scope", "Type", "Slug", "Snippet"], [
         (r["scope"], r["type"], r["slug"], r["snippet"]) for r in data["results"]]) if data["results"]
@@ -287,7 +280,7 @@ def memory_reindex(fmt: str, as_json: bool) -> None:
         compozy memory reindex -o json | jq .index.state
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", "/api/memory/reindex")
+    data = api_call(fmt, "POST", "/api/memory/reindex")
     emit(data, fmt, lambda: click.echo(f"index rebuilt: {data['entries']} entries ({data['index']['state']})"))
 
 
@@ -318,7 +311,7 @@ def dream_trigger(workspace: str | None, fmt: str, as_json: bool) -> None:
         compozy memory dream trigger -o json | jq -r .dream.session_id
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", "/api/memory/dreams/trigger", {"workspace": _ws(workspace or ".")})
+    data = api_call(fmt, "POST", "/api/memory/dreams/trigger", {"workspace": _ws(workspace or ".")})
     emit(data, fmt, lambda: click.echo(f"{data['dream']['id']} started in session {data['dream']['session_id']}"))
 
 
@@ -336,7 +329,7 @@ def dream_status(fmt: str, as_json: bool) -> None:
         compozy memory dream status -o json | jq -r '.dreams[0].decisions[].id'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/memory/dreams")
+    data = api_call(fmt, "GET", "/api/memory/dreams")
 
     def human() -> None:
         if not data["dreams"]:
@@ -365,7 +358,7 @@ def dream_revert(decision_id: str, fmt: str, as_json: bool) -> None:
         compozy memory dream revert dec_0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/memory/dreams/decisions/{seg(decision_id)}/revert")
+    data = api_call(fmt, "POST", f"/api/memory/dreams/decisions/{seg(decision_id)}/revert")
     emit(data, fmt, lambda: click.echo(f"reverted {decision_id}"))
 
 
@@ -389,7 +382,7 @@ def mcp_list(fmt: str, as_json: bool) -> None:
         compozy mcp list -o json | jq -r '.servers[].name'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/mcp/servers")
+    data = api_call(fmt, "GET", "/api/mcp/servers")
     emit(data, fmt, lambda: table(None, ["Name", "Type", "Source", "Agents", "Workspaces", "Target"], [
         (s["name"], s["type"], s["source"], ",".join(s["agents"]) or "all", ",".join(s["workspaces"]) or "all",
          s["url"] or " ".join([s["command"], *s["args"]])) for s in data["servers"]]), rows=data["servers"])

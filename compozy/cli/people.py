@@ -9,18 +9,10 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg, session, session_call
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail_api, printable, table
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, seg, session, session_call
+from compozy.cli.output import emit, printable, table
 
 SCOPES = ("read", "prompt", "approve", "admin")
-
-
-def _call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-    try:
-        return _client().request(method, path, body, query)
-    except ApiError as exc:
-        fail_api(exc, fmt)
 
 
 @cli.group()
@@ -46,7 +38,7 @@ def user_add(name: str, role: str, fmt: str, as_json: bool) -> None:
         compozy user add reviewer --role viewer
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", "/api/users", {"name": name, "role": role})
+    data = api_call(fmt, "POST", "/api/users", {"name": name, "role": role})
     emit(data, fmt, lambda: click.echo(f"user {data['user']['name']} added ({data['user']['role']}); "
                                        f"give them a token: compozy token create --user {data['user']['name']}"))
 
@@ -65,7 +57,7 @@ def user_list(fmt: str, as_json: bool) -> None:
         compozy user list -o json | jq -r '.users[] | select(.role == "viewer") | .name'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/users")
+    data = api_call(fmt, "GET", "/api/users")
     emit(data, fmt, lambda: table(None, ["NAME", "ROLE", "ADDED"],
                                   [[u["name"], u["role"], u["created_at"]] for u in data["users"]]),
          rows=data["users"])
@@ -103,7 +95,7 @@ def token_create(user_name: str, scopes: tuple[str, ...], workspaces: tuple[str,
     body: dict[str, Any] = {"user": user_name, "scopes": list(scopes), "workspaces": list(workspaces)}
     if expires:
         body["expires"] = expires
-    data = _call(fmt, "POST", "/api/tokens", body)
+    data = api_call(fmt, "POST", "/api/tokens", body)
 
     def human() -> None:
         t = data["token"]
@@ -131,7 +123,7 @@ def token_list(user_name: str | None, fmt: str, as_json: bool) -> None:
         compozy token list -o json | jq -r '.tokens[] | select(.state == "active") | .id'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/tokens", query={"user": user_name} if user_name else None)
+    data = api_call(fmt, "GET", "/api/tokens", query={"user": user_name} if user_name else None)
     emit(data, fmt, lambda: table(None, ["ID", "USER", "SCOPES", "WORKSPACES", "STATE", "EXPIRES"], [
         [t["id"], t["user"], ",".join(t["scopes"]), ",".join(t["workspaces"]) or "all", t["state"],
          t["expires_at"] or "never"] for t in data["tokens"]]), rows=data["tokens"])
@@ -150,7 +142,7 @@ def token_revoke(token_id: str, fmt: str, as_json: bool) -> None:
         compozy token revoke tok_0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/tokens/{seg(token_id)}/revoke")
+    data = api_call(fmt, "POST", f"/api/tokens/{seg(token_id)}/revoke")
     emit(data, fmt, lambda: click.echo(f"token {data['token']['id']} revoked"))
 
 
@@ -178,7 +170,7 @@ def audit(user_name: str | None, since: str | None, limit: int, fmt: str, as_jso
         query["user"] = user_name
     if since:
         query["since"] = since
-    data = _call(fmt, "GET", "/api/audit", query=query)
+    data = api_call(fmt, "GET", "/api/audit", query=query)
     emit(data, fmt, lambda: table(None, ["AT", "ACTOR", "TOKEN", "ACTION", "SESSION", "STATUS"], [
         [e["at"], printable(e["actor"]), e["token_id"], e["action"], e["session_id"], e["status"]]
         for e in data["entries"]]), rows=data["entries"])

@@ -8,10 +8,9 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _fmt, cli, daemon, json_flag, output_option, seg
-from compozy.cli.client import ApiError, Client
+from compozy.cli.app import _fmt, api_call, cli, daemon, json_flag, output_option, seg
 from compozy.cli.health import agent
-from compozy.cli.output import EXIT_USAGE, emit, fail, fail_api, kv
+from compozy.cli.output import EXIT_USAGE, emit, fail, kv
 
 # A test or login through npx may first download the agent's package (minutes on a slow link).
 PROBE_TIMEOUT = 660.0
@@ -27,13 +26,6 @@ def provider() -> None:
     `compozy provider list` first; `compozy provider test NAME` starts the agent for its ACP handshake;
     `compozy provider set-key NAME` stores a key (read from stdin) in `$COMPOZY_HOME/secrets.toml` and reloads.
     """
-
-
-def _call(fmt: str, method: str, path: str, body: Any = None, timeout: float = 60.0) -> Any:
-    try:
-        return Client(timeout=timeout).request(method, path, body)
-    except ApiError as exc:
-        fail_api(exc, fmt)
 
 
 def _provider_rows(items: list[dict[str, Any]]) -> None:
@@ -61,7 +53,7 @@ def provider_list(fmt: str, as_json: bool) -> None:
         compozy provider list -o json | jq '.providers[] | select(.auth == "no_key") | .hint'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/providers")
+    data = api_call(fmt, "GET", "/api/providers")
     emit(data, fmt, lambda: _provider_rows(data["providers"]), rows=data["providers"])
 
 
@@ -90,7 +82,7 @@ def provider_show(name: str, fmt: str, as_json: bool) -> None:
         compozy provider show codex -o json | jq -r .provider.hint
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", f"/api/providers/{seg(name)}")
+    data = api_call(fmt, "GET", f"/api/providers/{seg(name)}")
     emit(data, fmt, lambda: _provider_kv(data["provider"]))
 
 
@@ -110,7 +102,7 @@ def provider_test(name: str, fmt: str, as_json: bool) -> None:
         compozy provider test codex -o json | jq '.auth_methods'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/providers/{seg(name)}/test", timeout=PROBE_TIMEOUT)
+    data = api_call(fmt, "POST", f"/api/providers/{seg(name)}/test", timeout=PROBE_TIMEOUT)
 
     def human() -> None:
         _provider_kv(data["provider"])
@@ -149,7 +141,7 @@ def provider_set_key(name: str, variable: str, fmt: str, as_json: bool) -> None:
         value = sys.stdin.read().strip()
     if "\n" in value:
         fail("the key must be one line", "invalid_secret", fmt, EXIT_USAGE)
-    data = _call(fmt, "PUT", f"/api/providers/{seg(name)}/key", {"variable": variable, "value": value})
+    data = api_call(fmt, "PUT", f"/api/providers/{seg(name)}/key", {"variable": variable, "value": value})
 
     def human() -> None:
         p = data["provider"]
@@ -176,7 +168,7 @@ def provider_login(name: str, method: str, fmt: str, as_json: bool) -> None:
         compozy provider login codex --method chat-gpt
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/providers/{seg(name)}/login", {"method": method}, timeout=PROBE_TIMEOUT)
+    data = api_call(fmt, "POST", f"/api/providers/{seg(name)}/login", {"method": method}, timeout=PROBE_TIMEOUT)
 
     def human() -> None:
         for offered in data["auth_methods"]:
@@ -205,7 +197,7 @@ def agent_list(fmt: str, as_json: bool) -> None:
     from compozy.cli.events_view import fit_table, terminal_width
 
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/agents")
+    data = api_call(fmt, "GET", "/api/agents")
 
     def human() -> None:
         rows = [(("* " if a["default"] else "") + a["name"], a["provider"], a["model"] or "-", a["permissions"],
@@ -233,7 +225,7 @@ def daemon_reload(fmt: str, as_json: bool) -> None:
         compozy daemon reload -o json | jq .reload.added
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", "/api/daemon/reload")
+    data = api_call(fmt, "POST", "/api/daemon/reload")
 
     def human() -> None:
         r = data["reload"]

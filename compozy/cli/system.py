@@ -11,6 +11,7 @@ import rich_click as click
 from compozy.cli.app import (
     _client,
     _fmt,
+    api_call,
     cli,
     daemon,
     json_flag,
@@ -36,10 +37,7 @@ def status_cmd(fmt: str, as_json: bool) -> None:
         compozy status -o json | jq '.health.failures.recent'
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("GET", "/api/status")
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "GET", "/api/status")
 
     def human() -> None:
         d = data["daemon"]
@@ -127,12 +125,9 @@ def doctor_cmd(only: tuple[str, ...], exclude: tuple[str, ...], quiet: bool, fmt
         compozy doctor -o json | jq -r '.items[] | select(.severity != "ok") | .id'
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("GET", "/api/doctor", query={"only": list(only) or None,
-                                                              "exclude": list(exclude) or None,
-                                                              "quiet": "true" if quiet else None})
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "GET", "/api/doctor", query={"only": list(only) or None,
+                                                 "exclude": list(exclude) or None,
+                                                 "quiet": "true" if quiet else None})
     emit(data, fmt, lambda: _doctor_lines(data), rows=data["items"])
     if data["status"] == "error":
         sys.exit(1)

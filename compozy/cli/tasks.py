@@ -11,9 +11,8 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, seg
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail, fail_api, kv, table
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, seg
+from compozy.cli.output import emit, fail, kv, table
 
 STATUSES = ["queued", "running", "succeeded", "failed", "canceled", "needs_attention"]
 
@@ -37,13 +36,6 @@ def task() -> None:
         compozy session events SESSION_ID      # what an attempt's agent did
         compozy task retry TASK_ID             # a failed or needs_attention task, fresh budget
     """
-
-
-def _call(fmt: str, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-    try:
-        return _client().request(method, path, body, query=query)
-    except ApiError as exc:
-        fail_api(exc, fmt)
 
 
 def _rows(tasks: list[dict[str, Any]], wide: bool) -> None:
@@ -138,7 +130,7 @@ def task_create(prompt: str, title: str | None, agent_name: str | None, cwd: str
         body.update(workspace=workspace, cwd=os.path.abspath(cwd) if cwd else None)
     else:
         body["workspace_path"] = os.path.abspath(cwd or os.getcwd())
-    data = _call(fmt, "POST", "/api/tasks", body)
+    data = api_call(fmt, "POST", "/api/tasks", body)
     emit(data, fmt, lambda: click.echo(f"{data['task']['id']} queued: {data['task']['title']}"))
 
 
@@ -163,7 +155,7 @@ def task_list(status: str | None, limit: int, wide: bool, fmt: str, as_json: boo
         compozy task list --status running -o json | jq -r '.tasks[].id'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", "/api/tasks", query={"status": status, "limit": limit})
+    data = api_call(fmt, "GET", "/api/tasks", query={"status": status, "limit": limit})
 
     def human() -> None:
         if not data["tasks"]:
@@ -192,7 +184,7 @@ def task_show(task_id: str, fmt: str, as_json: bool) -> None:
         compozy task show task_0123456789abcdef -o json | jq -r '.task.runs[-1].session_id'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}")
+    data = api_call(fmt, "GET", f"/api/tasks/{seg(task_id)}")
     emit(data, fmt, lambda: _show(data))
 
 
@@ -210,7 +202,7 @@ def task_cancel(task_id: str, fmt: str, as_json: bool) -> None:
         compozy task cancel task_0123456789abcdef
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/cancel")
+    data = api_call(fmt, "POST", f"/api/tasks/{seg(task_id)}/cancel")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']}"))
 
 
@@ -231,7 +223,7 @@ def task_retry(task_id: str, fmt: str, as_json: bool) -> None:
         compozy task retry task_0123456789abcdef -o json | jq -r .task.status
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
+    data = api_call(fmt, "POST", f"/api/tasks/{seg(task_id)}/retry")
     emit(data, fmt, lambda: click.echo(f"{task_id} {data['task']['status']} (attempt {data['task']['attempts']})"))
 
 
@@ -251,7 +243,7 @@ def task_steps(task_id: str, fmt: str, as_json: bool) -> None:
         compozy task steps TASK_ID -o json | jq -r '.steps[].session_id'
     """
     fmt = _fmt(fmt, as_json)
-    data = _call(fmt, "GET", f"/api/tasks/{seg(task_id)}/steps")
+    data = api_call(fmt, "GET", f"/api/tasks/{seg(task_id)}/steps")
     emit(data, fmt, lambda: table(f"Steps of {task_id}", ["Step", "Status", "After", "Attempts", "Session", "Detail"], [
         (s["id"], s["status"], ",".join(s["after"]), s["attempts"], s.get("session_id"), s["detail"])
         for s in data["steps"]]), rows=data["steps"])

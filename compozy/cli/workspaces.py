@@ -7,7 +7,7 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, json_flag, output_option, seg, workspace
+from compozy.cli.app import _client, _fmt, api_call, json_flag, output_option, seg, workspace
 from compozy.cli.client import ApiError
 from compozy.cli.output import EXIT_UNAVAILABLE, emit, fail, fail_api, kv, table
 
@@ -32,10 +32,7 @@ def workspace_list(fmt: str, as_json: bool) -> None:
         compozy workspace list -o json | jq -r '.[].root_dir'
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        items = _client().request("GET", "/api/workspaces")["workspaces"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    items = api_call(fmt, "GET", "/api/workspaces")["workspaces"]
     emit(items, fmt, lambda: _ws_rows(items))
 
 
@@ -107,10 +104,7 @@ def workspace_add(path: str, name: str | None, add_dirs: tuple[str, ...], defaul
         body["name"] = name
     if default_agent:
         body["default_agent"] = default_agent
-    try:
-        w = _client().request("POST", "/api/workspaces", body)["workspace"]
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    w = api_call(fmt, "POST", "/api/workspaces", body)["workspace"]
     emit(w, fmt, lambda: _ws_rows([w]))
 
 

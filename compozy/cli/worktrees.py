@@ -7,18 +7,9 @@ from typing import Any
 
 import rich_click as click
 
-from compozy.cli.app import _client, _fmt, cli, json_flag, output_option, session, session_call
-from compozy.cli.client import ApiError
-from compozy.cli.output import emit, fail_api, kv, table
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
+from compozy.cli.app import _fmt, api_call, cli, json_flag, output_option, session, session_call
+from compozy.cli.output import emit, kv, table
+from compozy_base.units import size as _size
 
 
 @session.command("changes")
@@ -199,10 +190,7 @@ def worktree_list(fmt: str, as_json: bool) -> None:
         compozy worktree list -o json | jq '.worktrees[] | select(.dirty)'
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("GET", "/api/worktrees")
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "GET", "/api/worktrees")
 
     def human() -> None:
         rows = [(w["session_id"], w["state"] or "-", w["branch"], _size(w["size_bytes"]),
@@ -230,10 +218,7 @@ def worktree_prune(dry_run: bool, fmt: str, as_json: bool) -> None:
         compozy worktree prune -o json
     """
     fmt = _fmt(fmt, as_json)
-    try:
-        data = _client().request("POST", "/api/worktrees/prune", {"dry_run": dry_run})
-    except ApiError as exc:
-        fail_api(exc, fmt)
+    data = api_call(fmt, "POST", "/api/worktrees/prune", {"dry_run": dry_run})
 
     def human() -> None:
         verb = "would remove" if dry_run else "removed"

@@ -3,10 +3,12 @@ take against `[worktrees] max_disk` (peers' worktrees ate 26 GB in two days unse
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from compozy.diagnostics.items import item
 from compozy_base.config.loader import get_config
+from compozy_base.units import size as _size
 from sessions.services.worktrees import disk_used
 from sessions.worktree import git
 
@@ -22,9 +24,31 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def check_git() -> dict[str, Any]:
-    """Worktree isolation needs git on the daemon's PATH, 2.38 or newer for merges."""
+# `git --version` starts a process, and doctor runs on every dashboard page load (common.js asks for
+# `/api/doctor?quiet=true`); git is rarely upgraded under a running daemon, so its answer is kept this long, per git
+# path (git removed from PATH, or another git, is seen at once).
+GIT_VERSION_SECONDS = 60.0
+_git_seen: tuple[str, str | None, float] | None = None
+
+
+def _git_version(clock: float | None = None) -> str | None:
+    """`git --version`'s number (None: git missing or silent), read again once GIT_VERSION_SECONDS have passed."""
+    global _git_seen
+    path = git.git_path()
+    if path is None:
+        return None
+    at = time.monotonic() if clock is None else clock
+    seen = _git_seen
+    if seen is not None and seen[0] == path and 0 <= at - seen[2] < GIT_VERSION_SECONDS:
+        return seen[1]
     version = git.git_version()
+    _git_seen = (path, version, at)
+    return version
+
+
+def check_git(clock: float | None = None) -> dict[str, Any]:
+    """Worktree isolation needs git on the daemon's PATH, 2.38 or newer for merges."""
+    version = _git_version(clock)
     if version is None:
         return item("git", "worktrees", "warn", "git missing",
                     "git is not on the daemon's PATH: worktree sessions are refused (git_unavailable)",
@@ -34,10 +58,6 @@ def check_git() -> dict[str, Any]:
                     f"worktree sessions work, but `session merge` needs git {MIN_GIT[0]}.{MIN_GIT[1]} or newer",
                     evidence={"version": version})
     return item("git", "worktrees", "ok", "git", f"git {version}", evidence={"version": version})
-
-
-def _size(n: int) -> str:
-    return f"{n / 1024 ** 3:.1f} GiB" if n >= 1024 ** 3 else f"{n / 1024 ** 2:.1f} MiB"
 
 
 def check_worktree_disk() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from compozy_base.config.errors import ConfigError
-from compozy_base.config.values import integer, parse_duration
+from compozy_base.config.values import boolean, integer, parse_duration
 
 
 class WebhookEvent(StrEnum):
@@ -192,9 +192,7 @@ def parse_notifications(table: dict[str, Any]) -> NotificationsConfig:
     timeout = parse_duration(table.get("timeout", DEFAULT_TIMEOUT), "notifications.timeout")
     if not 0.1 <= timeout <= 300:
         raise ConfigError("notifications.timeout: must be between 100ms and 5m")
-    action_links = table.get("action_links", False)
-    if not isinstance(action_links, bool):
-        raise ConfigError("notifications.action_links: must be true or false")
+    action_links = boolean(table.get("action_links", False), "notifications.action_links")
     link_ttl = parse_duration(table.get("link_ttl", DEFAULT_LINK_TTL), "notifications.link_ttl")
     if not 1 <= link_ttl <= 7 * 86400:
         raise ConfigError("notifications.link_ttl: must be between 1s and 168h")

@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,8 +24,8 @@ def spawn(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
 
 
-async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a synchronous ORM call on the runtime's DB thread."""
+async def run_on(executor: Executor, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a synchronous ORM call on `executor`, a one-thread pool that keeps its DB connection."""
     def call() -> T:
         from django.db import connection
 
@@ -36,7 +36,12 @@ async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             connection.close()
         return fn(*args, **kwargs)
 
-    return await asyncio.get_running_loop().run_in_executor(_DB, call)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a synchronous ORM call on the runtime's DB thread."""
+    return await run_on(_DB, fn, *args, **kwargs)
 
 
 # Agent start-up work that blocks (a process spawn waits for the child's exec; PATH lookups stat the disk): a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NotRequired, TypedDict
 
 from django.db.models import QuerySet
@@ -39,11 +39,14 @@ class SessionList(TypedDict):
 
 def list_sessions(*, workspace: str | None = None, state: str | None = None, resumable: bool = False,
                   all_states: bool = False, agent: str | None = None, query: str | None = None,
-                  limit: int = 50, cursor: str | None = None, session_type: str | None = None) -> SessionList:
+                  limit: int = 50, cursor: str | None = None, session_type: str | None = None,
+                  workspace_ids: Collection[str] | None = None) -> SessionList:
+    """A page of sessions, newest first. `workspace_ids`, when given, limits the rows to those workspaces in the
+    query itself (a workspace-limited token), so `page.total`, `has_more` and `next_cursor` count only them."""
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", code="invalid_limit")
     qs = _session_rows(workspace=workspace, state=state, active_only=not resumable and not all_states, agent=agent,
-                       query=query, session_type=session_type)
+                       query=query, session_type=session_type, workspace_ids=workspace_ids)
     if resumable and not state:
         qs = qs.filter(state__in=(SessionState.ACTIVE, SessionState.STOPPED))
     offset = 0
@@ -83,9 +86,12 @@ def _resumable(row: Session, payload: EventContent) -> bool:
 
 
 def _session_rows(*, workspace: str | None, state: str | None, active_only: bool, agent: str | None,
-                  query: str | None, session_type: str | None) -> QuerySet[Session]:
+                  query: str | None, session_type: str | None,
+                  workspace_ids: Collection[str] | None = None) -> QuerySet[Session]:
     """The catalog rows a list asks for, newest first."""
     qs = Session.objects.all().order_by("-updated_at", "id")
+    if workspace_ids is not None:
+        qs = qs.filter(workspace_id__in=list(workspace_ids))
     if workspace:
         qs = qs.filter(workspace_id=catalog.find_workspace(workspace).id)
     if state:

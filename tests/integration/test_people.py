@@ -107,6 +107,25 @@ def test_a_token_limited_to_workspace_a_finds_b_missing_on_routes_streams_and_ex
             assert refused.status_code == 403 and code(refused) == "token_workspace_limited", path
 
 
+def test_a_limited_tokens_session_page_counts_only_its_workspaces_sessions(
+        daemon: Daemon, people: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+    # B's sessions are newer and more than a page: filtered after paging, A's session would be on no page and the
+    # total would count B's.
+    a = daemon.create(tmp_path_factory.mktemp("page-a"))
+    b_dir = tmp_path_factory.mktemp("page-b")
+    b_ids = {daemon.create(b_dir)["id"] for _ in range(3)}
+    secret = token(daemon, "alice", "--workspace", a["workspace_id"])
+    with as_person(daemon, secret) as limited:
+        listed = limited.get("/api/sessions", params={"limit": 2})
+        assert listed.status_code == 200, listed.text
+        body = listed.json()
+        assert [s["id"] for s in body["sessions"]] == [a["id"]]
+        assert body["page"] == {"total": 1, "limit": 2, "has_more": False}
+        dashboard = limited.get("/")
+        assert dashboard.status_code == 200 and a["id"] in dashboard.text
+        assert not any(b in dashboard.text for b in b_ids)
+
+
 def test_a_revoked_token_is_refused_at_once_and_an_expired_one_when_it_expires(
         daemon: Daemon, people: dict[str, str]) -> None:
     created = daemon.cli_json("token", "create", "--user", "alice", "--scope", "read")

@@ -46,11 +46,15 @@ def test_a_checked_token_is_trusted_for_the_cache_lifetime_only() -> None:
     cache = TokenCache(ttl=2.0)
     who = Principal("alice", "tok_1", frozenset({TokenScope.READ}))
     cache.put("tok_1", "fp", who, now=100.0)
-    assert cache.get("tok_1", "fp", 101.9) == (True, who)
-    assert cache.get("tok_1", "fp", 102.1) == (False, None)  # revocation reaches every node within this
-    assert cache.get("tok_1", "other", 101.0) == (False, None)  # another secret for the same id is checked anew
+    assert cache.get("tok_1", "fp", 101.9) == (True, who, "")
+    assert cache.get("tok_1", "fp", 102.1) == (False, None, "")  # revocation reaches every node within this
+    assert cache.get("tok_1", "other", 101.0) == (False, None, "")  # another secret for the same id is checked anew
     cache.forget("tok_1")
-    assert cache.get("tok_1", "fp", 100.5) == (False, None)  # a revocation here is seen at once
+    assert cache.get("tok_1", "fp", 100.5) == (False, None, "")  # a revocation here is seen at once
+    # A refusal is kept with its code for the same lifetime: a retried revoked token is not read again.
+    cache.put("tok_2", "fp", None, now=100.0, refusal="token_revoked")
+    assert cache.get("tok_2", "fp", 101.9) == (True, None, "token_revoked")
+    assert cache.get("tok_2", "fp", 102.1) == (False, None, "")
 
 
 def test_durations_and_the_token_format() -> None:
@@ -90,3 +94,5 @@ def test_action_links_are_off_unless_asked_and_their_ttl_is_bounded() -> None:
     for bad in ({"action_links": "yes"}, {"link_ttl": "0s"}, {"link_ttl": "30d"}):
         with pytest.raises(ConfigError):
             parse_notifications(bad)
+    with pytest.raises(ConfigError, match=r"^notifications\.action_links: must be true or false"):
+        parse_notifications({"action_links": "yes"})
