@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, of_type, start_daemon, wait_for, wait_gone
+from tests.conftest import Daemon, start_daemon, wait_for, wait_gone
+from tests.conftest import said as conftest_said
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,7 +35,7 @@ def pending(daemon: Daemon, sid: str) -> list[dict[str, Any]]:
 
 
 def said(daemon: Daemon, sid: str) -> str:
-    return "".join(e["content"].get("text", "") for e in of_type(daemon.all_events(sid), "agent_message"))
+    return conftest_said(daemon.all_events(sid))
 
 
 def asked(daemon: Daemon, sid: str, prompt: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from compozy_base.config.agents import NPM_PACKAGES
-from tests.conftest import Daemon, of_type, start_daemon
+from tests.conftest import Daemon, of_type, said, start_daemon
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("npx") is None, reason="Node.js (npx) is needed to run codex-acp")]
@@ -106,7 +106,7 @@ def test_codex_with_only_an_api_key_runs_a_turn_end_to_end_against_a_local_model
     assert session["acp_caps"]["authenticated_with"] == "api-key"
     turn = daemon.run_turn(session["id"], "hi", timeout=120)
     assert of_type(turn, "done"), [e["type"] for e in turn]
-    assert REPLY in "".join(e["content"].get("text", "") for e in of_type(turn, "agent_message"))
+    assert REPLY in said(turn)
     posts = [s for s in FakeResponses.seen if s[0] == "POST"]
     assert posts and all(path == "/v1/responses" and auth == f"Bearer {KEY}" for _, path, auth in posts), posts
 

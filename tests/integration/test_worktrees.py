@@ -43,8 +43,7 @@ def test_two_worktree_sessions_leave_the_checkout_alone_and_changes_list_what_ea
     assert a["worktree"] == {"path": str(wt_a), "branch": f"compozy/{a['id']}", "base_commit": head,
                              "repo": str(repo), "base_branch": "main"}
     first = turn(daemon, a["id"], "fswrite notes/a.txt from the client")
-    assert "fswrite ok" in "".join(e["content"].get("text", "") for e in of_type(daemon.events(a["id"]),
-                                                                                 "agent_message"))
+    assert "fswrite ok" in conftest.said(daemon.events(a["id"]))
     turn(daemon, a["id"], "disk write src/b.txt straight on disk")
     turn(daemon, a["id"], "disk write debug.log ignored by the repository")
     turn(daemon, a["id"], "disk bytes blob.bin 300")
